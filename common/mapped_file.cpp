@@ -1,0 +1,111 @@
+#include "common/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+namespace hearth {
+namespace {
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+Status errno_status(std::string_view what, const std::filesystem::path& path, int err) {
+  const ErrorCode code = (err == ENOENT || err == ENOTDIR) ? ErrorCode::kNotFound : ErrorCode::kIo;
+  return make_error(code, "cannot {} {}: {}", what, path.string(), std::strerror(err));
+}
+
+Result<int> open_regular(const std::filesystem::path& path, struct stat* st) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_status("open", path, errno);
+  if (::fstat(fd, st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return errno_status("stat", path, err);
+  }
+  if (!S_ISREG(st->st_mode)) {
+    ::close(fd);
+    return make_error(ErrorCode::kInvalidArgument, "{} is not a regular file", path.string());
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<MappedFile> MappedFile::open(const std::filesystem::path& path) {
+  struct stat st {};
+  HEARTH_ASSIGN_OR_RETURN(const int raw_fd, open_regular(path, &st));
+  Fd fd(raw_fd);
+  MappedFile file;
+  file.path_ = path;
+  file.size_ = static_cast<size_t>(st.st_size);
+  if (file.size_ == 0) return file;
+  void* addr = ::mmap(nullptr, file.size_, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (addr == MAP_FAILED) return errno_status("map", path, errno);
+  file.data_ = static_cast<const std::byte*>(addr);
+  return file;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();
+    path_ = std::move(other.path_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() { reset(); }
+
+void MappedFile::reset() noexcept {
+  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+Result<std::string> read_small_file(const std::filesystem::path& path, size_t max_bytes) {
+  struct stat st {};
+  HEARTH_ASSIGN_OR_RETURN(const int raw_fd, open_regular(path, &st));
+  Fd fd(raw_fd);
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    return make_error(ErrorCode::kFormat, "{} is {} bytes, more than the {} accepted for this kind of file",
+                      path.string(), st.st_size, max_bytes);
+  }
+  std::string out(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd.get(), out.data() + done, out.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno_status("read", path, errno);
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+}  // namespace hearth

@@ -1,0 +1,66 @@
+// ModelConfig: the architecture of a Llama-family model, as read from its own files.
+//
+// Every model container (HF config.json, GGUF metadata, llama2.c header) is turned into
+// this one struct by loader/; engines read nothing else. Plain data; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hearth {
+
+// Which pairs of a head's dimensions RoPE rotates together. Both describe the same
+// function once the q/k weight rows are laid out for them, so each container keeps its
+// own rows and tells the engine which pairing they were written for.
+enum class RopeStyle : uint8_t {
+  kInterleaved = 0,  // pairs (2i, 2i+1): GGUF llama, llama2.c, Meta checkpoints
+  kHalf = 1,         // pairs (i, i + d/2): HF "rotate_half", GGUF qwen2
+};
+
+enum class RopeScalingType : uint8_t { kNone = 0, kLinear = 1, kLlama3 = 2 };
+
+struct RopeScaling {
+  RopeScalingType type = RopeScalingType::kNone;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;   // llama3
+  float high_freq_factor = 4.0f;  // llama3
+  int32_t original_context = 8192;  // llama3: original_max_position_embeddings
+};
+
+struct ModelConfig {
+  std::string architecture;  // "llama", "mistral", "qwen2" (GGUF spelling)
+  int32_t vocab_size = 0;
+  int32_t dim = 0;           // hidden size
+  int32_t hidden_dim = 0;    // feed-forward size
+  int32_t n_layers = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t max_context = 0;
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeStyle rope_style = RopeStyle::kInterleaved;
+  RopeScaling rope_scaling;
+  bool tied_embeddings = false;
+  bool qkv_bias = false;      // Qwen2
+  int32_t sliding_window = 0;  // 0: full attention (Mistral v0.1 uses 4096)
+
+  int32_t q_dim() const { return n_heads * head_dim; }
+  int32_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// Checks that the numbers describe a model hearth can run (positive, divisible, within
+// sane bounds), so that no later allocation is sized by a hostile file.
+Status model_config_validate(const ModelConfig& config);
+
+// RoPE inverse frequencies ([head_dim / 2]) for `config`: theta^(-2i/d), with linear or
+// Llama 3 scaling, divided by `freq_factors` when given (GGUF's rope_freqs.weight).
+std::vector<float> rope_inv_freq(const ModelConfig& config, const float* freq_factors);
+
+// One line for logs and `hearth generate --json`.
+std::string model_config_summary(const ModelConfig& config);
+
+}  // namespace hearth

@@ -1,0 +1,71 @@
+#include "common/model_tensors.h"
+
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+namespace hearth {
+
+std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
+  std::vector<TensorSpec> specs;
+  const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), f = c.hidden_dim, v = c.vocab_size;
+  specs.push_back({"token_embd.weight", {v, d}, true, true});
+  for (int i = 0; i < c.n_layers; ++i) {
+    const std::string p = fmt::format("blk.{}.", i);
+    specs.push_back({p + "attn_norm.weight", {d}, true, false});
+    specs.push_back({p + "attn_q.weight", {q, d}, true, true});
+    specs.push_back({p + "attn_k.weight", {kv, d}, true, true});
+    specs.push_back({p + "attn_v.weight", {kv, d}, true, true});
+    if (c.qkv_bias) {
+      specs.push_back({p + "attn_q.bias", {q}, true, false});
+      specs.push_back({p + "attn_k.bias", {kv}, true, false});
+      specs.push_back({p + "attn_v.bias", {kv}, true, false});
+    }
+    specs.push_back({p + "attn_output.weight", {d, q}, true, true});
+    specs.push_back({p + "ffn_norm.weight", {d}, true, false});
+    specs.push_back({p + "ffn_gate.weight", {f, d}, true, true});
+    specs.push_back({p + "ffn_up.weight", {f, d}, true, true});
+    specs.push_back({p + "ffn_down.weight", {d, f}, true, true});
+  }
+  specs.push_back({"output_norm.weight", {d}, true, false});
+  specs.push_back({"output.weight", {v, d}, !c.tied_embeddings, true});
+  specs.push_back({"rope_freqs.weight", {c.head_dim / 2}, false, false});
+  return specs;
+}
+
+Status llama_check_tensors(const ModelConfig& config, const std::vector<TensorView>& tensors) {
+  const std::vector<TensorSpec> specs = llama_tensor_specs(config);
+  std::unordered_map<std::string_view, const TensorSpec*> spec_by_name;
+  for (const TensorSpec& spec : specs) spec_by_name.emplace(spec.name, &spec);
+  std::unordered_map<std::string_view, const TensorView*> by_name;
+  for (const TensorView& t : tensors) {
+    const auto it = spec_by_name.find(t.name);
+    if (it == spec_by_name.end()) {
+      return make_error(ErrorCode::kUnsupported,
+                        "tensor {} is not part of the {} architecture as hearth implements it; refusing to ignore it",
+                        t.name, config.architecture);
+    }
+    const TensorSpec& spec = *it->second;
+    bool same = t.n_dims == static_cast<int>(spec.shape.size());
+    for (int k = 0; same && k < t.n_dims; ++k) same = t.shape[k] == spec.shape[k];
+    if (!same) {
+      std::string want = "[";
+      for (size_t k = 0; k < spec.shape.size(); ++k) want += fmt::format("{}{}", k ? ", " : "", spec.shape[k]);
+      return make_error(ErrorCode::kFormat, "tensor {} has shape {}, but the model config needs {}]", spec.name,
+                        shape_string(t), want);
+    }
+    if (!spec.matrix && t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16) {
+      return make_error(ErrorCode::kUnsupported, "tensor {} is {}; norms and biases must be f32, f16 or bf16",
+                        spec.name, dtype_name(t.dtype));
+    }
+    by_name.emplace(t.name, &t);
+  }
+  for (const TensorSpec& spec : specs) {
+    if (spec.required && !by_name.contains(spec.name)) {
+      return make_error(ErrorCode::kFormat, "the model has no tensor {}", spec.name);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace hearth

@@ -1,0 +1,35 @@
+// The tensors a Llama-family model is made of, by canonical (GGUF-style) name and
+// shape, derived from its ModelConfig. Every container is mapped onto these names by
+// the loader; the engine binds its weights through them. Pure functions; thread-safe.
+//
+// Names: token_embd.weight, output_norm.weight, output.weight (absent when tied),
+// rope_freqs.weight (optional per-dimension frequency divisors, GGUF Llama 3),
+// blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
+// ffn_down}.weight and, with qkv_bias, blk.N.attn_{q,k,v}.bias.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "common/tensor.h"
+
+namespace hearth {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;  // outermost first
+  bool required = true;
+  bool matrix = false;  // a weight matrix (may be quantized); otherwise it must be float
+};
+
+// Every tensor the model may have, in a stable order.
+std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& config);
+
+// Checks a container's tensors against the specs: each required one present, every
+// shape as expected, vectors (norms, biases) in a float type, no tensor the model
+// would silently ignore. The message names the tensor and both shapes.
+Status llama_check_tensors(const ModelConfig& config, const std::vector<TensorView>& tensors);
+
+}  // namespace hearth

@@ -1,0 +1,30 @@
+#include "common/status.h"
+
+namespace hearth {
+
+std::string_view error_code_name(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kOk: return "OK";
+    case ErrorCode::kInvalidArgument: return "ERR_INVALID_ARGUMENT";
+    case ErrorCode::kNotFound: return "ERR_NOT_FOUND";
+    case ErrorCode::kIo: return "ERR_IO";
+    case ErrorCode::kFormat: return "ERR_FORMAT";
+    case ErrorCode::kUnsupported: return "ERR_UNSUPPORTED";
+    case ErrorCode::kOutOfRange: return "ERR_OUT_OF_RANGE";
+    case ErrorCode::kResourceExhausted: return "ERR_RESOURCE_EXHAUSTED";
+    case ErrorCode::kInternal: return "ERR_INTERNAL";
+  }
+  return "ERR_UNKNOWN";
+}
+
+std::string Status::to_string() const {
+  if (is_ok()) return "OK";
+  return fmt::format("{}: {}", error_code_name(code_), message_);
+}
+
+Status Status::with_context(std::string_view context) const {
+  if (is_ok()) return *this;
+  return Status(code_, fmt::format("{}: {}", context, message_));
+}
+
+}  // namespace hearth

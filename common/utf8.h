@@ -1,0 +1,28 @@
+// UTF-8 validation and decoding (strict: no overlong forms, surrogates or values past
+// U+10FFFF). Pure functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace hearth {
+
+// Byte offset of the first invalid sequence, or text.size() when all of it is valid.
+size_t utf8_find_invalid(std::string_view text);
+inline bool utf8_is_valid(std::string_view text) { return utf8_find_invalid(text) == text.size(); }
+
+// Length of the longest prefix of `bytes` that ends on a character boundary, treating a
+// truncated but so-far-valid sequence at the end as incomplete (not yet emitted).
+// Invalid bytes count as complete single characters so that they are not held forever.
+size_t utf8_complete_prefix(std::string_view bytes);
+
+// Decodes one code point at `pos` of valid UTF-8 and advances pos.
+char32_t utf8_decode(std::string_view text, size_t& pos);
+void utf8_append(std::string& out, char32_t cp);
+
+// Replaces each invalid byte with U+FFFD.
+std::string utf8_sanitize(std::string_view bytes);
+
+}  // namespace hearth

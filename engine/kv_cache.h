@@ -1,0 +1,69 @@
+// KvCache: the paged key/value cache of one engine, and the block allocator over it.
+//
+// Memory is `n_blocks` fixed-size blocks per layer, each holding `block_size` token
+// positions of K and V ([n_layers][n_blocks][block_size][kv_dim] float32, one buffer
+// each for K and V, owned by the backend). A sequence owns a list of blocks (its block
+// table); position p lives in block table[p / block_size] at offset p % block_size.
+// Not thread-safe: owned by the engine's step loop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/backend.h"
+
+namespace hearth {
+
+struct KvCacheConfig {
+  int32_t n_layers = 0;
+  int32_t kv_dim = 0;
+  int32_t block_size = 16;
+  int32_t n_blocks = 0;
+};
+
+class KvCache {
+ public:
+  // Allocates the whole cache up front; fails with the size it wanted when memory is short.
+  static Result<KvCache> create(Backend& backend, const KvCacheConfig& config);
+
+  const KvCacheConfig& config() const { return config_; }
+  // Layer `layer` of the cache: [n_blocks * block_size, kv_dim].
+  float* k(int32_t layer) const { return k_.f32() + layer_stride_ * layer; }
+  float* v(int32_t layer) const { return v_.f32() + layer_stride_ * layer; }
+
+  // Takes a free block, or nullopt when none is left.
+  std::optional<int32_t> block_alloc();
+  // Returns a block taken with block_alloc.
+  void block_free(int32_t block);
+  int32_t blocks_free() const { return static_cast<int32_t>(free_.size()); }
+
+ private:
+  KvCache() = default;
+
+  KvCacheConfig config_;
+  int64_t layer_stride_ = 0;
+  BackendBuffer k_;
+  BackendBuffer v_;
+  std::vector<int32_t> free_;  // LIFO: recently freed blocks are warm in cache
+};
+
+// The blocks one sequence holds and how many positions are filled.
+struct KvSequence {
+  std::vector<int32_t> blocks;
+  int32_t length = 0;
+
+  // Cache slot (block * block_size + offset) of position `pos`.
+  int32_t slot(int32_t pos, int32_t block_size) const {
+    return blocks[static_cast<size_t>(pos / block_size)] * block_size + pos % block_size;
+  }
+};
+
+// Makes sure `seq` has blocks for `positions` positions; kResourceExhausted (and no
+// change) when the cache has too few free blocks.
+Status kv_sequence_reserve(KvCache& cache, KvSequence& seq, int32_t positions);
+// Returns all of the sequence's blocks to the cache and empties it.
+void kv_sequence_release(KvCache& cache, KvSequence& seq);
+
+}  // namespace hearth

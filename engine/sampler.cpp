@@ -1,0 +1,147 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace hearth {
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Status sampling_params_validate(const SamplingParams& p) {
+  auto bad = [](std::string_view name, double value, std::string_view range) {
+    return make_error(ErrorCode::kInvalidArgument, "{} is {}, but must be {}", name, value, range);
+  };
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) return bad("temperature", p.temperature, ">= 0");
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p", p.top_p, "in (0, 1]");
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p", p.min_p, "in [0, 1]");
+  if (p.top_k < 0) return bad("top_k", p.top_k, ">= 0");
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    return bad("repetition_penalty", p.repetition_penalty, "> 0");
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return bad("presence_penalty", p.presence_penalty, "in [-2, 2]");
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return bad("frequency_penalty", p.frequency_penalty, "in [-2, 2]");
+  }
+  return Status::ok();
+}
+
+Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
+    : params_(params), vocab_size_(vocab_size), state_(params.seed) {
+  counts_.assign(static_cast<size_t>(vocab_size), 0);
+  seen_.assign(static_cast<size_t>(vocab_size), 0);
+  candidates_.reserve(static_cast<size_t>(vocab_size));
+  touched_.reserve(1024);
+}
+
+double Sampler::next_uniform() { return static_cast<double>(splitmix64(state_) >> 11) * 0x1.0p-53; }
+
+SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> prompt,
+                             std::span<const TokenId> output) {
+  const SamplingParams& p = params_;
+  const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  if (penalties) {
+    for (TokenId id : output) {
+      if (id < 0 || id >= vocab_size_) continue;
+      if (counts_[static_cast<size_t>(id)]++ == 0 && !seen_[static_cast<size_t>(id)]) touched_.push_back(id);
+      seen_[static_cast<size_t>(id)] = 1;
+    }
+    if (p.repetition_penalty != 1.0f) {
+      for (TokenId id : prompt) {
+        if (id < 0 || id >= vocab_size_) continue;
+        if (!seen_[static_cast<size_t>(id)] && counts_[static_cast<size_t>(id)] == 0) touched_.push_back(id);
+        seen_[static_cast<size_t>(id)] = 1;
+      }
+    }
+    for (int32_t id : touched_) {
+      float& l = logits[static_cast<size_t>(id)];
+      if (p.repetition_penalty != 1.0f && seen_[static_cast<size_t>(id)]) {
+        l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+      }
+      const int32_t count = counts_[static_cast<size_t>(id)];
+      if (count > 0) l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+    }
+    for (int32_t id : touched_) {
+      counts_[static_cast<size_t>(id)] = 0;
+      seen_[static_cast<size_t>(id)] = 0;
+    }
+    touched_.clear();
+  }
+
+  if (p.temperature == 0.0f) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < vocab_size_; ++i) {
+      if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = i;
+    }
+    // Log-probability under the full distribution.
+    double sum = 0.0;
+    const float max = logits[static_cast<size_t>(best)];
+    for (int32_t i = 0; i < vocab_size_; ++i) sum += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] - max));
+    return {best, static_cast<float>(-std::log(sum))};
+  }
+
+  // Candidates sorted by logit, cut by top-k, then by top-p and min-p over the softmax.
+  candidates_.clear();
+  const float inv_t = 1.0f / p.temperature;
+  for (int32_t i = 0; i < vocab_size_; ++i) {
+    const float l = logits[static_cast<size_t>(i)];
+    if (l == -std::numeric_limits<float>::infinity() || std::isnan(l)) continue;
+    candidates_.emplace_back(l * inv_t, i);
+  }
+  if (candidates_.empty()) return {0, -std::numeric_limits<float>::infinity()};
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t keep = candidates_.size();
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
+    keep = static_cast<size_t>(p.top_k);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<long>(keep), candidates_.end(), by_logit);
+  } else {
+    std::sort(candidates_.begin(), candidates_.end(), by_logit);
+  }
+  const float max = candidates_[0].first;
+  double total = 0.0;
+  for (size_t i = 0; i < keep; ++i) total += std::exp(static_cast<double>(candidates_[i].first - max));
+  if (p.top_p < 1.0f) {
+    double cumulative = 0.0;
+    size_t cut = keep;
+    for (size_t i = 0; i < keep; ++i) {
+      cumulative += std::exp(static_cast<double>(candidates_[i].first - max)) / total;
+      if (cumulative >= p.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+  }
+  if (p.min_p > 0.0f) {
+    // Keep tokens whose probability is at least min_p times the top token's.
+    const double threshold = std::log(static_cast<double>(p.min_p));
+    size_t cut = 1;
+    while (cut < keep && static_cast<double>(candidates_[cut].first - max) >= threshold) ++cut;
+    keep = cut;
+  }
+  double kept_total = 0.0;
+  for (size_t i = 0; i < keep; ++i) kept_total += std::exp(static_cast<double>(candidates_[i].first - max));
+  double r = next_uniform() * kept_total;
+  size_t chosen = keep - 1;
+  for (size_t i = 0; i < keep; ++i) {
+    r -= std::exp(static_cast<double>(candidates_[i].first - max));
+    if (r < 0.0) {
+      chosen = i;
+      break;
+    }
+  }
+  const double logprob = static_cast<double>(candidates_[chosen].first - max) - std::log(kept_total);
+  return {candidates_[chosen].second, static_cast<float>(logprob)};
+}
+
+}  // namespace hearth

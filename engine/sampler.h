@@ -1,0 +1,60 @@
+// Sampler: picks the next token from a row of logits, as a request's parameters say.
+//
+// Order (as vLLM and the OpenAI API define it): repetition penalty (over prompt and
+// output), presence and frequency penalties (over the output), temperature, then top-k,
+// top-p and min-p filtering, then a draw. Temperature 0 is greedy (argmax, lowest id on
+// ties). The random stream is a 64-bit generator seeded per request, so the same seed
+// and the same logits give the same tokens on every machine. One Sampler per sequence;
+// not thread-safe. Scratch memory is reserved once, so sampling does not allocate.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "common/token.h"
+
+namespace hearth {
+
+struct SamplingParams {
+  float temperature = 1.0f;         // 0: greedy
+  int32_t top_k = 0;                // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off
+  float repetition_penalty = 1.0f;  // 1: off; > 1 discourages repeats (prompt and output)
+  float presence_penalty = 0.0f;    // subtracted once from every token already in the output
+  float frequency_penalty = 0.0f;   // subtracted per occurrence in the output
+  uint64_t seed = 0;
+};
+
+// Checks ranges (temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, top_k >= 0,
+// repetition_penalty > 0, penalties in [-2, 2]); the message names the parameter.
+Status sampling_params_validate(const SamplingParams& params);
+
+struct SampledToken {
+  TokenId id = -1;
+  float logprob = 0.0f;  // log-probability of `id` under the final (filtered) distribution
+};
+
+class Sampler {
+ public:
+  Sampler(const SamplingParams& params, int32_t vocab_size);
+
+  // Samples from `logits` ([vocab_size], modified in place by penalties and temperature).
+  // `prompt` and `output` are the sequence's tokens so far (for the penalties).
+  SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
+
+ private:
+  double next_uniform();  // [0, 1)
+
+  SamplingParams params_;
+  int32_t vocab_size_;
+  uint64_t state_;
+  std::vector<int32_t> counts_;        // occurrences of each id in the output
+  std::vector<uint8_t> seen_;          // ids in prompt or output (repetition penalty)
+  std::vector<int32_t> touched_;       // ids whose counts_/seen_ are set, to reset quickly
+  std::vector<std::pair<float, int32_t>> candidates_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,67 @@
+#include "kernels/cpu/ops.h"
+
+#include <cmath>
+
+namespace hearth::kernels::cpu {
+
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = x + t * dim;
+    float acc[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8) {
+      for (int k = 0; k < 8; ++k) acc[k] += row[i + k] * row[i + k];
+    }
+    float ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < dim; ++i) ss += row[i] * row[i];
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    float* o = out + t * dim;
+    for (int64_t j = 0; j < dim; ++j) o[j] = weight[j] * (scale * row[j]);
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, RopeStyle style) {
+  const int64_t half = head_dim / 2;
+  constexpr int64_t kMaxHalf = 512;  // head_dim <= 1024 (ModelConfig validation)
+  float cos_v[kMaxHalf], sin_v[kMaxHalf];
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+      cos_v[i] = std::cos(angle);
+      sin_v[i] = std::sin(angle);
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      if (style == RopeStyle::kInterleaved) {
+        for (int64_t i = 0; i < half; ++i) {
+          const float x0 = v[2 * i], x1 = v[2 * i + 1];
+          v[2 * i] = x0 * cos_v[i] - x1 * sin_v[i];
+          v[2 * i + 1] = x0 * sin_v[i] + x1 * cos_v[i];
+        }
+      } else {
+        for (int64_t i = 0; i < half; ++i) {
+          const float x0 = v[i], x1 = v[i + half];
+          v[i] = x0 * cos_v[i] - x1 * sin_v[i];
+          v[i + half] = x0 * sin_v[i] + x1 * cos_v[i];
+        }
+      }
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void add_bias(float* x, const float* bias, int64_t n, int64_t dim) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < dim; ++i) x[t * dim + i] += bias[i];
+  }
+}
+
+}  // namespace hearth::kernels::cpu

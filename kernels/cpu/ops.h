@@ -1,0 +1,27 @@
+// CPU elementwise and row ops of the Llama forward pass: RMSNorm, RoPE, SwiGLU, adds.
+// Pure functions over caller-owned memory; thread-safe for disjoint outputs.
+#pragma once
+
+#include <cstdint>
+
+#include "common/model_config.h"
+
+namespace hearth::kernels::cpu {
+
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight for n rows of dim values (out may be x).
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out);
+
+// In-place rotary embedding of x ([n_tokens, n_heads, head_dim]); see ref::rope.
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, RopeStyle style);
+
+// out = silu(gate) * up over n values (out may alias gate).
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// y += x over n values.
+void add(float* y, const float* x, int64_t n);
+
+// x[t] += bias for n rows of dim values.
+void add_bias(float* x, const float* bias, int64_t n, int64_t dim);
+
+}  // namespace hearth::kernels::cpu

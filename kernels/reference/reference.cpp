@@ -1,0 +1,131 @@
+#include "kernels/reference/reference.h"
+
+#include <cmath>
+#include <vector>
+
+#include "common/half.h"
+
+namespace hearth::kernels::ref {
+
+void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
+  switch (type) {
+    case DType::kF32: {
+      const auto* s = static_cast<const float*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = s[i];
+      return;
+    }
+    case DType::kF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = fp16_to_f32(s[i]);
+      return;
+    }
+    case DType::kBF16: {
+      const auto* s = static_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      const auto* b = static_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < n / kQ8_0BlockSize; ++i) {
+        const float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < kQ8_0BlockSize; ++j) dst[i * kQ8_0BlockSize + j] = d * static_cast<float>(b[i].qs[j]);
+      }
+      return;
+    }
+    case DType::kQ4_0: {
+      const auto* b = static_cast<const BlockQ4_0*>(src);
+      for (int64_t i = 0; i < n / kQ4_0BlockSize; ++i) {
+        const float d = fp16_to_f32(b[i].d);
+        for (int j = 0; j < kQ4_0BlockSize / 2; ++j) {
+          dst[i * kQ4_0BlockSize + j] = d * static_cast<float>((b[i].qs[j] & 0x0f) - 8);
+          dst[i * kQ4_0BlockSize + j + 16] = d * static_cast<float>((b[i].qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    }
+  }
+}
+
+void matmul(DType type, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y) {
+  std::vector<float> row(static_cast<size_t>(cols));
+  const auto row_bytes = static_cast<int64_t>(*dtype_bytes(type, cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, static_cast<const std::byte*>(w) + r * row_bytes, row.data(), cols);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      float sum = 0.0f;
+      for (int64_t c = 0; c < cols; ++c) sum += row[c] * x[t * cols + c];
+      y[t * rows + r] = sum;
+    }
+  }
+}
+
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += x[t * dim + i] * x[t * dim + i];
+    const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) out[t * dim + i] = weight[i] * (scale * x[t * dim + i]);
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, RopeStyle style) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* v = x + (t * n_heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+        const float c = std::cos(angle), s = std::sin(angle);
+        const int64_t a = style == RopeStyle::kInterleaved ? 2 * i : i;
+        const int64_t b = style == RopeStyle::kInterleaved ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c - x1 * s;
+        v[b] = x0 * s + x1 * c;
+      }
+    }
+  }
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void attention(const AttentionParams& p) {
+  const int32_t group = p.n_heads / p.n_kv_heads;
+  const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+  for (int32_t t = 0; t < p.n_tokens; ++t) {
+    const int32_t pos = p.positions[t];
+    const int32_t first = attention_first_key(pos, p.sliding_window);
+    std::vector<float> scores(static_cast<size_t>(pos - first + 1));
+    for (int32_t h = 0; h < p.n_heads; ++h) {
+      const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h) * p.head_dim;
+      const int32_t kvh = h / group;
+      float max_score = -INFINITY;
+      for (int32_t k = first; k <= pos; ++k) {
+        const int64_t slot = static_cast<int64_t>(p.block_table[k / p.block_size]) * p.block_size + k % p.block_size;
+        const float* key = p.k_cache + slot * kv_dim + static_cast<int64_t>(kvh) * p.head_dim;
+        float s = 0.0f;
+        for (int32_t i = 0; i < p.head_dim; ++i) s += q[i] * key[i];
+        s *= p.scale;
+        scores[k - first] = s;
+        max_score = std::max(max_score, s);
+      }
+      float sum = 0.0f;
+      for (float& s : scores) {
+        s = std::exp(s - max_score);
+        sum += s;
+      }
+      float* out = p.out + (static_cast<int64_t>(t) * p.n_heads + h) * p.head_dim;
+      for (int32_t i = 0; i < p.head_dim; ++i) out[i] = 0.0f;
+      for (int32_t k = first; k <= pos; ++k) {
+        const int64_t slot = static_cast<int64_t>(p.block_table[k / p.block_size]) * p.block_size + k % p.block_size;
+        const float* value = p.v_cache + slot * kv_dim + static_cast<int64_t>(kvh) * p.head_dim;
+        const float w = scores[k - first] / sum;
+        for (int32_t i = 0; i < p.head_dim; ++i) out[i] += w * value[i];
+      }
+    }
+  }
+}
+
+}  // namespace hearth::kernels::ref

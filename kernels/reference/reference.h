@@ -1,0 +1,35 @@
+// Scalar reference implementations of every op: the oracle the CPU and CUDA kernels are
+// tested against. Written for clarity (sequential float accumulation, no tricks), not
+// speed. Pure functions over caller-owned memory; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/model_config.h"
+#include "kernels/attention_params.h"
+
+namespace hearth::kernels::ref {
+
+// dst[n] = the n values of a row of `type` (n a multiple of the type's block size).
+void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+
+// y[t, r] = sum_c W[r, c] * x[t, c] for r < rows, t < n_tokens.
+// w: [rows, cols] of `type`; x: [n_tokens, cols]; y: [n_tokens, rows].
+void matmul(DType type, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y);
+
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for each of n rows of dim values.
+void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out);
+
+// Rotates each head of x ([n_tokens, n_heads, head_dim]) by angle position * inv_freq[i]
+// for pair i; the pairs are (2i, 2i+1) or (i, i + head_dim/2) as `style` says.
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+          const float* inv_freq, RopeStyle style);
+
+// out = silu(gate) * up, elementwise over n values.
+void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// Causal attention of each query over the cached keys 0..position (softmax in two passes).
+void attention(const AttentionParams& p);
+
+}  // namespace hearth::kernels::ref

@@ -1,0 +1,18 @@
+// Writing a LoadedModel back out as a GGUF file, with its weight matrices converted to a
+// chosen type (F32, F16, BF16, Q8_0, Q4_0; norms and biases stay F32). Used to make
+// quantized copies of a model and by tests. Q/K rows are written in the layout the GGUF
+// architecture expects (interleaved RoPE pairs for "llama"), so the copy computes the
+// same function. The model's tokenizer must be a GGUF vocabulary.
+#pragma once
+
+#include <filesystem>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "loader/model.h"
+
+namespace hearth {
+
+Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path);
+
+}  // namespace hearth

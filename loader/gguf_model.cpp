@@ -1,0 +1,157 @@
+// GGUF container -> LoadedModel.
+#include <cmath>
+
+#include "loader/gguf.h"
+#include "loader/model.h"
+
+namespace hearth {
+namespace {
+
+struct ArchInfo {
+  std::string_view name;
+  RopeStyle rope_style;  // llama.cpp's converter permutes llama q/k rows, not qwen2's
+  bool qkv_bias;
+};
+
+constexpr ArchInfo kArchs[] = {
+    {"llama", RopeStyle::kInterleaved, false},
+    {"qwen2", RopeStyle::kHalf, true},
+};
+
+Result<int32_t> get_dim(const GgufFile& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
+  HEARTH_ASSIGN_OR_RETURN(auto v, f.get_uint(key));
+  if (!v) {
+    if (fallback) return static_cast<int32_t>(*fallback);
+    return make_error(ErrorCode::kFormat, "GGUF metadata has no {}", key);
+  }
+  if (*v > static_cast<uint64_t>(INT32_MAX)) return make_error(ErrorCode::kFormat, "GGUF {} is {}, too large", key, *v);
+  return static_cast<int32_t>(*v);
+}
+
+std::optional<int32_t> opt_id(const GgufFile& f, std::string_view key) {
+  auto v = f.get_uint(key);
+  if (!v.is_ok() || !*v || **v > static_cast<uint64_t>(INT32_MAX)) return std::nullopt;
+  return static_cast<int32_t>(**v);
+}
+
+Result<GgufVocab> read_vocab(const GgufFile& f) {
+  GgufVocab vocab;
+  HEARTH_ASSIGN_OR_RETURN(auto model, f.get_string("tokenizer.ggml.model"));
+  if (!model) return make_error(ErrorCode::kFormat, "GGUF file has no tokenizer (tokenizer.ggml.model is missing)");
+  vocab.model = *model;
+  HEARTH_ASSIGN_OR_RETURN(auto pre, f.get_string("tokenizer.ggml.pre"));
+  vocab.pre = pre.value_or("default");
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  if (tokens == nullptr || tokens->type != GgufValue::Type::kArray || tokens->elem_type != 8) {
+    return make_error(ErrorCode::kFormat, "GGUF tokenizer.ggml.tokens is missing or not an array of strings");
+  }
+  vocab.tokens = tokens->strings;
+  if (const GgufValue* scores = f.find("tokenizer.ggml.scores")) {
+    if (scores->type != GgufValue::Type::kArray || scores->floats.size() != vocab.tokens.size()) {
+      return make_error(ErrorCode::kFormat, "GGUF tokenizer.ggml.scores must hold one float per token");
+    }
+    vocab.scores.assign(scores->floats.begin(), scores->floats.end());
+  }
+  if (const GgufValue* types = f.find("tokenizer.ggml.token_type")) {
+    if (types->type != GgufValue::Type::kArray || types->ints.size() != vocab.tokens.size()) {
+      return make_error(ErrorCode::kFormat, "GGUF tokenizer.ggml.token_type must hold one integer per token");
+    }
+    vocab.token_types.reserve(types->ints.size());
+    for (int64_t t : types->ints) vocab.token_types.push_back(static_cast<int32_t>(t));
+  }
+  if (const GgufValue* merges = f.find("tokenizer.ggml.merges")) {
+    if (merges->type != GgufValue::Type::kArray || merges->elem_type != 8) {
+      return make_error(ErrorCode::kFormat, "GGUF tokenizer.ggml.merges must be an array of strings");
+    }
+    vocab.merges = merges->strings;
+  }
+  vocab.bos_id = opt_id(f, "tokenizer.ggml.bos_token_id");
+  vocab.eos_id = opt_id(f, "tokenizer.ggml.eos_token_id");
+  vocab.unk_id = opt_id(f, "tokenizer.ggml.unknown_token_id");
+  vocab.pad_id = opt_id(f, "tokenizer.ggml.padding_token_id");
+  vocab.eot_id = opt_id(f, "tokenizer.ggml.eot_token_id");
+  vocab.eom_id = opt_id(f, "tokenizer.ggml.eom_token_id");
+  HEARTH_ASSIGN_OR_RETURN(vocab.add_bos, f.get_bool("tokenizer.ggml.add_bos_token"));
+  HEARTH_ASSIGN_OR_RETURN(vocab.add_eos, f.get_bool("tokenizer.ggml.add_eos_token"));
+  HEARTH_ASSIGN_OR_RETURN(vocab.add_space_prefix, f.get_bool("tokenizer.ggml.add_space_prefix"));
+  HEARTH_ASSIGN_OR_RETURN(vocab.remove_extra_whitespaces, f.get_bool("tokenizer.ggml.remove_extra_whitespaces"));
+  HEARTH_ASSIGN_OR_RETURN(auto chat_template, f.get_string("tokenizer.chat_template"));
+  vocab.chat_template = chat_template.value_or("");
+  return vocab;
+}
+
+}  // namespace
+
+Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
+  HEARTH_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(path));
+  HEARTH_ASSIGN_OR_RETURN(GgufFile gguf, gguf_parse(file.bytes()));
+
+  HEARTH_ASSIGN_OR_RETURN(auto arch_name, gguf.get_string("general.architecture"));
+  if (!arch_name) return make_error(ErrorCode::kFormat, "GGUF metadata has no general.architecture");
+  const ArchInfo* arch = nullptr;
+  for (const ArchInfo& a : kArchs) {
+    if (a.name == *arch_name) arch = &a;
+  }
+  if (arch == nullptr) {
+    return make_error(ErrorCode::kUnsupported,
+                      "GGUF architecture \"{}\" is not supported (hearth runs llama, qwen2 and the models stored as "
+                      "llama: Mistral, TinyLlama, SmolLM)",
+                      *arch_name);
+  }
+  const std::string a(arch->name);
+  LoadedModel model;
+  model.format = ModelFormat::kGguf;
+  ModelConfig& c = model.config;
+  c.architecture = a;
+  c.rope_style = arch->rope_style;
+  c.qkv_bias = arch->qkv_bias;
+  HEARTH_ASSIGN_OR_RETURN(c.dim, get_dim(gguf, a + ".embedding_length"));
+  HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_dim(gguf, a + ".feed_forward_length"));
+  HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_dim(gguf, a + ".block_count"));
+  HEARTH_ASSIGN_OR_RETURN(c.n_heads, get_dim(gguf, a + ".attention.head_count"));
+  HEARTH_ASSIGN_OR_RETURN(c.n_kv_heads, get_dim(gguf, a + ".attention.head_count_kv", c.n_heads));
+  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_dim(gguf, a + ".context_length"));
+  if (c.n_heads <= 0) return make_error(ErrorCode::kFormat, "GGUF {}.attention.head_count is 0", a);
+  HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_dim(gguf, a + ".attention.key_length", c.dim / c.n_heads));
+  HEARTH_ASSIGN_OR_RETURN(const int32_t value_dim, get_dim(gguf, a + ".attention.value_length", c.head_dim));
+  if (value_dim != c.head_dim) {
+    return make_error(ErrorCode::kUnsupported, "key length {} differs from value length {}: not supported", c.head_dim,
+                      value_dim);
+  }
+  HEARTH_ASSIGN_OR_RETURN(const int32_t rope_dims, get_dim(gguf, a + ".rope.dimension_count", c.head_dim));
+  if (rope_dims != c.head_dim) {
+    return make_error(ErrorCode::kUnsupported, "partial rotary embeddings ({} of {} dims) are not supported",
+                      rope_dims, c.head_dim);
+  }
+  HEARTH_ASSIGN_OR_RETURN(auto eps, gguf.get_float(a + ".attention.layer_norm_rms_epsilon"));
+  c.norm_eps = static_cast<float>(eps.value_or(1e-5));
+  HEARTH_ASSIGN_OR_RETURN(auto theta, gguf.get_float(a + ".rope.freq_base"));
+  c.rope_theta = static_cast<float>(theta.value_or(10000.0));
+  HEARTH_ASSIGN_OR_RETURN(auto scaling, gguf.get_string(a + ".rope.scaling.type"));
+  if (scaling && *scaling == "linear") {
+    HEARTH_ASSIGN_OR_RETURN(auto factor, gguf.get_float(a + ".rope.scaling.factor"));
+    c.rope_scaling.type = RopeScalingType::kLinear;
+    c.rope_scaling.factor = static_cast<float>(factor.value_or(1.0));
+  } else if (scaling && *scaling != "none") {
+    return make_error(ErrorCode::kUnsupported, "rope scaling type \"{}\" is not supported (none, linear, and llama3 "
+                      "through rope_freqs.weight are)", *scaling);
+  }
+  HEARTH_ASSIGN_OR_RETURN(c.sliding_window, get_dim(gguf, a + ".attention.sliding_window", 0));
+
+  HEARTH_ASSIGN_OR_RETURN(model.tokenizer.gguf, read_vocab(gguf));
+  model.tokenizer.kind = TokenizerSource::Kind::kGguf;
+  HEARTH_ASSIGN_OR_RETURN(c.vocab_size,
+                          get_dim(gguf, a + ".vocab_size", static_cast<int64_t>(model.tokenizer.gguf.tokens.size())));
+  model.tokenizer.vocab_size = c.vocab_size;
+
+  bool has_output = false;
+  for (const TensorView& t : gguf.tensors) has_output = has_output || t.name == "output.weight";
+  c.tied_embeddings = !has_output;
+  HEARTH_ASSIGN_OR_RETURN(auto name, gguf.get_string("general.name"));
+  model.name = name.value_or(path.stem().string());
+  model.tensors = std::move(gguf.tensors);
+  model.files.push_back(std::move(file));
+  return model;
+}
+
+}  // namespace hearth

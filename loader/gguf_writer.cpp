@@ -1,0 +1,125 @@
+#include "loader/gguf_writer.h"
+
+#include <cstring>
+#include <fstream>
+
+namespace hearth {
+namespace {
+
+template <typename T>
+void put(std::string& out, T v) {
+  char buf[sizeof(T)];
+  std::memcpy(buf, &v, sizeof(T));
+  out.append(buf, sizeof(T));
+}
+
+void put_string(std::string& out, std::string_view s) {
+  put<uint64_t>(out, s.size());
+  out.append(s);
+}
+
+}  // namespace
+
+uint32_t ggml_type_code(DType type) {
+  switch (type) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ8_0: return 8;
+    case DType::kBF16: return 30;
+  }
+  return 0;
+}
+
+void GgufWriter::key(std::string_view k, uint32_t type) {
+  put_string(kv_, k);
+  put<uint32_t>(kv_, type);
+  ++n_kv_;
+}
+
+void GgufWriter::add_u32(std::string_view k, uint32_t v) {
+  key(k, 4);
+  put(kv_, v);
+  if (k == "general.alignment") alignment_ = v;
+}
+void GgufWriter::add_i32(std::string_view k, int32_t v) {
+  key(k, 5);
+  put(kv_, v);
+}
+void GgufWriter::add_f32(std::string_view k, float v) {
+  key(k, 6);
+  put(kv_, v);
+}
+void GgufWriter::add_bool(std::string_view k, bool v) {
+  key(k, 7);
+  put<uint8_t>(kv_, v ? 1 : 0);
+}
+void GgufWriter::add_string(std::string_view k, std::string_view v) {
+  key(k, 8);
+  put_string(kv_, v);
+}
+void GgufWriter::add_strings(std::string_view k, std::span<const std::string> v) {
+  key(k, 9);
+  put<uint32_t>(kv_, 8);
+  put<uint64_t>(kv_, v.size());
+  for (const auto& s : v) put_string(kv_, s);
+}
+void GgufWriter::add_f32s(std::string_view k, std::span<const float> v) {
+  key(k, 9);
+  put<uint32_t>(kv_, 6);
+  put<uint64_t>(kv_, v.size());
+  for (float f : v) put(kv_, f);
+}
+void GgufWriter::add_i32s(std::string_view k, std::span<const int32_t> v) {
+  key(k, 9);
+  put<uint32_t>(kv_, 5);
+  put<uint64_t>(kv_, v.size());
+  for (int32_t i : v) put(kv_, i);
+}
+
+Status GgufWriter::add_tensor(std::string_view name, DType type, std::span<const int64_t> shape,
+                              std::span<const std::byte> data) {
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;
+  const auto bytes = dtype_bytes(type, elements);
+  if (shape.empty() || shape.size() > 4 || !bytes || *bytes != data.size()) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor {}: {} bytes do not match its shape and type", name,
+                      data.size());
+  }
+  tensors_.push_back({std::string(name), ggml_type_code(type), {shape.begin(), shape.end()}, {data.begin(), data.end()}});
+  return Status::ok();
+}
+
+std::string GgufWriter::bytes() const {
+  std::string out = "GGUF";
+  put<uint32_t>(out, 3);
+  put<uint64_t>(out, tensors_.size());
+  put<uint64_t>(out, n_kv_);
+  out += kv_;
+  uint64_t offset = 0;
+  for (const Tensor& t : tensors_) {
+    put_string(out, t.name);
+    put<uint32_t>(out, static_cast<uint32_t>(t.shape.size()));
+    for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) put<uint64_t>(out, static_cast<uint64_t>(*it));
+    put<uint32_t>(out, t.ggml_type);
+    put<uint64_t>(out, offset);
+    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+  }
+  out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, '\0');
+  for (const Tensor& t : tensors_) {
+    out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+    out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, '\0');
+  }
+  return out;
+}
+
+Status GgufWriter::write(const std::filesystem::path& path) const {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  const std::string b = bytes();
+  f.write(b.data(), static_cast<std::streamsize>(b.size()));
+  f.close();
+  if (!f) return make_error(ErrorCode::kIo, "cannot write {}", path.string());
+  return Status::ok();
+}
+
+}  // namespace hearth

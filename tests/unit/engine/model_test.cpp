@@ -1,0 +1,271 @@
+// The forward pass on the real stories260K model, in all three containers.
+#include "engine/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/generate.h"
+#include "loader/gguf_export.h"
+#include "loader/model.h"
+#include "tests/test_util.h"
+
+namespace hearth {
+namespace {
+
+using testing::shared_path;
+
+const std::vector<TokenId> kPrompt = {1, 403, 407, 261, 378};  // BOS "Once upon a time"
+const std::vector<TokenId> kFirstIds = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337};
+
+struct Runner {
+  LoadedModel model;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LlamaModel> llama;
+  std::optional<KvCache> cache;
+
+  static Runner open(const std::filesystem::path& path, bool reference = false, int32_t max_batch = 64) {
+    Runner r;
+    auto m = model_open(path);
+    EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+    r.model = std::move(m).value();
+    r.backend = make_cpu_backend({reference});
+    auto l = LlamaModel::create(r.model.config, r.model.tensors, *r.backend, max_batch);
+    EXPECT_TRUE(l.is_ok()) << l.status().to_string();
+    r.llama = std::move(l).value();
+    auto c = KvCache::create(*r.backend, {r.model.config.n_layers, r.model.config.kv_dim(), 16, 32});
+    EXPECT_TRUE(c.is_ok());
+    r.cache.emplace(std::move(c).value());
+    return r;
+  }
+
+  // Logits at every position of `ids`, evaluated in one batch.
+  std::vector<float> all_logits(const std::vector<TokenId>& ids) {
+    KvSequence seq;
+    EXPECT_TRUE(kv_sequence_reserve(*cache, seq, static_cast<int32_t>(ids.size())).is_ok());
+    std::vector<int32_t> positions(ids.size()), rows(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) positions[i] = rows[i] = static_cast<int32_t>(i);
+    const BatchSequence bs{0, static_cast<int32_t>(ids.size()), &seq};
+    std::vector<float> logits(ids.size() * static_cast<size_t>(model.config.vocab_size));
+    const Status st = llama->forward({ids, positions, std::span(&bs, 1), rows}, *cache, logits.data());
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    kv_sequence_release(*cache, seq);
+    return logits;
+  }
+};
+
+std::vector<std::filesystem::path> containers() {
+  return {shared_path("models/stories260K/stories260K.gguf"), shared_path("models/stories260K/stories260K.bin"),
+          shared_path("models/stories260K-hf")};
+}
+
+TEST(ModelTest, GreedyFirstIdsMatchGroundTruthInEveryContainer) {
+  for (const auto& path : containers()) {
+    HEARTH_REQUIRE_SHARED(path);
+    Runner r = Runner::open(path);
+    GenerateOptions options;
+    options.max_tokens = static_cast<int32_t>(kFirstIds.size());
+    options.sampling.temperature = 0.0f;
+    auto result = generate(*r.llama, *r.cache, kPrompt, options);
+    ASSERT_TRUE(result.is_ok()) << result.status().to_string();
+    EXPECT_EQ(result->tokens, kFirstIds) << path;
+    EXPECT_EQ(r.cache->blocks_free(), 32) << "generate must release its blocks";
+  }
+}
+
+TEST(ModelTest, GgufAndHfLogitsAgreeAtEveryPosition) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  const auto hf = shared_path("models/stories260K-hf");
+  HEARTH_REQUIRE_SHARED(gguf);
+  HEARTH_REQUIRE_SHARED(hf);
+  std::vector<TokenId> ids = {1};
+  for (int i = 1; i < 64; ++i) ids.push_back(3 + (i * 7919) % 509);
+  Runner a = Runner::open(gguf), b = Runner::open(hf);
+  const auto la = a.all_logits(ids), lb = b.all_logits(ids);
+  ASSERT_EQ(la.size(), lb.size());
+  const size_t vocab = 512;
+  double worst = 0.0;
+  for (size_t pos = 0; pos < ids.size(); ++pos) {
+    float scale = 0.0f;
+    for (size_t v = 0; v < vocab; ++v) scale = std::max(scale, std::fabs(la[pos * vocab + v]));
+    for (size_t v = 0; v < vocab; ++v) {
+      const double rel = std::fabs(la[pos * vocab + v] - lb[pos * vocab + v]) / scale;
+      worst = std::max(worst, rel);
+      ASSERT_LE(rel, 1e-5) << "position " << pos << " token " << v << ": " << la[pos * vocab + v] << " vs "
+                           << lb[pos * vocab + v];
+    }
+  }
+  RecordProperty("worst_relative_difference", std::to_string(worst));
+  std::printf("GGUF vs HF logits over 64 positions: worst difference %.3g of the row's largest logit\n", worst);
+}
+
+TEST(ModelTest, LlamaCContainerComputesTheSameLogitsAsGguf) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  const auto bin = shared_path("models/stories260K/stories260K.bin");
+  HEARTH_REQUIRE_SHARED(gguf);
+  HEARTH_REQUIRE_SHARED(bin);
+  Runner a = Runner::open(gguf), b = Runner::open(bin);
+  const std::vector<TokenId> ids = {1, 403, 407, 261, 378, 432, 383};
+  const auto la = a.all_logits(ids), lb = b.all_logits(ids);
+  for (size_t i = 0; i < la.size(); ++i) ASSERT_FLOAT_EQ(la[i], lb[i]) << i;  // same layout, same arithmetic
+}
+
+TEST(ModelTest, CpuKernelsMatchTheScalarReference) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(gguf);
+  Runner fast = Runner::open(gguf), ref = Runner::open(gguf, /*reference=*/true);
+  std::vector<TokenId> ids = {1};
+  for (int i = 1; i < 40; ++i) ids.push_back(3 + (i * 31) % 509);
+  const auto a = fast.all_logits(ids), b = ref.all_logits(ids);
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4f * (1.0f + std::fabs(b[i]))) << i;
+}
+
+TEST(ModelTest, BatchedPrefillEqualsTokenByToken) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(gguf);
+  Runner r = Runner::open(gguf);
+  const std::vector<TokenId> ids = {1, 403, 407, 261, 378, 432, 383, 286, 261, 376};
+  const auto batched = r.all_logits(ids);
+  KvSequence seq;
+  ASSERT_TRUE(kv_sequence_reserve(*r.cache, seq, static_cast<int32_t>(ids.size())).is_ok());
+  std::vector<float> logits(512);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t pos = static_cast<int32_t>(i), row = 0;
+    const BatchSequence bs{0, 1, &seq};
+    ASSERT_TRUE(r.llama->forward({std::span(&ids[i], 1), std::span(&pos, 1), std::span(&bs, 1), std::span(&row, 1)},
+                                 *r.cache, logits.data())
+                    .is_ok());
+    for (size_t v = 0; v < 512; ++v) ASSERT_NEAR(logits[v], batched[i * 512 + v], 1e-4f) << i << " " << v;
+  }
+}
+
+TEST(ModelTest, TwoSequencesInOneBatchMatchEachAlone) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(gguf);
+  Runner r = Runner::open(gguf);
+  const std::vector<TokenId> a = {1, 403, 407, 261, 378}, b = {1, 346, 306, 414};
+  const auto la = r.all_logits(a), lb = r.all_logits(b);
+  KvSequence sa, sb;
+  ASSERT_TRUE(kv_sequence_reserve(*r.cache, sa, 5).is_ok());
+  ASSERT_TRUE(kv_sequence_reserve(*r.cache, sb, 4).is_ok());
+  std::vector<TokenId> tokens(a);
+  tokens.insert(tokens.end(), b.begin(), b.end());
+  const std::vector<int32_t> positions = {0, 1, 2, 3, 4, 0, 1, 2, 3};
+  const BatchSequence seqs[] = {{0, 5, &sa}, {5, 4, &sb}};
+  const std::vector<int32_t> rows = {4, 8};
+  std::vector<float> logits(2 * 512);
+  ASSERT_TRUE(r.llama->forward({tokens, positions, seqs, rows}, *r.cache, logits.data()).is_ok());
+  for (size_t v = 0; v < 512; ++v) {
+    ASSERT_NEAR(logits[v], la[4 * 512 + v], 1e-4f);
+    ASSERT_NEAR(logits[512 + v], lb[3 * 512 + v], 1e-4f);
+  }
+}
+
+TEST(ModelTest, MalformedBatchesAreRefused) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(gguf);
+  Runner r = Runner::open(gguf, false, 8);
+  KvSequence seq;
+  ASSERT_TRUE(kv_sequence_reserve(*r.cache, seq, 16).is_ok());
+  std::vector<float> logits(512);
+  const BatchSequence bs{0, 1, &seq};
+  const int32_t row = 0, pos = 0, far = 16;
+  const TokenId bad = 512, good = 1;
+  EXPECT_EQ(r.llama->forward({std::span(&bad, 1), std::span(&pos, 1), std::span(&bs, 1), std::span(&row, 1)},
+                             *r.cache, logits.data())
+                .code(),
+            ErrorCode::kOutOfRange);
+  EXPECT_EQ(r.llama->forward({std::span(&good, 1), std::span(&far, 1), std::span(&bs, 1), std::span(&row, 1)},
+                             *r.cache, logits.data())
+                .code(),
+            ErrorCode::kInvalidArgument);
+  std::vector<TokenId> many(9, 1);
+  std::vector<int32_t> positions(9, 0);
+  const BatchSequence big{0, 9, &seq};
+  EXPECT_EQ(r.llama->forward({many, positions, std::span(&big, 1), {}}, *r.cache, logits.data()).code(),
+            ErrorCode::kInvalidArgument);
+}
+
+// Copies of the F32 GGUF with every matrix in another type: same file format paths the
+// loader and kernels take for real quantized models.
+TEST(ModelTest, ConvertedContainersStillTellTheStory) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(gguf);
+  auto source = model_open(gguf);
+  ASSERT_TRUE(source.is_ok());
+  testing::TempDir dir;
+  struct Case {
+    DType type;
+    size_t must_match;  // leading greedy ids that must equal the F32 ground truth
+  };
+  // F16/BF16 keep the whole prefix; Q8_0 keeps at least the first sentence
+  // (", there was a little girl named Lily."); Q4_0 must run and stay on topic.
+  for (const Case& c : {Case{DType::kF16, 16}, Case{DType::kBF16, 16}, Case{DType::kQ8_0, 11}, Case{DType::kQ4_0, 0}}) {
+    const auto path = dir.path() / (std::string(dtype_name(c.type)) + ".gguf");
+    ASSERT_TRUE(gguf_export(*source, c.type, path).is_ok());
+    Runner r = Runner::open(path);
+    const TensorView* q = r.model.find("blk.0.attn_q.weight");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->dtype, c.type);
+    GenerateOptions options;
+    options.max_tokens = 16;
+    options.sampling.temperature = 0.0f;
+    auto result = generate(*r.llama, *r.cache, kPrompt, options);
+    ASSERT_TRUE(result.is_ok()) << result.status().to_string();
+    ASSERT_EQ(result->tokens.size(), 16u);
+    const std::vector<TokenId> head(result->tokens.begin(), result->tokens.begin() + static_cast<long>(c.must_match));
+    EXPECT_EQ(head, std::vector<TokenId>(kFirstIds.begin(), kFirstIds.begin() + static_cast<long>(c.must_match)))
+        << dtype_name(c.type);
+    for (float lp : result->logprobs) EXPECT_TRUE(std::isfinite(lp)) << dtype_name(c.type);
+  }
+}
+
+TEST(ModelTest, HfExportedToGgufComputesTheSameFunction) {
+  const auto gguf = shared_path("models/stories260K/stories260K.gguf");
+  const auto hf = shared_path("models/stories260K-hf");
+  HEARTH_REQUIRE_SHARED(gguf);
+  HEARTH_REQUIRE_SHARED(hf);
+  // The HF rows (rotate-half layout) written as a llama GGUF must be permuted back.
+  auto source = model_open(hf);
+  ASSERT_TRUE(source.is_ok());
+  auto vocab_source = model_open(gguf);
+  source->tokenizer = vocab_source->tokenizer;
+  testing::TempDir dir;
+  ASSERT_TRUE(gguf_export(*source, DType::kF32, dir.path() / "m.gguf").is_ok());
+  Runner a = Runner::open(dir.path() / "m.gguf"), b = Runner::open(gguf);
+  EXPECT_EQ(a.model.config.rope_style, RopeStyle::kInterleaved);
+  const std::vector<TokenId> ids = {1, 403, 407, 261, 378, 432};
+  const auto la = a.all_logits(ids), lb = b.all_logits(ids);
+  for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], lb[i], 1e-4f) << i;
+}
+
+TEST(ModelTest, RopeFrequenciesFollowTheConfig) {
+  ModelConfig c;
+  c.head_dim = 8;
+  c.rope_theta = 10000.0f;
+  auto base = rope_inv_freq(c, nullptr);
+  ASSERT_EQ(base.size(), 4u);
+  EXPECT_FLOAT_EQ(base[0], 1.0f);
+  EXPECT_NEAR(base[1], 1.0 / std::pow(10000.0, 0.25), 1e-7);
+  c.rope_scaling.type = RopeScalingType::kLinear;
+  c.rope_scaling.factor = 4.0f;
+  auto linear = rope_inv_freq(c, nullptr);
+  for (size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(linear[i], base[i] / 4.0f);
+  // Llama 3: high frequencies unchanged, low ones divided by the factor.
+  c.head_dim = 128;
+  c.rope_theta = 500000.0f;
+  c.rope_scaling = {RopeScalingType::kLlama3, 8.0f, 1.0f, 4.0f, 8192};
+  auto l3 = rope_inv_freq(c, nullptr);
+  c.rope_scaling = {};
+  auto plain = rope_inv_freq(c, nullptr);
+  EXPECT_FLOAT_EQ(l3[0], plain[0]);
+  EXPECT_FLOAT_EQ(l3[63], plain[63] / 8.0f);
+  const float factors[4] = {1.0f, 2.0f, 4.0f, 8.0f};
+  c.head_dim = 8;
+  c.rope_theta = 10000.0f;
+  auto divided = rope_inv_freq(c, factors);
+  for (size_t i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(divided[i], base[i] / factors[i]);
+}
+
+}  // namespace
+}  // namespace hearth

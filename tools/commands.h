@@ -1,0 +1,13 @@
+// Subcommands of the `hearth` CLI. Each takes the arguments after its name and returns
+// the process exit code (0 success, 1 runtime error, 2 usage error), printing errors
+// to stderr as "hearth <command>: ERR_...: message".
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace hearth::cli {
+
+int generate_command(const std::vector<std::string>& args);
+
+}  // namespace hearth::cli

@@ -1,0 +1,197 @@
+// `hearth generate`: run a model in this process from a prompt to finished text.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "common/log.h"
+#include "engine/backend.h"
+#include "engine/generate.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "loader/model.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace hearth::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: hearth generate --model PATH --prompt TEXT [options]
+
+Runs a model in this process and prints the prompt followed by the generated text.
+
+  --model PATH            GGUF file, Hugging Face directory or llama2.c .bin checkpoint
+  --prompt TEXT           the prompt
+  --tokenizer PATH        tokenizer file or directory, for containers that keep it apart
+  --max-tokens N          tokens to generate at most (default 256)
+  --temperature T         0 is greedy (default 0)
+  --top-k K               keep the K most likely tokens (default 0: off)
+  --top-p P               nucleus sampling threshold (default 1: off)
+  --min-p P               drop tokens below P times the top probability (default 0: off)
+  --repetition-penalty R  > 1 discourages repeating prompt and output tokens (default 1)
+  --presence-penalty X    subtracted from tokens already generated (default 0)
+  --frequency-penalty X   subtracted per occurrence in the output (default 0)
+  --seed S                random seed for sampling (default 0)
+  --ctx N                 context length to allocate (default: the model's, at most 4096)
+  --ignore-eos            keep generating past end-of-sequence tokens (benchmarks)
+  --no-special            do not add BOS/EOS to the prompt
+  --json                  print one JSON object (ids, text, finish reason, speeds) instead
+)";
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "hearth generate: %s\n", status.to_string().c_str());
+  return 1;
+}
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "hearth generate: %s\n\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+struct Options {
+  std::string model;
+  std::string prompt;
+  std::string tokenizer;
+  int32_t context = 0;
+  bool json = false;
+  bool add_special = true;
+  GenerateOptions gen;
+};
+
+Result<Options> parse_options(const std::vector<std::string>& argv) {
+  HEARTH_ASSIGN_OR_RETURN(
+      Args args, Args::parse(argv,
+                             {"model", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                              "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx"},
+                             {"ignore-eos", "json", "no-special", "help"}));
+  Options o;
+  if (args.has("help")) return make_error(ErrorCode::kInvalidArgument, "help");
+  if (!args.get("model")) return make_error(ErrorCode::kInvalidArgument, "--model is required");
+  if (!args.get("prompt")) return make_error(ErrorCode::kInvalidArgument, "--prompt is required");
+  o.model = *args.get("model");
+  o.prompt = *args.get("prompt");
+  o.tokenizer = args.get("tokenizer").value_or("");
+  o.json = args.has("json");
+  o.add_special = !args.has("no-special");
+  o.gen.ignore_stop = args.has("ignore-eos");
+  o.gen.sampling.temperature = 0.0f;
+  HEARTH_ASSIGN_OR_RETURN(auto max_tokens, args.get_int("max-tokens", 0, 1 << 24));
+  o.gen.max_tokens = static_cast<int32_t>(max_tokens.value_or(256));
+  HEARTH_ASSIGN_OR_RETURN(auto ctx, args.get_int("ctx", 1, 1 << 24));
+  o.context = static_cast<int32_t>(ctx.value_or(0));
+  HEARTH_ASSIGN_OR_RETURN(auto top_k, args.get_int("top-k", 0, 1 << 22));
+  o.gen.sampling.top_k = static_cast<int32_t>(top_k.value_or(0));
+  HEARTH_ASSIGN_OR_RETURN(auto seed, args.get_int("seed", 0, INT64_MAX));
+  o.gen.sampling.seed = static_cast<uint64_t>(seed.value_or(0));
+  struct FloatFlag {
+    const char* name;
+    float* target;
+  };
+  for (const FloatFlag& f : {FloatFlag{"temperature", &o.gen.sampling.temperature},
+                             FloatFlag{"top-p", &o.gen.sampling.top_p}, FloatFlag{"min-p", &o.gen.sampling.min_p},
+                             FloatFlag{"repetition-penalty", &o.gen.sampling.repetition_penalty},
+                             FloatFlag{"presence-penalty", &o.gen.sampling.presence_penalty},
+                             FloatFlag{"frequency-penalty", &o.gen.sampling.frequency_penalty}}) {
+    HEARTH_ASSIGN_OR_RETURN(auto v, args.get_double(f.name));
+    if (v) *f.target = static_cast<float>(*v);
+  }
+  HEARTH_RETURN_IF_ERROR(sampling_params_validate(o.gen.sampling));
+  return o;
+}
+
+}  // namespace
+
+int generate_command(const std::vector<std::string>& argv) {
+  auto parsed = parse_options(argv);
+  if (!parsed.is_ok()) {
+    if (parsed.status().message() == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    return usage_error(parsed.status().message());
+  }
+  Options& o = parsed.value();
+
+  const auto load_start = std::chrono::steady_clock::now();
+  auto model = model_open(o.model, ModelOpenOptions{o.tokenizer});
+  if (!model.is_ok()) return fail(model.status());
+  auto tokenizer = tokenizer_load(model->tokenizer);
+  if (!tokenizer.is_ok()) return fail(tokenizer.status().with_context("tokenizer"));
+  const Tokenizer& tok = **tokenizer;
+  if (tok.vocab_size() > model->config.vocab_size) {
+    return fail(make_error(ErrorCode::kFormat, "the tokenizer has {} tokens but the model only {}", tok.vocab_size(),
+                           model->config.vocab_size));
+  }
+  HEARTH_LOG_INFO("{}: {}", model->name, model_config_summary(model->config));
+
+  auto backend = make_cpu_backend();
+  const ModelConfig& config = model->config;
+  const int32_t context = std::min(config.max_context, o.context > 0 ? o.context : 4096);
+  constexpr int32_t kBlockSize = 16;
+  auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
+                                          (context + kBlockSize - 1) / kBlockSize});
+  if (!cache.is_ok()) return fail(cache.status());
+  auto llama = LlamaModel::create(config, model->tensors, *backend, std::min(context, 512));
+  if (!llama.is_ok()) return fail(llama.status());
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+
+  auto prompt_ids = tok.encode(o.prompt, EncodeOptions{o.add_special, true});
+  if (!prompt_ids.is_ok()) return fail(prompt_ids.status().with_context("prompt"));
+  o.gen.stop_ids = tok.stop_ids();
+  o.gen.context = context;
+
+  IncrementalDetokenizer detok(tok, /*at_start=*/false);
+  std::string text;
+  if (!o.json) {
+    std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+    std::fflush(stdout);
+  }
+  auto on_token = [&](const SampledToken& t) {
+    std::string piece = detok.push(t.id);
+    text += piece;
+    if (!o.json && !piece.empty()) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  auto result = generate(**llama, *cache, *prompt_ids, o.gen, on_token);
+  if (!result.is_ok()) return fail(result.status());
+  const std::string tail = detok.finish();
+  text += tail;
+
+  const double prefill_tps = result->prefill_seconds > 0 ? result->prompt_tokens / result->prefill_seconds : 0.0;
+  const double decode_tps =
+      result->decode_seconds > 0 ? static_cast<double>(result->tokens.size() - 1) / result->decode_seconds : 0.0;
+  if (o.json) {
+    boost::json::object out;
+    out["model"] = model->name;
+    out["prompt"] = o.prompt;
+    boost::json::array prompt_json, ids_json;
+    for (TokenId id : *prompt_ids) prompt_json.push_back(id);
+    for (TokenId id : result->tokens) ids_json.push_back(id);
+    out["prompt_ids"] = std::move(prompt_json);
+    out["ids"] = std::move(ids_json);
+    out["text"] = text;
+    out["finish_reason"] = std::string(finish_reason_name(result->finish));
+    out["prompt_tokens"] = result->prompt_tokens;
+    out["generated_tokens"] = result->tokens.size();
+    out["load_seconds"] = load_seconds;
+    out["prefill_tokens_per_second"] = prefill_tps;
+    out["decode_tokens_per_second"] = decode_tps;
+    const std::string s = boost::json::serialize(out);
+    std::printf("%s\n", s.c_str());
+  } else {
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    HEARTH_LOG_INFO("{} prompt tokens, {} generated ({}), prefill {:.1f} tok/s, decode {:.1f} tok/s",
+                    result->prompt_tokens, result->tokens.size(), finish_reason_name(result->finish), prefill_tps,
+                    decode_tps);
+  }
+  return 0;
+}
+
+}  // namespace hearth::cli
