@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 namespace hearth {
@@ -106,6 +107,14 @@ Result<std::string> read_small_file(const std::filesystem::path& path, size_t ma
   }
   out.resize(done);
   return out;
+}
+
+Status write_file(const std::filesystem::path& path, std::string_view bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  f.close();
+  if (!f) return make_error(ErrorCode::kIo, "cannot write {}", path.string());
+  return Status::ok();
 }
 
 }  // namespace hearth

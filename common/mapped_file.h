@@ -43,4 +43,7 @@ class MappedFile {
 // larger than `max_bytes` so a hostile path cannot make us allocate without bound.
 Result<std::string> read_small_file(const std::filesystem::path& path, size_t max_bytes);
 
+// Writes `bytes` to `path`, replacing it.
+Status write_file(const std::filesystem::path& path, std::string_view bytes);
+
 }  // namespace hearth

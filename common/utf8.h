@@ -18,6 +18,15 @@ inline bool utf8_is_valid(std::string_view text) { return utf8_find_invalid(text
 // Invalid bytes count as complete single characters so that they are not held forever.
 size_t utf8_complete_prefix(std::string_view bytes);
 
+// Bytes of the UTF-8 sequence a lead byte starts (1 for ASCII and stray bytes).
+inline size_t utf8_sequence_length(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead >= 0xf0) return 4;
+  if (lead >= 0xe0) return 3;
+  if (lead >= 0xc0) return 2;
+  return 1;
+}
+
 // Decodes one code point at `pos` of valid UTF-8 and advances pos.
 char32_t utf8_decode(std::string_view text, size_t& pos);
 void utf8_append(std::string& out, char32_t cp);

@@ -1,7 +1,8 @@
 #include "loader/gguf_writer.h"
 
 #include <cstring>
-#include <fstream>
+
+#include "common/mapped_file.h"
 
 namespace hearth {
 namespace {
@@ -113,13 +114,6 @@ std::string GgufWriter::bytes() const {
   return out;
 }
 
-Status GgufWriter::write(const std::filesystem::path& path) const {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  const std::string b = bytes();
-  f.write(b.data(), static_cast<std::streamsize>(b.size()));
-  f.close();
-  if (!f) return make_error(ErrorCode::kIo, "cannot write {}", path.string());
-  return Status::ok();
-}
+Status GgufWriter::write(const std::filesystem::path& path) const { return write_file(path, bytes()); }
 
 }  // namespace hearth

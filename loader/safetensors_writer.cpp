@@ -1,9 +1,10 @@
 #include "loader/safetensors_writer.h"
 
 #include <cstring>
-#include <fstream>
 
 #include <boost/json.hpp>
+
+#include "common/mapped_file.h"
 
 namespace hearth {
 
@@ -44,13 +45,6 @@ std::string SafetensorsWriter::bytes() const {
   return out;
 }
 
-Status SafetensorsWriter::write(const std::filesystem::path& path) const {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  const std::string b = bytes();
-  f.write(b.data(), static_cast<std::streamsize>(b.size()));
-  f.close();
-  if (!f) return make_error(ErrorCode::kIo, "cannot write {}", path.string());
-  return Status::ok();
-}
+Status SafetensorsWriter::write(const std::filesystem::path& path) const { return write_file(path, bytes()); }
 
 }  // namespace hearth

@@ -2,16 +2,10 @@
 
 #include <queue>
 
+#include "common/utf8.h"
+
 namespace hearth {
 namespace {
-
-size_t char_length(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if (lead >= 0xf0) return 4;
-  if (lead >= 0xe0) return 3;
-  if (lead >= 0xc0) return 2;
-  return 1;
-}
 
 struct Symbol {
   TokenId id;
@@ -94,7 +88,7 @@ void BpeModel::encode(std::string_view word, std::vector<TokenId>& out) const {
     if (index > 0) symbols[static_cast<size_t>(index - 1)].next = index;
   };
   for (size_t pos = 0; pos < word.size();) {
-    const size_t len = std::min(char_length(static_cast<unsigned char>(word[pos])), word.size() - pos);
+    const size_t len = std::min(utf8_sequence_length(static_cast<unsigned char>(word[pos])), word.size() - pos);
     const std::string_view ch = word.substr(pos, len);
     const bool first = pos == 0;
     pos += len;

@@ -108,16 +108,7 @@ Result<std::unique_ptr<Tokenizer>> load_llama(const GgufVocab& g, const Tokenize
     if (vocab->eos_id >= 0) vocab->types[static_cast<size_t>(vocab->eos_id)] = TokenType::kControl;
   }
   for (size_t i = 0; i < vocab->pieces.size(); ++i) {
-    switch (vocab->types[i]) {
-      case TokenType::kNormal:
-      case TokenType::kUserDefined: vocab->bytes[i] = replace_all(vocab->pieces[i], kSpmSpace, " "); break;
-      case TokenType::kByte:
-        if (const auto b = parse_byte_piece(vocab->pieces[i])) vocab->bytes[i].assign(1, static_cast<char>(*b));
-        break;
-      case TokenType::kUnknown: vocab->bytes[i] = kSpmUnknownSurface; break;
-      case TokenType::kControl:
-      case TokenType::kUnused: break;
-    }
+    vocab->bytes[i] = spm_piece_bytes(vocab->pieces[i], vocab->types[i]);
   }
 
   Pipeline pipeline;

@@ -79,16 +79,7 @@ Result<std::unique_ptr<Tokenizer>> load_sentencepiece(const TokenizerSource& sou
     const auto i = static_cast<size_t>(id);
     vocab->pieces[i] = processor->IdToPiece(id);
     vocab->types[i] = info.types[i];
-    switch (vocab->types[i]) {
-      case TokenType::kNormal:
-      case TokenType::kUserDefined: vocab->bytes[i] = replace_all(vocab->pieces[i], kSpmSpace, " "); break;
-      case TokenType::kByte:
-        if (const auto b = parse_byte_piece(vocab->pieces[i])) vocab->bytes[i].assign(1, static_cast<char>(*b));
-        break;
-      case TokenType::kUnknown: vocab->bytes[i] = kSpmUnknownSurface; break;
-      case TokenType::kControl:
-      case TokenType::kUnused: break;
-    }
+    vocab->bytes[i] = spm_piece_bytes(vocab->pieces[i], vocab->types[i]);
     if (vocab->types[i] == TokenType::kControl || vocab->types[i] == TokenType::kUnknown) {
       HEARTH_RETURN_IF_ERROR(specials.add({id, vocab->pieces[i], /*special=*/true}));
     }

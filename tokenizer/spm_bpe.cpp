@@ -3,6 +3,8 @@
 #include <cmath>
 #include <queue>
 
+#include "common/utf8.h"
+
 namespace hearth {
 namespace {
 
@@ -23,14 +25,6 @@ struct Candidate {
   // Highest score first, then leftmost.
   bool operator<(const Candidate& o) const { return score != o.score ? score < o.score : left > o.left; }
 };
-
-size_t char_length(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if (lead >= 0xf0) return 4;
-  if (lead >= 0xe0) return 3;
-  if (lead >= 0xc0) return 2;
-  return 1;
-}
 
 }  // namespace
 
@@ -63,7 +57,7 @@ void SpmModel::encode(std::string_view text, std::vector<TokenId>& out) const {
   std::vector<Symbol> symbols;
   symbols.reserve(text.size());
   for (size_t pos = 0; pos < text.size();) {
-    const size_t len = std::min(char_length(static_cast<unsigned char>(text[pos])), text.size() - pos);
+    const size_t len = std::min(utf8_sequence_length(static_cast<unsigned char>(text[pos])), text.size() - pos);
     const auto index = static_cast<int32_t>(symbols.size());
     symbols.push_back({static_cast<uint32_t>(pos), static_cast<uint32_t>(len), -1, index - 1, -1});
     if (index > 0) symbols[static_cast<size_t>(index - 1)].next = index;

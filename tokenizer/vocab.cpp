@@ -111,4 +111,18 @@ Status check_encode_input(std::string_view text) {
   return Status::ok();
 }
 
+std::string spm_piece_bytes(std::string_view piece, TokenType type) {
+  switch (type) {
+    case TokenType::kNormal:
+    case TokenType::kUserDefined: return replace_all(piece, kSpmSpace, " ");
+    case TokenType::kByte:
+      if (const auto b = parse_byte_piece(piece)) return std::string(1, static_cast<char>(*b));
+      return {};
+    case TokenType::kUnknown: return std::string(kSpmUnknownSurface);
+    case TokenType::kControl:
+    case TokenType::kUnused: return {};
+  }
+  return {};
+}
+
 }  // namespace hearth

@@ -84,6 +84,10 @@ inline constexpr std::string_view kSpmSpace = "\xe2\x96\x81";
 // What SentencePiece prints for an unknown piece.
 inline constexpr std::string_view kSpmUnknownSurface = " \xe2\x81\x87 ";
 
+// What a SentencePiece-style piece of `type` adds to decoded text: U+2581 as spaces,
+// "<0xAB>" as that byte, the unknown surface, nothing for control and unused pieces.
+std::string spm_piece_bytes(std::string_view piece, TokenType type);
+
 // The largest text encode() accepts.
 inline constexpr size_t kMaxEncodeBytes = size_t{64} << 20;
 
