@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <utility>
 
 namespace hearth {
@@ -109,11 +108,52 @@ Result<std::string> read_small_file(const std::filesystem::path& path, size_t ma
   return out;
 }
 
+
 Status write_file(const std::filesystem::path& path, std::string_view bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  f.close();
-  if (!f) return make_error(ErrorCode::kIo, "cannot write {}", path.string());
+  FileSink sink(path);
+  HEARTH_RETURN_IF_ERROR(sink.append(bytes));
+  return sink.close();
+}
+
+FileSink::FileSink(std::filesystem::path path) : path_(std::move(path)), part_(path_.string() + ".part") {
+  fd_ = ::open(part_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) error_ = errno_status("create", part_, errno);
+}
+
+FileSink::~FileSink() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(part_.c_str());
+  }
+}
+
+Status FileSink::append(std::string_view bytes) {
+  if (!error_.is_ok()) return error_;
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      error_ = errno_status("write", part_, errno);
+      return error_;
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::ok();
+}
+
+Status FileSink::close() {
+  if (!error_.is_ok()) return error_;
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    ::unlink(part_.c_str());
+    return errno_status("write", part_, errno);
+  }
+  if (::rename(part_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(part_.c_str());
+    return errno_status("rename into place", path_, err);
+  }
   return Status::ok();
 }
 

@@ -46,4 +46,23 @@ Result<std::string> read_small_file(const std::filesystem::path& path, size_t ma
 // Writes `bytes` to `path`, replacing it.
 Status write_file(const std::filesystem::path& path, std::string_view bytes);
 
+// Writes a file in pieces: to "<path>.part", renamed to `path` by a successful close(),
+// removed if the sink dies without one. Not thread-safe.
+class FileSink {
+ public:
+  explicit FileSink(std::filesystem::path path);
+  ~FileSink();
+  FileSink(const FileSink&) = delete;
+  FileSink& operator=(const FileSink&) = delete;
+
+  Status append(std::string_view bytes);
+  Status close();
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path part_;
+  int fd_ = -1;
+  Status error_;
+};
+
 }  // namespace hearth

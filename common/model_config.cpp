@@ -3,6 +3,10 @@
 #include <cmath>
 #include <numbers>
 
+#include <boost/json.hpp>
+
+#include "common/json.h"
+
 namespace hearth {
 
 Status model_config_validate(const ModelConfig& c) {
@@ -78,6 +82,81 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const float* freq_factors
     out[static_cast<size_t>(i)] = static_cast<float>(freq);
   }
   return out;
+}
+
+std::string model_config_to_json(const ModelConfig& c) {
+  boost::json::object o;
+  o["architecture"] = c.architecture;
+  o["vocab_size"] = c.vocab_size;
+  o["dim"] = c.dim;
+  o["hidden_dim"] = c.hidden_dim;
+  o["n_layers"] = c.n_layers;
+  o["n_heads"] = c.n_heads;
+  o["n_kv_heads"] = c.n_kv_heads;
+  o["head_dim"] = c.head_dim;
+  o["max_context"] = c.max_context;
+  o["norm_eps"] = c.norm_eps;
+  o["rope_theta"] = c.rope_theta;
+  o["rope_style"] = c.rope_style == RopeStyle::kHalf ? "half" : "interleaved";
+  o["rope_scaling"] = c.rope_scaling.type == RopeScalingType::kLlama3   ? "llama3"
+                      : c.rope_scaling.type == RopeScalingType::kLinear ? "linear"
+                                                                        : "none";
+  o["rope_factor"] = c.rope_scaling.factor;
+  o["rope_low_freq_factor"] = c.rope_scaling.low_freq_factor;
+  o["rope_high_freq_factor"] = c.rope_scaling.high_freq_factor;
+  o["rope_original_context"] = c.rope_scaling.original_context;
+  o["tied_embeddings"] = c.tied_embeddings;
+  o["qkv_bias"] = c.qkv_bias;
+  o["sliding_window"] = c.sliding_window;
+  return boost::json::serialize(o);
+}
+
+Result<ModelConfig> model_config_from_json(std::string_view json) {
+  HEARTH_ASSIGN_OR_RETURN(boost::json::value v, json_parse(json, "the stored model config", 4));
+  if (!v.is_object()) return make_error(ErrorCode::kFormat, "the stored model config is not an object");
+  const auto& o = v.as_object();
+  ModelConfig c;
+  auto i32 = [&](std::string_view key, int32_t& out) -> Status {
+    HEARTH_ASSIGN_OR_RETURN(const int64_t x, json_int(o, key));
+    if (x < INT32_MIN || x > INT32_MAX) return make_error(ErrorCode::kFormat, "{} is out of range", key);
+    out = static_cast<int32_t>(x);
+    return Status::ok();
+  };
+  auto f32 = [&](std::string_view key, float& out) -> Status {
+    HEARTH_ASSIGN_OR_RETURN(auto x, json_opt_number(o, key));
+    if (!x) return make_error(ErrorCode::kFormat, "field \"{}\" is missing", key);
+    out = static_cast<float>(*x);
+    return Status::ok();
+  };
+  HEARTH_ASSIGN_OR_RETURN(auto arch, json_opt_string(o, "architecture"));
+  c.architecture = arch.value_or("");
+  HEARTH_RETURN_IF_ERROR(i32("vocab_size", c.vocab_size));
+  HEARTH_RETURN_IF_ERROR(i32("dim", c.dim));
+  HEARTH_RETURN_IF_ERROR(i32("hidden_dim", c.hidden_dim));
+  HEARTH_RETURN_IF_ERROR(i32("n_layers", c.n_layers));
+  HEARTH_RETURN_IF_ERROR(i32("n_heads", c.n_heads));
+  HEARTH_RETURN_IF_ERROR(i32("n_kv_heads", c.n_kv_heads));
+  HEARTH_RETURN_IF_ERROR(i32("head_dim", c.head_dim));
+  HEARTH_RETURN_IF_ERROR(i32("max_context", c.max_context));
+  HEARTH_RETURN_IF_ERROR(f32("norm_eps", c.norm_eps));
+  HEARTH_RETURN_IF_ERROR(f32("rope_theta", c.rope_theta));
+  HEARTH_ASSIGN_OR_RETURN(auto style, json_opt_string(o, "rope_style"));
+  c.rope_style = style.value_or("") == "half" ? RopeStyle::kHalf : RopeStyle::kInterleaved;
+  HEARTH_ASSIGN_OR_RETURN(auto scaling, json_opt_string(o, "rope_scaling"));
+  const std::string sc = scaling.value_or("none");
+  c.rope_scaling.type = sc == "llama3" ? RopeScalingType::kLlama3 : sc == "linear" ? RopeScalingType::kLinear
+                                                                                  : RopeScalingType::kNone;
+  HEARTH_RETURN_IF_ERROR(f32("rope_factor", c.rope_scaling.factor));
+  HEARTH_RETURN_IF_ERROR(f32("rope_low_freq_factor", c.rope_scaling.low_freq_factor));
+  HEARTH_RETURN_IF_ERROR(f32("rope_high_freq_factor", c.rope_scaling.high_freq_factor));
+  HEARTH_RETURN_IF_ERROR(i32("rope_original_context", c.rope_scaling.original_context));
+  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(o, "tied_embeddings"));
+  HEARTH_ASSIGN_OR_RETURN(auto bias, json_opt_bool(o, "qkv_bias"));
+  c.tied_embeddings = tied.value_or(false);
+  c.qkv_bias = bias.value_or(false);
+  HEARTH_RETURN_IF_ERROR(i32("sliding_window", c.sliding_window));
+  HEARTH_RETURN_IF_ERROR(model_config_validate(c));
+  return c;
 }
 
 }  // namespace hearth

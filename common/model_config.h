@@ -60,6 +60,11 @@ Status model_config_validate(const ModelConfig& config);
 // Llama 3 scaling, divided by `freq_factors` when given (GGUF's rope_freqs.weight).
 std::vector<float> rope_inv_freq(const ModelConfig& config, const float* freq_factors);
 
+// The config as a JSON object and back (the weights segment stores it this way). The
+// reader validates with model_config_validate.
+std::string model_config_to_json(const ModelConfig& config);
+Result<ModelConfig> model_config_from_json(std::string_view json);
+
 // One line for logs and `hearth generate --json`.
 std::string model_config_summary(const ModelConfig& config);
 

@@ -13,6 +13,8 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kOutOfRange: return "ERR_OUT_OF_RANGE";
     case ErrorCode::kResourceExhausted: return "ERR_RESOURCE_EXHAUSTED";
     case ErrorCode::kInternal: return "ERR_INTERNAL";
+    case ErrorCode::kShmTooSmall: return "ERR_SHM_TOO_SMALL";
+    case ErrorCode::kUnavailable: return "ERR_UNAVAILABLE";
   }
   return "ERR_UNKNOWN";
 }

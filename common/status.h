@@ -26,6 +26,8 @@ enum class ErrorCode : uint8_t {
   kOutOfRange,       // a value outside the accepted range (context length, ids)
   kResourceExhausted,  // memory, disk or slots ran out
   kInternal,         // a bug: should not happen
+  kShmTooSmall,      // the shared-memory directory has too little free space
+  kUnavailable,      // a segment or process that should be there is not ready (yet)
 };
 
 // "ERR_FORMAT" and so on: the stable name printed before every message.

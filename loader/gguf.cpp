@@ -4,7 +4,7 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "loader/byte_reader.h"
+#include "common/byte_reader.h"
 
 namespace hearth {
 namespace {

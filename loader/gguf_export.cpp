@@ -8,23 +8,6 @@
 #include "loader/quantize.h"
 
 namespace hearth {
-namespace {
-
-// Rows of a q/k matrix laid out for rotate-half pairs -> laid out for interleaved pairs.
-std::vector<float> half_to_interleaved(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t head_dim) {
-  std::vector<float> out(w.size());
-  const int64_t half = head_dim / 2;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t head = r / head_dim, in_head = r % head_dim;
-    const int64_t i = in_head % half, j = in_head / half;  // source row: head*hd + j*half + i
-    const int64_t dst = head * head_dim + 2 * i + j;
-    std::copy(w.begin() + r * cols, w.begin() + (r + 1) * cols, out.begin() + dst * cols);
-  }
-  return out;
-}
-
-}  // namespace
-
 Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path) {
   const ModelConfig& c = model.config;
   if (model.tokenizer.kind != TokenizerSource::Kind::kGguf) {
@@ -99,12 +82,25 @@ Status gguf_export(const LoadedModel& model, DType matrix_type, const std::files
     std::vector<float> values(static_cast<size_t>(t->elements()));
     kernels::ref::dequantize_row(t->dtype, t->data, values.data(), t->elements());
     const bool qk = spec.name.ends_with("attn_q.weight") || spec.name.ends_with("attn_k.weight");
-    if (qk && c.rope_style != target_style) values = half_to_interleaved(values, t->rows(), t->cols(), c.head_dim);
+    if (qk && c.rope_style != target_style) values = rope_rows_half_to_interleaved(values, t->rows(), t->cols(), c.head_dim);
     const DType type = spec.matrix && t->cols() % dtype_block_elems(matrix_type) == 0 ? matrix_type : DType::kF32;
     const std::vector<std::byte> bytes = quantize(type, values);
     HEARTH_RETURN_IF_ERROR(w.add_tensor(spec.name, type, std::span(t->shape.data(), static_cast<size_t>(t->n_dims)), bytes));
   }
   return w.write(path);
+}
+
+// Rows of a q/k matrix laid out for rotate-half pairs -> laid out for interleaved pairs.
+std::vector<float> rope_rows_half_to_interleaved(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t head_dim) {
+  std::vector<float> out(w.size());
+  const int64_t half = head_dim / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t head = r / head_dim, in_head = r % head_dim;
+    const int64_t i = in_head % half, j = in_head / half;  // source row: head*hd + j*half + i
+    const int64_t dst = head * head_dim + 2 * i + j;
+    std::copy(w.begin() + r * cols, w.begin() + (r + 1) * cols, out.begin() + dst * cols);
+  }
+  return out;
 }
 
 }  // namespace hearth

@@ -6,12 +6,19 @@
 #pragma once
 
 #include <filesystem>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
 #include "loader/model.h"
 
 namespace hearth {
+
+// Rows of a q or k matrix ([rows, cols], heads of head_dim rows) laid out for
+// rotate-half RoPE pairs, reordered for interleaved pairs: row h*hd + 2i + j takes row
+// h*hd + j*hd/2 + i (llama.cpp's converter does the same).
+std::vector<float> rope_rows_half_to_interleaved(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                                 int64_t head_dim);
 
 Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path);
 

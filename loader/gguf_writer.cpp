@@ -80,18 +80,23 @@ void GgufWriter::add_i32s(std::string_view k, std::span<const int32_t> v) {
 
 Status GgufWriter::add_tensor(std::string_view name, DType type, std::span<const int64_t> shape,
                               std::span<const std::byte> data) {
+  auto copy = std::make_shared<std::vector<std::byte>>(data.begin(), data.end());
+  return add_tensor_lazy(name, type, shape, [copy] { return *copy; });
+}
+
+Status GgufWriter::add_tensor_lazy(std::string_view name, DType type, std::span<const int64_t> shape,
+                                   Producer produce) {
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;
   const auto bytes = dtype_bytes(type, elements);
-  if (shape.empty() || shape.size() > 4 || !bytes || *bytes != data.size()) {
-    return make_error(ErrorCode::kInvalidArgument, "tensor {}: {} bytes do not match its shape and type", name,
-                      data.size());
+  if (shape.empty() || shape.size() > 4 || !bytes) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor {}: shape and type do not describe whole blocks", name);
   }
-  tensors_.push_back({std::string(name), ggml_type_code(type), {shape.begin(), shape.end()}, {data.begin(), data.end()}});
+  tensors_.push_back({std::string(name), ggml_type_code(type), {shape.begin(), shape.end()}, *bytes, std::move(produce)});
   return Status::ok();
 }
 
-std::string GgufWriter::bytes() const {
+std::string GgufWriter::header() const {
   std::string out = "GGUF";
   put<uint32_t>(out, 3);
   put<uint64_t>(out, tensors_.size());
@@ -104,16 +109,39 @@ std::string GgufWriter::bytes() const {
     for (auto it = t.shape.rbegin(); it != t.shape.rend(); ++it) put<uint64_t>(out, static_cast<uint64_t>(*it));
     put<uint32_t>(out, t.ggml_type);
     put<uint64_t>(out, offset);
-    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+    offset += (t.bytes + alignment_ - 1) / alignment_ * alignment_;
   }
   out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, '\0');
-  for (const Tensor& t : tensors_) {
-    out.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
-    out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, '\0');
-  }
   return out;
 }
 
-Status GgufWriter::write(const std::filesystem::path& path) const { return write_file(path, bytes()); }
+Status GgufWriter::emit(const std::function<Status(std::string_view)>& sink) const {
+  HEARTH_RETURN_IF_ERROR(sink(header()));
+  const std::string padding(alignment_, '\0');
+  for (const Tensor& t : tensors_) {
+    const std::vector<std::byte> data = t.produce();
+    if (data.size() != t.bytes) {
+      return make_error(ErrorCode::kInternal, "tensor {} produced {} bytes, expected {}", t.name, data.size(), t.bytes);
+    }
+    HEARTH_RETURN_IF_ERROR(sink({reinterpret_cast<const char*>(data.data()), data.size()}));
+    HEARTH_RETURN_IF_ERROR(sink(std::string_view(padding).substr(0, (alignment_ - t.bytes % alignment_) % alignment_)));
+  }
+  return Status::ok();
+}
+
+std::string GgufWriter::bytes() const {
+  std::string out;
+  const Status st = emit([&](std::string_view chunk) {
+    out.append(chunk);
+    return Status::ok();
+  });
+  return st.is_ok() ? out : std::string();
+}
+
+Status GgufWriter::write(const std::filesystem::path& path) const {
+  FileSink file(path);
+  HEARTH_RETURN_IF_ERROR(emit([&](std::string_view chunk) { return file.append(chunk); }));
+  return file.close();
+}
 
 }  // namespace hearth

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -30,9 +31,14 @@ class GgufWriter {
   // A tensor of `shape` (outermost first, as hearth stores shapes); `data` must hold
   // exactly dtype_bytes(type, elements) bytes.
   Status add_tensor(std::string_view name, DType type, std::span<const int64_t> shape, std::span<const std::byte> data);
+  // The same, with the bytes made by `produce` only when the file is written (so that a
+  // large model never needs to be in memory at once).
+  using Producer = std::function<std::vector<std::byte>()>;
+  Status add_tensor_lazy(std::string_view name, DType type, std::span<const int64_t> shape, Producer produce);
 
-  // The whole file.
+  // The whole file in memory.
   std::string bytes() const;
+  // Streams the file to `path`, one tensor at a time.
   Status write(const std::filesystem::path& path) const;
 
  private:
@@ -40,9 +46,13 @@ class GgufWriter {
     std::string name;
     uint32_t ggml_type;
     std::vector<int64_t> shape;
-    std::vector<std::byte> data;
+    uint64_t bytes;
+    Producer produce;
   };
   void key(std::string_view k, uint32_t type);
+  std::string header() const;
+  // Writes the header, then each tensor's bytes padded to the alignment.
+  Status emit(const std::function<Status(std::string_view)>& sink) const;
 
   std::string kv_;
   uint64_t n_kv_ = 0;

@@ -1,10 +1,12 @@
 // SafetensorsWriter: builds a .safetensors file (JSON header + packed tensor data).
 // Used by `hearth synth` and by tests that need Hugging Face checkpoints of a given
-// shape. Not thread-safe.
+// shape. Tensor bytes can be produced lazily, one tensor at a time, while the file is
+// written. Not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,8 +19,11 @@ namespace hearth {
 
 class SafetensorsWriter {
  public:
+  using Producer = std::function<std::vector<std::byte>()>;
+
   // `type` is F32, F16 or BF16; `data` holds exactly the tensor's bytes.
   Status add(std::string_view name, DType type, std::span<const int64_t> shape, std::span<const std::byte> data);
+  Status add_lazy(std::string_view name, DType type, std::span<const int64_t> shape, Producer produce);
   std::string bytes() const;
   Status write(const std::filesystem::path& path) const;
 
@@ -27,8 +32,12 @@ class SafetensorsWriter {
     std::string name;
     DType type;
     std::vector<int64_t> shape;
-    std::vector<std::byte> data;
+    uint64_t bytes;
+    Producer produce;
   };
+  std::string header() const;
+  Status emit(const std::function<Status(std::string_view)>& sink) const;
+
   std::vector<Tensor> tensors_;
 };
 

@@ -12,8 +12,9 @@ std::filesystem::path shared_dir() {
 
 std::filesystem::path shared_path(const std::string& relative) { return shared_dir() / relative; }
 
-TempDir::TempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "hearth-test-XXXXXX").string();
+TempDir::TempDir(const std::filesystem::path& parent) {
+  const auto base = parent.empty() ? std::filesystem::temp_directory_path() : parent;
+  std::string pattern = (base / "hearth-test-XXXXXX").string();
   char* made = ::mkdtemp(pattern.data());
   if (made == nullptr) throw std::system_error(errno, std::generic_category(), "mkdtemp");
   path_ = made;

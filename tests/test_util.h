@@ -18,7 +18,8 @@ std::filesystem::path shared_path(const std::string& relative);
 // A fresh, empty temporary directory, removed by the destructor.
 class TempDir {
  public:
-  TempDir();
+  // Under the system temporary directory, or under `parent` (e.g. /dev/shm).
+  explicit TempDir(const std::filesystem::path& parent = {});
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

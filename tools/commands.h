@@ -8,6 +8,10 @@
 
 namespace hearth::cli {
 
-int generate_command(const std::vector<std::string>& args);
+// started_at: monotonic_seconds() when the process entered main(), for the ready and
+// first-token times it reports.
+int generate_command(const std::vector<std::string>& args, double started_at);
+int status_command(const std::vector<std::string>& args);
+int synth_command(const std::vector<std::string>& args);
 
 }  // namespace hearth::cli

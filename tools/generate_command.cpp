@@ -1,5 +1,4 @@
 // `hearth generate`: run a model in this process from a prompt to finished text.
-#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -10,10 +9,11 @@
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
-#include "loader/model.h"
+#include "common/process.h"
 #include "tokenizer/tokenizer.h"
-#include "tools/args.h"
+#include "common/args.h"
 #include "tools/commands.h"
+#include "tools/model_source.h"
 
 namespace hearth::cli {
 namespace {
@@ -23,6 +23,9 @@ constexpr const char* kUsage = R"(usage: hearth generate --model PATH --prompt T
 Runs a model in this process and prints the prompt followed by the generated text.
 
   --model PATH            GGUF file, Hugging Face directory or llama2.c .bin checkpoint
+  --attach INSTANCE       use the resident weights of a running hearth-loader instead
+  --shm-dir DIR           where --attach finds segments (default $HEARTH_SHM_DIR or /dev/shm)
+  --populate              with --attach: fault in every weight page up front
   --prompt TEXT           the prompt
   --tokenizer PATH        tokenizer file or directory, for containers that keep it apart
   --max-tokens N          tokens to generate at most (default 256)
@@ -52,6 +55,9 @@ int usage_error(const std::string& message) {
 
 struct Options {
   std::string model;
+  std::string attach;
+  std::string shm_dir;
+  bool populate = false;
   std::string prompt;
   std::string tokenizer;
   int32_t context = 0;
@@ -63,14 +69,19 @@ struct Options {
 Result<Options> parse_options(const std::vector<std::string>& argv) {
   HEARTH_ASSIGN_OR_RETURN(
       Args args, Args::parse(argv,
-                             {"model", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                             {"model", "attach", "shm-dir", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                               "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx"},
-                             {"ignore-eos", "json", "no-special", "help"}));
+                             {"ignore-eos", "json", "no-special", "populate", "help"}));
   Options o;
   if (args.has("help")) return make_error(ErrorCode::kInvalidArgument, "help");
-  if (!args.get("model")) return make_error(ErrorCode::kInvalidArgument, "--model is required");
+  if (args.has("model") == args.has("attach")) {
+    return make_error(ErrorCode::kInvalidArgument, "--model is required (or --attach INSTANCE instead)");
+  }
   if (!args.get("prompt")) return make_error(ErrorCode::kInvalidArgument, "--prompt is required");
-  o.model = *args.get("model");
+  o.model = args.get("model").value_or("");
+  o.attach = args.get("attach").value_or("");
+  o.shm_dir = args.get("shm-dir").value_or("");
+  o.populate = args.has("populate");
   o.prompt = *args.get("prompt");
   o.tokenizer = args.get("tokenizer").value_or("");
   o.json = args.has("json");
@@ -103,7 +114,7 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
 
 }  // namespace
 
-int generate_command(const std::vector<std::string>& argv) {
+int generate_command(const std::vector<std::string>& argv, double started_at) {
   auto parsed = parse_options(argv);
   if (!parsed.is_ok()) {
     if (parsed.status().message() == "help") {
@@ -114,29 +125,23 @@ int generate_command(const std::vector<std::string>& argv) {
   }
   Options& o = parsed.value();
 
-  const auto load_start = std::chrono::steady_clock::now();
-  auto model = model_open(o.model, ModelOpenOptions{o.tokenizer});
-  if (!model.is_ok()) return fail(model.status());
-  auto tokenizer = tokenizer_load(model->tokenizer);
-  if (!tokenizer.is_ok()) return fail(tokenizer.status().with_context("tokenizer"));
-  const Tokenizer& tok = **tokenizer;
-  if (tok.vocab_size() > model->config.vocab_size) {
-    return fail(make_error(ErrorCode::kFormat, "the tokenizer has {} tokens but the model only {}", tok.vocab_size(),
-                           model->config.vocab_size));
-  }
-  HEARTH_LOG_INFO("{}: {}", model->name, model_config_summary(model->config));
+  auto source = o.attach.empty() ? open_model_files(o.model, o.tokenizer)
+                                 : attach_instance(o.attach, o.shm_dir, o.populate);
+  if (!source.is_ok()) return fail(source.status());
+  RunnableModel& model = source.value();
+  const Tokenizer& tok = *model.tokenizer;
+  HEARTH_LOG_INFO("{}: {}", model.name, model_config_summary(model.config));
 
   auto backend = make_cpu_backend();
-  const ModelConfig& config = model->config;
+  const ModelConfig& config = model.config;
   const int32_t context = std::min(config.max_context, o.context > 0 ? o.context : 4096);
   constexpr int32_t kBlockSize = 16;
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
                                           (context + kBlockSize - 1) / kBlockSize});
   if (!cache.is_ok()) return fail(cache.status());
-  auto llama = LlamaModel::create(config, model->tensors, *backend, std::min(context, 512));
+  auto llama = LlamaModel::create(config, model.tensors, *backend, std::min(context, 512));
   if (!llama.is_ok()) return fail(llama.status());
-  const double load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const double ready_seconds = monotonic_seconds() - started_at;
 
   auto prompt_ids = tok.encode(o.prompt, EncodeOptions{o.add_special, true});
   if (!prompt_ids.is_ok()) return fail(prompt_ids.status().with_context("prompt"));
@@ -149,7 +154,9 @@ int generate_command(const std::vector<std::string>& argv) {
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
     std::fflush(stdout);
   }
+  double first_token_seconds = 0.0;
   auto on_token = [&](const SampledToken& t) {
+    if (first_token_seconds == 0.0) first_token_seconds = monotonic_seconds() - started_at;
     std::string piece = detok.push(t.id);
     text += piece;
     if (!o.json && !piece.empty()) {
@@ -168,7 +175,8 @@ int generate_command(const std::vector<std::string>& argv) {
       result->decode_seconds > 0 ? static_cast<double>(result->tokens.size() - 1) / result->decode_seconds : 0.0;
   if (o.json) {
     boost::json::object out;
-    out["model"] = model->name;
+    out["model"] = model.name;
+    out["source"] = o.attach.empty() ? "files" : "attached";
     out["prompt"] = o.prompt;
     boost::json::array prompt_json, ids_json;
     for (TokenId id : *prompt_ids) prompt_json.push_back(id);
@@ -179,7 +187,8 @@ int generate_command(const std::vector<std::string>& argv) {
     out["finish_reason"] = std::string(finish_reason_name(result->finish));
     out["prompt_tokens"] = result->prompt_tokens;
     out["generated_tokens"] = result->tokens.size();
-    out["load_seconds"] = load_seconds;
+    out["ready_seconds"] = ready_seconds;
+    out["first_token_seconds"] = first_token_seconds;
     out["prefill_tokens_per_second"] = prefill_tps;
     out["decode_tokens_per_second"] = decode_tps;
     const std::string s = boost::json::serialize(out);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/process.h"
 #include "tools/commands.h"
 
 namespace {
@@ -12,6 +13,9 @@ constexpr const char* kUsage = R"(usage: hearth <command> [flags]
 
 commands:
   generate   run a model in this process: hearth generate --model PATH --prompt TEXT
+             (or on resident weights: hearth generate --attach INSTANCE --prompt TEXT)
+  status     what the instances hold in shared memory: hearth status [--instance NAME]
+  synth      write a synthetic model: hearth synth --preset 1b --type q4_0 --gguf FILE
 
 Run `hearth <command> --help` for the flags of a command.
 )";
@@ -19,6 +23,7 @@ Run `hearth <command> --help` for the flags of a command.
 }  // namespace
 
 int main(int argc, char** argv) {
+  const double started_at = hearth::monotonic_seconds();
   hearth::log_init("hearth");
   if (argc < 2) {
     std::fputs(kUsage, stderr);
@@ -26,7 +31,9 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
-  if (command == "generate") return hearth::cli::generate_command(args);
+  if (command == "generate") return hearth::cli::generate_command(args, started_at);
+  if (command == "status") return hearth::cli::status_command(args);
+  if (command == "synth") return hearth::cli::synth_command(args);
   if (command == "--help" || command == "help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return 0;

@@ -1,6 +1,8 @@
 #include "tests/integration/process.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +18,7 @@ namespace {
 std::string drain(int fd) {
   std::string out;
   char buf[65536];
+  ::lseek(fd, 0, SEEK_SET);
   while (true) {
     const ssize_t n = ::read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
@@ -25,15 +28,15 @@ std::string drain(int fd) {
   return out;
 }
 
-}  // namespace
+int temp_fd(const char* kind) {
+  std::string name = std::string("/tmp/hearth-") + kind + "-XXXXXX";
+  const int fd = ::mkstemp(name.data());
+  if (fd < 0) throw std::runtime_error("mkstemp failed");
+  ::unlink(name.c_str());
+  return fd;
+}
 
-ProcessResult run_process(const std::vector<std::string>& argv) {
-  // Output goes to temporary files so that neither pipe can fill up and block the child.
-  char out_name[] = "/tmp/hearth-out-XXXXXX", err_name[] = "/tmp/hearth-err-XXXXXX";
-  const int out_fd = ::mkstemp(out_name), err_fd = ::mkstemp(err_name);
-  if (out_fd < 0 || err_fd < 0) throw std::runtime_error("mkstemp failed");
-  ::unlink(out_name);
-  ::unlink(err_name);
+pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -45,8 +48,19 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
   pid_t pid = 0;
   const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  return rc == 0 ? pid : -1;
+}
+
+int decode_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+}  // namespace
+
+ProcessResult run_process(const std::vector<std::string>& argv) {
+  // Output goes to temporary files so that neither pipe can fill up and block the child.
+  const int out_fd = temp_fd("out"), err_fd = temp_fd("err");
   ProcessResult result;
-  if (rc != 0) {
+  const pid_t pid = spawn(argv, out_fd, err_fd);
+  if (pid < 0) {
     ::close(out_fd);
     ::close(err_fd);
     result.err = "posix_spawn failed";
@@ -55,15 +69,73 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  ::lseek(out_fd, 0, SEEK_SET);
-  ::lseek(err_fd, 0, SEEK_SET);
+  result.exit_code = decode_status(status);
   result.out = drain(out_fd);
   result.err = drain(err_fd);
   ::close(out_fd);
   ::close(err_fd);
   return result;
 }
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+  err_fd_ = temp_fd("child-err");
+  pid_ = spawn(argv, pipe_fds[1], err_fd_);
+  ::close(pipe_fds[1]);
+  out_fd_ = pipe_fds[0];
+  if (pid_ < 0) throw std::runtime_error("posix_spawn failed for " + argv[0]);
+}
+
+ChildProcess::~ChildProcess() {
+  if (!status_ && pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  if (out_fd_ >= 0) ::close(out_fd_);
+  if (err_fd_ >= 0) ::close(err_fd_);
+}
+
+std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
+      std::string line = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      return line;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    pollfd p{out_fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(out_fd_, buf, sizeof(buf));
+    if (n <= 0) return std::nullopt;
+    buffer_.append(buf, static_cast<size_t>(n));
+  }
+}
+
+void ChildProcess::signal(int sig) {
+  if (!status_) ::kill(pid_, sig);
+}
+
+std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
+  if (status_) return status_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      status_ = decode_status(status);
+      return status_;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    ::usleep(2000);
+  }
+}
+
+std::string ChildProcess::err() const { return drain(err_fd_); }
 
 std::string hearth_bin(const std::string& name) { return std::string(HEARTH_BIN_DIR) + "/" + name; }
 

@@ -1,7 +1,11 @@
-// Running hearth's executables from tests: a command line in, exit status and both
-// output streams out.
+// Running hearth's executables from tests: to completion (exit status and both output
+// streams), or in the background (a child to read from, signal and reap).
 #pragma once
 
+#include <sys/types.h>
+
+#include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +19,32 @@ struct ProcessResult {
 
 // Runs `argv` (argv[0] a path) to completion with stdin from /dev/null.
 ProcessResult run_process(const std::vector<std::string>& argv);
+
+// A process running in the background; its stdout is a pipe read line by line, its
+// stderr goes to a file. The destructor kills (SIGKILL) and reaps it if still running.
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::vector<std::string>& argv);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // The next line of stdout (without the newline), or nullopt on timeout or EOF.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout);
+  void signal(int sig);
+  // Waits for exit; returns the status as ProcessResult::exit_code does, or nullopt on timeout.
+  std::optional<int> wait(std::chrono::milliseconds timeout);
+  // Everything the child wrote to stderr so far.
+  std::string err() const;
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  std::string buffer_;
+  std::optional<int> status_;
+};
 
 // HEARTH_BIN_DIR / name.
 std::string hearth_bin(const std::string& name);

@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 
-namespace hearth::cli {
+namespace hearth {
 
 class Args {
  public:
@@ -31,4 +31,4 @@ class Args {
   std::set<std::string> bools_;
 };
 
-}  // namespace hearth::cli
+}  // namespace hearth

@@ -1,10 +1,10 @@
-#include "tools/args.h"
+#include "common/args.h"
 
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
-namespace hearth::cli {
+namespace hearth {
 
 Result<Args> Args::parse(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
                          const std::set<std::string>& bool_flags) {
@@ -67,4 +67,4 @@ Result<std::optional<double>> Args::get_double(const std::string& flag) const {
   return std::optional<double>(d);
 }
 
-}  // namespace hearth::cli
+}  // namespace hearth

@@ -1,0 +1,56 @@
+#include "common/daemon.h"
+
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+#include <cerrno>
+#include <string>
+
+namespace hearth {
+namespace {
+
+sigset_t daemon_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+void notify(std::string_view message) {
+  const std::string m(message);
+  sd_notify(0, m.c_str());
+}
+
+}  // namespace
+
+void daemon_block_signals() {
+  const sigset_t set = daemon_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+int daemon_wait_signal(std::chrono::milliseconds timeout) {
+  const sigset_t set = daemon_signals();
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  ts.tv_nsec = static_cast<long>((timeout.count() % 1000) * 1000000);
+  const int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+void daemon_notify_ready(std::string_view status) { notify("READY=1\nSTATUS=" + std::string(status)); }
+void daemon_notify_status(std::string_view status) { notify("STATUS=" + std::string(status)); }
+void daemon_notify_watchdog() { notify("WATCHDOG=1"); }
+void daemon_notify_stopping() { notify("STOPPING=1"); }
+
+std::chrono::milliseconds daemon_watchdog_interval(std::chrono::milliseconds fallback) {
+  uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+    return std::chrono::milliseconds(std::max<uint64_t>(1, usec / 2000));
+  }
+  return fallback;
+}
+
+}  // namespace hearth

@@ -1,0 +1,25 @@
+// Facts about processes on this machine, read from /proc: whether a pid is alive (and
+// still the same process, not a reused pid), and which processes map a file. Used to
+// tell stale shared-memory segments from live ones. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+namespace hearth {
+
+// The start time of `pid` in clock ticks since boot (/proc/<pid>/stat field 22), or 0
+// when the process does not exist.
+uint64_t process_start_time(int pid);
+
+// True when `pid` runs and, if `start_time` is non-zero, started at that time.
+bool process_alive(int pid, uint64_t start_time = 0);
+
+// Pids of the processes that have `path` mapped (from /proc/*/maps), ascending.
+std::vector<int> processes_mapping(const std::filesystem::path& path);
+
+// Seconds since an arbitrary fixed point (CLOCK_MONOTONIC), for durations.
+double monotonic_seconds();
+
+}  // namespace hearth

@@ -1,0 +1,72 @@
+// Shared-memory segments: files in the shared-memory directory (/dev/shm unless
+// HEARTH_SHM_DIR or a flag says otherwise), named hearth.<instance>.<what>, mode 0600,
+// mapped with Boost.Interprocess.
+//
+// ShmSegment::create owns what it creates: the file is removed when the object dies
+// unless publish() was called, so a process that fails half-way leaves nothing behind
+// (one killed outright leaves a segment whose header says LOADING and whose creator is
+// dead, which readers refuse and the next creator replaces). ShmSegment::attach only
+// maps. Move-only; the mapping itself may be read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include <boost/interprocess/mapped_region.hpp>
+
+#include "common/status.h"
+
+namespace hearth {
+
+// $HEARTH_SHM_DIR, else /dev/shm.
+std::filesystem::path shm_dir_default();
+
+// Instance names: 1 to 64 of [A-Za-z0-9_-].
+Status instance_name_check(std::string_view instance);
+
+// dir / "hearth.<instance>.<what>".
+std::filesystem::path segment_path(const std::filesystem::path& dir, std::string_view instance,
+                                   std::string_view what);
+
+struct ShmSpace {
+  uint64_t free_bytes = 0;   // what an unprivileged writer may still use
+  uint64_t total_bytes = 0;
+};
+Result<ShmSpace> shm_space(const std::filesystem::path& dir);
+
+// "1.5 GiB", "640 MiB".
+std::string human_bytes(uint64_t bytes);
+
+class ShmSegment {
+ public:
+  // Creates `path` (failing if it exists), reserves `bytes` of memory for it so that a
+  // full directory fails here and not with SIGBUS later, and maps it read-write.
+  static Result<ShmSegment> create(const std::filesystem::path& path, uint64_t bytes);
+  // Maps an existing segment, whole. `populate` pre-faults every page.
+  static Result<ShmSegment> attach(const std::filesystem::path& path, bool writable, bool populate = false);
+
+  ShmSegment() = default;
+  ShmSegment(ShmSegment&& other) noexcept;
+  ShmSegment& operator=(ShmSegment&& other) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  ~ShmSegment();
+
+  std::byte* data() const { return static_cast<std::byte*>(region_.get_address()); }
+  uint64_t size() const { return region_.get_size(); }
+  const std::filesystem::path& path() const { return path_; }
+
+  // Keeps the file when this object dies (the segment is complete).
+  void publish() { owned_ = false; }
+  // Advises the kernel to back the mapping with huge pages where it can.
+  void advise_hugepages() const;
+
+ private:
+  boost::interprocess::mapped_region region_;
+  std::filesystem::path path_;
+  bool owned_ = false;
+};
+
+}  // namespace hearth

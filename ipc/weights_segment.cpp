@@ -1,0 +1,158 @@
+#include "ipc/weights_segment.h"
+
+#include <cstring>
+
+#include "common/dtype.h"
+#include "common/process.h"
+
+namespace hearth {
+
+std::string_view segment_state_name(uint32_t state) {
+  switch (state) {
+    case static_cast<uint32_t>(SegmentState::kLoading): return "LOADING";
+    case static_cast<uint32_t>(SegmentState::kReady): return "READY";
+    default: return "INVALID";
+  }
+}
+
+std::string Fingerprint::hex() const { return fmt::format("{:016x}{:016x}", hi, lo); }
+
+namespace {
+
+std::string fixed_string(const char* field, size_t size) { return std::string(field, strnlen(field, size)); }
+
+bool range_ok(uint64_t offset, uint64_t bytes, uint64_t total) { return offset <= total && bytes <= total - offset; }
+
+}  // namespace
+
+Status weights_header_check(const WeightsHeader& h, uint64_t file_bytes, const std::filesystem::path& path) {
+  const std::string p = path.string();
+  if (h.magic != kWeightsMagic) {
+    return make_error(ErrorCode::kFormat, "{} is not a hearth weights segment (wrong magic); remove it or point "
+                      "--instance elsewhere", p);
+  }
+  if (h.layout_version != kWeightsLayoutVersion) {
+    return make_error(ErrorCode::kFormat,
+                      "{} has layout version {}, this build reads version {}: restart hearth-loader from this build "
+                      "to replace it",
+                      p, h.layout_version, kWeightsLayoutVersion);
+  }
+  if (h.header_bytes != kWeightsHeaderBytes || h.total_bytes != file_bytes) {
+    return make_error(ErrorCode::kFormat, "{} says it is {} bytes but the file is {}: truncated or corrupt", p,
+                      h.total_bytes, file_bytes);
+  }
+  if (h.tp_size < 1 || h.tp_size > kMaxTensorParallel) {
+    return make_error(ErrorCode::kFormat, "{} has an invalid tensor-parallel size {}", p, h.tp_size);
+  }
+  const uint64_t entry_bytes = h.n_entries * sizeof(WeightsEntry);
+  if (h.n_entries > (1u << 20) || !range_ok(h.manifest_offset, entry_bytes, file_bytes) ||
+      !range_ok(h.config_offset, h.config_bytes, file_bytes) ||
+      !range_ok(h.tokenizer_offset, h.tokenizer_bytes, file_bytes) ||
+      !range_ok(h.template_offset, h.template_bytes, file_bytes) || h.manifest_offset % alignof(WeightsEntry) != 0) {
+    return make_error(ErrorCode::kFormat, "{} has a corrupt header (sections outside the file)", p);
+  }
+  for (uint32_t r = 0; r < h.tp_size; ++r) {
+    if (!range_ok(h.rank_offset[r], h.rank_bytes[r], file_bytes)) {
+      return make_error(ErrorCode::kFormat, "{} has a corrupt header (rank {} data outside the file)", p, r);
+    }
+  }
+  return Status::ok();
+}
+
+Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const AttachOptions& options) {
+  auto seg = ShmSegment::attach(path, /*writable=*/false, options.populate);
+  if (!seg.is_ok()) {
+    if (seg.status().code() == ErrorCode::kNotFound) {
+      return make_error(ErrorCode::kNotFound, "no weights segment at {}: is hearth-loader running for this instance?",
+                        path.string());
+    }
+    return seg.status();
+  }
+  AttachedWeights w;
+  w.segment = std::move(seg).value();
+  const uint64_t size = w.segment.size();
+  if (size < kWeightsHeaderBytes) {
+    return make_error(ErrorCode::kFormat, "{} is {} bytes, too small to be a weights segment", path.string(), size);
+  }
+  const auto* h = reinterpret_cast<const WeightsHeader*>(w.segment.data());
+  HEARTH_RETURN_IF_ERROR(weights_header_check(*h, size, path));
+  const uint32_t state = h->state.load(std::memory_order_acquire);
+  if (state != static_cast<uint32_t>(SegmentState::kReady)) {
+    if (state == static_cast<uint32_t>(SegmentState::kLoading)) {
+      if (!process_alive(h->creator_pid, h->creator_start_time)) {
+        return make_error(ErrorCode::kUnavailable,
+                          "{} was left half-written by hearth-loader pid {}, which is no longer running: start "
+                          "hearth-loader again and it will replace it",
+                          path.string(), h->creator_pid);
+      }
+      return make_error(ErrorCode::kUnavailable, "{} is still being loaded by hearth-loader pid {}: try again shortly",
+                        path.string(), h->creator_pid);
+    }
+    return make_error(ErrorCode::kFormat, "{} is in an invalid state ({})", path.string(), state);
+  }
+  if (options.expected_fingerprint && !(h->fingerprint == *options.expected_fingerprint)) {
+    return make_error(ErrorCode::kInvalidArgument, "{} holds a different model (fingerprint {}, expected {})",
+                      path.string(), h->fingerprint.hex(), options.expected_fingerprint->hex());
+  }
+
+  const std::byte* base = w.segment.data();
+  const auto* entries = reinterpret_cast<const WeightsEntry*>(base + h->manifest_offset);
+  for (uint64_t i = 0; i < h->n_entries; ++i) {
+    const WeightsEntry& e = entries[i];
+    const std::string name = fixed_string(e.name, sizeof(e.name));
+    if (name.empty() || e.n_dims < 1 || e.n_dims > 4 || e.rank >= h->tp_size || e.dtype > 4 || e.split > 2) {
+      return make_error(ErrorCode::kFormat, "{}: manifest entry {} is corrupt", path.string(), i);
+    }
+    int64_t elements = 1;
+    for (uint32_t d = 0; d < e.n_dims; ++d) {
+      if (e.shape[d] < 1 || e.shape[d] > (int64_t{1} << 40)) {
+        return make_error(ErrorCode::kFormat, "{}: tensor {} has a corrupt shape", path.string(), name);
+      }
+      auto product = checked_mul(static_cast<uint64_t>(elements), static_cast<uint64_t>(e.shape[d]));
+      if (!product || *product > (uint64_t{1} << 42)) {
+        return make_error(ErrorCode::kFormat, "{}: tensor {} has a corrupt shape", path.string(), name);
+      }
+      elements = static_cast<int64_t>(*product);
+    }
+    const auto bytes = dtype_bytes(static_cast<DType>(e.dtype), elements);
+    const uint64_t region_begin = h->rank_offset[e.rank], region_end = region_begin + h->rank_bytes[e.rank];
+    if (!bytes || *bytes != e.bytes || e.offset < region_begin || !range_ok(e.offset, e.bytes, region_end) ||
+        e.offset % kTensorAlignment != 0) {
+      return make_error(ErrorCode::kFormat, "{}: tensor {} lies outside its rank's data or has the wrong size",
+                        path.string(), name);
+    }
+  }
+  const std::string_view config_json(reinterpret_cast<const char*>(base + h->config_offset), h->config_bytes);
+  auto config = model_config_from_json(config_json);
+  if (!config.is_ok()) return config.status().with_context(path.string());
+  w.config = std::move(config).value();
+  w.header = h;
+  w.model_name = fixed_string(h->model_name, sizeof(h->model_name));
+  w.model_format = fixed_string(h->model_format, sizeof(h->model_format));
+  w.tokenizer_blob = {reinterpret_cast<const char*>(base + h->tokenizer_offset), h->tokenizer_bytes};
+  w.chat_template = {reinterpret_cast<const char*>(base + h->template_offset), h->template_bytes};
+  return w;
+}
+
+std::vector<WeightsEntry> AttachedWeights::entries() const {
+  const auto* e = reinterpret_cast<const WeightsEntry*>(segment.data() + header->manifest_offset);
+  return {e, e + header->n_entries};
+}
+
+std::vector<TensorView> AttachedWeights::tensors(int rank) const {
+  std::vector<TensorView> out;
+  for (const WeightsEntry& e : entries()) {
+    if (static_cast<int>(e.rank) != rank) continue;
+    TensorView t;
+    t.name = fixed_string(e.name, sizeof(e.name));
+    t.dtype = static_cast<DType>(e.dtype);
+    t.n_dims = static_cast<int>(e.n_dims);
+    for (uint32_t d = 0; d < e.n_dims; ++d) t.shape[d] = e.shape[d];
+    t.data = segment.data() + e.offset;
+    t.bytes = e.bytes;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace hearth

@@ -1,0 +1,50 @@
+// Reading the weights segment: attach, validate everything, and expose typed views.
+//
+// weights_attach maps a segment read-only (never a copy) and checks, before anything is
+// trusted: magic, layout version, header and file size, state READY (a LOADING segment
+// whose creator died is reported as such), the fingerprint when one is expected, every
+// manifest entry (known dtype, bytes matching the shape, inside the file, aligned) and
+// the config. The result holds the mapping; views stay valid while it lives.
+// Thread-compatible; the mapped data may be read from any thread.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "ipc/segment.h"
+#include "ipc/weights_layout.h"
+
+namespace hearth {
+
+struct AttachedWeights {
+  ShmSegment segment;
+  const WeightsHeader* header = nullptr;
+  ModelConfig config;
+  std::string model_name;
+  std::string model_format;
+  std::string_view tokenizer_blob;  // decode with tokenizer_source_decode
+  std::string_view chat_template;
+
+  // The tensors of `rank` under canonical names, viewing the segment.
+  std::vector<TensorView> tensors(int rank) const;
+  std::vector<WeightsEntry> entries() const;
+};
+
+struct AttachOptions {
+  std::optional<Fingerprint> expected_fingerprint;
+  bool populate = false;  // pre-fault the whole mapping
+};
+
+Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const AttachOptions& options = {});
+
+// Checks a header read from a segment of `file_bytes` bytes: magic, version, sizes. Does
+// not look at the state. Used by attach and by the loader before adopting a segment.
+Status weights_header_check(const WeightsHeader& header, uint64_t file_bytes, const std::filesystem::path& path);
+
+}  // namespace hearth

@@ -1,0 +1,114 @@
+// hearth-loader: reads a model once, publishes it as the instance's weights segment and
+// stays resident so that engines attach in milliseconds. A restarted loader adopts a
+// valid segment of the same model without reading the model again.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "common/args.h"
+#include "common/daemon.h"
+#include "common/log.h"
+#include "loader/resident.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: hearth-loader --model PATH [options]
+
+Publishes the model as the shared-memory segment hearth.<instance>.weights and stays
+resident. Prints one JSON line to stdout when the segment is ready.
+
+  --model PATH        GGUF file, Hugging Face directory or llama2.c checkpoint
+  --tokenizer PATH    tokenizer for containers that keep it apart
+  --instance NAME     instance name (default "default")
+  --shm-dir DIR       shared-memory directory (default $HEARTH_SHM_DIR or /dev/shm)
+  --quant int8|int4   quantize the weight matrices (group-wise, 32 values per scale)
+  --tp N              split for N tensor-parallel ranks (default 1)
+  --hugepages         align tensors to 2 MiB and ask for huge pages
+  --remove-on-exit    remove the segment when stopped (default: leave it resident)
+  --exit-after-publish  publish (or adopt), print the ready line and exit
+)";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "hearth-loader: %s\n\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace hearth;
+  daemon_block_signals();
+  log_init("loader");
+  auto args = Args::parse({argv + 1, argv + argc},
+                          {"model", "tokenizer", "instance", "shm-dir", "quant", "tp"},
+                          {"hugepages", "remove-on-exit", "exit-after-publish", "help"});
+  if (!args.is_ok()) return usage_error(args.status().message());
+  if (args->has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  ResidentOptions o;
+  if (!args->get("model")) return usage_error("--model is required");
+  o.model = *args->get("model");
+  o.tokenizer = args->get("tokenizer").value_or("");
+  o.instance = args->get("instance").value_or("default");
+  o.shm_dir = args->get("shm-dir").value_or("");
+  o.hugepages = args->has("hugepages");
+  if (auto q = args->get("quant")) {
+    auto quant = quant_from_name(*q);
+    if (!quant.is_ok()) return usage_error(quant.status().message());
+    o.quant = *quant;
+  }
+  auto tp = args->get_int("tp", 1, 16);
+  if (!tp.is_ok()) return usage_error(tp.status().message());
+  o.tp = static_cast<int>(tp->value_or(1));
+
+  auto published = resident_publish(o);
+  if (!published.is_ok()) {
+    std::fprintf(stderr, "hearth-loader: %s\n", published.status().to_string().c_str());
+    return 1;
+  }
+  ResidentSegment& r = published.value();
+  boost::json::object ready;
+  ready["event"] = "ready";
+  ready["segment"] = r.segment.path().string();
+  ready["adopted"] = r.adopted;
+  ready["seconds"] = r.seconds;
+  ready["bytes"] = r.segment.size();
+  ready["fingerprint"] = r.fingerprint.hex();
+  const std::string status = fmt::format("{} {} ({})", r.adopted ? "adopted" : "published", r.segment.path().string(),
+                                         human_bytes(r.segment.size()));
+  HEARTH_LOG_INFO("{}; resident", status);
+  std::printf("%s\n", boost::json::serialize(ready).c_str());
+  std::fflush(stdout);
+  daemon_notify_ready(status);
+  if (args->has("exit-after-publish")) return 0;
+
+  const auto interval = daemon_watchdog_interval(std::chrono::milliseconds(2000));
+  while (true) {
+    const int sig = daemon_wait_signal(interval);
+    daemon_notify_watchdog();
+    if (sig == SIGTERM || sig == SIGINT) break;
+    if (sig == SIGHUP) HEARTH_LOG_INFO("SIGHUP ignored: the loader has nothing to reload");
+    struct stat st {};
+    if (::stat(r.segment.path().c_str(), &st) != 0) {
+      HEARTH_LOG_ERROR("segment {} was removed; exiting so that a new loader publishes it again",
+                       r.segment.path().string());
+      return 1;
+    }
+  }
+  daemon_notify_stopping();
+  if (args->has("remove-on-exit")) {
+    std::error_code ec;
+    std::filesystem::remove(r.segment.path(), ec);
+    HEARTH_LOG_INFO("removed {}", r.segment.path().string());
+  } else {
+    HEARTH_LOG_INFO("stopping; {} stays resident", r.segment.path().string());
+  }
+  return 0;
+}

@@ -1,0 +1,379 @@
+#include "loader/synth.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+
+#include <boost/json.hpp>
+
+#include "common/half.h"
+#include "common/mapped_file.h"
+#include "loader/gguf_export.h"
+#include "loader/gguf_writer.h"
+#include "loader/quantize.h"
+#include "loader/safetensors_writer.h"
+
+namespace hearth {
+namespace {
+
+constexpr float kRmsEps = 1e-5f;
+constexpr double kLmHeadGain = 4.0;
+
+uint64_t fnv1a64(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+enum class Kind { kNorm, kEmbed, kLinear, kLmHead };
+
+struct SynthTensor {
+  std::string hf_name, gguf_name;
+  std::vector<int64_t> shape;  // HF shape, outermost first
+  Kind kind;
+  int rope_heads;  // q/k: heads whose rows are permuted for the GGUF
+};
+
+std::vector<SynthTensor> tensor_list(const SynthShape& c) {
+  const int64_t d = c.dim, f = c.hidden, hd = c.dim / c.heads, kv = c.kv_heads * hd;
+  std::vector<SynthTensor> out = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab, d}, Kind::kEmbed, 0}};
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i), g = fmt::format("blk.{}.", i);
+    out.push_back({p + "input_layernorm.weight", g + "attn_norm.weight", {d}, Kind::kNorm, 0});
+    out.push_back({p + "self_attn.q_proj.weight", g + "attn_q.weight", {d, d}, Kind::kLinear, c.heads});
+    out.push_back({p + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, d}, Kind::kLinear, c.kv_heads});
+    out.push_back({p + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, d}, Kind::kLinear, 0});
+    out.push_back({p + "self_attn.o_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {d}, Kind::kNorm, 0});
+    out.push_back({p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.up_proj.weight", g + "ffn_up.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.down_proj.weight", g + "ffn_down.weight", {d, f}, Kind::kLinear, 0});
+  }
+  out.push_back({"model.norm.weight", "output_norm.weight", {d}, Kind::kNorm, 0});
+  out.push_back({"lm_head.weight", "output.weight", {c.vocab, d}, Kind::kLmHead, 0});
+  return out;
+}
+
+// The master values: generated, then rounded to the HF dtype (F16 or BF16).
+std::vector<float> master_values(const SynthTensor& t, uint64_t seed, DType hf_type) {
+  int64_t n = 1;
+  for (int64_t d : t.shape) n *= d;
+  const int64_t in = t.shape.size() > 1 ? t.shape[1] : 1;
+  double scale;
+  switch (t.kind) {
+    case Kind::kNorm: scale = 0.2; break;
+    case Kind::kEmbed: scale = std::sqrt(3.0); break;
+    case Kind::kLmHead: scale = kLmHeadGain * std::sqrt(3.0 / static_cast<double>(in)); break;
+    default: scale = std::sqrt(3.0 / static_cast<double>(in));
+  }
+  std::vector<float> x(static_cast<size_t>(n));
+  const uint64_t key = splitmix64(fnv1a64(t.hf_name) ^ seed);
+  const auto mul = static_cast<float>(scale / 8388608.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto u = static_cast<int64_t>(splitmix64(key + static_cast<uint64_t>(i)) >> 40) - (int64_t{1} << 23);
+    float v = static_cast<float>(u) * mul;
+    if (t.kind == Kind::kNorm) v = 1.0f + v;
+    x[static_cast<size_t>(i)] = v;
+  }
+  for (float& v : x) {
+    if (hf_type == DType::kBF16) {
+      if (std::fabs(v) < 0x1p-14f) v = 0.0f;  // keep every value exactly representable in F16 too
+      v = bf16_to_f32(f32_to_bf16(v));
+    } else {
+      v = fp16_to_f32(f32_to_fp16(v));
+    }
+  }
+  return x;
+}
+
+// A SentencePiece-style vocabulary: <unk> <s> </s>, the 256 byte pieces, then filler pieces.
+struct Vocab {
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::vector<int32_t> types;  // 1 normal, 2 unknown, 3 control, 6 byte
+};
+
+Vocab build_vocab(int32_t n_vocab) {
+  static const char* kWords =
+      "the of and to a in is it that for was on with as be he by at you this are have from or one had not but what "
+      "all were we when your can said there an each which she do how their if will up other about out many then "
+      "them these so some her would make like him into time has look two more write go see number no way could "
+      "people my than first water been call who its now find long down day did get come made may part hello world "
+      "model token llama engine fast slow cpu memory";
+  const std::string space = "\xe2\x96\x81";
+  Vocab v;
+  v.pieces = {"<unk>", "<s>", "</s>"};
+  v.types = {2, 3, 3};
+  for (int b = 0; b < 256; ++b) {
+    v.pieces.push_back(fmt::format("<0x{:02X}>", b));
+    v.types.push_back(6);
+  }
+  std::vector<std::string> candidates;
+  std::vector<std::string> lower;
+  for (char c = 'a'; c <= 'z'; ++c) lower.emplace_back(1, c);
+  candidates.push_back(space);
+  for (const auto& c : lower) candidates.push_back(c);
+  for (char c = 'A'; c <= 'Z'; ++c) candidates.emplace_back(1, c);
+  for (char c : std::string("0123456789.,!?'\"-:;()")) candidates.emplace_back(1, c);
+  for (const auto& c : lower) candidates.push_back(space + c);
+  std::string words = kWords;
+  for (size_t pos = 0; pos < words.size();) {
+    const size_t end = std::min(words.find(' ', pos), words.size());
+    const std::string w = words.substr(pos, end - pos);
+    for (size_t k = 2; k <= w.size(); ++k) candidates.push_back(space + w.substr(0, k));
+    pos = end + 1;
+  }
+  for (int k : {2, 3}) {
+    std::vector<std::string> combos = {""};
+    for (int i = 0; i < k; ++i) {
+      std::vector<std::string> next;
+      for (const auto& p : combos) {
+        for (const auto& c : lower) next.push_back(p + c);
+      }
+      combos = std::move(next);
+    }
+    for (const auto& c : combos) candidates.push_back(c);
+    for (const auto& c : combos) candidates.push_back(space + c);
+  }
+  std::map<std::string, int> seen;
+  for (const auto& p : v.pieces) seen[p] = 1;
+  for (const auto& c : candidates) {
+    if (static_cast<int32_t>(v.pieces.size()) >= n_vocab) break;
+    if (seen.emplace(c, 1).second) {
+      v.pieces.push_back(c);
+      v.types.push_back(1);
+    }
+  }
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    v.scores.push_back(v.types[i] != 1 ? 0.0f : -static_cast<float>(static_cast<int64_t>(i) - 259));
+  }
+  return v;
+}
+
+// Code points of a UTF-8 piece (the vocabulary holds ASCII and U+2581 only).
+std::vector<std::string> code_points(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = (static_cast<unsigned char>(s[i]) >= 0xe0) ? 3 : 1;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+// HF tokenizers BPE with byte fallback; merges derived from the vocabulary as
+// transformers' SentencePiece conversion does.
+std::string hf_tokenizer_json(const Vocab& v) {
+  std::map<std::string, int> id;
+  for (size_t i = 0; i < v.pieces.size(); ++i) id[v.pieces[i]] = static_cast<int>(i);
+  struct Merge {
+    float score;
+    std::string a, b;
+  };
+  std::vector<Merge> merges;
+  for (size_t i = 0; i < v.pieces.size(); ++i) {
+    if (v.types[i] != 1) continue;
+    const auto cps = code_points(v.pieces[i]);
+    std::vector<std::pair<std::string, std::string>> local;
+    for (size_t k = 1; k < cps.size(); ++k) {
+      std::string l, r;
+      for (size_t j = 0; j < k; ++j) l += cps[j];
+      for (size_t j = k; j < cps.size(); ++j) r += cps[j];
+      if (id.contains(l) && id.contains(r)) local.emplace_back(l, r);
+    }
+    std::stable_sort(local.begin(), local.end(), [&](const auto& x, const auto& y) {
+      return std::pair(id[x.first], id[x.second]) < std::pair(id[y.first], id[y.second]);
+    });
+    for (auto& [a, b] : local) merges.push_back({v.scores[i], a, b});
+  }
+  std::stable_sort(merges.begin(), merges.end(), [](const Merge& x, const Merge& y) { return x.score > y.score; });
+
+  namespace js = boost::json;
+  auto special = [&](int i) {
+    return js::object{{"id", i},          {"content", v.pieces[static_cast<size_t>(i)]}, {"single_word", false},
+                      {"lstrip", false},  {"rstrip", false},                             {"normalized", false},
+                      {"special", true}};
+  };
+  js::object vocab;
+  for (size_t i = 0; i < v.pieces.size(); ++i) vocab[v.pieces[i]] = i;
+  js::array merge_list;
+  for (const auto& m : merges) merge_list.push_back(js::string(m.a + " " + m.b));
+  const std::string space = "\xe2\x96\x81";
+  js::object root{
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", js::array{special(0), special(1), special(2)}},
+      {"normalizer",
+       js::object{{"type", "Sequence"},
+                  {"normalizers", js::array{js::object{{"type", "Prepend"}, {"prepend", space}},
+                                            js::object{{"type", "Replace"},
+                                                       {"pattern", js::object{{"String", " "}}},
+                                                       {"content", space}}}}}},
+      {"pre_tokenizer", nullptr},
+      {"post_processor",
+       js::object{{"type", "TemplateProcessing"},
+                  {"single", js::array{js::object{{"SpecialToken", js::object{{"id", "<s>"}, {"type_id", 0}}}},
+                                       js::object{{"Sequence", js::object{{"id", "A"}, {"type_id", 0}}}}}},
+                  {"pair", js::array{js::object{{"SpecialToken", js::object{{"id", "<s>"}, {"type_id", 0}}}},
+                                     js::object{{"Sequence", js::object{{"id", "A"}, {"type_id", 0}}}},
+                                     js::object{{"SpecialToken", js::object{{"id", "<s>"}, {"type_id", 1}}}},
+                                     js::object{{"Sequence", js::object{{"id", "B"}, {"type_id", 1}}}}}},
+                  {"special_tokens",
+                   js::object{{"<s>", js::object{{"id", "<s>"}, {"ids", js::array{1}}, {"tokens", js::array{"<s>"}}}}}}}},
+      {"decoder", js::object{{"type", "Sequence"},
+                             {"decoders", js::array{js::object{{"type", "Replace"},
+                                                               {"pattern", js::object{{"String", space}}},
+                                                               {"content", " "}},
+                                                    js::object{{"type", "ByteFallback"}}, js::object{{"type", "Fuse"}},
+                                                    js::object{{"type", "Strip"}, {"content", " "}, {"start", 1},
+                                                               {"stop", 0}}}}}},
+      {"model", js::object{{"type", "BPE"},
+                           {"dropout", nullptr},
+                           {"unk_token", "<unk>"},
+                           {"continuing_subword_prefix", nullptr},
+                           {"end_of_word_suffix", nullptr},
+                           {"fuse_unk", true},
+                           {"byte_fallback", true},
+                           {"ignore_merges", false},
+                           {"vocab", std::move(vocab)},
+                           {"merges", std::move(merge_list)}}},
+  };
+  return js::serialize(root);
+}
+
+Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
+  const SynthShape& c = o.shape;
+  const int64_t hd = c.dim / c.heads;
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", o.name);
+  w.add_string("general.description", fmt::format("pseudo-random weights from hearth synth, seed {}", o.seed));
+  const uint32_t file_type = o.gguf_type == DType::kF32    ? 0
+                             : o.gguf_type == DType::kF16  ? 1
+                             : o.gguf_type == DType::kQ4_0 ? 2
+                             : o.gguf_type == DType::kQ8_0 ? 7
+                                                           : 32;
+  w.add_u32("general.file_type", file_type);
+  w.add_u32("general.quantization_version", 2);
+  w.add_u32("general.alignment", 32);
+  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab));
+  w.add_u32("llama.context_length", static_cast<uint32_t>(c.context));
+  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.dim));
+  w.add_u32("llama.block_count", static_cast<uint32_t>(c.layers));
+  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.hidden));
+  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
+  w.add_f32("llama.rope.freq_base", c.rope_theta);
+  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.heads));
+  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.kv_heads));
+  w.add_f32("llama.attention.layer_norm_rms_epsilon", kRmsEps);
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_strings("tokenizer.ggml.tokens", vocab.pieces);
+  w.add_f32s("tokenizer.ggml.scores", vocab.scores);
+  w.add_i32s("tokenizer.ggml.token_type", vocab.types);
+  w.add_u32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_u32("tokenizer.ggml.bos_token_id", 1);
+  w.add_u32("tokenizer.ggml.eos_token_id", 2);
+  w.add_bool("tokenizer.ggml.add_bos_token", true);
+  w.add_bool("tokenizer.ggml.add_eos_token", false);
+  for (const SynthTensor& t : tensor_list(c)) {
+    const DType type = t.shape.size() == 1 ? DType::kF32 : o.gguf_type;
+    HEARTH_RETURN_IF_ERROR(w.add_tensor_lazy(t.gguf_name, type, t.shape, [t, type, &o, hd] {
+      std::vector<float> x = master_values(t, o.seed, o.hf_type);
+      if (t.rope_heads > 0) x = rope_rows_half_to_interleaved(x, t.shape[0], t.shape[1], hd);
+      return quantize(type, x);
+    }));
+  }
+  return w.write(o.gguf);
+}
+
+Status write_hf(const SynthOptions& o, const Vocab& vocab) {
+  const SynthShape& c = o.shape;
+  std::error_code ec;
+  std::filesystem::create_directories(o.hf, ec);
+  if (ec) return make_error(ErrorCode::kIo, "cannot create {}: {}", o.hf.string(), ec.message());
+  SafetensorsWriter st;
+  for (const SynthTensor& t : tensor_list(c)) {
+    HEARTH_RETURN_IF_ERROR(st.add_lazy(t.hf_name, o.hf_type, t.shape, [t, &o] {
+      return quantize(o.hf_type, master_values(t, o.seed, o.hf_type));
+    }));
+  }
+  HEARTH_RETURN_IF_ERROR(st.write(o.hf / "model.safetensors"));
+  namespace js = boost::json;
+  const js::object config{
+      {"architectures", js::array{"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"hidden_size", c.dim},
+      {"intermediate_size", c.hidden},
+      {"num_hidden_layers", c.layers},
+      {"num_attention_heads", c.heads},
+      {"num_key_value_heads", c.kv_heads},
+      {"head_dim", c.dim / c.heads},
+      {"vocab_size", c.vocab},
+      {"max_position_embeddings", c.context},
+      {"rms_norm_eps", kRmsEps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", nullptr},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"tie_word_embeddings", false},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2},
+      {"torch_dtype", o.hf_type == DType::kBF16 ? "bfloat16" : "float16"},
+  };
+  HEARTH_RETURN_IF_ERROR(write_file(o.hf / "config.json", js::serialize(config)));
+  HEARTH_RETURN_IF_ERROR(write_file(o.hf / "tokenizer.json", hf_tokenizer_json(vocab)));
+  const js::object tokenizer_config{{"tokenizer_class", "LlamaTokenizerFast"}, {"add_bos_token", true},
+                                    {"add_eos_token", false}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
+                                    {"unk_token", "<unk>"}, {"model_max_length", c.context}};
+  return write_file(o.hf / "tokenizer_config.json", js::serialize(tokenizer_config));
+}
+
+}  // namespace
+
+Result<SynthShape> synth_preset(std::string_view name) {
+  if (name == "tiny") return SynthShape{64, 256, 5, 4, 2, 512, 512, 10000.0f};
+  if (name == "1b") return SynthShape{2048, 8192, 16, 32, 8, 32000, 8192, 500000.0f};
+  if (name == "7b") return SynthShape{4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f};
+  return make_error(ErrorCode::kInvalidArgument, "unknown preset \"{}\" (tiny, 1b, 7b)", name);
+}
+
+float synth_uniform(std::string_view hf_name, uint64_t seed, uint64_t i, double scale) {
+  const uint64_t key = splitmix64(fnv1a64(hf_name) ^ seed);
+  const auto u = static_cast<int64_t>(splitmix64(key + i) >> 40) - (int64_t{1} << 23);
+  return static_cast<float>(u) * static_cast<float>(scale / 8388608.0);
+}
+
+Status synth_write(const SynthOptions& o) {
+  const SynthShape& c = o.shape;
+  if (c.dim <= 0 || c.heads <= 0 || c.kv_heads <= 0 || c.dim % c.heads != 0 || (c.dim / c.heads) % 2 != 0 ||
+      c.heads % c.kv_heads != 0 || c.dim % 32 != 0 || c.hidden % 32 != 0 || c.layers <= 0 || c.context <= 0) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "a synthetic model needs dim and hidden multiples of 32, an even head size and heads divisible "
+                      "by kv heads");
+  }
+  if (c.vocab < 260) return make_error(ErrorCode::kInvalidArgument, "vocab must hold the 259 special and byte pieces");
+  if (o.gguf.empty() && o.hf.empty()) return make_error(ErrorCode::kInvalidArgument, "give a GGUF path or an HF dir");
+  if (o.hf_type != DType::kF16 && o.hf_type != DType::kBF16) {
+    return make_error(ErrorCode::kInvalidArgument, "the HF master dtype is f16 or bf16");
+  }
+  if (o.gguf_type == DType::kBF16) return make_error(ErrorCode::kInvalidArgument, "GGUF type is f32, f16, q8_0 or q4_0");
+  const Vocab vocab = build_vocab(c.vocab);
+  if (static_cast<int32_t>(vocab.pieces.size()) < c.vocab) {
+    return make_error(ErrorCode::kInvalidArgument, "vocab {} is larger than the generator's {} pieces", c.vocab,
+                      vocab.pieces.size());
+  }
+  if (!o.gguf.empty()) HEARTH_RETURN_IF_ERROR(write_gguf(o, vocab));
+  if (!o.hf.empty()) HEARTH_RETURN_IF_ERROR(write_hf(o, vocab));
+  return Status::ok();
+}
+
+}  // namespace hearth

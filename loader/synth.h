@@ -1,0 +1,45 @@
+// Synthetic Llama models with seeded pseudo-random weights, written as GGUF (F32, F16,
+// Q8_0, Q4_0) and/or as a Hugging Face directory (F16 or BF16), for benchmarks and demos
+// of realistic size without downloads.
+//
+// The weights follow ../shared/tools/peer/make_model.py's generator exactly (splitmix64
+// of fnv1a64(HF tensor name) ^ seed; the same scales, F16 master values, q/k rows
+// permuted for the GGUF, ggml's reference quantizers), so a model made here and one made
+// there hold the same weights and hearth and llama.cpp can be compared on either.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace hearth {
+
+struct SynthShape {
+  int32_t dim = 64, hidden = 256, layers = 5, heads = 4, kv_heads = 2, vocab = 512, context = 512;
+  float rope_theta = 10000.0f;
+};
+
+// "tiny" (dim 64, 5 layers, vocab 512), "1b" (dim 2048, hidden 8192, 16 layers, 32 heads,
+// 8 kv heads, vocab 32000), "7b" (Llama-2-7B shape).
+Result<SynthShape> synth_preset(std::string_view name);
+
+struct SynthOptions {
+  SynthShape shape;
+  std::string name = "synth";       // general.name
+  uint64_t seed = 1234;
+  std::filesystem::path gguf;       // empty: no GGUF
+  DType gguf_type = DType::kF16;    // of the 2-D tensors; norms stay F32
+  std::filesystem::path hf;         // empty: no HF directory
+  DType hf_type = DType::kF16;      // F16 or BF16
+};
+
+Status synth_write(const SynthOptions& options);
+
+// One value of the generator: element i of the tensor `hf_name` at `scale`.
+float synth_uniform(std::string_view hf_name, uint64_t seed, uint64_t i, double scale);
+
+}  // namespace hearth

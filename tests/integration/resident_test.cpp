@@ -1,0 +1,256 @@
+// Resident weights with real processes: hearth-loader publishes, `hearth generate
+// --attach` runs on the segment without the model files, loaders die and are replaced,
+// damaged segments are refused.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+#include <boost/json.hpp>
+
+#include "ipc/weights_layout.h"
+#include "tests/integration/process.h"
+#include "tests/test_util.h"
+
+namespace hearth::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kGroundTruth =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
+    "a big, red ball. She wanted to play with it, but it was too high.\n"
+    "Lily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. She said, \"I want "
+    "to play with your ball, but I can't find it.\"\n";
+const std::string kFirstSentence = "Once upon a time, there was a little girl named Lily.";
+
+// A shared-memory directory of the test's own (on tmpfs when /dev/shm is writable).
+std::filesystem::path shm_parent() {
+  return ::access("/dev/shm", W_OK) == 0 ? std::filesystem::path("/dev/shm") : std::filesystem::path();
+}
+
+class ResidentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = shared_path("models/stories260K/stories260K.gguf");
+    if (!std::filesystem::exists(model_)) GTEST_SKIP() << model_ << " is absent";
+  }
+
+  std::vector<std::string> loader_argv(const std::string& instance, const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {hearth_bin("hearth-loader"), "--model", model_.string(), "--instance",
+                                     instance, "--shm-dir", shm_.path().string()};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  // Starts a resident loader and waits for its ready line.
+  std::unique_ptr<ChildProcess> start_loader(const std::string& instance, boost::json::object* ready = nullptr,
+                                             const std::vector<std::string>& extra = {}) {
+    auto child = std::make_unique<ChildProcess>(loader_argv(instance, extra));
+    const auto line = child->read_line(30s);
+    EXPECT_TRUE(line.has_value()) << "loader never became ready: " << child->err();
+    if (line && ready != nullptr) *ready = boost::json::parse(*line).as_object();
+    return child;
+  }
+
+  ProcessResult generate_attached(const std::string& instance, int max_tokens = 127) {
+    return run_process({hearth_bin("hearth"), "generate", "--attach", instance, "--shm-dir", shm_.path().string(),
+                        "--prompt", "Once upon a time", "--max-tokens", std::to_string(max_tokens)});
+  }
+
+  ProcessResult status(const std::string& instance) {
+    return run_process(
+        {hearth_bin("hearth"), "status", "--instance", instance, "--shm-dir", shm_.path().string(), "--json"});
+  }
+
+  std::filesystem::path segment(const std::string& instance) {
+    return shm_.path() / ("hearth." + instance + ".weights");
+  }
+
+  std::filesystem::path model_;
+  TempDir shm_{shm_parent()};
+};
+
+TEST_F(ResidentTest, EngineAttachesAndGeneratesTheGroundTruth) {
+  boost::json::object ready;
+  auto loader = start_loader("it", &ready);
+  EXPECT_FALSE(ready.at("adopted").as_bool());
+  const auto r = generate_attached("it");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, kGroundTruth);
+
+  const auto st = status("it");
+  ASSERT_EQ(st.exit_code, 0) << st.err;
+  const auto seg = boost::json::parse(st.out).at("it").as_array().at(0).as_object();
+  EXPECT_EQ(seg.at("state").as_string(), "READY");
+  EXPECT_EQ(seg.at("format").as_string(), "gguf");
+  EXPECT_EQ(seg.at("loader_pid").to_number<int64_t>(), loader->pid());
+  EXPECT_TRUE(seg.at("loader_running").as_bool());
+  EXPECT_EQ(seg.at("fingerprint").as_string(), ready.at("fingerprint").as_string());
+
+  // SIGTERM: the loader exits cleanly and the weights stay resident.
+  loader->signal(SIGTERM);
+  EXPECT_EQ(loader->wait(10s), 0);
+  EXPECT_TRUE(std::filesystem::exists(segment("it")));
+  EXPECT_EQ(generate_attached("it", 5).exit_code, 0);
+}
+
+TEST_F(ResidentTest, EnginesNeverNeedTheModelFiles) {
+  TempDir models;
+  const auto copy = models.path() / "stories.gguf";
+  std::filesystem::copy_file(model_, copy);
+  model_ = copy;
+  auto loader = start_loader("moved");
+  std::filesystem::rename(copy, models.path() / "elsewhere.gguf");
+  const auto r = generate_attached("moved");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, kGroundTruth);
+}
+
+TEST_F(ResidentTest, KilledLoaderLeavesWeightsAndIsAdoptedWithoutReadingTheModel) {
+  boost::json::object first;
+  auto loader = start_loader("kill", &first);
+  const pid_t first_pid = loader->pid();
+  loader->signal(SIGKILL);
+  EXPECT_EQ(loader->wait(10s), 128 + SIGKILL);
+  const auto r = generate_attached("kill");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, kGroundTruth);
+
+  boost::json::object second;
+  auto again = start_loader("kill", &second);
+  EXPECT_TRUE(second.at("adopted").as_bool()) << "a restarted loader must adopt the segment";
+  EXPECT_EQ(second.at("fingerprint").as_string(), first.at("fingerprint").as_string());
+  const auto seg = boost::json::parse(status("kill").out).at("kill").as_array().at(0).as_object();
+  EXPECT_EQ(seg.at("creator_pid").to_number<int64_t>(), first_pid);
+  EXPECT_FALSE(seg.at("creator_running").as_bool());
+  EXPECT_EQ(seg.at("loader_pid").to_number<int64_t>(), again->pid());
+
+  // A second loader for the same instance refuses to run beside the first, for the same
+  // model or another one.
+  const auto dup = run_process(loader_argv("kill", {"--exit-after-publish"}));
+  EXPECT_EQ(dup.exit_code, 1);
+  EXPECT_NE(dup.err.find("already"), std::string::npos) << dup.err;
+  const auto other = run_process(loader_argv("kill", {"--quant", "int8", "--exit-after-publish"}));
+  EXPECT_EQ(other.exit_code, 1);
+  EXPECT_NE(other.err.find("holds another model"), std::string::npos) << other.err;
+  EXPECT_EQ(generate_attached("kill").out, kGroundTruth) << "the running instance is untouched";
+}
+
+TEST_F(ResidentTest, AdoptsEvenWhenTheModelIsGone) {
+  TempDir models;
+  const auto copy = models.path() / "stories.gguf";
+  std::filesystem::copy_file(model_, copy);
+  model_ = copy;
+  ASSERT_EQ(run_process(loader_argv("gone", {"--exit-after-publish"})).exit_code, 0);
+  std::filesystem::remove(copy);
+  boost::json::object ready;
+  auto loader = start_loader("gone", &ready);
+  EXPECT_TRUE(ready.at("adopted").as_bool());
+  EXPECT_NE(loader->err().find("is gone"), std::string::npos) << loader->err();
+  EXPECT_EQ(generate_attached("gone").out, kGroundTruth);
+}
+
+// Copies a good segment to `instance` and lets `damage` edit the header bytes.
+void damaged_copy(const std::filesystem::path& good, const std::filesystem::path& bad,
+                  const std::function<void(std::string&)>& damage) {
+  std::ifstream in(good, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  damage(bytes);
+  std::ofstream(bad, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST_F(ResidentTest, DamagedOrStaleSegmentsAreRefusedClearly) {
+  ASSERT_EQ(run_process(loader_argv("good", {"--exit-after-publish"})).exit_code, 0);
+  const auto good = segment("good");
+  damaged_copy(good, segment("magic"), [](std::string& b) { b[0] ^= 0x5a; });
+  damaged_copy(good, segment("version"), [](std::string& b) {
+    const uint32_t v = kWeightsLayoutVersion + 7;
+    std::memcpy(b.data() + offsetof(WeightsHeader, layout_version), &v, 4);
+  });
+  damaged_copy(good, segment("short"), [](std::string& b) { b.resize(b.size() - 4096); });
+  // A loader that died half-way: state LOADING, creator a pid that has exited.
+  const auto exited = run_process({"/bin/true"});
+  ASSERT_EQ(exited.exit_code, 0);
+  const pid_t dead = 4194000;  // above the default pid_max: never a live process
+  damaged_copy(good, segment("halfway"), [&](std::string& b) {
+    const uint32_t loading = static_cast<uint32_t>(SegmentState::kLoading);
+    std::memcpy(b.data() + offsetof(WeightsHeader, state), &loading, 4);
+    std::memcpy(b.data() + offsetof(WeightsHeader, creator_pid), &dead, 4);
+  });
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"magic", "not a hearth weights segment"},
+      {"version", "layout version"},
+      {"short", "truncated or corrupt"},
+      {"halfway", "left half-written by hearth-loader pid 4194000"},
+  };
+  for (const auto& [instance, message] : cases) {
+    const auto r = generate_attached(instance, 5);
+    EXPECT_EQ(r.exit_code, 1) << instance;
+    EXPECT_NE(r.err.find(message), std::string::npos) << instance << ": " << r.err;
+    EXPECT_EQ(r.out, "") << instance;
+  }
+  EXPECT_NE(run_process({hearth_bin("hearth"), "generate", "--attach", "absent", "--shm-dir", shm_.path().string(),
+                         "--prompt", "x"})
+                .err.find("is hearth-loader running"),
+            std::string::npos);
+  // hearth status shows them for what they are instead of failing.
+  const auto st = run_process({hearth_bin("hearth"), "status", "--shm-dir", shm_.path().string()});
+  EXPECT_EQ(st.exit_code, 0) << st.err;
+  EXPECT_NE(st.out.find("UNREADABLE"), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("LOADING"), std::string::npos) << st.out;
+  // A new loader replaces the stale and damaged ones.
+  for (const char* instance : {"halfway", "version", "short"}) {
+    const auto r = run_process(loader_argv(instance, {"--exit-after-publish"}));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(generate_attached(instance).out, kGroundTruth) << instance;
+  }
+}
+
+TEST_F(ResidentTest, QuantizedSegmentsStillTellTheStory) {
+  ASSERT_EQ(run_process(loader_argv("q8", {"--quant", "int8", "--exit-after-publish"})).exit_code, 0);
+  const auto q8 = generate_attached("q8", 40);
+  ASSERT_EQ(q8.exit_code, 0) << q8.err;
+  EXPECT_EQ(q8.out.substr(0, kFirstSentence.size()), kFirstSentence) << q8.out;
+
+  ASSERT_EQ(run_process(loader_argv("q4", {"--quant", "int4", "--exit-after-publish"})).exit_code, 0);
+  const auto q4 = generate_attached("q4", 60);
+  ASSERT_EQ(q4.exit_code, 0) << q4.err;
+  std::printf("int4 stories260K: %s\n", q4.out.c_str());
+  EXPECT_GT(q4.out.size(), 100u);
+  EXPECT_LT(std::filesystem::file_size(segment("q4")), std::filesystem::file_size(segment("q8")));
+}
+
+TEST_F(ResidentTest, TooSmallShmDirectoryFailsBeforeWritingAnything) {
+  // A real 256 KiB tmpfs, mounted in a private user and mount namespace.
+  const std::string dir = (shm_.path() / "small").string();
+  std::filesystem::create_directory(dir);
+  const std::string script = "mount -t tmpfs -o size=256k tmpfs " + dir + " || exit 77; " + hearth_bin("hearth-loader") +
+                             " --model " + model_.string() + " --shm-dir " + dir +
+                             " --exit-after-publish; echo \"rc=$?\"; ls -A " + dir + " | wc -l";
+  const auto r = run_process({"/usr/bin/unshare", "--user", "--map-root-user", "--mount", "/bin/sh", "-c", script});
+  if (r.exit_code == 77 || r.err.find("unshare") != std::string::npos) {
+    GTEST_SKIP() << "cannot mount a private tmpfs here: " << r.err;
+  }
+  EXPECT_NE(r.out.find("rc=1"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("ERR_SHM_TOO_SMALL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the model needs"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--quant"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\n0\n"), std::string::npos) << "the directory must stay empty: " << r.out;
+}
+
+TEST_F(ResidentTest, SplitSegmentsNeedATensorParallelEngine) {
+  ASSERT_EQ(run_process(loader_argv("tp2", {"--tp", "2", "--exit-after-publish"})).exit_code, 0);
+  const auto r = generate_attached("tp2", 5);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("2 tensor-parallel ranks"), std::string::npos) << r.err;
+  const auto bad = run_process(loader_argv("tp3", {"--tp", "3", "--exit-after-publish"}));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("must divide"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace hearth::testing

@@ -1,0 +1,35 @@
+// Where a CLI command gets a runnable model: from model files (read in this process) or
+// by attaching to an instance's resident weights segment (no model file is opened).
+// Either way the result holds the mapping that its tensor views point into.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "ipc/weights_segment.h"
+#include "loader/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth::cli {
+
+struct RunnableModel {
+  std::string name;
+  ModelConfig config;
+  std::vector<TensorView> tensors;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<LoadedModel> file;        // set when read from files
+  std::optional<AttachedWeights> attached;  // set when attached to a segment
+};
+
+Result<RunnableModel> open_model_files(const std::filesystem::path& model, const std::filesystem::path& tokenizer);
+
+// Attaches to hearth.<instance>.weights in `shm_dir` (empty: the default directory).
+Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir, bool populate);
+
+}  // namespace hearth::cli

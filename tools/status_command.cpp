@@ -1,0 +1,185 @@
+// `hearth status`: what lives in shared memory for each instance, read from the segments
+// themselves and from /proc (who created them, who holds them, who has them mapped).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <boost/json.hpp>
+
+#include "common/args.h"
+#include "common/process.h"
+#include "ipc/segment.h"
+#include "ipc/weights_segment.h"
+#include "tools/commands.h"
+
+namespace hearth::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: hearth status [--instance NAME] [--shm-dir DIR] [--json]
+
+Lists the shared-memory segments of one instance (or of all instances): model, format,
+size, state, fingerprint, the loader that created and the one that holds each segment
+(running or not), and the processes that have it mapped.
+)";
+
+std::string comm_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name.empty() ? "?" : name;
+}
+
+std::string local_time(uint64_t unix_ms) {
+  const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+boost::json::object describe(const std::filesystem::path& path, const std::string& what) {
+  boost::json::object o;
+  o["segment"] = what;
+  o["path"] = path.string();
+  std::error_code ec;
+  o["bytes"] = static_cast<uint64_t>(std::filesystem::file_size(path, ec));
+  boost::json::array attached;
+  for (int pid : processes_mapping(path)) {
+    if (pid == ::getpid()) continue;
+    attached.push_back(boost::json::object{{"pid", pid}, {"command", comm_of(pid)}});
+  }
+  o["attached"] = std::move(attached);
+  if (what != "weights") return o;
+
+  auto seg = ShmSegment::attach(path, /*writable=*/false);
+  if (!seg.is_ok() || seg->size() < kWeightsHeaderBytes) {
+    o["error"] = seg.is_ok() ? "too small to be a weights segment" : seg.status().to_string();
+    return o;
+  }
+  const auto* h = reinterpret_cast<const WeightsHeader*>(seg->data());
+  if (Status st = weights_header_check(*h, seg->size(), path); !st.is_ok()) {
+    o["error"] = st.to_string();
+    return o;
+  }
+  auto fixed = [](const char* s, size_t n) { return std::string(s, strnlen(s, n)); };
+  const uint32_t state = h->state.load(std::memory_order_acquire);
+  o["state"] = std::string(segment_state_name(state));
+  o["model"] = fixed(h->model_name, sizeof(h->model_name));
+  o["format"] = fixed(h->model_format, sizeof(h->model_format));
+  o["quant"] = fixed(h->quant, sizeof(h->quant));
+  o["source"] = fixed(h->source_path, sizeof(h->source_path));
+  o["source_bytes"] = h->source_bytes;
+  o["fingerprint"] = h->fingerprint.hex();
+  o["tp"] = h->tp_size;
+  o["created"] = local_time(h->created_unix_ms);
+  o["creator_pid"] = h->creator_pid;
+  o["creator_running"] = process_alive(h->creator_pid, h->creator_start_time);
+  const int owner = h->owner_pid.load(std::memory_order_acquire);
+  o["loader_pid"] = owner;
+  o["loader_running"] = process_alive(owner, h->owner_start_time.load(std::memory_order_relaxed));
+  return o;
+}
+
+void print_text(const std::map<std::string, std::vector<boost::json::object>>& instances) {
+  if (instances.empty()) {
+    std::printf("no hearth segments\n");
+    return;
+  }
+  for (const auto& [instance, segments] : instances) {
+    std::printf("instance %s\n", instance.c_str());
+    for (const auto& o : segments) {
+      const auto& what = o.at("segment").as_string();
+      std::printf("  %-8s %s  %s", what.c_str(), o.at("path").as_string().c_str(),
+                  human_bytes(o.at("bytes").to_number<uint64_t>()).c_str());
+      if (const auto* err = o.if_contains("error")) {
+        std::printf("  UNREADABLE: %s\n", err->as_string().c_str());
+      } else if (o.contains("state")) {
+        std::printf("  %s\n", o.at("state").as_string().c_str());
+        const std::string quant(o.at("quant").as_string());
+        std::printf("    model        %s (%s%s) from %s\n", o.at("model").as_string().c_str(),
+                    o.at("format").as_string().c_str(), quant.empty() ? "" : (", " + quant).c_str(),
+                    o.at("source").as_string().c_str());
+        std::printf("    fingerprint  %s, tensor parallel %lld\n", o.at("fingerprint").as_string().c_str(),
+                    static_cast<long long>(o.at("tp").to_number<int64_t>()));
+        std::printf("    created      %s by pid %lld (%s)\n", o.at("created").as_string().c_str(),
+                    static_cast<long long>(o.at("creator_pid").to_number<int64_t>()),
+                    o.at("creator_running").as_bool() ? "running" : "exited");
+        std::printf("    loader       pid %lld (%s)\n", static_cast<long long>(o.at("loader_pid").to_number<int64_t>()),
+                    o.at("loader_running").as_bool() ? "running" : "not running");
+      } else {
+        std::printf("\n");
+      }
+      std::string attached;
+      for (const auto& a : o.at("attached").as_array()) {
+        attached += fmt::format("{}{} ({})", attached.empty() ? "" : ", ", a.at("pid").to_number<int64_t>(),
+                                std::string(a.at("command").as_string()));
+      }
+      std::printf("    attached     %s\n", attached.empty() ? "none" : attached.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+int status_command(const std::vector<std::string>& argv) {
+  auto args = Args::parse(argv, {"instance", "shm-dir"}, {"json", "help"});
+  if (!args.is_ok()) {
+    std::fprintf(stderr, "hearth status: %s\n\n%s", args.status().message().c_str(), kUsage);
+    return 2;
+  }
+  if (args->has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const std::string only = args->get("instance").value_or("");
+  if (!only.empty()) {
+    if (Status st = instance_name_check(only); !st.is_ok()) {
+      std::fprintf(stderr, "hearth status: %s\n", st.to_string().c_str());
+      return 2;
+    }
+  }
+  const std::filesystem::path dir = args->get("shm-dir").value_or(shm_dir_default().string());
+  std::map<std::string, std::vector<boost::json::object>> instances;
+  std::error_code ec;
+  std::vector<std::filesystem::path> paths;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) paths.push_back(entry.path());
+  if (ec) {
+    std::fprintf(stderr, "hearth status: cannot list %s: %s\n", dir.c_str(), ec.message().c_str());
+    return 1;
+  }
+  std::sort(paths.begin(), paths.end());
+  for (const auto& path : paths) {
+    const std::string name = path.filename().string();  // hearth.<instance>.<what>
+    if (!name.starts_with("hearth.")) continue;
+    const size_t dot = name.find('.', 7);
+    if (dot == std::string::npos) continue;
+    const std::string instance = name.substr(7, dot - 7), what = name.substr(dot + 1);
+    if (!only.empty() && instance != only) continue;
+    instances[instance].push_back(describe(path, what));
+  }
+  if (args->has("json")) {
+    boost::json::object out;
+    for (auto& [instance, segments] : instances) {
+      boost::json::array a;
+      for (auto& s : segments) a.push_back(std::move(s));
+      out[instance] = std::move(a);
+    }
+    std::printf("%s\n", boost::json::serialize(out).c_str());
+    return 0;
+  }
+  if (!only.empty() && instances.empty()) {
+    std::printf("instance %s has no segments in %s (is hearth-loader running with --instance %s?)\n", only.c_str(),
+                dir.c_str(), only.c_str());
+    return 0;
+  }
+  print_text(instances);
+  return 0;
+}
+
+}  // namespace hearth::cli
