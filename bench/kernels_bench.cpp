@@ -1,6 +1,7 @@
 // Micro-benchmarks of the CPU kernels: matrix-vector (decode) and matrix-matrix
 // (prefill) products per weight format, with achieved weight bandwidth (GB/s) and
-// GFLOP/s. Run: build/bin/kernels_bench [--benchmark_filter=...]
+// GFLOP/s, one thread, on the instruction-set path this CPU gets (HEARTH_CPU_ISA narrows
+// it). Run: build/bin/kernels_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
 
 namespace {
@@ -46,10 +48,23 @@ std::vector<std::byte> random_weights(DType type, int64_t rows, int64_t cols) {
 void BM_Matmul(benchmark::State& state, DType type) {
   const int64_t rows = state.range(0), cols = state.range(1), n = state.range(2);
   const auto w = random_weights(type, rows, cols);
-  std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * rows)), scratch(cols);
-  const hearth::kernels::cpu::MatmulParams p{type, w.data(), rows, cols, x.data(), n, y.data()};
+  std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * rows));
+  std::vector<std::byte> scratch(hearth::kernels::cpu::quantized_activation_bytes(n, cols));
+  hearth::kernels::cpu::MatmulParams p;
+  p.type = type;
+  p.w = w.data();
+  p.rows = rows;
+  p.cols = cols;
+  p.x = x.data();
+  p.n_tokens = n;
+  p.y = y.data();
+  hearth::kernels::cpu::QuantizedActivations xq;
   for (auto _ : state) {
-    hearth::kernels::cpu::matmul_rows(p, 0, rows, scratch.data());
+    if (hearth::kernels::cpu::matmul_uses_quantized_activations(type)) {
+      xq = hearth::kernels::cpu::quantize_activations(x.data(), n, cols, scratch.data());
+      p.xq = &xq;
+    }
+    hearth::kernels::cpu::matmul_rows(p, 0, rows);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) * static_cast<double>(state.iterations()),
@@ -57,6 +72,7 @@ void BM_Matmul(benchmark::State& state, DType type) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(rows * cols * n) * static_cast<double>(state.iterations()) / 1e9,
                          benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(hearth::kernels::cpu::cpu_isa_name(hearth::kernels::cpu::cpu_isa())) + ", 1 thread");
 }
 
 void shapes(benchmark::internal::Benchmark* b) {

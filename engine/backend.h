@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "common/dtype.h"
 #include "common/model_config.h"
@@ -37,17 +38,37 @@ enum class BackendOp : uint8_t {
 // Memory owned by a backend (host or device), freed when the handle dies. Move-only.
 class BackendBuffer {
  public:
-  using Deleter = void (*)(void*) noexcept;
+  using Deleter = void (*)(void* data, size_t bytes) noexcept;
   BackendBuffer() = default;
-  BackendBuffer(void* data, size_t bytes, Deleter deleter) : data_(data, deleter), bytes_(bytes) {}
+  BackendBuffer(void* data, size_t bytes, Deleter deleter) : data_(data), bytes_(bytes), deleter_(deleter) {}
+  BackendBuffer(BackendBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)), deleter_(other.deleter_) {}
+  BackendBuffer& operator=(BackendBuffer&& other) noexcept {
+    if (this != &other) {
+      reset();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+      deleter_ = other.deleter_;
+    }
+    return *this;
+  }
+  BackendBuffer(const BackendBuffer&) = delete;
+  BackendBuffer& operator=(const BackendBuffer&) = delete;
+  ~BackendBuffer() { reset(); }
 
-  void* data() const { return data_.get(); }
-  float* f32() const { return static_cast<float*>(data_.get()); }
+  void* data() const { return data_; }
+  float* f32() const { return static_cast<float*>(data_); }
   size_t bytes() const { return bytes_; }
 
  private:
-  std::unique_ptr<void, Deleter> data_{nullptr, [](void*) noexcept {}};
+  void reset() noexcept {
+    if (data_ != nullptr && deleter_ != nullptr) deleter_(data_, bytes_);
+    data_ = nullptr;
+  }
+
+  void* data_ = nullptr;
   size_t bytes_ = 0;
+  Deleter deleter_ = nullptr;
 };
 
 // Where one layer's K and V rows go: token t of the batch is stored at cache slot
@@ -100,7 +121,8 @@ class Backend {
 };
 
 struct CpuBackendOptions {
-  bool use_reference = false;  // the scalar reference kernels (tests and debugging)
+  bool use_reference = false;  // the scalar reference kernels, one thread (tests and debugging)
+  int threads = 0;             // 0: default_thread_count() (HEARTH_THREADS, else every core)
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options = {});

@@ -1,10 +1,14 @@
 // The CPU backend: host memory, kernels/cpu for the ops (or kernels/reference when
-// asked, for tests). Single-threaded for now; the step loop calls it from one thread.
+// asked, for tests), split across a persistent thread pool. Large buffers are anonymous
+// mappings, so a KV cache costs memory only for the blocks that get used.
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
@@ -14,23 +18,41 @@ namespace hearth {
 namespace {
 
 constexpr size_t kAlignment = 64;
+constexpr size_t kMapThreshold = 1u << 20;  // larger buffers come from mmap: zero pages on demand
+
+// Rows per task: enough tasks to balance the threads, each big enough to amortise the
+// hand-out, a multiple of 8 rows.
+int64_t rows_per_task(int64_t rows, int threads) {
+  if (threads <= 1) return rows;
+  const int64_t target = (rows + threads * 8 - 1) / (threads * 8);
+  return std::max<int64_t>(8, (target + 7) / 8 * 8);
+}
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(const CpuBackendOptions& options) : reference_(options.use_reference) {}
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : reference_(options.use_reference), pool_(options.use_reference ? 1 : options.threads) {}
 
   std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
 
   bool supports(BackendOp, DType) const override { return true; }  // every op, every DType
 
   Result<BackendBuffer> alloc(size_t bytes) override {
+    if (bytes >= kMapThreshold) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
+        return make_error(ErrorCode::kResourceExhausted, "cannot map {} MiB of host memory", bytes >> 20);
+      }
+      ::madvise(p, bytes, MADV_HUGEPAGE);
+      return BackendBuffer(p, bytes, [](void* q, size_t n) noexcept { ::munmap(q, n); });
+    }
     const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
     void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
     if (p == nullptr) {
       return make_error(ErrorCode::kResourceExhausted, "cannot allocate {} MiB of host memory", bytes >> 20);
     }
     std::memset(p, 0, rounded);
-    return BackendBuffer(p, bytes, [](void* q) noexcept { std::free(q); });
+    return BackendBuffer(p, bytes, [](void* q, size_t) noexcept { std::free(q); });
   }
 
   void write(const BackendBuffer& dst, size_t offset, const void* src, size_t bytes) override {
@@ -59,9 +81,29 @@ class CpuBackend final : public Backend {
       kernels::ref::matmul(w.dtype, w.data, w.rows(), w.cols(), x, n, y);
       return;
     }
-    if (scratch_.size() < static_cast<size_t>(w.cols())) scratch_.resize(static_cast<size_t>(w.cols()));
-    const kernels::cpu::MatmulParams p{w.dtype, w.data, w.rows(), w.cols(), x, n, y};
-    kernels::cpu::matmul_rows(p, 0, w.rows(), scratch_.data());
+    kernels::cpu::MatmulParams p;
+    p.type = w.dtype;
+    p.w = w.data;
+    p.rows = w.rows();
+    p.cols = w.cols();
+    p.x = x;
+    p.n_tokens = n;
+    p.y = y;
+    kernels::cpu::QuantizedActivations xq;
+    if (kernels::cpu::matmul_uses_quantized_activations(w.dtype)) {
+      const size_t bytes = kernels::cpu::quantized_activation_bytes(n, p.cols);
+      if (scratch_.size() < bytes) scratch_.resize(bytes);
+      xq = kernels::cpu::quantize_activations(x, n, p.cols, scratch_.data());
+      p.xq = &xq;
+    }
+    if (!pool_.worth_splitting(p.rows * p.cols * n)) {
+      kernels::cpu::matmul_rows(p, 0, p.rows);
+      return;
+    }
+    const int64_t chunk = rows_per_task(p.rows, pool_.size());
+    pool_.parallel_for((p.rows + chunk - 1) / chunk, [&](int64_t task) {
+      kernels::cpu::matmul_rows(p, task * chunk, std::min(p.rows, (task + 1) * chunk));
+    });
   }
 
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
@@ -93,7 +135,16 @@ class CpuBackend final : public Backend {
     if (reference_) {
       kernels::ref::attention(p);
     } else {
-      kernels::cpu::attention(p, 0, p.n_heads);
+      // Work: every query against its keys, roughly.
+      const int64_t work = static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim *
+                           (p.positions[p.n_tokens - 1] + 1);
+      if (!pool_.worth_splitting(work)) {
+        kernels::cpu::attention(p, 0, p.n_heads);
+        return;
+      }
+      pool_.parallel_for(p.n_heads, [&](int64_t h) {
+        kernels::cpu::attention(p, static_cast<int32_t>(h), static_cast<int32_t>(h + 1));
+      });
     }
   }
 
@@ -119,7 +170,8 @@ class CpuBackend final : public Backend {
 
  private:
   bool reference_;
-  std::vector<float> scratch_;
+  ThreadPool pool_;
+  std::vector<std::byte> scratch_;  // quantized activations; grows to the largest matmul once
 };
 
 }  // namespace

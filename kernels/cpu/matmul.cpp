@@ -1,9 +1,12 @@
 #include "kernels/cpu/matmul.h"
 
 #include <array>
+#include <cmath>
 #include <memory>
 
 #include "common/half.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/matmul_paths.h"
 
 namespace hearth::kernels::cpu {
 namespace {
@@ -17,8 +20,7 @@ const float* fp16_table() {
   return table.get();
 }
 
-// Eight partial sums keep the loop free of a serial dependency and let the compiler
-// use vector registers without reassociating a single sum.
+// Eight partial sums keep the loop free of a serial dependency.
 template <typename Load>
 float dot8(const float* x, int64_t n, Load load) {
   std::array<float, 8> acc{};
@@ -31,64 +33,114 @@ float dot8(const float* x, int64_t n, Load load) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
-float dot_q8_0(const BlockQ8_0* b, const float* x, int64_t n) {
+float dot_q8_0(const BlockQ8_0* w, const int8_t* xq, const float* xd, int64_t n_blocks) {
   const float* lut = fp16_table();
-  float sum = 0.0f;
-  for (int64_t blk = 0; blk < n / kQ8_0BlockSize; ++blk) {
-    const float* xb = x + blk * kQ8_0BlockSize;
-    std::array<float, 8> acc{};
-    for (int j = 0; j < kQ8_0BlockSize; j += 8) {
-      for (int k = 0; k < 8; ++k) acc[k] += static_cast<float>(b[blk].qs[j + k]) * xb[j + k];
-    }
-    const float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    sum += lut[b[blk].d] * s;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    int32_t isum = 0;
+    for (int j = 0; j < kQ8_0BlockSize; ++j) isum += static_cast<int32_t>(w[b].qs[j]) * xq[b * 32 + j];
+    acc += (lut[w[b].d] * xd[b]) * static_cast<float>(isum);
   }
-  return sum;
+  return acc;
 }
 
-float dot_q4_0(const BlockQ4_0* b, const float* x, int64_t n) {
+float dot_q4_0(const BlockQ4_0* w, const int8_t* xq, const float* xd, int64_t n_blocks) {
   const float* lut = fp16_table();
-  float sum = 0.0f;
-  for (int64_t blk = 0; blk < n / kQ4_0BlockSize; ++blk) {
-    const float* xb = x + blk * kQ4_0BlockSize;
-    std::array<float, 8> lo{}, hi{};
-    for (int j = 0; j < 16; j += 8) {
-      for (int k = 0; k < 8; ++k) {
-        const uint8_t q = b[blk].qs[j + k];
-        lo[k] += static_cast<float>((q & 0x0f) - 8) * xb[j + k];
-        hi[k] += static_cast<float>((q >> 4) - 8) * xb[j + k + 16];
-      }
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    int32_t isum = 0;
+    for (int j = 0; j < 16; ++j) {
+      isum += ((w[b].qs[j] & 0x0f) - 8) * xq[b * 32 + j];
+      isum += ((w[b].qs[j] >> 4) - 8) * xq[b * 32 + j + 16];
     }
-    float s = 0.0f;
-    for (int k = 0; k < 8; ++k) s += lo[k] + hi[k];
-    sum += lut[b[blk].d] * s;
+    acc += (lut[w[b].d] * xd[b]) * static_cast<float>(isum);
   }
-  return sum;
+  return acc;
 }
 
 }  // namespace
 
-float fp16_lut(uint16_t h) { return fp16_table()[h]; }
+size_t quantized_activation_bytes(int64_t n_tokens, int64_t cols) {
+  const auto blocks = static_cast<size_t>(n_tokens * (cols / 32));
+  return static_cast<size_t>(n_tokens * cols) + 2 * blocks * sizeof(float) + 64;
+}
 
-float dot_row(DType type, const void* row, const float* x, int64_t n) {
-  switch (type) {
-    case DType::kF32: {
-      const auto* w = static_cast<const float*>(row);
-      return dot8(x, n, [w](int64_t i) { return w[i]; });
+QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, void* scratch) {
+  QuantizedActivations q;
+  q.cols = cols;
+  q.n_tokens = n_tokens;
+  const int64_t blocks = cols / 32;
+  auto* base = static_cast<std::byte*>(scratch);
+  q.d = reinterpret_cast<float*>(base);
+  q.s = q.d + n_tokens * blocks;
+  q.qs = reinterpret_cast<int8_t*>(q.s + n_tokens * blocks);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* v = x + t * cols + b * 32;
+      float amax = 0.0f;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(v[j]));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int8_t* out = q.qs + t * cols + b * 32;
+      int32_t sum = 0;
+      for (int j = 0; j < 32; ++j) {
+        out[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
+        sum += out[j];
+      }
+      q.d[t * blocks + b] = d;
+      q.s[t * blocks + b] = d * static_cast<float>(sum);
     }
-    case DType::kF16: {
-      const auto* w = static_cast<const uint16_t*>(row);
-      const float* lut = fp16_table();
-      return dot8(x, n, [w, lut](int64_t i) { return lut[w[i]]; });
-    }
-    case DType::kBF16: {
-      const auto* w = static_cast<const uint16_t*>(row);
-      return dot8(x, n, [w](int64_t i) { return bf16_to_f32(w[i]); });
-    }
-    case DType::kQ8_0: return dot_q8_0(static_cast<const BlockQ8_0*>(row), x, n);
-    case DType::kQ4_0: return dot_q4_0(static_cast<const BlockQ4_0*>(row), x, n);
   }
-  return 0.0f;
+  return q;
+}
+
+bool matmul_uses_quantized_activations(DType type) { return type == DType::kQ8_0 || type == DType::kQ4_0; }
+
+void matmul_rows_scalar(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  const uint64_t row_bytes = *dtype_bytes(p.type, p.cols);
+  const float* lut = fp16_table();
+  const int64_t blocks = p.cols / 32;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const std::byte* row = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(r) * row_bytes;
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      const float* x = p.x + t * p.cols;
+      float y = 0.0f;
+      switch (p.type) {
+        case DType::kF32: {
+          const auto* w = reinterpret_cast<const float*>(row);
+          y = dot8(x, p.cols, [w](int64_t i) { return w[i]; });
+          break;
+        }
+        case DType::kF16: {
+          const auto* w = reinterpret_cast<const uint16_t*>(row);
+          y = dot8(x, p.cols, [w, lut](int64_t i) { return lut[w[i]]; });
+          break;
+        }
+        case DType::kBF16: {
+          const auto* w = reinterpret_cast<const uint16_t*>(row);
+          y = dot8(x, p.cols, [w](int64_t i) { return bf16_to_f32(w[i]); });
+          break;
+        }
+        case DType::kQ8_0:
+          y = dot_q8_0(reinterpret_cast<const BlockQ8_0*>(row), p.xq->qs + t * p.cols, p.xq->d + t * blocks, blocks);
+          break;
+        case DType::kQ4_0:
+          y = dot_q4_0(reinterpret_cast<const BlockQ4_0*>(row), p.xq->qs + t * p.cols, p.xq->d + t * blocks, blocks);
+          break;
+      }
+      p.y[t * p.rows + r] = y;
+    }
+  }
+}
+
+void matmul_rows(const MatmulParams& params, int64_t row_begin, int64_t row_end) {
+  MatmulParams p = params;
+  p.row_bytes = *dtype_bytes(p.type, p.cols);
+  switch (cpu_isa()) {
+    case CpuIsa::kAvx512: matmul_rows_avx512(p, row_begin, row_end); return;
+    case CpuIsa::kAvx2: matmul_rows_avx2(p, row_begin, row_end); return;
+    case CpuIsa::kScalar: matmul_rows_scalar(p, row_begin, row_end); return;
+  }
 }
 
 void dequantize_row(DType type, const void* row, float* dst, int64_t n) {
@@ -128,27 +180,6 @@ void dequantize_row(DType type, const void* row, float* dst, int64_t n) {
         }
       }
       return;
-    }
-  }
-}
-
-void matmul_rows(const MatmulParams& p, int64_t row_begin, int64_t row_end, float* scratch) {
-  const auto row_bytes = static_cast<int64_t>(*dtype_bytes(p.type, p.cols));
-  const auto* w = static_cast<const std::byte*>(p.w);
-  if (p.n_tokens == 1) {
-    for (int64_t r = row_begin; r < row_end; ++r) p.y[r] = dot_row(p.type, w + r * row_bytes, p.x, p.cols);
-    return;
-  }
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    const float* row;
-    if (p.type == DType::kF32) {
-      row = reinterpret_cast<const float*>(w + r * row_bytes);
-    } else {
-      dequantize_row(p.type, w + r * row_bytes, scratch, p.cols);
-      row = scratch;
-    }
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      p.y[t * p.rows + r] = dot8(p.x + t * p.cols, p.cols, [row](int64_t i) { return row[i]; });
     }
   }
 }

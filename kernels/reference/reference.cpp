@@ -46,9 +46,64 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
   }
 }
 
+namespace {
+
+// x quantized per 32 values, as integers and one scale per block.
+void quantize_blocks(const float* x, int64_t n, std::vector<int32_t>& q, std::vector<float>& d) {
+  q.resize(static_cast<size_t>(n));
+  d.resize(static_cast<size_t>(n / 32));
+  for (int64_t b = 0; b < n / 32; ++b) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b * 32 + j]));
+    d[static_cast<size_t>(b)] = amax / 127.0f;
+    const float id = amax != 0.0f ? 1.0f / d[static_cast<size_t>(b)] : 0.0f;
+    for (int j = 0; j < 32; ++j) q[static_cast<size_t>(b * 32 + j)] = static_cast<int32_t>(std::nearbyint(x[b * 32 + j] * id));
+  }
+}
+
+// One quantized weight's integer value and its block's scale.
+void weight_ints(DType type, const std::byte* row, int64_t cols, std::vector<int32_t>& q, std::vector<float>& d) {
+  q.resize(static_cast<size_t>(cols));
+  d.resize(static_cast<size_t>(cols / 32));
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    if (type == DType::kQ8_0) {
+      const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+      d[static_cast<size_t>(b)] = fp16_to_f32(blk.d);
+      for (int j = 0; j < 32; ++j) q[static_cast<size_t>(b * 32 + j)] = blk.qs[j];
+    } else {
+      const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+      d[static_cast<size_t>(b)] = fp16_to_f32(blk.d);
+      for (int j = 0; j < 16; ++j) {
+        q[static_cast<size_t>(b * 32 + j)] = (blk.qs[j] & 0x0f) - 8;
+        q[static_cast<size_t>(b * 32 + j + 16)] = (blk.qs[j] >> 4) - 8;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void matmul(DType type, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y) {
-  std::vector<float> row(static_cast<size_t>(cols));
   const auto row_bytes = static_cast<int64_t>(*dtype_bytes(type, cols));
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+    std::vector<int32_t> wq, xq;
+    std::vector<float> wd, xd;
+    for (int64_t r = 0; r < rows; ++r) {
+      weight_ints(type, static_cast<const std::byte*>(w) + r * row_bytes, cols, wq, wd);
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        quantize_blocks(x + t * cols, cols, xq, xd);
+        float sum = 0.0f;
+        for (int64_t b = 0; b < cols / 32; ++b) {
+          int32_t isum = 0;
+          for (int j = 0; j < 32; ++j) isum += wq[static_cast<size_t>(b * 32 + j)] * xq[static_cast<size_t>(b * 32 + j)];
+          sum += (wd[static_cast<size_t>(b)] * xd[static_cast<size_t>(b)]) * static_cast<float>(isum);
+        }
+        y[t * rows + r] = sum;
+      }
+    }
+    return;
+  }
+  std::vector<float> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row(type, static_cast<const std::byte*>(w) + r * row_bytes, row.data(), cols);
     for (int64_t t = 0; t < n_tokens; ++t) {

@@ -16,6 +16,9 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 // y[t, r] = sum_c W[r, c] * x[t, c] for r < rows, t < n_tokens.
 // w: [rows, cols] of `type`; x: [n_tokens, cols]; y: [n_tokens, rows].
+// For Q8_0/Q4_0 weights x is first quantized per 32 values (d = max|x| / 127, q =
+// round-to-nearest-even(x / d)) and each block contributes d_w * d_x * sum(q_w * q_x),
+// the function the CPU kernels compute (kernels/cpu/matmul.h).
 void matmul(DType type, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y);
 
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for each of n rows of dim values.

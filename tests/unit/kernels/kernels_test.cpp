@@ -8,6 +8,7 @@
 
 #include "common/half.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/reference/reference.h"
@@ -26,31 +27,78 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f
 // Realistic blocks through the loader's quantizers (ggml's reference rules).
 std::vector<std::byte> encode(DType type, const std::vector<float>& x) { return quantize(type, x); }
 
+// Runs the CPU matmul for `p` on the currently forced path, quantizing x when the
+// weights need it.
+void cpu_matmul(cpu::MatmulParams p, int64_t row_begin, int64_t row_end) {
+  std::vector<std::byte> scratch(cpu::quantized_activation_bytes(p.n_tokens, p.cols));
+  cpu::QuantizedActivations xq;
+  if (cpu::matmul_uses_quantized_activations(p.type)) {
+    xq = cpu::quantize_activations(p.x, p.n_tokens, p.cols, scratch.data());
+    p.xq = &xq;
+  }
+  cpu::matmul_rows(p, row_begin, row_end);
+}
+
+// Every instruction-set path this machine has, forced in turn.
+std::vector<cpu::CpuIsa> available_paths() {
+  std::vector<cpu::CpuIsa> out;
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::kScalar, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(cpu::cpu_isa_detected())) out.push_back(isa);
+  }
+  return out;
+}
+
+class IsaGuard {
+ public:
+  IsaGuard() : saved_(cpu::cpu_isa()) {}
+  ~IsaGuard() { cpu::cpu_isa_force(saved_); }
+
+ private:
+  cpu::CpuIsa saved_;
+};
+
 class MatmulTest : public ::testing::TestWithParam<DType> {};
 
-TEST_P(MatmulTest, MatchesReferenceOnRaggedShapes) {
+TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
   const DType type = GetParam();
-  std::mt19937 rng(1234 + static_cast<int>(type));
-  const int block = dtype_block_elems(type);
-  const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
-      {1, block, 1}, {7, 3 * block, 1}, {13, 5 * block, 3}, {33, 9 * block, 5}, {64, 32 * block, 17}};
-  for (auto [rows, cols, n] : shapes) {
-    if (block == 1) cols += 3;  // plain types: not a multiple of the vector width either
-    const auto wf = random_floats(static_cast<size_t>(rows * cols), rng);
-    const auto w = encode(type, wf);
-    const auto x = random_floats(static_cast<size_t>(n * cols), rng);
-    std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size()), scratch(static_cast<size_t>(cols));
-    ref::matmul(type, w.data(), rows, cols, x.data(), n, want.data());
-    cpu::matmul_rows({type, w.data(), rows, cols, x.data(), n, got.data()}, 0, rows, scratch.data());
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::sqrt(static_cast<float>(cols))))
-          << dtype_name(type) << " " << rows << "x" << cols << " n=" << n << " at " << i;
+  IsaGuard guard;
+  const int block = dtype_block_elems(type) == 1 ? 32 : dtype_block_elems(type);
+  // Columns: whole blocks, odd block counts (a lone block after the pairs), and for plain
+  // types widths that are not multiples of any vector.
+  std::vector<int64_t> col_counts = {block, 3 * block, 9 * block, 64 * block};
+  if (dtype_block_elems(type) == 1) col_counts.insert(col_counts.end(), {1, 7, 19, 67, 133});
+  for (cpu::CpuIsa isa : available_paths()) {
+    ASSERT_TRUE(cpu::cpu_isa_force(isa));
+    std::mt19937 rng(1234 + static_cast<int>(type));
+    for (int64_t cols : col_counts) {
+      for (int64_t n : {1, 2, 3, 4, 5, 9}) {
+        const int64_t rows = 13;
+        const auto w = encode(type, random_floats(static_cast<size_t>(rows * cols), rng));
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng);
+        std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
+        ref::matmul(type, w.data(), rows, cols, x.data(), n, want.data());
+        cpu::MatmulParams p;
+        p.type = type;
+        p.w = w.data();
+        p.rows = rows;
+        p.cols = cols;
+        p.x = x.data();
+        p.n_tokens = n;
+        p.y = got.data();
+        cpu_matmul(p, 0, rows);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::sqrt(static_cast<float>(cols))))
+              << dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ": " << rows << "x" << cols << " n=" << n
+              << " at " << i;
+        }
+        // Split row ranges give the same rows (how the thread pool calls it).
+        std::vector<float> split(want.size());
+        p.y = split.data();
+        cpu_matmul(p, 0, 5);
+        cpu_matmul(p, 5, rows);
+        EXPECT_EQ(split, got);
+      }
     }
-    // Split row ranges give the same rows (how a thread pool will call it).
-    std::vector<float> split(want.size());
-    cpu::matmul_rows({type, w.data(), rows, cols, x.data(), n, split.data()}, 0, rows / 2, scratch.data());
-    cpu::matmul_rows({type, w.data(), rows, cols, x.data(), n, split.data()}, rows / 2, rows, scratch.data());
-    EXPECT_EQ(split, got);
   }
 }
 
@@ -68,6 +116,32 @@ TEST_P(MatmulTest, DequantizeMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+TEST(KernelsTest, ActivationQuantizationIsExactWhereItShouldBe) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i - 32) * 0.5f;
+  std::vector<std::byte> scratch(cpu::quantized_activation_bytes(1, 64));
+  const auto q = cpu::quantize_activations(x.data(), 1, 64, scratch.data());
+  EXPECT_FLOAT_EQ(q.d[0], 16.0f / 127.0f);
+  EXPECT_EQ(q.qs[0], -127);  // -16 is the block's largest magnitude
+  int sum = 0;
+  for (int j = 0; j < 32; ++j) sum += q.qs[j];
+  EXPECT_FLOAT_EQ(q.s[0], q.d[0] * static_cast<float>(sum));
+  std::vector<float> zeros(32, 0.0f);
+  const auto z = cpu::quantize_activations(zeros.data(), 1, 32, scratch.data());
+  EXPECT_EQ(z.d[0], 0.0f);
+  EXPECT_EQ(z.qs[5], 0);
+}
+
+TEST(KernelsTest, IsaSelectionCanBeNarrowedButNotWidened) {
+  IsaGuard guard;
+  EXPECT_TRUE(cpu::cpu_isa_force(cpu::CpuIsa::kScalar));
+  EXPECT_EQ(cpu::cpu_isa(), cpu::CpuIsa::kScalar);
+  if (cpu::cpu_isa_detected() != cpu::CpuIsa::kAvx512) {
+    EXPECT_FALSE(cpu::cpu_isa_force(cpu::CpuIsa::kAvx512));
+  }
+  std::printf("this CPU: %s\n", std::string(cpu::cpu_isa_name(cpu::cpu_isa_detected())).c_str());
+}
 
 TEST(KernelsTest, QuantizedReferenceDequantizesGgmlBlocksExactly) {
   BlockQ4_0 b{};

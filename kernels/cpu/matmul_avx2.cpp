@@ -1,0 +1,142 @@
+// matmul_rows on AVX2 + FMA + F16C. Compiled with those target flags; only called when
+// the CPU has them (isa.h). A row is multiplied with up to kTokenGroup tokens at once,
+// so each weight vector is loaded (and widened or unpacked) once per group.
+#include <immintrin.h>
+
+#include "kernels/cpu/matmul_paths.h"
+
+namespace hearth::kernels::cpu {
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 widen8(const uint16_t* p, bool bf16) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+inline float widen1(const float* p) { return *p; }
+inline float widen1(const uint16_t* p, bool bf16) {
+  return bf16 ? _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(*p) << 16))) : _cvtsh_ss(*p);
+}
+
+template <int N, typename W, typename Load, typename Load1>
+void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load load, Load1 load1) {
+  __m256 acc[N][2];
+  for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  const int64_t n = p.cols;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 w0 = load(w + i), w1 = load(w + i + 8);
+    for (int t = 0; t < N; ++t) {
+      const float* x = p.x + (t0 + t) * n + i;
+      acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[t][0]);
+      acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), acc[t][1]);
+    }
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 w0 = load(w + i);
+    for (int t = 0; t < N; ++t) acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p.x + (t0 + t) * n + i), acc[t][0]);
+  }
+  for (int t = 0; t < N; ++t) {
+    float sum = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+    for (int64_t j = i; j < n; ++j) sum += load1(w + j) * p.x[(t0 + t) * n + j];
+    out[t] = sum;
+  }
+}
+
+template <int N>
+void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out) {
+  const int64_t blocks = p.cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[N];
+  for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i aw = _mm256_sign_epi8(wv, wv);
+    const float d = _cvtsh_ss(w[b].d);
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
+      const __m256i p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p16, ones)), _mm256_set1_ps(d * p.xq->d[tb]),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
+}
+
+template <int N>
+void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out) {
+  const int64_t blocks = p.cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  __m256 acc[N];
+  float offset[N];  // sum of d_w * d_x * sum(q_x): the "- 8" of every weight, applied once
+  for (int t = 0; t < N; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    offset[t] = 0.0f;
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
+    const float d = _cvtsh_ss(w[b].d);
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
+      const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), ones));
+      acc[t] = _mm256_fmadd_ps(s, _mm256_set1_ps(d * p.xq->d[tb]), acc[t]);
+      offset[t] += d * p.xq->s[tb];
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]) - 8.0f * offset[t];
+}
+
+template <int N>
+void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* out) {
+  switch (p.type) {
+    case DType::kF32: {
+      const auto* w = reinterpret_cast<const float*>(row);
+      rows_float<N>(w, p, t0, out, [](const float* q) { return widen8(q); }, [](const float* q) { return widen1(q); });
+      return;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      const auto* w = reinterpret_cast<const uint16_t*>(row);
+      const bool bf16 = p.type == DType::kBF16;
+      rows_float<N>(w, p, t0, out, [bf16](const uint16_t* q) { return widen8(q, bf16); },
+                    [bf16](const uint16_t* q) { return widen1(q, bf16); });
+      return;
+    }
+    case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
+    case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
+  }
+}
+
+}  // namespace
+
+void matmul_rows_avx2(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  const uint64_t row_bytes = p.row_bytes;
+  float out[kTokenGroup];
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const std::byte* row = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(r) * row_bytes;
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokenGroup) {
+      const int64_t n = p.n_tokens - t0 < kTokenGroup ? p.n_tokens - t0 : kTokenGroup;
+      switch (n) {
+        case 1: row_group<1>(p, row, t0, out); break;
+        case 2: row_group<2>(p, row, t0, out); break;
+        case 3: row_group<3>(p, row, t0, out); break;
+        default: row_group<4>(p, row, t0, out); break;
+      }
+      for (int64_t t = 0; t < n; ++t) p.y[(t0 + t) * p.rows + r] = out[t];
+    }
+  }
+}
+
+}  // namespace hearth::kernels::cpu

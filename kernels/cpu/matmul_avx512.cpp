@@ -1,0 +1,185 @@
+// matmul_rows on AVX-512 (F, BW, VL, VNNI) + F16C + FMA. Compiled with those target
+// flags; only called when the CPU has them (isa.h). A row is multiplied with up to
+// kTokenGroup tokens at once, so each weight vector is loaded (and widened or unpacked)
+// once per group. Quantized blocks go two at a time into a 512-bit register and are
+// multiplied with VNNI (vpdpbusd).
+#include <immintrin.h>
+
+#include "kernels/cpu/matmul_paths.h"
+
+namespace hearth::kernels::cpu {
+namespace {
+
+inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 widen16(const uint16_t* p, bool bf16) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
+inline float widen1(const float* p) { return *p; }
+inline float widen1(const uint16_t* p, bool bf16) {
+  return bf16 ? _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(*p) << 16))) : _cvtsh_ss(*p);
+}
+
+inline float hsum256(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// [a x 8 | b x 8]
+inline __m512 two_scales(float a, float b) {
+  return _mm512_castpd_ps(
+      _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+}
+
+// Float weights (F32, or F16/BF16 widened on the fly) times N token rows.
+template <int N, typename W, typename Load, typename Load1>
+void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load load, Load1 load1) {
+  __m512 acc[N][2];
+  for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
+  const int64_t n = p.cols;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 w0 = load(w + i), w1 = load(w + i + 16);
+    for (int t = 0; t < N; ++t) {
+      const float* x = p.x + (t0 + t) * n + i;
+      acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[t][0]);
+      acc[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[t][1]);
+    }
+  }
+  for (; i + 16 <= n; i += 16) {
+    const __m512 w0 = load(w + i);
+    for (int t = 0; t < N; ++t) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(p.x + (t0 + t) * n + i), acc[t][0]);
+  }
+  for (int t = 0; t < N; ++t) {
+    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
+    for (int64_t j = i; j < n; ++j) sum += load1(w + j) * p.x[(t0 + t) * n + j];
+    out[t] = sum;
+  }
+}
+
+// Q8_0 weights times N tokens' quantized activations.
+template <int N>
+void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out) {
+  const int64_t blocks = p.cols / 32;
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 acc[N];
+  float tail[N];
+  for (int t = 0; t < N; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    tail[t] = 0.0f;
+  }
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs));
+    const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
+    // vpdpbusd multiplies unsigned by signed bytes: |w| times x carrying w's sign.
+    const __mmask64 negative = _mm512_movepi8_mask(wv);
+    const __m512i aw = _mm512_abs_epi8(wv);
+    const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const __m512i xv = _mm512_loadu_si512(p.xq->qs + tb * 32);
+      const __m512i isum = _mm512_dpbusd_epi32(zero, aw, _mm512_mask_sub_epi8(xv, negative, zero, xv));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), two_scales(d0 * p.xq->d[tb], d1 * p.xq->d[tb + 1]), acc[t]);
+    }
+  }
+  for (; b < blocks; ++b) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
+    const float d = _cvtsh_ss(w[b].d);
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
+      const __m256i isum =
+          _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+      tail[t] += d * p.xq->d[tb] * hsum256(_mm256_cvtepi32_ps(isum));
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) + tail[t];
+}
+
+// Q4_0 weights (unsigned nibbles; the "- 8" is applied once through the activation sums).
+template <int N>
+void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out) {
+  const int64_t blocks = p.cols / 32;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 acc[N];
+  float tail[N], offset[N];
+  for (int t = 0; t < N; ++t) {
+    acc[t] = _mm512_setzero_ps();
+    tail[t] = offset[t] = 0.0f;
+  }
+  int64_t b = 0;
+  for (; b + 2 <= blocks; b += 2) {
+    const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b + 1].qs));
+    const __m256i v0 = _mm256_set_m128i(_mm_srli_epi16(r0, 4), r0);
+    const __m256i v1 = _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1);
+    const __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1), low4);
+    const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512(p.xq->qs + tb * 32));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), two_scales(d0 * p.xq->d[tb], d1 * p.xq->d[tb + 1]), acc[t]);
+      offset[t] += d0 * p.xq->s[tb] + d1 * p.xq->s[tb + 1];
+    }
+  }
+  for (; b < blocks; ++b) {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
+    const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+    const float d = _cvtsh_ss(w[b].d);
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
+      tail[t] += d * p.xq->d[tb] * hsum256(_mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, xv)));
+      offset[t] += d * p.xq->s[tb];
+    }
+  }
+  for (int t = 0; t < N; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) + tail[t] - 8.0f * offset[t];
+}
+
+template <int N>
+void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* out) {
+  switch (p.type) {
+    case DType::kF32: {
+      const auto* w = reinterpret_cast<const float*>(row);
+      rows_float<N>(w, p, t0, out, [](const float* q) { return widen16(q); }, [](const float* q) { return widen1(q); });
+      return;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      const auto* w = reinterpret_cast<const uint16_t*>(row);
+      const bool bf16 = p.type == DType::kBF16;
+      rows_float<N>(w, p, t0, out, [bf16](const uint16_t* q) { return widen16(q, bf16); },
+                    [bf16](const uint16_t* q) { return widen1(q, bf16); });
+      return;
+    }
+    case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
+    case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
+  }
+}
+
+}  // namespace
+
+void matmul_rows_avx512(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  const uint64_t row_bytes = p.row_bytes;
+  float out[kTokenGroup];
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const std::byte* row = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(r) * row_bytes;
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokenGroup) {
+      const int64_t n = p.n_tokens - t0 < kTokenGroup ? p.n_tokens - t0 : kTokenGroup;
+      switch (n) {
+        case 1: row_group<1>(p, row, t0, out); break;
+        case 2: row_group<2>(p, row, t0, out); break;
+        case 3: row_group<3>(p, row, t0, out); break;
+        default: row_group<4>(p, row, t0, out); break;
+      }
+      for (int64_t t = 0; t < n; ++t) p.y[(t0 + t) * p.rows + r] = out[t];
+    }
+  }
+}
+
+}  // namespace hearth::kernels::cpu
