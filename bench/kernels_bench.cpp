@@ -11,6 +11,7 @@
 #include "common/half.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/repack.h"
 
 namespace {
 
@@ -35,12 +36,19 @@ std::vector<std::byte> random_weights(DType type, int64_t rows, int64_t cols) {
       }
       break;
     }
-    default:  // quantized blocks: a small scale and random quants
+    default: {  // quantized blocks: a small scale and random quants (repacked for R16)
       for (uint64_t i = 0; i < bytes; ++i) w[i] = static_cast<std::byte>(rng());
-      for (uint64_t off = 0; off < bytes; off += static_cast<uint64_t>(hearth::dtype_block_bytes(type))) {
+      const DType plain = hearth::dtype_plain(type);
+      for (uint64_t off = 0; off < bytes; off += static_cast<uint64_t>(hearth::dtype_block_bytes(plain))) {
         const uint16_t d = hearth::f32_to_fp16(0.01f);
         std::memcpy(w.data() + off, &d, 2);
       }
+      if (plain != type) {
+        std::vector<std::byte> packed(bytes);
+        hearth::kernels::cpu::repack_r16(plain, w.data(), rows, cols, packed.data());
+        w = std::move(packed);
+      }
+    }
   }
   return w;
 }
@@ -84,6 +92,8 @@ BENCHMARK_CAPTURE(BM_Matmul, f16, DType::kF16)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Matmul, bf16, DType::kBF16)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Matmul, q8_0, DType::kQ8_0)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Matmul, q4_0, DType::kQ4_0)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_Matmul, q8_0r16, DType::kQ8_0R16)->Apply(shapes);
+BENCHMARK_CAPTURE(BM_Matmul, q4_0r16, DType::kQ4_0R16)->Apply(shapes);
 
 }  // namespace
 

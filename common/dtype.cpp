@@ -9,22 +9,37 @@ std::string_view dtype_name(DType type) {
     case DType::kBF16: return "bf16";
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
+    case DType::kQ8_0R16: return "q8_0r16";
+    case DType::kQ4_0R16: return "q4_0r16";
   }
   return "unknown";
 }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ8_0R16,
+                  DType::kQ4_0R16}) {
     if (dtype_name(t) == name) return t;
   }
   return std::nullopt;
 }
 
 int dtype_block_elems(DType type) {
-  switch (type) {
+  switch (dtype_plain(type)) {
     case DType::kQ8_0: return kQ8_0BlockSize;
     case DType::kQ4_0: return kQ4_0BlockSize;
     default: return 1;
+  }
+}
+
+int dtype_row_group(DType type) {
+  return (type == DType::kQ8_0R16 || type == DType::kQ4_0R16) ? kRowInterleave : 1;
+}
+
+DType dtype_plain(DType type) {
+  switch (type) {
+    case DType::kQ8_0R16: return DType::kQ8_0;
+    case DType::kQ4_0R16: return DType::kQ4_0;
+    default: return type;
   }
 }
 
@@ -35,6 +50,8 @@ int dtype_block_bytes(DType type) {
     case DType::kBF16: return 2;
     case DType::kQ8_0: return sizeof(BlockQ8_0);
     case DType::kQ4_0: return sizeof(BlockQ4_0);
+    case DType::kQ8_0R16: return sizeof(BlockQ8_0);
+    case DType::kQ4_0R16: return sizeof(BlockQ4_0);
   }
   return 0;
 }

@@ -3,6 +3,8 @@
 // Quantized types are stored in blocks (ggml's layouts): Q8_0 is 32 int8 values with one
 // fp16 scale (34 bytes), Q4_0 is 32 4-bit values with one fp16 scale (18 bytes; byte j
 // holds element j in its low nibble and element j+16 in its high nibble, w = d*(q-8)).
+// The R16 variants hold the same blocks with 16 rows interleaved, the resident layout the
+// CPU kernels stream fastest (kernels/cpu/repack.h); they need rows % 16 == 0.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -19,7 +21,16 @@ enum class DType : uint8_t {
   kBF16 = 2,
   kQ8_0 = 3,
   kQ4_0 = 4,
+  kQ8_0R16 = 5,  // Q8_0 blocks, 16 rows interleaved
+  kQ4_0R16 = 6,  // Q4_0 blocks, 16 rows interleaved
 };
+
+inline constexpr int kRowInterleave = 16;
+
+// 16 for the R16 layouts (rows are stored in groups of 16), 1 otherwise.
+int dtype_row_group(DType type);
+// The plain block type of an R16 layout (itself otherwise).
+DType dtype_plain(DType type);
 
 inline constexpr int kQ8_0BlockSize = 32;
 inline constexpr int kQ4_0BlockSize = 32;
@@ -36,7 +47,7 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
-// "f32", "f16", "bf16", "q8_0", "q4_0".
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q8_0r16", "q4_0r16".
 std::string_view dtype_name(DType type);
 std::optional<DType> dtype_from_name(std::string_view name);
 

@@ -21,11 +21,11 @@ constexpr size_t kAlignment = 64;
 constexpr size_t kMapThreshold = 1u << 20;  // larger buffers come from mmap: zero pages on demand
 
 // Rows per task: enough tasks to balance the threads, each big enough to amortise the
-// hand-out, a multiple of 8 rows.
+// hand-out, a multiple of 16 rows (whole groups of row-interleaved weights).
 int64_t rows_per_task(int64_t rows, int threads) {
   if (threads <= 1) return rows;
   const int64_t target = (rows + threads * 8 - 1) / (threads * 8);
-  return std::max<int64_t>(8, (target + 7) / 8 * 8);
+  return std::max<int64_t>(16, (target + 15) / 16 * 16);
 }
 
 class CpuBackend final : public Backend {

@@ -18,6 +18,10 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
     return make_error(ErrorCode::kInvalidArgument, "max batch tokens {} is out of range", max_batch_tokens);
   }
   for (const TensorView& t : own) {
+    if (t.name == "token_embd.weight" && dtype_row_group(t.dtype) > 1) {
+      return make_error(ErrorCode::kUnsupported, "token_embd.weight is row-interleaved ({}); embeddings are looked up "
+                        "row by row and must be stored plain", dtype_name(t.dtype));
+    }
     if (t.n_dims == 2 && !backend.supports(BackendOp::kMatmul, t.dtype)) {
       return make_error(ErrorCode::kUnsupported, "the {} backend has no matmul for {} weights ({})", backend.name(),
                         dtype_name(t.dtype), t.name);

@@ -17,7 +17,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kWeightsMagic = 0x5354484757525448ull;  // "HTRWGHTS" little-endian
-inline constexpr uint32_t kWeightsLayoutVersion = 1;
+inline constexpr uint32_t kWeightsLayoutVersion = 2;  // 2: row-interleaved (R16) tensors
 inline constexpr uint32_t kWeightsHeaderBytes = 4096;
 inline constexpr int kMaxTensorParallel = 16;
 inline constexpr uint64_t kTensorAlignment = 64;

@@ -60,7 +60,7 @@ Status weights_header_check(const WeightsHeader& h, uint64_t file_bytes, const s
 }
 
 Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const AttachOptions& options) {
-  auto seg = ShmSegment::attach(path, /*writable=*/false, options.populate);
+  auto seg = ShmSegment::attach(path, /*writable=*/false);
   if (!seg.is_ok()) {
     if (seg.status().code() == ErrorCode::kNotFound) {
       return make_error(ErrorCode::kNotFound, "no weights segment at {}: is hearth-loader running for this instance?",
@@ -100,7 +100,8 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
   for (uint64_t i = 0; i < h->n_entries; ++i) {
     const WeightsEntry& e = entries[i];
     const std::string name = fixed_string(e.name, sizeof(e.name));
-    if (name.empty() || e.n_dims < 1 || e.n_dims > 4 || e.rank >= h->tp_size || e.dtype > 4 || e.split > 2) {
+    if (name.empty() || e.n_dims < 1 || e.n_dims > 4 || e.rank >= h->tp_size ||
+        e.dtype > static_cast<uint32_t>(DType::kQ4_0R16) || e.split > 2) {
       return make_error(ErrorCode::kFormat, "{}: manifest entry {} is corrupt", path.string(), i);
     }
     int64_t elements = 1;
@@ -114,7 +115,12 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
       }
       elements = static_cast<int64_t>(*product);
     }
-    const auto bytes = dtype_bytes(static_cast<DType>(e.dtype), elements);
+    const auto dtype = static_cast<DType>(e.dtype);
+    if (dtype_row_group(dtype) > 1 && (e.n_dims != 2 || e.shape[0] % dtype_row_group(dtype) != 0)) {
+      return make_error(ErrorCode::kFormat, "{}: tensor {} is row-interleaved but its rows are not whole groups",
+                        path.string(), name);
+    }
+    const auto bytes = dtype_bytes(dtype, elements);
     const uint64_t region_begin = h->rank_offset[e.rank], region_end = region_begin + h->rank_bytes[e.rank];
     if (!bytes || *bytes != e.bytes || e.offset < region_begin || !range_ok(e.offset, e.bytes, region_end) ||
         e.offset % kTensorAlignment != 0) {

@@ -38,7 +38,6 @@ struct AttachedWeights {
 
 struct AttachOptions {
   std::optional<Fingerprint> expected_fingerprint;
-  bool populate = false;  // pre-fault the whole mapping
 };
 
 Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const AttachOptions& options = {});

@@ -28,6 +28,8 @@ uint32_t ggml_type_code(DType type) {
     case DType::kQ4_0: return 2;
     case DType::kQ8_0: return 8;
     case DType::kBF16: return 30;
+    case DType::kQ8_0R16:
+    case DType::kQ4_0R16: break;  // hearth's own resident layouts have no GGUF type
   }
   return 0;
 }
@@ -89,6 +91,10 @@ Status GgufWriter::add_tensor_lazy(std::string_view name, DType type, std::span<
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;
   const auto bytes = dtype_bytes(type, elements);
+  if (dtype_row_group(type) > 1) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor {}: {} is a resident layout, not a GGUF type", name,
+                      dtype_name(type));
+  }
   if (shape.empty() || shape.size() > 4 || !bytes) {
     return make_error(ErrorCode::kInvalidArgument, "tensor {}: shape and type do not describe whole blocks", name);
   }

@@ -3,11 +3,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/check.h"
 #include "common/half.h"
 
 namespace hearth {
 
 void quantize_row(DType type, const float* src, int64_t n, std::byte* dst) {
+  HEARTH_CHECK(dtype_row_group(type) == 1) << "quantize_row writes plain rows; repack R16 layouts afterwards";
   switch (type) {
     case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case DType::kF16:
@@ -51,6 +53,8 @@ void quantize_row(DType type, const float* src, int64_t n, std::byte* dst) {
       }
       return;
     }
+    case DType::kQ8_0R16:
+    case DType::kQ4_0R16: return;  // refused above
   }
 }
 

@@ -14,7 +14,7 @@
 namespace hearth {
 
 // Writes n values (a whole number of blocks for Q8_0/Q4_0) of `type` to dst, which holds
-// dtype_bytes(type, n) bytes.
+// dtype_bytes(type, n) bytes. Plain layouts only (R16 layouts are repacked from these).
 void quantize_row(DType type, const float* src, int64_t n, std::byte* dst);
 
 // The same for a whole tensor, into a new buffer.

@@ -15,6 +15,7 @@
 #include "ipc/weights_segment.h"
 #include "kernels/reference/reference.h"
 #include "loader/model.h"
+#include "kernels/cpu/repack.h"
 #include "loader/quantize.h"
 #include "tokenizer/source_codec.h"
 
@@ -133,6 +134,11 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
                           "--tp {} splits {} into {} columns, not whole {} blocks: use a smaller --tp", o.tp,
                           spec.name, cols, dtype_name(type));
       }
+      // Quantized matrices take the row-interleaved layout the CPU kernels stream fastest;
+      // the embedding table stays plain because it is read a row at a time.
+      if (spec.name != "token_embd.weight" && e.n_dims == 2 && kernels::cpu::repack_supported(type, e.shape[0], cols)) {
+        type = type == DType::kQ8_0 ? DType::kQ8_0R16 : DType::kQ4_0R16;
+      }
       e.dtype = static_cast<uint32_t>(type);
       int64_t elements = 1;
       for (uint32_t d = 0; d < e.n_dims; ++d) elements *= e.shape[d];
@@ -149,12 +155,9 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
   return plan;
 }
 
-// Writes one planned tensor into the segment: a copy, a sliced copy, or a conversion.
-void write_tensor(const PlannedTensor& p, std::byte* base) {
-  const TensorView& src = *p.source;
+// The tensor's bytes in a plain layout of `out_type`.
+void write_plain(const PlannedTensor& p, const TensorView& src, DType out_type, std::byte* dst) {
   const WeightsEntry& e = p.entry;
-  const auto out_type = static_cast<DType>(e.dtype);
-  std::byte* dst = base + e.offset;
   const int64_t src_cols = src.cols();
   const int64_t rows = e.n_dims >= 2 ? e.shape[0] : 1;
   const int64_t cols = e.n_dims >= 2 ? e.shape[1] : e.shape[0];
@@ -178,6 +181,24 @@ void write_tensor(const PlannedTensor& p, std::byte* base) {
     quantize_row(out_type, row.data() + p.col_begin, cols, dst + r * out_row_bytes);
   }
 }
+
+// Writes one planned tensor into the segment: a copy, a sliced copy, or a conversion,
+// repacked last when the resident layout is row-interleaved.
+void write_tensor(const PlannedTensor& p, std::byte* base) {
+  const TensorView& src = *p.source;
+  const WeightsEntry& e = p.entry;
+  const auto resident_type = static_cast<DType>(e.dtype);
+  const DType out_type = dtype_plain(resident_type);
+  std::vector<std::byte> plain;
+  std::byte* dst = base + e.offset;
+  if (resident_type != out_type) {
+    plain.resize(e.bytes);
+    dst = plain.data();
+  }
+  write_plain(p, src, out_type, dst);
+  if (resident_type != out_type) kernels::cpu::repack_r16(out_type, plain.data(), e.shape[0], e.shape[1], base + e.offset);
+}
+
 
 // What to do with a segment that already exists at `path`.
 enum class Existing { kNone, kAdopt, kReplace };

@@ -25,7 +25,6 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --model PATH            GGUF file, Hugging Face directory or llama2.c .bin checkpoint
   --attach INSTANCE       use the resident weights of a running hearth-loader instead
   --shm-dir DIR           where --attach finds segments (default $HEARTH_SHM_DIR or /dev/shm)
-  --populate              with --attach: fault in every weight page up front
   --prompt TEXT           the prompt
   --tokenizer PATH        tokenizer file or directory, for containers that keep it apart
   --max-tokens N          tokens to generate at most (default 256)
@@ -57,7 +56,6 @@ struct Options {
   std::string model;
   std::string attach;
   std::string shm_dir;
-  bool populate = false;
   std::string prompt;
   std::string tokenizer;
   int32_t context = 0;
@@ -71,7 +69,7 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
       Args args, Args::parse(argv,
                              {"model", "attach", "shm-dir", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                               "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx"},
-                             {"ignore-eos", "json", "no-special", "populate", "help"}));
+                             {"ignore-eos", "json", "no-special", "help"}));
   Options o;
   if (args.has("help")) return make_error(ErrorCode::kInvalidArgument, "help");
   if (args.has("model") == args.has("attach")) {
@@ -81,7 +79,6 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   o.model = args.get("model").value_or("");
   o.attach = args.get("attach").value_or("");
   o.shm_dir = args.get("shm-dir").value_or("");
-  o.populate = args.has("populate");
   o.prompt = *args.get("prompt");
   o.tokenizer = args.get("tokenizer").value_or("");
   o.json = args.has("json");
@@ -126,7 +123,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   Options& o = parsed.value();
 
   auto source = o.attach.empty() ? open_model_files(o.model, o.tokenizer)
-                                 : attach_instance(o.attach, o.shm_dir, o.populate);
+                                 : attach_instance(o.attach, o.shm_dir, /*populate_threads=*/0);
   if (!source.is_ok()) return fail(source.status());
   RunnableModel& model = source.value();
   const Tokenizer& tok = *model.tokenizer;

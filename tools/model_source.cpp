@@ -30,12 +30,14 @@ Result<RunnableModel> open_model_files(const std::filesystem::path& model, const
 }
 
 Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir,
-                                      bool populate) {
+                                      int populate_threads) {
   HEARTH_RETURN_IF_ERROR(instance_name_check(instance));
   const auto path = segment_path(shm_dir.empty() ? shm_dir_default() : shm_dir, instance, "weights");
-  AttachOptions options;
-  options.populate = populate;
-  HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(path, options));
+  HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(path));
+  // A one-shot process lets the weights fault in as the first token reads them (with
+  // the kernel's fault-around that is cheaper than populating every page up front); a
+  // long-running engine populates before it reports ready.
+  if (populate_threads > 0) w.segment.populate(populate_threads);
   if (w.header->tp_size != 1) {
     return make_error(ErrorCode::kUnsupported,
                       "{} is split for {} tensor-parallel ranks; a single process runs segments loaded with --tp 1",

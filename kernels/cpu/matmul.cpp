@@ -4,9 +4,11 @@
 #include <cmath>
 #include <memory>
 
+#include "common/check.h"
 #include "common/half.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul_paths.h"
+#include "kernels/cpu/repack.h"
 
 namespace hearth::kernels::cpu {
 namespace {
@@ -62,7 +64,7 @@ float dot_q4_0(const BlockQ4_0* w, const int8_t* xq, const float* xd, int64_t n_
 
 size_t quantized_activation_bytes(int64_t n_tokens, int64_t cols) {
   const auto blocks = static_cast<size_t>(n_tokens * (cols / 32));
-  return static_cast<size_t>(n_tokens * cols) + 2 * blocks * sizeof(float) + 64;
+  return static_cast<size_t>(n_tokens * cols) + 3 * blocks * sizeof(float) + 64;
 }
 
 QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, void* scratch) {
@@ -73,7 +75,8 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
   auto* base = static_cast<std::byte*>(scratch);
   q.d = reinterpret_cast<float*>(base);
   q.s = q.d + n_tokens * blocks;
-  q.qs = reinterpret_cast<int8_t*>(q.s + n_tokens * blocks);
+  q.sum = reinterpret_cast<int32_t*>(q.s + n_tokens * blocks);
+  q.qs = reinterpret_cast<int8_t*>(q.sum + n_tokens * blocks);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t b = 0; b < blocks; ++b) {
       const float* v = x + t * cols + b * 32;
@@ -84,24 +87,38 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
       int8_t* out = q.qs + t * cols + b * 32;
       int32_t sum = 0;
       for (int j = 0; j < 32; ++j) {
-        out[j] = static_cast<int8_t>(std::nearbyint(v[j] * id));
+        // Round to nearest even without a libm call: |v * id| <= 127 is far below 2^22.
+        constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+        out[j] = static_cast<int8_t>((v[j] * id + kMagic) - kMagic);
         sum += out[j];
       }
       q.d[t * blocks + b] = d;
       q.s[t * blocks + b] = d * static_cast<float>(sum);
+      q.sum[t * blocks + b] = sum;
     }
   }
   return q;
 }
 
-bool matmul_uses_quantized_activations(DType type) { return type == DType::kQ8_0 || type == DType::kQ4_0; }
+bool matmul_uses_quantized_activations(DType type) {
+  const DType plain = dtype_plain(type);
+  return plain == DType::kQ8_0 || plain == DType::kQ4_0;
+}
 
-void matmul_rows_scalar(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+void matmul_rows_scalar(const MatmulParams& params, int64_t row_begin, int64_t row_end) {
+  MatmulParams p = params;
+  const bool interleaved = dtype_row_group(p.type) > 1;
+  p.type = dtype_plain(p.type);
   const uint64_t row_bytes = *dtype_bytes(p.type, p.cols);
   const float* lut = fp16_table();
   const int64_t blocks = p.cols / 32;
+  thread_local BlockQ8_0 unpacked[8192];  // one R16 row in plain blocks (cols <= 262144)
   for (int64_t r = row_begin; r < row_end; ++r) {
     const std::byte* row = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(r) * row_bytes;
+    if (interleaved) {
+      unpack_row_r16(params.type, p.w, p.cols, r, unpacked);
+      row = reinterpret_cast<const std::byte*>(unpacked);
+    }
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       const float* x = p.x + t * p.cols;
       float y = 0.0f;
@@ -127,6 +144,7 @@ void matmul_rows_scalar(const MatmulParams& p, int64_t row_begin, int64_t row_en
         case DType::kQ4_0:
           y = dot_q4_0(reinterpret_cast<const BlockQ4_0*>(row), p.xq->qs + t * p.cols, p.xq->d + t * blocks, blocks);
           break;
+        default: break;  // R16 types were mapped to their plain layout above
       }
       p.y[t * p.rows + r] = y;
     }
@@ -136,6 +154,8 @@ void matmul_rows_scalar(const MatmulParams& p, int64_t row_begin, int64_t row_en
 void matmul_rows(const MatmulParams& params, int64_t row_begin, int64_t row_end) {
   MatmulParams p = params;
   p.row_bytes = *dtype_bytes(p.type, p.cols);
+  HEARTH_CHECK(dtype_row_group(p.type) == 1 || (p.rows % kRowInterleave == 0 && p.cols <= 262144))
+      << "row-interleaved weights of " << p.rows << " x " << p.cols << " reached the kernels";
   switch (cpu_isa()) {
     case CpuIsa::kAvx512: matmul_rows_avx512(p, row_begin, row_end); return;
     case CpuIsa::kAvx2: matmul_rows_avx2(p, row_begin, row_end); return;
@@ -181,6 +201,12 @@ void dequantize_row(DType type, const void* row, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::kQ8_0R16:
+    case DType::kQ4_0R16:
+      // Rows of interleaved matrices are not contiguous; callers unpack them with
+      // unpack_row_r16. Models never use these layouts for row lookups.
+      for (int64_t i = 0; i < n; ++i) dst[i] = 0.0f;
+      return;
   }
 }
 

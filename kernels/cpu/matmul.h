@@ -22,6 +22,7 @@ struct QuantizedActivations {
   int8_t* qs = nullptr;  // [n_tokens, cols]
   float* d = nullptr;    // [n_tokens, cols / 32] scales
   float* s = nullptr;    // [n_tokens, cols / 32] d * sum(q) of each block
+  int32_t* sum = nullptr;  // [n_tokens, cols / 32] sum(q) of each block
   int64_t cols = 0;
   int64_t n_tokens = 0;
 };
@@ -30,7 +31,9 @@ struct QuantizedActivations {
 size_t quantized_activation_bytes(int64_t n_tokens, int64_t cols);
 // Quantizes x ([n_tokens, cols], cols a multiple of 32) into `scratch` and returns the view.
 QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, void* scratch);
-// Whether weights of `type` multiply quantized activations.
+// Whether weights of `type` multiply quantized activations (Q8_0, Q4_0 and their R16
+// layouts). R16 weights are computed 16 rows at a time: row ranges may be any, but
+// whole groups of 16 are what the work is split by.
 bool matmul_uses_quantized_activations(DType type);
 
 struct MatmulParams {

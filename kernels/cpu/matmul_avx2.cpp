@@ -116,12 +116,96 @@ void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* o
     }
     case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
     case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
+    case DType::kQ8_0R16:
+    case DType::kQ4_0R16: return;  // computed by whole groups in matmul_rows_r16
+  }
+}
+
+
+// R16 layouts (repack.h): two halves of 8 rows per 256-bit register, activations
+// broadcast 4 bytes at a time; maddubs multiplies unsigned by signed bytes, so Q4_0 uses
+// its unsigned nibbles with the "- 8 * sum(x)" added in integers, and Q8_0 uses |w|
+// with x carrying w's sign.
+inline __m256i bcast4(const int8_t* x) {
+  int32_t v;
+  __builtin_memcpy(&v, x, 4);
+  return _mm256_set1_epi32(v);
+}
+
+template <int N>
+void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* acc) {
+  const int64_t blocks = p.cols / 32;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const bool q4 = p.type == DType::kQ4_0R16;
+  const int64_t block_bytes = q4 ? 288 : 544;
+  for (int t = 0; t < 2 * N; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const std::byte* o = gw + b * block_bytes;
+    for (int h = 0; h < 2; ++h) {
+      const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16 * h)));
+      __m256i w[8];
+      if (q4) {
+        for (int m = 0; m < 4; ++m) {
+          const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * m + 32 * h));
+          w[m] = _mm256_and_si256(c, low4);
+          w[m + 4] = _mm256_and_si256(_mm256_srli_epi16(c, 4), low4);
+        }
+      } else {
+        for (int k = 0; k < 8; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * k + 32 * h));
+      }
+      for (int t = 0; t < N; ++t) {
+        const int64_t tb = (t0 + t) * blocks + b;
+        const int8_t* x = p.xq->qs + tb * 32;
+        __m256i s = _mm256_set1_epi32(q4 ? -8 * p.xq->sum[tb] : 0);
+        for (int k = 0; k < 8; ++k) {
+          // Q4_0: chunk k < 4 is elements 4k..4k+3, k >= 4 is 16 + 4(k-4)..: both at x + 4k.
+          const __m256i xv = bcast4(x + 4 * k);
+          const __m256i prod = q4 ? _mm256_maddubs_epi16(w[k], xv)
+                                  : _mm256_maddubs_epi16(_mm256_sign_epi8(w[k], w[k]), _mm256_sign_epi8(xv, w[k]));
+          s = _mm256_add_epi32(s, _mm256_madd_epi16(prod, ones));
+        }
+        acc[2 * t + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(scale, _mm256_set1_ps(p.xq->d[tb])),
+                                         acc[2 * t + h]);
+      }
+    }
+  }
+}
+
+void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  const uint64_t group_bytes = p.row_bytes * kRowInterleave;
+  __m256 acc[2 * kTokenGroup];
+  alignas(32) float out[kRowInterleave];
+  for (int64_t g = row_begin / kRowInterleave; g * kRowInterleave < row_end; ++g) {
+    const std::byte* gw = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(g) * group_bytes;
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokenGroup) {
+      const int64_t n = p.n_tokens - t0 < kTokenGroup ? p.n_tokens - t0 : kTokenGroup;
+      switch (n) {
+        case 1: group_r16<1>(p, gw, t0, acc); break;
+        case 2: group_r16<2>(p, gw, t0, acc); break;
+        case 3: group_r16<3>(p, gw, t0, acc); break;
+        default: group_r16<4>(p, gw, t0, acc); break;
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        _mm256_store_ps(out, acc[2 * t]);
+        _mm256_store_ps(out + 8, acc[2 * t + 1]);
+        float* y = p.y + (t0 + t) * p.rows + g * kRowInterleave;
+        for (int i = 0; i < kRowInterleave; ++i) {
+          const int64_t r = g * kRowInterleave + i;
+          if (r >= row_begin && r < row_end) y[i] = out[i];
+        }
+      }
+    }
   }
 }
 
 }  // namespace
 
 void matmul_rows_avx2(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  if (dtype_row_group(p.type) > 1) {
+    matmul_rows_r16(p, row_begin, row_end);
+    return;
+  }
   const uint64_t row_bytes = p.row_bytes;
   float out[kTokenGroup];
   for (int64_t r = row_begin; r < row_end; ++r) {

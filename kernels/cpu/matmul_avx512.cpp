@@ -159,12 +159,114 @@ void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* o
     }
     case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
     case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
+    case DType::kQ8_0R16:
+    case DType::kQ4_0R16: return;  // computed by whole groups in matmul_rows_r16
+  }
+}
+
+
+// R16 layouts (repack.h): 16 rows per 512-bit lane set, activations broadcast 4 bytes at
+// a time; the block offsets (- 8 * sum(x) for Q4_0, - 128 * sum(x) for Q8_0 stored as
+// biased bytes) seed the integer accumulator, so each block's sum is exact.
+inline __m512i bcast4(const int8_t* x) {
+  int32_t v;
+  __builtin_memcpy(&v, x, 4);
+  return _mm512_set1_epi32(v);
+}
+
+template <int N>
+void group_q4_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* acc) {
+  const int64_t blocks = p.cols / 32;
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const std::byte* o = gw + b * 288;
+    const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
+    __m512i lo[4], hi[4];
+    for (int m = 0; m < 4; ++m) {
+      const __m512i c = _mm512_loadu_si512(o + 32 + 64 * m);
+      lo[m] = _mm512_and_si512(c, low4);
+      hi[m] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+    }
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const int8_t* x = p.xq->qs + tb * 32;
+      __m512i s = _mm512_set1_epi32(-8 * p.xq->sum[tb]);
+      for (int m = 0; m < 4; ++m) {
+        s = _mm512_dpbusd_epi32(s, lo[m], bcast4(x + 4 * m));
+        s = _mm512_dpbusd_epi32(s, hi[m], bcast4(x + 16 + 4 * m));
+      }
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), acc[t]);
+    }
+  }
+}
+
+template <int N>
+void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* acc) {
+  const int64_t blocks = p.cols / 32;
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < blocks; ++b) {
+    const std::byte* o = gw + b * 544;
+    const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
+    __m512i w[8];
+    for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(o + 32 + 64 * k), bias);  // w + 128
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      const int8_t* x = p.xq->qs + tb * 32;
+      __m512i s = _mm512_set1_epi32(-128 * p.xq->sum[tb]);
+      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(x + 4 * k));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), acc[t]);
+    }
+  }
+}
+
+template <int N>
+void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* acc) {
+  if (p.type == DType::kQ4_0R16) {
+    group_q4_0_r16<N>(gw, p, t0, acc);
+  } else {
+    group_q8_0_r16<N>(gw, p, t0, acc);
+  }
+}
+
+void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  const uint64_t group_bytes = p.row_bytes * kRowInterleave;
+  __m512 acc[kTokenGroup];
+  alignas(64) float out[kRowInterleave];
+  for (int64_t g = row_begin / kRowInterleave; g * kRowInterleave < row_end; ++g) {
+    const std::byte* gw = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(g) * group_bytes;
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokenGroup) {
+      const int64_t n = p.n_tokens - t0 < kTokenGroup ? p.n_tokens - t0 : kTokenGroup;
+      switch (n) {
+        case 1: group_r16<1>(p, gw, t0, acc); break;
+        case 2: group_r16<2>(p, gw, t0, acc); break;
+        case 3: group_r16<3>(p, gw, t0, acc); break;
+        default: group_r16<4>(p, gw, t0, acc); break;
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        float* y = p.y + (t0 + t) * p.rows + g * kRowInterleave;
+        if (g * kRowInterleave >= row_begin && (g + 1) * kRowInterleave <= row_end) {
+          _mm512_storeu_ps(y, acc[t]);
+        } else {  // a range that cuts a group: keep only its rows
+          _mm512_store_ps(out, acc[t]);
+          for (int i = 0; i < kRowInterleave; ++i) {
+            const int64_t r = g * kRowInterleave + i;
+            if (r >= row_begin && r < row_end) y[i] = out[i];
+          }
+        }
+      }
+    }
   }
 }
 
 }  // namespace
 
 void matmul_rows_avx512(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  if (dtype_row_group(p.type) > 1) {
+    matmul_rows_r16(p, row_begin, row_end);
+    return;
+  }
   const uint64_t row_bytes = p.row_bytes;
   float out[kTokenGroup];
   for (int64_t r = row_begin; r < row_end; ++r) {

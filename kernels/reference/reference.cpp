@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu/repack.h"
 
 namespace hearth::kernels::ref {
 
@@ -32,6 +33,11 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
       }
       return;
     }
+    case DType::kQ8_0R16:
+    case DType::kQ4_0R16:
+      // Interleaved rows are not contiguous: matmul unpacks them; lookups never see them.
+      for (int64_t i = 0; i < n; ++i) dst[i] = 0.0f;
+      return;
     case DType::kQ4_0: {
       const auto* b = static_cast<const BlockQ4_0*>(src);
       for (int64_t i = 0; i < n / kQ4_0BlockSize; ++i) {
@@ -84,12 +90,19 @@ void weight_ints(DType type, const std::byte* row, int64_t cols, std::vector<int
 }  // namespace
 
 void matmul(DType type, const void* w, int64_t rows, int64_t cols, const float* x, int64_t n_tokens, float* y) {
-  const auto row_bytes = static_cast<int64_t>(*dtype_bytes(type, cols));
-  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+  const DType plain = dtype_plain(type);
+  const auto row_bytes = static_cast<int64_t>(*dtype_bytes(plain, cols));
+  if (plain == DType::kQ8_0 || plain == DType::kQ4_0) {
     std::vector<int32_t> wq, xq;
     std::vector<float> wd, xd;
+    std::vector<std::byte> unpacked(static_cast<size_t>(row_bytes));
     for (int64_t r = 0; r < rows; ++r) {
-      weight_ints(type, static_cast<const std::byte*>(w) + r * row_bytes, cols, wq, wd);
+      const std::byte* row = static_cast<const std::byte*>(w) + r * row_bytes;
+      if (plain != type) {
+        cpu::unpack_row_r16(type, w, cols, r, unpacked.data());
+        row = unpacked.data();
+      }
+      weight_ints(plain, row, cols, wq, wd);
       for (int64_t t = 0; t < n_tokens; ++t) {
         quantize_blocks(x + t * cols, cols, xq, xd);
         float sum = 0.0f;

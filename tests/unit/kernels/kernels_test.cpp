@@ -10,6 +10,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/repack.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/reference/reference.h"
 #include "loader/quantize.h"
@@ -24,8 +25,15 @@ std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f
   return v;
 }
 
-// Realistic blocks through the loader's quantizers (ggml's reference rules).
-std::vector<std::byte> encode(DType type, const std::vector<float>& x) { return quantize(type, x); }
+// Realistic blocks through the loader's quantizers (ggml's reference rules); R16 layouts
+// are the plain blocks repacked, as the loader does.
+std::vector<std::byte> encode(DType type, const std::vector<float>& x, int64_t rows = 1) {
+  if (dtype_row_group(type) == 1) return quantize(type, x);
+  const auto plain = quantize(dtype_plain(type), x);
+  std::vector<std::byte> out(plain.size());
+  cpu::repack_r16(dtype_plain(type), plain.data(), rows, static_cast<int64_t>(x.size()) / rows, out.data());
+  return out;
+}
 
 // Runs the CPU matmul for `p` on the currently forced path, quantizing x when the
 // weights need it.
@@ -72,8 +80,8 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
     std::mt19937 rng(1234 + static_cast<int>(type));
     for (int64_t cols : col_counts) {
       for (int64_t n : {1, 2, 3, 4, 5, 9}) {
-        const int64_t rows = 13;
-        const auto w = encode(type, random_floats(static_cast<size_t>(rows * cols), rng));
+        const int64_t rows = dtype_row_group(type) > 1 ? 48 : 13;
+        const auto w = encode(type, random_floats(static_cast<size_t>(rows * cols), rng), rows);
         const auto x = random_floats(static_cast<size_t>(n * cols), rng);
         std::vector<float> want(static_cast<size_t>(n * rows)), got(want.size());
         ref::matmul(type, w.data(), rows, cols, x.data(), n, want.data());
@@ -91,11 +99,14 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
               << dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ": " << rows << "x" << cols << " n=" << n
               << " at " << i;
         }
-        // Split row ranges give the same rows (how the thread pool calls it).
+        // Split row ranges give the same rows (how the thread pool calls it), also when a
+        // range cuts a group of interleaved rows.
         std::vector<float> split(want.size());
         p.y = split.data();
+        const int64_t cut = std::min<int64_t>(21, rows);
         cpu_matmul(p, 0, 5);
-        cpu_matmul(p, 5, rows);
+        cpu_matmul(p, 5, cut);
+        cpu_matmul(p, cut, rows);
         EXPECT_EQ(split, got);
       }
     }
@@ -104,6 +115,7 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
 
 TEST_P(MatmulTest, DequantizeMatchesReference) {
   const DType type = GetParam();
+  if (dtype_row_group(type) > 1) GTEST_SKIP() << "interleaved rows are unpacked, not dequantized, one by one";
   std::mt19937 rng(99);
   const int64_t n = 5 * 32;
   const auto w = encode(type, random_floats(n, rng));
@@ -114,8 +126,27 @@ TEST_P(MatmulTest, DequantizeMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0),
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                                           DType::kQ8_0R16, DType::kQ4_0R16),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
+
+TEST(KernelsTest, RepackRoundTripsEveryRow) {
+  std::mt19937 rng(3);
+  const int64_t rows = 32, cols = 96;
+  for (DType plain : {DType::kQ8_0, DType::kQ4_0}) {
+    const auto src = quantize(plain, random_floats(static_cast<size_t>(rows * cols), rng));
+    std::vector<std::byte> packed(src.size()), row(*dtype_bytes(plain, cols));
+    ASSERT_TRUE(cpu::repack_supported(plain, rows, cols));
+    EXPECT_FALSE(cpu::repack_supported(plain, 17, cols));
+    cpu::repack_r16(plain, src.data(), rows, cols, packed.data());
+    EXPECT_NE(packed, src);
+    const DType packed_type = plain == DType::kQ8_0 ? DType::kQ8_0R16 : DType::kQ4_0R16;
+    for (int64_t r = 0; r < rows; ++r) {
+      cpu::unpack_row_r16(packed_type, packed.data(), cols, r, row.data());
+      EXPECT_EQ(std::memcmp(row.data(), src.data() + r * row.size(), row.size()), 0) << r;
+    }
+  }
+}
 
 TEST(KernelsTest, ActivationQuantizationIsExactWhereItShouldBe) {
   std::vector<float> x(64);
