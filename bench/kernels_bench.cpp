@@ -84,7 +84,7 @@ void BM_Matmul(benchmark::State& state, DType type) {
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
-  b->Args({2048, 2048, 1})->Args({8192, 2048, 1})->Args({2048, 2048, 32})->Unit(benchmark::kMicrosecond);
+  b->Args({2048, 2048, 1})->Args({8192, 2048, 1})->Args({8192, 2048, 3})->Args({2048, 2048, 32})->Unit(benchmark::kMicrosecond);
 }
 
 BENCHMARK_CAPTURE(BM_Matmul, f32, DType::kF32)->Apply(shapes);

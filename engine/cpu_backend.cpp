@@ -43,7 +43,8 @@ class CpuBackend final : public Backend {
       if (p == MAP_FAILED) {
         return make_error(ErrorCode::kResourceExhausted, "cannot map {} MiB of host memory", bytes >> 20);
       }
-      ::madvise(p, bytes, MADV_HUGEPAGE);
+      // No MADV_HUGEPAGE here: a KV cache is touched a block at a time, and a huge page
+      // would zero 2 MiB on the first token of every layer.
       return BackendBuffer(p, bytes, [](void* q, size_t n) noexcept { ::munmap(q, n); });
     }
     const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;

@@ -1,5 +1,7 @@
 #include "tools/model_source.h"
 
+#include <thread>
+
 #include "tokenizer/source_codec.h"
 
 namespace hearth::cli {
@@ -34,10 +36,16 @@ Result<RunnableModel> attach_instance(const std::string& instance, const std::fi
   HEARTH_RETURN_IF_ERROR(instance_name_check(instance));
   const auto path = segment_path(shm_dir.empty() ? shm_dir_default() : shm_dir, instance, "weights");
   HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(path));
-  // A one-shot process lets the weights fault in as the first token reads them (with
-  // the kernel's fault-around that is cheaper than populating every page up front); a
-  // long-running engine populates before it reports ready.
-  if (populate_threads > 0) w.segment.populate(populate_threads);
+  // Map every weight page on a helper thread while the tokenizer and the model are set
+  // up: faulting them in later, from both compute threads at once, contends on the page
+  // table lock and stalls the first token.
+  std::thread populate([&segment = w.segment, populate_threads] {
+    if (populate_threads > 0) segment.populate(populate_threads);
+  });
+  struct Join {
+    std::thread& t;
+    ~Join() { t.join(); }
+  } join{populate};
   if (w.header->tp_size != 1) {
     return make_error(ErrorCode::kUnsupported,
                       "{} is split for {} tensor-parallel ranks; a single process runs segments loaded with --tp 1",

@@ -29,11 +29,13 @@ inline float widen1(const uint16_t* p, bool bf16) {
 template <int N, typename W, typename Load, typename Load1>
 void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load load, Load1 load1) {
   __m256 acc[N][2];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
   const int64_t n = p.cols;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m256 w0 = load(w + i), w1 = load(w + i + 8);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const float* x = p.x + (t0 + t) * n + i;
       acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[t][0]);
@@ -42,8 +44,10 @@ void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load 
   }
   for (; i + 8 <= n; i += 8) {
     const __m256 w0 = load(w + i);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p.x + (t0 + t) * n + i), acc[t][0]);
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     float sum = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
     for (int64_t j = i; j < n; ++j) sum += load1(w + j) * p.x[(t0 + t) * n + j];
@@ -56,11 +60,13 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
   const int64_t blocks = p.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const __m256i aw = _mm256_sign_epi8(wv, wv);
     const float d = _cvtsh_ss(w[b].d);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
@@ -69,6 +75,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
                                acc[t]);
     }
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]);
 }
 
@@ -79,6 +86,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   __m256 acc[N];
   float offset[N];  // sum of d_w * d_x * sum(q_x): the "- 8" of every weight, applied once
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     acc[t] = _mm256_setzero_ps();
     offset[t] = 0.0f;
@@ -87,6 +95,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
     const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
     const float d = _cvtsh_ss(w[b].d);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
@@ -95,6 +104,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
       offset[t] += d * p.xq->s[tb];
     }
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) out[t] = hsum(acc[t]) - 8.0f * offset[t];
 }
 
@@ -139,25 +149,31 @@ void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* a
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const bool q4 = p.type == DType::kQ4_0R16;
   const int64_t block_bytes = q4 ? 288 : 544;
+  #pragma GCC unroll 16
   for (int t = 0; t < 2 * N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * block_bytes;
+    #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16 * h)));
       __m256i w[8];
       if (q4) {
+        #pragma GCC unroll 16
         for (int m = 0; m < 4; ++m) {
           const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * m + 32 * h));
           w[m] = _mm256_and_si256(c, low4);
           w[m + 4] = _mm256_and_si256(_mm256_srli_epi16(c, 4), low4);
         }
       } else {
+        #pragma GCC unroll 16
         for (int k = 0; k < 8; ++k) w[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * k + 32 * h));
       }
+      #pragma GCC unroll 16
       for (int t = 0; t < N; ++t) {
         const int64_t tb = (t0 + t) * blocks + b;
         const int8_t* x = p.xq->qs + tb * 32;
         __m256i s = _mm256_set1_epi32(q4 ? -8 * p.xq->sum[tb] : 0);
+        #pragma GCC unroll 16
         for (int k = 0; k < 8; ++k) {
           // Q4_0: chunk k < 4 is elements 4k..4k+3, k >= 4 is 16 + 4(k-4)..: both at x + 4k.
           const __m256i xv = bcast4(x + 4 * k);

@@ -38,11 +38,13 @@ inline __m512 two_scales(float a, float b) {
 template <int N, typename W, typename Load, typename Load1>
 void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load load, Load1 load1) {
   __m512 acc[N][2];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
   const int64_t n = p.cols;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512 w0 = load(w + i), w1 = load(w + i + 16);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const float* x = p.x + (t0 + t) * n + i;
       acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[t][0]);
@@ -51,8 +53,10 @@ void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load 
   }
   for (; i + 16 <= n; i += 16) {
     const __m512 w0 = load(w + i);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(p.x + (t0 + t) * n + i), acc[t][0]);
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
     for (int64_t j = i; j < n; ++j) sum += load1(w + j) * p.x[(t0 + t) * n + j];
@@ -67,6 +71,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
   const __m512i zero = _mm512_setzero_si512();
   __m512 acc[N];
   float tail[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     acc[t] = _mm512_setzero_ps();
     tail[t] = 0.0f;
@@ -80,6 +85,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
     const __mmask64 negative = _mm512_movepi8_mask(wv);
     const __m512i aw = _mm512_abs_epi8(wv);
     const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const __m512i xv = _mm512_loadu_si512(p.xq->qs + tb * 32);
@@ -90,6 +96,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
   for (; b < blocks; ++b) {
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const float d = _cvtsh_ss(w[b].d);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
@@ -98,6 +105,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
       tail[t] += d * p.xq->d[tb] * hsum256(_mm256_cvtepi32_ps(isum));
     }
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) + tail[t];
 }
 
@@ -108,6 +116,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   __m512 acc[N];
   float tail[N], offset[N];
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) {
     acc[t] = _mm512_setzero_ps();
     tail[t] = offset[t] = 0.0f;
@@ -120,6 +129,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
     const __m256i v1 = _mm256_set_m128i(_mm_srli_epi16(r1, 4), r1);
     const __m512i q = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(v0), v1, 1), low4);
     const float d0 = _cvtsh_ss(w[b].d), d1 = _cvtsh_ss(w[b + 1].d);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const __m512i isum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512(p.xq->qs + tb * 32));
@@ -131,6 +141,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
     const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
     const float d = _cvtsh_ss(w[b].d);
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.xq->qs + tb * 32));
@@ -138,6 +149,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
       offset[t] += d * p.xq->s[tb];
     }
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) out[t] = _mm512_reduce_add_ps(acc[t]) + tail[t] - 8.0f * offset[t];
 }
 
@@ -178,20 +190,24 @@ template <int N>
 void group_q4_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* acc) {
   const int64_t blocks = p.cols / 32;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * 288;
     const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
     __m512i lo[4], hi[4];
+    #pragma GCC unroll 16
     for (int m = 0; m < 4; ++m) {
       const __m512i c = _mm512_loadu_si512(o + 32 + 64 * m);
       lo[m] = _mm512_and_si512(c, low4);
       hi[m] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
     }
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const int8_t* x = p.xq->qs + tb * 32;
       __m512i s = _mm512_set1_epi32(-8 * p.xq->sum[tb]);
+      #pragma GCC unroll 16
       for (int m = 0; m < 4; ++m) {
         s = _mm512_dpbusd_epi32(s, lo[m], bcast4(x + 4 * m));
         s = _mm512_dpbusd_epi32(s, hi[m], bcast4(x + 16 + 4 * m));
@@ -205,16 +221,20 @@ template <int N>
 void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* acc) {
   const int64_t blocks = p.cols / 32;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * 544;
     const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
     __m512i w[8];
+    #pragma GCC unroll 16
     for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(o + 32 + 64 * k), bias);  // w + 128
+    #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       const int8_t* x = p.xq->qs + tb * 32;
       __m512i s = _mm512_set1_epi32(-128 * p.xq->sum[tb]);
+      #pragma GCC unroll 16
       for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(x + 4 * k));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), acc[t]);
     }
