@@ -6,14 +6,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <utility>
-#include <vector>
 
 #include <boost/interprocess/file_mapping.hpp>
 
@@ -134,30 +130,6 @@ ShmSegment::~ShmSegment() {
       HEARTH_LOG_INFO("removed unfinished segment {}", path_.string());
     }
   }
-}
-
-bool ShmSegment::populate(int threads) const {
-#ifdef MADV_POPULATE_READ
-  if (size() == 0) return true;
-  threads = std::max(1, threads);
-  const uint64_t page = 4096;
-  const uint64_t chunk = (size() / static_cast<uint64_t>(threads) + page - 1) / page * page;
-  std::vector<std::thread> workers;
-  std::atomic<bool> ok{true};
-  for (int t = 0; t < threads; ++t) {
-    const uint64_t begin = chunk * static_cast<uint64_t>(t);
-    if (begin >= size()) break;
-    const uint64_t len = std::min<uint64_t>(chunk, size() - begin);
-    workers.emplace_back([this, begin, len, &ok] {
-      if (::madvise(data() + begin, len, MADV_POPULATE_READ) != 0) ok = false;
-    });
-  }
-  for (auto& w : workers) w.join();
-  return ok;
-#else
-  (void)threads;
-  return false;
-#endif
 }
 
 void ShmSegment::advise_hugepages() const {

@@ -62,10 +62,7 @@ class ShmSegment {
   void publish() { owned_ = false; }
   // Advises the kernel to back the mapping with huge pages where it can.
   void advise_hugepages() const;
-  // Faults the whole mapping in now (MADV_POPULATE_READ), split over `threads` threads, so
-  // that the first pass over the weights pays no page faults. Returns false when the
-  // kernel cannot (older than 5.14); the pages then fault in on first use as usual.
-  bool populate(int threads) const;
+
 
  private:
   boost::interprocess::mapped_region region_;

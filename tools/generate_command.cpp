@@ -123,7 +123,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   Options& o = parsed.value();
 
   auto source = o.attach.empty() ? open_model_files(o.model, o.tokenizer)
-                                 : attach_instance(o.attach, o.shm_dir, /*populate_threads=*/1);
+                                 : attach_instance(o.attach, o.shm_dir);
   if (!source.is_ok()) return fail(source.status());
   RunnableModel& model = source.value();
   const Tokenizer& tok = *model.tokenizer;

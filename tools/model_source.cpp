@@ -1,7 +1,5 @@
 #include "tools/model_source.h"
 
-#include <thread>
-
 #include "tokenizer/source_codec.h"
 
 namespace hearth::cli {
@@ -31,21 +29,12 @@ Result<RunnableModel> open_model_files(const std::filesystem::path& model, const
   return m;
 }
 
-Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir,
-                                      int populate_threads) {
+Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir) {
   HEARTH_RETURN_IF_ERROR(instance_name_check(instance));
   const auto path = segment_path(shm_dir.empty() ? shm_dir_default() : shm_dir, instance, "weights");
+  // The weight pages fault in as the first forward pass reads them (measured: mapping
+  // them all up front, on a helper thread or before starting, is no faster end to end).
   HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(path));
-  // Map every weight page on a helper thread while the tokenizer and the model are set
-  // up: faulting them in later, from both compute threads at once, contends on the page
-  // table lock and stalls the first token.
-  std::thread populate([&segment = w.segment, populate_threads] {
-    if (populate_threads > 0) segment.populate(populate_threads);
-  });
-  struct Join {
-    std::thread& t;
-    ~Join() { t.join(); }
-  } join{populate};
   if (w.header->tp_size != 1) {
     return make_error(ErrorCode::kUnsupported,
                       "{} is split for {} tensor-parallel ranks; a single process runs segments loaded with --tp 1",

@@ -29,10 +29,7 @@ struct RunnableModel {
 
 Result<RunnableModel> open_model_files(const std::filesystem::path& model, const std::filesystem::path& tokenizer);
 
-// Attaches to hearth.<instance>.weights in `shm_dir` (empty: the default directory). With
-// populate_threads > 0 every page is mapped, on that many threads beside the tokenizer
-// and model setup, before returning.
-Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir,
-                                      int populate_threads);
+// Attaches to hearth.<instance>.weights in `shm_dir` (empty: the default directory).
+Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir);
 
 }  // namespace hearth::cli
