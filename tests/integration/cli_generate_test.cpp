@@ -5,7 +5,7 @@
 
 #include <boost/json.hpp>
 
-#include "tests/integration/process.h"
+#include "tests/integration/hearth_bin.h"
 #include "tests/test_util.h"
 
 namespace hearth::testing {

@@ -12,7 +12,7 @@
 #include <boost/json.hpp>
 
 #include "ipc/weights_layout.h"
-#include "tests/integration/process.h"
+#include "tests/integration/hearth_bin.h"
 #include "tests/test_util.h"
 
 namespace hearth::testing {

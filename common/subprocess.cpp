@@ -1,4 +1,4 @@
-#include "tests/integration/process.h"
+#include "common/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 
 extern char** environ;
 
-namespace hearth::testing {
+namespace hearth {
 namespace {
 
 std::string drain(int fd) {
@@ -36,7 +36,17 @@ int temp_fd(const char* kind) {
   return fd;
 }
 
-pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
+// This process's environment plus `extra`.
+std::vector<char*> make_env(const Environment& extra, std::vector<std::string>& storage) {
+  std::vector<char*> out;
+  for (char** e = environ; *e != nullptr; ++e) out.push_back(*e);
+  storage = extra;
+  for (std::string& e : storage) out.push_back(e.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const Environment& env, int out_fd, int err_fd) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -46,7 +56,9 @@ pid_t spawn(const std::vector<std::string>& argv, int out_fd, int err_fd) {
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp = make_env(env, env_storage);
+  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
@@ -55,11 +67,11 @@ int decode_status(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) :
 
 }  // namespace
 
-ProcessResult run_process(const std::vector<std::string>& argv) {
+ProcessResult run_process(const std::vector<std::string>& argv, const Environment& env) {
   // Output goes to temporary files so that neither pipe can fill up and block the child.
   const int out_fd = temp_fd("out"), err_fd = temp_fd("err");
   ProcessResult result;
-  const pid_t pid = spawn(argv, out_fd, err_fd);
+  const pid_t pid = spawn(argv, env, out_fd, err_fd);
   if (pid < 0) {
     ::close(out_fd);
     ::close(err_fd);
@@ -77,11 +89,11 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
   return result;
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environment& env) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   err_fd_ = temp_fd("child-err");
-  pid_ = spawn(argv, pipe_fds[1], err_fd_);
+  pid_ = spawn(argv, env, pipe_fds[1], err_fd_);
   ::close(pipe_fds[1]);
   out_fd_ = pipe_fds[0];
   if (pid_ < 0) throw std::runtime_error("posix_spawn failed for " + argv[0]);
@@ -137,6 +149,4 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
 
 std::string ChildProcess::err() const { return drain(err_fd_); }
 
-std::string hearth_bin(const std::string& name) { return std::string(HEARTH_BIN_DIR) + "/" + name; }
-
-}  // namespace hearth::testing
+}  // namespace hearth

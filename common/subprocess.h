@@ -1,5 +1,6 @@
-// Running hearth's executables from tests: to completion (exit status and both output
-// streams), or in the background (a child to read from, signal and reap).
+// Child processes: run to completion (exit status and both output streams), or in the
+// background (a child to read lines from, signal and reap). Used by `hearth serve`,
+// benchmarks and the multi-process tests. Not thread-safe per object.
 #pragma once
 
 #include <sys/types.h>
@@ -9,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace hearth::testing {
+namespace hearth {
 
 struct ProcessResult {
   int exit_code = -1;  // the exit status, or 128 + signal when killed by one
@@ -17,14 +18,17 @@ struct ProcessResult {
   std::string err;
 };
 
+// Extra environment entries ("NAME=value") for a child, on top of this process's own.
+using Environment = std::vector<std::string>;
+
 // Runs `argv` (argv[0] a path) to completion with stdin from /dev/null.
-ProcessResult run_process(const std::vector<std::string>& argv);
+ProcessResult run_process(const std::vector<std::string>& argv, const Environment& env = {});
 
 // A process running in the background; its stdout is a pipe read line by line, its
 // stderr goes to a file. The destructor kills (SIGKILL) and reaps it if still running.
 class ChildProcess {
  public:
-  explicit ChildProcess(const std::vector<std::string>& argv);
+  explicit ChildProcess(const std::vector<std::string>& argv, const Environment& env = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -46,7 +50,4 @@ class ChildProcess {
   std::optional<int> status_;
 };
 
-// HEARTH_BIN_DIR / name.
-std::string hearth_bin(const std::string& name);
-
-}  // namespace hearth::testing
+}  // namespace hearth
