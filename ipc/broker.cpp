@@ -1,0 +1,261 @@
+#include "ipc/broker.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <new>
+
+#include "common/process.h"
+#include "ipc/futex.h"
+
+namespace hearth {
+
+std::string_view slot_state_name(uint32_t state) {
+  switch (static_cast<SlotState>(state)) {
+    case SlotState::kFree: return "FREE";
+    case SlotState::kFilling: return "FILLING";
+    case SlotState::kQueued: return "QUEUED";
+    case SlotState::kRunning: return "RUNNING";
+    case SlotState::kDone: return "DONE";
+    case SlotState::kCancelled: return "CANCELLED";
+    case SlotState::kFailed: return "FAILED";
+  }
+  return "INVALID";
+}
+
+uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+namespace {
+
+uint64_t align64(uint64_t v) { return (v + 63) / 64 * 64; }
+
+uint64_t ring_capacity_for(uint32_t n_slots) {
+  uint64_t c = 1;
+  while (c < 2ull * n_slots) c <<= 1;
+  return c;
+}
+
+uint64_t slot_stride_for(uint32_t slot_tokens) {
+  return align64(sizeof(SlotHeader) + uint64_t{slot_tokens} * sizeof(int32_t) +
+                 uint64_t{slot_tokens} * sizeof(ProducedToken));
+}
+
+}  // namespace
+
+uint64_t broker_bytes(const BrokerConfig& c) {
+  return kBrokerHeaderBytes + align64(ring_bytes(ring_capacity_for(c.n_slots))) +
+         uint64_t{c.n_slots} * slot_stride_for(c.slot_tokens);
+}
+
+SlotHeader& Broker::slot(uint32_t index) const {
+  return *reinterpret_cast<SlotHeader*>(segment_.data() + header_->slots_offset + index * header_->slot_stride);
+}
+
+int32_t* Broker::prompt(uint32_t index) const {
+  return reinterpret_cast<int32_t*>(reinterpret_cast<std::byte*>(&slot(index)) + sizeof(SlotHeader));
+}
+
+ProducedToken* Broker::produced(uint32_t index) const {
+  return reinterpret_cast<ProducedToken*>(prompt(index) + header_->slot_tokens);
+}
+
+Status Broker::validate(uint64_t file_bytes) const {
+  const std::string p = segment_.path().string();
+  const BrokerHeader& h = *header_;
+  if (h.magic != kBrokerMagic) return make_error(ErrorCode::kFormat, "{} is not a hearth broker segment", p);
+  if (h.layout_version != kBrokerLayoutVersion) {
+    return make_error(ErrorCode::kFormat, "{} has broker layout version {}, this build uses {}", p, h.layout_version,
+                      kBrokerLayoutVersion);
+  }
+  BrokerConfig c{h.n_slots, h.slot_tokens};
+  if (h.header_bytes != kBrokerHeaderBytes || h.total_bytes != file_bytes || h.n_slots < 1 || h.n_slots > 65536 ||
+      h.slot_tokens < 16 || h.slot_tokens > (1u << 24) || broker_bytes(c) != file_bytes ||
+      h.slot_stride != slot_stride_for(h.slot_tokens) || h.ring_offset != kBrokerHeaderBytes ||
+      h.slots_offset != kBrokerHeaderBytes + align64(ring_bytes(ring_capacity_for(h.n_slots)))) {
+    return make_error(ErrorCode::kFormat, "{} has an inconsistent header (sizes do not match): remove it", p);
+  }
+  const auto* ring = reinterpret_cast<const RingHeader*>(segment_.data() + h.ring_offset);
+  if (ring->capacity != ring_capacity_for(h.n_slots) || ring->mask != ring->capacity - 1) {
+    return make_error(ErrorCode::kFormat, "{} has a corrupt request ring: remove it", p);
+  }
+  return Status::ok();
+}
+
+Result<Broker> Broker::attach(const std::filesystem::path& path) {
+  auto seg = ShmSegment::attach(path, /*writable=*/true);
+  if (!seg.is_ok()) {
+    if (seg.status().code() == ErrorCode::kNotFound) {
+      return make_error(ErrorCode::kUnavailable, "no broker segment at {}: is hearth-engine running?", path.string());
+    }
+    return seg.status();
+  }
+  Broker b;
+  b.segment_ = std::move(seg).value();
+  if (b.segment_.size() < kBrokerHeaderBytes) {
+    return make_error(ErrorCode::kFormat, "{} is too small to be a broker segment", path.string());
+  }
+  b.header_ = reinterpret_cast<BrokerHeader*>(b.segment_.data());
+  HEARTH_RETURN_IF_ERROR(b.validate(b.segment_.size()));
+  return b;
+}
+
+Result<Broker> Broker::open_or_create(const std::filesystem::path& path, const BrokerConfig& config) {
+  if (std::filesystem::exists(path)) {
+    auto existing = attach(path);
+    if (existing.is_ok()) {
+      if (existing->n_slots() == config.n_slots && existing->slot_tokens() == config.slot_tokens) return existing;
+      // Other dimensions: requests in it cannot be resumed by this engine anyway.
+    }
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  if (config.n_slots < 1 || config.n_slots > 65536 || config.slot_tokens < 16 || config.slot_tokens > (1u << 24)) {
+    return make_error(ErrorCode::kInvalidArgument, "broker needs 1..65536 slots of 16..16M tokens");
+  }
+  HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, broker_bytes(config)));
+  Broker b;
+  b.header_ = new (seg.data()) BrokerHeader{};
+  BrokerHeader& h = *b.header_;
+  h.magic = kBrokerMagic;
+  h.layout_version = kBrokerLayoutVersion;
+  h.header_bytes = kBrokerHeaderBytes;
+  h.total_bytes = broker_bytes(config);
+  h.n_slots = config.n_slots;
+  h.slot_tokens = config.slot_tokens;
+  h.slot_stride = slot_stride_for(config.slot_tokens);
+  h.ring_offset = kBrokerHeaderBytes;
+  h.slots_offset = kBrokerHeaderBytes + align64(ring_bytes(ring_capacity_for(config.n_slots)));
+  h.created_unix_ms = static_cast<uint64_t>(::time(nullptr)) * 1000;
+  ring_init(seg.data() + h.ring_offset, ring_capacity_for(config.n_slots));
+  for (uint32_t i = 0; i < config.n_slots; ++i) {
+    new (seg.data() + h.slots_offset + i * h.slot_stride) SlotHeader{};
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  seg.publish();
+  b.segment_ = std::move(seg);
+  return b;
+}
+
+Result<int> Broker::frontend_register() {
+  const int32_t me = ::getpid();
+  const uint64_t start = process_start_time(me);
+  for (int i = 0; i < kMaxFrontends; ++i) {
+    FrontendEntry& e = header_->frontends[i];
+    int32_t pid = e.pid.load(std::memory_order_acquire);
+    const bool free = pid == 0 || !process_alive(pid, e.start_time.load(std::memory_order_relaxed));
+    if (free && e.pid.compare_exchange_strong(pid, me, std::memory_order_acq_rel)) {
+      e.start_time.store(start, std::memory_order_relaxed);
+      e.draining.store(0, std::memory_order_relaxed);
+      e.heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
+      return i;
+    }
+  }
+  return make_error(ErrorCode::kResourceExhausted, "all {} frontend entries of {} are held by running frontends",
+                    kMaxFrontends, path().string());
+}
+
+void Broker::frontend_heartbeat(int frontend) const {
+  header_->frontends[frontend].heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
+}
+
+void Broker::frontend_unregister(int frontend) const {
+  FrontendEntry& e = header_->frontends[frontend];
+  e.heartbeat_ns.store(0, std::memory_order_relaxed);
+  e.pid.store(0, std::memory_order_release);
+}
+
+std::optional<uint32_t> Broker::slot_claim(int frontend) const {
+  for (uint32_t i = 0; i < n_slots(); ++i) {
+    SlotHeader& s = slot(i);
+    uint32_t expected = static_cast<uint32_t>(SlotState::kFree);
+    if (s.state.load(std::memory_order_relaxed) != expected) continue;
+    if (s.state.compare_exchange_strong(expected, static_cast<uint32_t>(SlotState::kFilling),
+                                        std::memory_order_acq_rel)) {
+      s.generation.fetch_add(1, std::memory_order_relaxed);
+      s.cancel.store(0, std::memory_order_relaxed);
+      s.n_produced.store(0, std::memory_order_relaxed);
+      s.owner = frontend;
+      s.owner_pid = ::getpid();
+      s.request_id = header_->next_request_id.fetch_add(1, std::memory_order_relaxed);
+      s.finish = static_cast<uint32_t>(SlotFinish::kNone);
+      s.error_code = 0;
+      s.error[0] = '\0';
+      s.enqueued_ns = s.first_token_ns = s.finished_ns = 0;
+      return i;
+    }
+  }
+  return std::nullopt;
+}
+
+void Broker::slot_submit(uint32_t index) const {
+  SlotHeader& s = slot(index);
+  s.enqueued_ns = monotonic_ns();
+  s.state.store(static_cast<uint32_t>(SlotState::kQueued), std::memory_order_release);
+  // The ring is the doorbell and keeps arrival order; a full ring is harmless because the
+  // engine also finds QUEUED slots by scanning.
+  ring().push(index);
+  futex_signal(header_->engine_wake);
+}
+
+void Broker::slot_cancel(uint32_t index) const {
+  slot(index).cancel.store(1, std::memory_order_release);
+  futex_signal(header_->engine_wake);
+}
+
+void Broker::slot_release(uint32_t index) const {
+  slot(index).state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+}
+
+bool Broker::engine_alive(std::chrono::milliseconds max_age) const {
+  const uint64_t beat = header_->engine_heartbeat_ns.load(std::memory_order_acquire);
+  if (beat == 0) return false;
+  const uint64_t now = monotonic_ns();
+  return now < beat || now - beat <= static_cast<uint64_t>(max_age.count()) * 1000000ull;
+}
+
+uint64_t Broker::engine_start() const {
+  const uint64_t epoch = header_->engine_epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  header_->engine_pid.store(::getpid(), std::memory_order_relaxed);
+  header_->engine_start_time.store(process_start_time(::getpid()), std::memory_order_relaxed);
+  // Cells a dead predecessor claimed but never released would block producers forever.
+  ring().release_claimed();
+  engine_heartbeat();
+  return epoch;
+}
+
+void Broker::engine_heartbeat() const {
+  header_->engine_heartbeat_ns.store(monotonic_ns(), std::memory_order_release);
+}
+
+void Broker::engine_stop() const { header_->engine_heartbeat_ns.store(0, std::memory_order_release); }
+
+void Broker::slot_publish(uint32_t index, int32_t n_produced) const {
+  SlotHeader& s = slot(index);
+  if (s.first_token_ns == 0) s.first_token_ns = monotonic_ns();
+  s.n_produced.store(n_produced, std::memory_order_release);
+}
+
+void Broker::slot_finish(uint32_t index, SlotState state, SlotFinish finish, int32_t error_code,
+                         std::string_view error) const {
+  SlotHeader& s = slot(index);
+  s.finish = static_cast<uint32_t>(finish);
+  s.error_code = error_code;
+  const size_t n = std::min(error.size(), sizeof(s.error) - 1);
+  std::memcpy(s.error, error.data(), n);
+  s.error[n] = '\0';
+  s.finished_ns = monotonic_ns();
+  s.state.store(static_cast<uint32_t>(state), std::memory_order_release);
+  if (s.owner >= 0 && s.owner < kMaxFrontends) wake_frontend(s.owner);
+}
+
+void Broker::wake_frontend(int frontend) const {
+  if (frontend < 0 || frontend >= kMaxFrontends) return;
+  futex_signal(header_->frontends[frontend].wake);
+}
+
+}  // namespace hearth

@@ -1,0 +1,90 @@
+// Broker: the shared segment through which frontends hand requests to the engine and
+// read back the tokens it produces (layout in broker_layout.h, protocol in README.md).
+//
+// The engine creates it (or attaches to the one a previous engine left: slots survive an
+// engine restart); frontends attach. Every operation is lock-free on always-lock-free
+// atomics in the segment; wake-ups are futexes. A Broker object is a mapping plus views
+// and may be shared by threads of one process; slot-level operations follow the slot
+// state machine, where only the slot's current holder (the frontend that owns it, or the
+// engine while it runs it) writes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+
+#include "common/status.h"
+#include "ipc/broker_layout.h"
+#include "ipc/ring.h"
+#include "ipc/segment.h"
+
+namespace hearth {
+
+struct BrokerConfig {
+  uint32_t n_slots = 128;
+  uint32_t slot_tokens = 4096;  // prompt plus output tokens per request (the context)
+};
+
+// CLOCK_MONOTONIC in nanoseconds (the clock every heartbeat and timestamp uses).
+uint64_t monotonic_ns();
+
+class Broker {
+ public:
+  // Attaches to the broker at `path` when a valid one exists (keeping its slots), else
+  // creates it. The engine's entry point.
+  static Result<Broker> open_or_create(const std::filesystem::path& path, const BrokerConfig& config);
+  // Attaches to an existing broker. The frontend's entry point.
+  static Result<Broker> attach(const std::filesystem::path& path);
+
+  BrokerHeader& header() const { return *header_; }
+  uint32_t n_slots() const { return header_->n_slots; }
+  uint32_t slot_tokens() const { return header_->slot_tokens; }
+  SlotHeader& slot(uint32_t index) const;
+  int32_t* prompt(uint32_t index) const;           // [slot_tokens]
+  ProducedToken* produced(uint32_t index) const;   // [slot_tokens]
+  Ring ring() const { return Ring(segment_.data() + header_->ring_offset); }
+  const std::filesystem::path& path() const { return segment_.path(); }
+
+  // --- frontend side ---
+  // Takes a registry entry for this process; kResourceExhausted when all are held by
+  // live processes.
+  Result<int> frontend_register();
+  void frontend_heartbeat(int frontend) const;
+  void frontend_unregister(int frontend) const;
+  // FREE -> FILLING for the first free slot, owned by `frontend`; nullopt when none is free.
+  std::optional<uint32_t> slot_claim(int frontend) const;
+  // FILLING -> QUEUED, into the ring, engine woken. The request fields must be written.
+  void slot_submit(uint32_t index) const;
+  // Asks the engine to stop the slot at its next step.
+  void slot_cancel(uint32_t index) const;
+  // A terminal (or still FILLING) slot back to FREE.
+  void slot_release(uint32_t index) const;
+  // Whether an engine heartbeat is younger than `max_age`.
+  bool engine_alive(std::chrono::milliseconds max_age) const;
+
+  // --- engine side ---
+  // Marks this process as the engine: new epoch, pid, heartbeat. Returns the epoch.
+  uint64_t engine_start() const;
+  void engine_heartbeat() const;
+  void engine_stop() const;  // clears the heartbeat so frontends see no engine at once
+  // Publishes produced token `n` of a slot (already written) and wakes its owner later.
+  void slot_publish(uint32_t index, int32_t n_produced) const;
+  // RUNNING / QUEUED -> terminal; wakes the owner.
+  void slot_finish(uint32_t index, SlotState state, SlotFinish finish, int32_t error_code = 0,
+                   std::string_view error = {}) const;
+  // Wakes every frontend with news (call once per step).
+  void wake_frontend(int frontend) const;
+
+ private:
+  Broker() = default;
+  Status validate(uint64_t file_bytes) const;
+
+  ShmSegment segment_;
+  BrokerHeader* header_ = nullptr;
+};
+
+// Bytes of a broker with `config`.
+uint64_t broker_bytes(const BrokerConfig& config);
+
+}  // namespace hearth

@@ -1,0 +1,128 @@
+// The broker segment's binary layout: requests and their token streams between the
+// frontends and the engine.
+//
+//   [BrokerHeader, 8 KiB] [request ring] [slot 0] ... [slot n-1]
+//
+// A slot is one sequence: its request (sampling parameters, stop ids, prompt tokens) as
+// written by the frontend that claimed it, and the tokens the engine produced for it,
+// appended in order (an append-only stream: a restarted engine re-reads prompt and
+// produced tokens to resume). Every field shared between processes is either written
+// before a release store of `state` / `n_produced` and read after the matching acquire
+// load, or an always-lock-free atomic. No pointers: offsets only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "ipc/ring.h"
+
+namespace hearth {
+
+inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
+inline constexpr uint32_t kBrokerLayoutVersion = 1;
+inline constexpr uint32_t kBrokerHeaderBytes = 8192;
+inline constexpr int kMaxFrontends = 16;
+inline constexpr int kMaxStopIds = 16;
+inline constexpr int kMaxTopLogprobs = 8;
+
+// A slot's life: FREE -> FILLING (a frontend claimed it and writes the request) -> QUEUED
+// (published, in the ring) -> RUNNING (the engine admitted it) -> DONE / CANCELLED /
+// FAILED (terminal; the owner reads the rest and frees it) -> FREE.
+enum class SlotState : uint32_t {
+  kFree = 0,
+  kFilling = 1,
+  kQueued = 2,
+  kRunning = 3,
+  kDone = 4,
+  kCancelled = 5,
+  kFailed = 6,
+};
+std::string_view slot_state_name(uint32_t state);
+
+enum class SlotFinish : uint32_t { kNone = 0, kStop = 1, kLength = 2, kCancelled = 3, kError = 4 };
+
+// A registered frontend process.
+struct alignas(64) FrontendEntry {
+  std::atomic<int32_t> pid;              // 0: free entry
+  std::atomic<uint64_t> start_time;      // /proc start time: tells a reused pid apart
+  std::atomic<uint64_t> heartbeat_ns;    // CLOCK_MONOTONIC of its last heartbeat
+  std::atomic<uint32_t> wake;            // futex word the engine bumps when its slots have news
+  std::atomic<uint32_t> draining;        // 1 while it finishes its streams before exiting
+};
+
+struct BrokerHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_bytes;
+  uint64_t total_bytes;
+  uint32_t n_slots;
+  uint32_t slot_tokens;      // prompt plus output tokens a slot holds (the context)
+  uint64_t slot_stride;      // bytes per slot
+  uint64_t slots_offset;
+  uint64_t ring_offset;
+  uint64_t created_unix_ms;
+  // The engine (rank 0).
+  std::atomic<uint64_t> engine_epoch;        // bumped by every engine start
+  std::atomic<int32_t> engine_pid;
+  std::atomic<uint64_t> engine_start_time;
+  std::atomic<uint64_t> engine_heartbeat_ns;  // CLOCK_MONOTONIC; 0 while no engine runs
+  std::atomic<uint32_t> engine_wake;          // futex: bumped after enqueueing or cancelling
+  // Engine statistics for hearth status and tests (written by the engine only).
+  std::atomic<uint32_t> stat_running;
+  std::atomic<uint32_t> stat_waiting;
+  std::atomic<uint32_t> stat_kv_blocks_total;
+  std::atomic<uint32_t> stat_kv_blocks_used;
+  std::atomic<uint64_t> stat_steps;
+  std::atomic<uint64_t> stat_tokens;
+  std::atomic<uint64_t> next_request_id;
+  FrontendEntry frontends[kMaxFrontends];
+};
+static_assert(sizeof(BrokerHeader) <= kBrokerHeaderBytes);
+static_assert(std::is_standard_layout_v<BrokerHeader>);
+
+// The sampling parameters of a request, as plain data.
+struct SlotSampling {
+  float temperature;
+  float top_p;
+  float min_p;
+  float repetition_penalty;
+  float presence_penalty;
+  float frequency_penalty;
+  int32_t top_k;
+  uint32_t reserved;
+  uint64_t seed;
+};
+
+struct ProducedToken {
+  int32_t id;
+  float logprob;                          // of `id` under the model's distribution
+  int32_t top_ids[kMaxTopLogprobs];       // when the request asked for top logprobs
+  float top_logprobs[kMaxTopLogprobs];
+};
+static_assert(sizeof(ProducedToken) == 72);
+
+struct alignas(64) SlotHeader {
+  std::atomic<uint32_t> state;       // SlotState
+  std::atomic<uint32_t> generation;  // bumped by each claim: tells reuses of the slot apart
+  std::atomic<uint32_t> cancel;      // set by the owner: stop at the next step
+  std::atomic<int32_t> n_produced;   // produced tokens published so far
+  int32_t owner;                     // frontend index
+  int32_t owner_pid;
+  uint64_t request_id;
+  SlotSampling sampling;
+  int32_t max_tokens;
+  int32_t n_prompt;
+  int32_t top_logprobs;   // 0..kMaxTopLogprobs
+  uint32_t flags;         // kSlotIgnoreStop
+  int32_t n_stop_ids;
+  int32_t stop_ids[kMaxStopIds];
+  uint32_t finish;        // SlotFinish, valid in a terminal state
+  int32_t error_code;     // ErrorCode, with FAILED
+  char error[256];
+  uint64_t enqueued_ns, first_token_ns, finished_ns;  // CLOCK_MONOTONIC
+  uint64_t admitted_epoch;  // engine epoch that last admitted it
+  // Followed by int32_t prompt[slot_tokens], then ProducedToken produced[slot_tokens].
+};
+inline constexpr uint32_t kSlotIgnoreStop = 1;
+
+}  // namespace hearth
