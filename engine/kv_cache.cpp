@@ -25,38 +25,41 @@ Result<KvCache> KvCache::create(Backend& backend, const KvCacheConfig& config) {
   }
   cache.k_ = std::move(k).value();
   cache.v_ = std::move(v).value();
-  cache.free_.reserve(static_cast<size_t>(config.n_blocks));
-  for (int32_t b = config.n_blocks - 1; b >= 0; --b) cache.free_.push_back(b);
+  cache.blocks_ = BlockAllocator(config.n_blocks);
   return cache;
 }
 
-std::optional<int32_t> KvCache::block_alloc() {
+BlockAllocator::BlockAllocator(int32_t n_blocks) : total_(n_blocks) {
+  free_.reserve(static_cast<size_t>(n_blocks));
+  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+}
+
+std::optional<int32_t> BlockAllocator::alloc() {
   if (free_.empty()) return std::nullopt;
   const int32_t b = free_.back();
   free_.pop_back();
   return b;
 }
 
-void KvCache::block_free(int32_t block) {
-  HEARTH_CHECK(block >= 0 && block < config_.n_blocks) << "block " << block << " is not in the cache";
-  HEARTH_CHECK(free_.size() < static_cast<size_t>(config_.n_blocks)) << "block " << block << " freed twice";
+void BlockAllocator::free(int32_t block) {
+  HEARTH_CHECK(block >= 0 && block < total_) << "block " << block << " is not in the cache";
+  HEARTH_CHECK(free_.size() < static_cast<size_t>(total_)) << "block " << block << " freed twice";
   free_.push_back(block);
 }
 
-Status kv_sequence_reserve(KvCache& cache, KvSequence& seq, int32_t positions) {
-  const int32_t bs = cache.config().block_size;
-  const auto needed = static_cast<size_t>((positions + bs - 1) / bs);
+Status kv_sequence_reserve(BlockAllocator& blocks, KvSequence& seq, int32_t positions, int32_t block_size) {
+  const auto needed = static_cast<size_t>((positions + block_size - 1) / block_size);
   if (needed <= seq.blocks.size()) return Status::ok();
-  if (needed - seq.blocks.size() > static_cast<size_t>(cache.blocks_free())) {
+  if (needed - seq.blocks.size() > static_cast<size_t>(blocks.free_count())) {
     return make_error(ErrorCode::kResourceExhausted, "the KV cache has {} free blocks, {} more are needed",
-                      cache.blocks_free(), needed - seq.blocks.size());
+                      blocks.free_count(), needed - seq.blocks.size());
   }
-  while (seq.blocks.size() < needed) seq.blocks.push_back(*cache.block_alloc());
+  while (seq.blocks.size() < needed) seq.blocks.push_back(*blocks.alloc());
   return Status::ok();
 }
 
-void kv_sequence_release(KvCache& cache, KvSequence& seq) {
-  for (int32_t b : seq.blocks) cache.block_free(b);
+void kv_sequence_release(BlockAllocator& blocks, KvSequence& seq) {
+  for (int32_t b : seq.blocks) blocks.free(b);
   seq.blocks.clear();
   seq.length = 0;
 }

@@ -16,6 +16,22 @@
 
 namespace hearth {
 
+// A free list of block indices. Not thread-safe.
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int32_t n_blocks = 0);
+  // Takes a free block (recently freed ones first: they are warm), or nullopt.
+  std::optional<int32_t> alloc();
+  // Returns a block taken with alloc.
+  void free(int32_t block);
+  int32_t free_count() const { return static_cast<int32_t>(free_.size()); }
+  int32_t total() const { return total_; }
+
+ private:
+  int32_t total_ = 0;
+  std::vector<int32_t> free_;
+};
+
 struct KvCacheConfig {
   int32_t n_layers = 0;
   int32_t kv_dim = 0;
@@ -33,11 +49,11 @@ class KvCache {
   float* k(int32_t layer) const { return k_.f32() + layer_stride_ * layer; }
   float* v(int32_t layer) const { return v_.f32() + layer_stride_ * layer; }
 
-  // Takes a free block, or nullopt when none is left.
-  std::optional<int32_t> block_alloc();
-  // Returns a block taken with block_alloc.
-  void block_free(int32_t block);
-  int32_t blocks_free() const { return static_cast<int32_t>(free_.size()); }
+  // The cache's blocks: taken by sequences, returned when they finish.
+  BlockAllocator& blocks() { return blocks_; }
+  std::optional<int32_t> block_alloc() { return blocks_.alloc(); }
+  void block_free(int32_t block) { blocks_.free(block); }
+  int32_t blocks_free() const { return blocks_.free_count(); }
 
  private:
   KvCache() = default;
@@ -46,7 +62,7 @@ class KvCache {
   int64_t layer_stride_ = 0;
   BackendBuffer k_;
   BackendBuffer v_;
-  std::vector<int32_t> free_;  // LIFO: recently freed blocks are warm in cache
+  BlockAllocator blocks_;
 };
 
 // The blocks one sequence holds and how many positions are filled.
@@ -61,9 +77,13 @@ struct KvSequence {
 };
 
 // Makes sure `seq` has blocks for `positions` positions; kResourceExhausted (and no
-// change) when the cache has too few free blocks.
-Status kv_sequence_reserve(KvCache& cache, KvSequence& seq, int32_t positions);
-// Returns all of the sequence's blocks to the cache and empties it.
-void kv_sequence_release(KvCache& cache, KvSequence& seq);
+// change) when too few blocks are free.
+Status kv_sequence_reserve(BlockAllocator& blocks, KvSequence& seq, int32_t positions, int32_t block_size);
+inline Status kv_sequence_reserve(KvCache& cache, KvSequence& seq, int32_t positions) {
+  return kv_sequence_reserve(cache.blocks(), seq, positions, cache.config().block_size);
+}
+// Returns all of the sequence's blocks and empties it.
+void kv_sequence_release(BlockAllocator& blocks, KvSequence& seq);
+inline void kv_sequence_release(KvCache& cache, KvSequence& seq) { kv_sequence_release(cache.blocks(), seq); }
 
 }  // namespace hearth

@@ -1,0 +1,125 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace hearth {
+
+Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& blocks, int32_t block_size)
+    : config_(config), blocks_(blocks), block_size_(block_size) {}
+
+Status Scheduler::add(uint64_t id, int32_t n_tokens) {
+  if (n_tokens < 1) return make_error(ErrorCode::kInvalidArgument, "a sequence needs at least one token");
+  if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already scheduled", id);
+  if (n_waiting() >= config_.max_waiting) {
+    return make_error(ErrorCode::kResourceExhausted, "{} requests are already waiting", n_waiting());
+  }
+  seqs_.emplace(id, Seq{n_tokens, 0, {}});
+  waiting_.push_back(id);
+  return Status::ok();
+}
+
+bool Scheduler::reserve(Seq& seq, int32_t positions) {
+  return kv_sequence_reserve(blocks_, seq.kv, positions, block_size_).is_ok();
+}
+
+void Scheduler::release(Seq& seq) {
+  kv_sequence_release(blocks_, seq.kv);
+  seq.n_computed = 0;
+}
+
+void Scheduler::preempt_last() {
+  const uint64_t victim = running_.back();
+  running_.pop_back();
+  release(seqs_.at(victim));
+  waiting_.push_front(victim);
+}
+
+StepPlan Scheduler::plan() {
+  StepPlan plan;
+  const int32_t total_blocks = blocks_.total();
+  int32_t budget = config_.max_batched_tokens;
+
+  // Running sequences keep going; one that cannot get a block preempts the newest.
+  for (size_t i = 0; i < running_.size() && budget > 0 &&
+                     static_cast<int32_t>(plan.seqs.size()) < config_.max_batch_size;) {
+    const uint64_t id = running_[i];
+    Seq& seq = seqs_.at(id);
+    const int32_t count = std::min(seq.n_tokens - seq.n_computed, budget);
+    if (count <= 0) {  // nothing new to compute (cannot happen after advance; skip safely)
+      ++i;
+      continue;
+    }
+    if ((seq.n_computed + count + block_size_ - 1) / block_size_ > total_blocks) {
+      // Longer than the whole cache: it can never run.
+      plan.unschedulable.push_back(id);
+      running_.erase(running_.begin() + static_cast<long>(i));
+      release(seq);
+      continue;
+    }
+    if (!reserve(seq, seq.n_computed + count)) {
+      if (running_.size() - 1 > i) {  // someone newer can give way
+        plan.preempted.push_back(running_.back());
+        preempt_last();
+        continue;  // retry this one
+      }
+      // It is the newest itself: it waits for blocks to come back.
+      plan.preempted.push_back(id);
+      preempt_last();
+      break;
+    }
+    plan.seqs.push_back({id, seq.n_computed, count, seq.n_computed + count == seq.n_tokens});
+    plan.tokens += count;
+    budget -= count;
+    ++i;
+  }
+
+  // Then waiting sequences, first come first served, while budget, batch and blocks allow.
+  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(plan.seqs.size()) < config_.max_batch_size) {
+    const uint64_t id = waiting_.front();
+    Seq& seq = seqs_.at(id);
+    if ((seq.n_tokens + block_size_ - 1) / block_size_ > total_blocks) {
+      plan.unschedulable.push_back(id);
+      waiting_.pop_front();
+      seqs_.erase(id);
+      continue;
+    }
+    const int32_t count = std::min(seq.n_tokens - seq.n_computed, budget);
+    if (!reserve(seq, seq.n_computed + count)) break;  // no preemption for newcomers
+    waiting_.pop_front();
+    running_.push_back(id);
+    plan.seqs.push_back({id, seq.n_computed, count, seq.n_computed + count == seq.n_tokens});
+    plan.tokens += count;
+    budget -= count;
+  }
+  // Sequences reported unschedulable while running are gone from the plan's view too.
+  for (uint64_t id : plan.unschedulable) seqs_.erase(id);
+  return plan;
+}
+
+void Scheduler::advance(const PlannedSeq& planned) {
+  const auto it = seqs_.find(planned.id);
+  HEARTH_CHECK(it != seqs_.end()) << "advance of unknown sequence " << planned.id;
+  Seq& seq = it->second;
+  HEARTH_CHECK(planned.begin == seq.n_computed) << "sequence " << planned.id << " advanced out of order";
+  seq.n_computed += planned.count;
+  seq.kv.length = seq.n_computed;
+  if (planned.sample) seq.n_tokens += 1;
+}
+
+void Scheduler::remove(uint64_t id) {
+  const auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  release(it->second);
+  seqs_.erase(it);
+  running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
+}
+
+const KvSequence* Scheduler::kv(uint64_t id) const {
+  const auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second.kv;
+}
+
+}  // namespace hearth
