@@ -1,0 +1,61 @@
+// EngineServer: the serving loop of hearth-engine (rank 0, tensor parallel size 1).
+//
+// It attaches to the instance's weights segment (read-only, no copy) and broker, then
+// loops: take new requests from the ring (and, as a safety net, from a scan of the
+// slot table), plan a step with the Scheduler, run it through the model, sample for
+// every sequence that finished its known tokens, publish each token into its slot, and
+// finish sequences at a stop id, their max_tokens or the context. Cancel flags are
+// honoured at the next step; slots whose frontend died are reclaimed. On start it
+// resumes every slot a previous engine left QUEUED or RUNNING by recomputing its prompt
+// and the tokens already produced. Heartbeats go to the broker every iteration. Owned
+// by one thread (run()); stop() may be called from another.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "engine/scheduler.h"
+
+namespace hearth {
+
+struct EngineOptions {
+  std::string instance = "default";
+  std::filesystem::path shm_dir;  // empty: shm_dir_default()
+  uint32_t slots = 128;           // requests in flight (broker slots)
+  int32_t context = 0;            // tokens per sequence; 0: the model's, at most 4096
+  int32_t kv_blocks = 0;          // 0: enough for `slots / 4` full contexts, at least 4
+  int32_t block_size = 16;
+  SchedulerConfig scheduler;
+  int32_t prefetch = 64;          // queued requests taken from the ring per iteration
+  int threads = 0;                // CPU threads (0: every core)
+  int frontend_stale_ms = 5000;   // a frontend whose heartbeat is older is gone
+};
+
+// Fills scheduler knobs from HEARTH_MAX_BATCH_SIZE, HEARTH_MAX_BATCHED_TOKENS,
+// HEARTH_PREFETCH_BUFFER and HEARTH_KV_BLOCKS when they are set.
+Status engine_options_from_env(EngineOptions& options);
+
+class EngineServer {
+ public:
+  static Result<std::unique_ptr<EngineServer>> create(const EngineOptions& options);
+  ~EngineServer();
+
+  // Serves until stop(); returns an error only for failures of the engine itself.
+  Status run();
+  void stop();
+
+  // For status lines and tests.
+  uint64_t epoch() const;
+  std::string describe() const;
+
+ private:
+  EngineServer() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,66 @@
+#include "ipc/broker_client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ipc/futex.h"
+
+namespace hearth {
+
+Result<BrokerClient> BrokerClient::connect(const std::filesystem::path& path) {
+  HEARTH_ASSIGN_OR_RETURN(Broker broker, Broker::attach(path));
+  BrokerClient c;
+  c.broker_ = std::make_unique<Broker>(std::move(broker));
+  HEARTH_ASSIGN_OR_RETURN(c.index_, c.broker_->frontend_register());
+  return c;
+}
+
+BrokerClient::~BrokerClient() {
+  if (broker_ && index_ >= 0) broker_->frontend_unregister(index_);
+}
+
+Result<uint32_t> BrokerClient::submit(const SubmitRequest& r) {
+  if (r.prompt.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
+  if (r.prompt.size() >= broker_->slot_tokens()) {
+    return make_error(ErrorCode::kOutOfRange, "the prompt has {} tokens, but the context holds {}", r.prompt.size(),
+                      broker_->slot_tokens());
+  }
+  if (r.stop_ids.size() > static_cast<size_t>(kMaxStopIds) || r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
+    return make_error(ErrorCode::kInvalidArgument, "at most {} stop ids and {} top logprobs", kMaxStopIds,
+                      kMaxTopLogprobs);
+  }
+  const auto slot = broker_->slot_claim(index_);
+  if (!slot) return make_error(ErrorCode::kResourceExhausted, "all {} request slots are busy", broker_->n_slots());
+  SlotHeader& s = broker_->slot(*slot);
+  s.sampling = r.sampling;
+  s.max_tokens = r.max_tokens;
+  s.n_prompt = static_cast<int32_t>(r.prompt.size());
+  s.top_logprobs = r.top_logprobs;
+  s.flags = r.ignore_stop ? kSlotIgnoreStop : 0;
+  s.n_stop_ids = static_cast<int32_t>(r.stop_ids.size());
+  std::copy(r.stop_ids.begin(), r.stop_ids.end(), s.stop_ids);
+  std::copy(r.prompt.begin(), r.prompt.end(), broker_->prompt(*slot));
+  broker_->slot_submit(*slot);
+  return *slot;
+}
+
+SlotProgress BrokerClient::progress(uint32_t slot) const {
+  const SlotHeader& s = broker_->slot(slot);
+  SlotProgress p;
+  p.state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
+  p.n_produced = s.n_produced.load(std::memory_order_acquire);
+  if (p.terminal()) {
+    p.finish = static_cast<SlotFinish>(s.finish);
+    p.error_code = static_cast<ErrorCode>(s.error_code);
+    p.error = std::string(s.error, strnlen(s.error, sizeof(s.error)));
+  }
+  return p;
+}
+
+uint32_t BrokerClient::news() const { return broker_->header().frontends[index_].wake.load(std::memory_order_acquire); }
+
+void BrokerClient::wait(uint32_t seen, std::chrono::microseconds timeout) const {
+  futex_wait(broker_->header().frontends[index_].wake, seen, timeout);
+}
+
+}  // namespace hearth

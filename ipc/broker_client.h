@@ -1,0 +1,74 @@
+// BrokerClient: a frontend's side of the broker: register, submit requests into slots,
+// follow the tokens the engine produces, cancel and release.
+//
+// One per frontend process; its methods may be called from several threads (slot
+// operations on different slots are independent; a slot is used by the request that
+// submitted it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "ipc/broker.h"
+
+namespace hearth {
+
+struct SubmitRequest {
+  std::vector<int32_t> prompt;
+  SlotSampling sampling{1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0};
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_ids;
+  bool ignore_stop = false;
+  int32_t top_logprobs = 0;
+};
+
+// What a slot looks like from the frontend.
+struct SlotProgress {
+  int32_t n_produced = 0;
+  SlotState state = SlotState::kQueued;
+  SlotFinish finish = SlotFinish::kNone;
+  ErrorCode error_code = ErrorCode::kOk;
+  std::string error;
+  bool terminal() const {
+    return state == SlotState::kDone || state == SlotState::kCancelled || state == SlotState::kFailed;
+  }
+};
+
+class BrokerClient {
+ public:
+  // Attaches to the broker at `path` and registers this process as a frontend.
+  static Result<BrokerClient> connect(const std::filesystem::path& path);
+  BrokerClient(BrokerClient&&) noexcept = default;
+  BrokerClient& operator=(BrokerClient&&) noexcept = default;
+  ~BrokerClient();
+
+  // Claims a slot and queues the request; kResourceExhausted when every slot is busy,
+  // kInvalidArgument when it does not fit a slot.
+  Result<uint32_t> submit(const SubmitRequest& request);
+  SlotProgress progress(uint32_t slot) const;
+  const ProducedToken& token(uint32_t slot, int32_t i) const { return broker_->produced(slot)[i]; }
+  void cancel(uint32_t slot) const { broker_->slot_cancel(slot); }
+  // Frees a slot once its progress is terminal (or a submit was abandoned).
+  void release(uint32_t slot) const { broker_->slot_release(slot); }
+
+  // The counter the engine bumps when any of this frontend's slots has news; wait()
+  // sleeps until it differs from `seen` (or the timeout).
+  uint32_t news() const;
+  void wait(uint32_t seen, std::chrono::microseconds timeout) const;
+  void heartbeat() const { broker_->frontend_heartbeat(index_); }
+  bool engine_alive(std::chrono::milliseconds max_age) const { return broker_->engine_alive(max_age); }
+  int index() const { return index_; }
+  Broker& broker() const { return *broker_; }
+
+ private:
+  BrokerClient() = default;
+  std::unique_ptr<Broker> broker_;
+  int index_ = -1;
+};
+
+}  // namespace hearth
