@@ -1,6 +1,10 @@
 #include "common/daemon.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
@@ -29,6 +33,12 @@ void notify(std::string_view message) {
 void daemon_block_signals() {
   const sigset_t set = daemon_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  if (const char* env = std::getenv("HEARTH_DIE_WITH_PARENT"); env != nullptr && *env == '1') {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    // The parent may have died before the call above: then we already belong to another.
+    const char* parent = std::getenv("HEARTH_PARENT_PID");
+    if (parent != nullptr && std::atoi(parent) != ::getppid()) ::raise(SIGTERM);
+  }
 }
 
 int daemon_wait_signal(std::chrono::milliseconds timeout) {

@@ -10,7 +10,9 @@
 namespace hearth {
 
 // Blocks SIGTERM, SIGINT and SIGHUP in this thread (and threads it starts later), so
-// that daemon_wait_signal() receives them instead of default handlers killing us.
+// that daemon_wait_signal() receives them instead of default handlers killing us. When
+// HEARTH_DIE_WITH_PARENT is set (children of `hearth serve` and of tests), the process
+// also gets SIGTERM when its parent dies, so a killed supervisor leaves no orphans.
 void daemon_block_signals();
 
 // Waits up to `timeout` for SIGTERM, SIGINT or SIGHUP; returns the signal, or 0.

@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -41,6 +42,8 @@ std::vector<char*> make_env(const Environment& extra, std::vector<std::string>& 
   std::vector<char*> out;
   for (char** e = environ; *e != nullptr; ++e) out.push_back(*e);
   storage = extra;
+  storage.push_back("HEARTH_DIE_WITH_PARENT=1");
+  storage.push_back("HEARTH_PARENT_PID=" + std::to_string(::getpid()));
   for (std::string& e : storage) out.push_back(e.data());
   out.push_back(nullptr);
   return out;
@@ -58,7 +61,19 @@ pid_t spawn(const std::vector<std::string>& argv, const Environment& env, int ou
   pid_t pid = 0;
   std::vector<std::string> env_storage;
   std::vector<char*> envp = make_env(env, env_storage);
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  // Children start with no blocked signals and default handlers, whatever this process
+  // (a daemon waiting for signals synchronously, say) has set up.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t empty, defaults;
+  sigemptyset(&empty);
+  sigemptyset(&defaults);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &empty);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  const int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }

@@ -32,6 +32,7 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --prefetch N             queued requests taken per step (default 64; HEARTH_PREFETCH_BUFFER)
   --threads N              CPU threads (default: every core; HEARTH_THREADS)
   --wait-weights SECONDS   wait this long for the weights segment to appear (default 0)
+  --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
 )";
 
 int usage_error(const std::string& message) {
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
   log_init("engine[0]");
   auto args = Args::parse({argv + 1, argv + argc},
                           {"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens",
-                           "prefetch", "threads", "wait-weights"},
+                           "prefetch", "threads", "wait-weights", "static-batching"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -69,7 +70,8 @@ int main(int argc, char** argv) {
                            IntFlag{"max-batch-size", 1, 4096, &o.scheduler.max_batch_size},
                            IntFlag{"max-batched-tokens", 1, 1 << 20, &o.scheduler.max_batched_tokens},
                            IntFlag{"prefetch", 1, 65536, &o.prefetch}, IntFlag{"threads", 1, 1024, &o.threads},
-                           IntFlag{"wait-weights", 0, 86400, &wait_seconds}}) {
+                           IntFlag{"wait-weights", 0, 86400, &wait_seconds},
+                           IntFlag{"static-batching", 1, 600000, &o.scheduler.static_batch_timeout_ms}}) {
     auto v = args->get_int(f.name, f.min, f.max);
     if (!v.is_ok()) return usage_error(v.status().message());
     if (*v) *f.target = static_cast<int32_t>(**v);

@@ -227,7 +227,7 @@ struct EngineServer::Impl {
 
   // One scheduler step through the model. Returns false when there was nothing to run.
   Status step(bool& ran) {
-    StepPlan plan = scheduler->plan();
+    StepPlan plan = scheduler->plan(static_cast<int64_t>(monotonic_ns() / 1000000));
     for (uint64_t id : plan.unschedulable) {
       const auto it = active.find(id);
       if (it == active.end()) continue;
@@ -415,7 +415,11 @@ Status EngineServer::run() {
     bool ran = false;
     HEARTH_RETURN_IF_ERROR(m.step(ran));
     m.publish_stats();
-    if (!ran) futex_wait(m.broker->header().engine_wake, seen, std::chrono::milliseconds(100));
+    // Idle: sleep until a request comes (static batching also wakes to check its timeout).
+    if (!ran) {
+      const int wait_ms = m.options.scheduler.static_batch_timeout_ms > 0 ? 5 : 100;
+      futex_wait(m.broker->header().engine_wake, seen, std::chrono::milliseconds(wait_ms));
+    }
   }
   m.broker->engine_stop();
   return Status::ok();

@@ -17,6 +17,7 @@ Status Scheduler::add(uint64_t id, int32_t n_tokens) {
   }
   seqs_.emplace(id, Seq{n_tokens, 0, {}});
   waiting_.push_back(id);
+  if (config_.static_batch_timeout_ms > 0) arrived_ms_[id] = last_now_ms_;
   return Status::ok();
 }
 
@@ -36,8 +37,9 @@ void Scheduler::preempt_last() {
   waiting_.push_front(victim);
 }
 
-StepPlan Scheduler::plan() {
+StepPlan Scheduler::plan(int64_t now_ms) {
   StepPlan plan;
+  last_now_ms_ = now_ms;
   const int32_t total_blocks = blocks_.total();
   int32_t budget = config_.max_batched_tokens;
 
@@ -75,8 +77,17 @@ StepPlan Scheduler::plan() {
     ++i;
   }
 
+  // Static batching admits a new batch only when the previous one is over and the batch
+  // is full or its oldest member has waited long enough.
+  bool admit = true;
+  if (config_.static_batch_timeout_ms > 0 && !waiting_.empty()) {
+    const auto oldest = arrived_ms_.find(waiting_.front());
+    const int64_t waited = oldest == arrived_ms_.end() ? 0 : now_ms - oldest->second;
+    admit = running_.empty() && (n_waiting() >= config_.max_batch_size || waited >= config_.static_batch_timeout_ms);
+  }
   // Then waiting sequences, first come first served, while budget, batch and blocks allow.
-  while (!waiting_.empty() && budget > 0 && static_cast<int32_t>(plan.seqs.size()) < config_.max_batch_size) {
+  while (admit && !waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(plan.seqs.size()) < config_.max_batch_size) {
     const uint64_t id = waiting_.front();
     Seq& seq = seqs_.at(id);
     if ((seq.n_tokens + block_size_ - 1) / block_size_ > total_blocks) {
@@ -113,6 +124,7 @@ void Scheduler::remove(uint64_t id) {
   if (it == seqs_.end()) return;
   release(it->second);
   seqs_.erase(it);
+  arrived_ms_.erase(id);
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
 }

@@ -27,6 +27,10 @@ struct SchedulerConfig {
   int32_t max_batch_size = 32;       // sequences per step (HEARTH_MAX_BATCH_SIZE)
   int32_t max_batched_tokens = 512;  // tokens per step, prefill chunks included
   int32_t max_waiting = 1024;        // sequences queued before add() refuses
+  // 0: continuous batching. Otherwise static batching, for comparison: a batch starts
+  // only when none is running, with max_batch_size sequences or after this many
+  // milliseconds of waiting, and runs to its end before the next one is admitted.
+  int32_t static_batch_timeout_ms = 0;
 };
 
 struct PlannedSeq {
@@ -51,8 +55,9 @@ class Scheduler {
   // when resuming). kResourceExhausted when the waiting queue is full; kInvalidArgument
   // for an id already present or a non-positive count.
   Status add(uint64_t id, int32_t n_tokens);
-  // Plans the next step (empty when there is nothing to run).
-  StepPlan plan();
+  // Plans the next step (empty when there is nothing to run). `now_ms` is any
+  // monotonic clock in milliseconds (used by static batching only).
+  StepPlan plan(int64_t now_ms = 0);
   // Records that a planned sequence ran: its positions up to begin + count are in the
   // KV cache, and when it sampled, it now knows one more token.
   void advance(const PlannedSeq& planned);
@@ -82,6 +87,8 @@ class Scheduler {
   std::unordered_map<uint64_t, Seq> seqs_;
   std::vector<uint64_t> running_;  // admission order
   std::deque<uint64_t> waiting_;   // arrival order (preempted ones at the front)
+  std::unordered_map<uint64_t, int64_t> arrived_ms_;  // static batching: when each was added
+  int64_t last_now_ms_ = 0;
 };
 
 }  // namespace hearth

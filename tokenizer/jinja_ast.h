@@ -108,6 +108,7 @@ struct Stmt {
   std::shared_ptr<const MacroDef> macro;
   std::vector<Target> with_targets;
   std::vector<ExprPtr> with_values;
+  bool uses_loop = true;  // kFor: whether anything inside reads `loop` (else it is not built)
 };
 
 struct Template {

@@ -325,7 +325,7 @@ void DictObj::set(Value key, Value value) {
 
 Value Value::undefined(std::string hint) {
   Value v;
-  v.v_ = std::make_shared<const std::string>(std::move(hint));
+  v.v_ = Undef{std::make_shared<const std::string>(std::move(hint))};
   return v;
 }
 
@@ -355,7 +355,7 @@ Value Value::number(double d) {
 
 Value Value::string(std::string s) {
   Value v;
-  v.v_ = std::make_shared<const std::string>(std::move(s));
+  v.v_ = StrPtr(std::make_shared<const std::string>(std::move(s)));
   return v;
 }
 
@@ -402,7 +402,7 @@ Value Value::function(std::string name, FunctionObj::Fn fn) {
 Result<Value> Value::from_json(const boost::json::value& json) { return from_json_at(json, 1); }
 
 std::string Value::undefined_hint() const {
-  const auto& hint = std::get<UndefPtr>(v_);
+  const auto& hint = std::get<Undef>(v_).hint;
   if (hint == nullptr || hint->empty()) return "value is undefined";
   return *hint;
 }

@@ -143,8 +143,10 @@ class Value {
   using DictPtr = std::shared_ptr<const DictObj>;
   using NsPtr = std::shared_ptr<NamespaceObj>;
   using FnPtr = std::shared_ptr<const FunctionObj>;
-  using UndefPtr = std::shared_ptr<const std::string>;
-  std::variant<UndefPtr, std::monostate, bool, int64_t, double, StrPtr, ListPtr, DictPtr, NsPtr, FnPtr> v_;
+  struct Undef {
+    std::shared_ptr<const std::string> hint;
+  };
+  std::variant<Undef, std::monostate, bool, int64_t, double, StrPtr, ListPtr, DictPtr, NsPtr, FnPtr> v_;
 };
 
 // Python ==: numbers across int/float/bool, lists and tuples item by item (a list never

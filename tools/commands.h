@@ -13,5 +13,6 @@ namespace hearth::cli {
 int generate_command(const std::vector<std::string>& args, double started_at);
 int status_command(const std::vector<std::string>& args);
 int synth_command(const std::vector<std::string>& args);
+int serve_command(const std::vector<std::string>& args);
 
 }  // namespace hearth::cli

@@ -13,6 +13,7 @@ namespace {
 constexpr const char* kUsage = R"(usage: hearth <command> [flags]
 
 commands:
+  serve      run an instance (loader, engine, OpenAI HTTP frontend): hearth serve --model PATH
   generate   run a model in this process: hearth generate --model PATH --prompt TEXT
              (or on resident weights: hearth generate --attach INSTANCE --prompt TEXT)
   status     what the instances hold in shared memory: hearth status [--instance NAME]
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   if (command == "generate") return hearth::cli::generate_command(args, started_at);
   if (command == "status") return hearth::cli::status_command(args);
   if (command == "synth") return hearth::cli::synth_command(args);
+  if (command == "serve") return hearth::cli::serve_command(args);
   if (command == "--help" || command == "help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return 0;

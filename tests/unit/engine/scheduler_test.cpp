@@ -111,3 +111,27 @@ TEST(SchedulerTest, RemoveFreesBlocksAndTheQueueIsBounded) {
 
 }  // namespace
 }  // namespace hearth
+
+namespace hearth {
+namespace {
+
+TEST(SchedulerTest, StaticBatchingWaitsForAFullBatchOrItsTimeout) {
+  BlockAllocator blocks(64);
+  Scheduler s({.max_batch_size = 3, .max_batched_tokens = 64, .static_batch_timeout_ms = 100}, blocks, 4);
+  s.plan(0);
+  ASSERT_TRUE(s.add(1, 2).is_ok());
+  EXPECT_TRUE(s.plan(50).seqs.empty()) << "not full, not timed out";
+  ASSERT_TRUE(s.add(2, 2).is_ok());
+  ASSERT_TRUE(s.add(3, 2).is_ok());
+  StepPlan full = s.plan(60);
+  EXPECT_EQ(full.seqs.size(), 3u) << "a full batch starts at once";
+  for (const auto& p : full.seqs) s.advance(p);
+  ASSERT_TRUE(s.add(4, 2).is_ok());
+  const StepPlan next = s.plan(500);
+  EXPECT_EQ(next.seqs.size(), 3u) << "the running batch continues; 4 waits for it to end";
+  for (uint64_t id : {1, 2, 3}) s.remove(id);
+  EXPECT_EQ(s.plan(501).seqs.size(), 1u) << "after the batch, the timed-out newcomer runs";
+}
+
+}  // namespace
+}  // namespace hearth

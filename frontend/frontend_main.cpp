@@ -1,0 +1,102 @@
+// hearth-frontend: the OpenAI-compatible HTTP server of an instance. Reads the tokenizer
+// and chat template from the weights segment and talks to the engine through the broker.
+// Under systemd it takes its listening socket from socket activation.
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "common/args.h"
+#include "common/daemon.h"
+#include "common/log.h"
+#include "frontend/frontend_server.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: hearth-frontend [options]
+
+Serves the OpenAI API for an instance (start hearth-loader and hearth-engine first).
+
+  --instance NAME     instance (default "default")
+  --shm-dir DIR       shared-memory directory (default $HEARTH_SHM_DIR or /dev/shm)
+  --host HOST         address to listen on (default 127.0.0.1)
+  --port PORT         port (default 8080; 0 picks a free one)
+  --threads N         HTTP threads (default 2)
+  --max-body BYTES    largest request body (default 1048576)
+  --engine-wait MS    how long a request waits for an engine before 503 (default 10000)
+
+Prints {"event":"listening","port":N} on stdout once it accepts connections. With systemd
+socket activation (one socket passed), that socket is used instead of --host/--port.
+)";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "hearth-frontend: %s\n\n%s", message.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace hearth;
+  daemon_block_signals();
+  log_init("frontend");
+  auto args = Args::parse({argv + 1, argv + argc},
+                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait"}, {"help"});
+  if (!args.is_ok()) return usage_error(args.status().message());
+  if (args->has("help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  FrontendOptions o;
+  o.instance = args->get("instance").value_or("default");
+  o.shm_dir = args->get("shm-dir").value_or("");
+  o.host = args->get("host").value_or("127.0.0.1");
+  auto port = args->get_int("port", 0, 65535);
+  auto threads = args->get_int("threads", 1, 256);
+  auto body = args->get_int("max-body", 1024, 1ll << 30);
+  auto wait = args->get_int("engine-wait", 0, 3600000);
+  for (const Status* st : {&port.status(), &threads.status(), &body.status(), &wait.status()}) {
+    if (!st->is_ok()) return usage_error(st->message());
+  }
+  o.port = static_cast<uint16_t>(port->value_or(8080));
+  o.threads = static_cast<int>(threads->value_or(2));
+  o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));
+  o.engine_wait = std::chrono::milliseconds(wait->value_or(10000));
+  if (sd_listen_fds(0) == 1) o.listen_fd = SD_LISTEN_FDS_START;
+
+  auto server = FrontendServer::create(o);
+  if (!server.is_ok()) {
+    std::fprintf(stderr, "hearth-frontend: %s\n", server.status().to_string().c_str());
+    return 1;
+  }
+  FrontendServer& frontend = **server;
+  std::atomic<bool> done{false};
+  std::thread signals([&frontend, &done] {
+    while (!done.load()) {
+      const int sig = daemon_wait_signal(std::chrono::milliseconds(200));
+      if (sig == SIGTERM || sig == SIGINT) {
+        daemon_notify_stopping();
+        frontend.stop();
+        return;
+      }
+    }
+  });
+  const std::string listening = boost::json::serialize(boost::json::object{{"event", "listening"}, {"port", frontend.port()}});
+  HEARTH_LOG_INFO("listening on port {}", frontend.port());
+  std::printf("%s\n", listening.c_str());
+  std::fflush(stdout);
+  daemon_notify_ready(listening);
+  const Status st = frontend.run();
+  done.store(true);
+  signals.join();
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "hearth-frontend: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,718 @@
+#include "frontend/frontend_server.h"
+
+#include <atomic>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include "common/json.h"
+#include "common/log.h"
+#include "common/utf8.h"
+#include "frontend/openai.h"
+#include "frontend/text_stream.h"
+#include "ipc/broker_client.h"
+#include "ipc/weights_segment.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/source_codec.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// Used when a model ships no chat template (base models such as stories260K): the
+// messages' contents in order, so a single user message is exactly a completion prompt.
+constexpr std::string_view kPlainTemplate = "{% for message in messages %}{{ message['content'] }}{% endfor %}";
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string random_id(std::string_view prefix) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}{:016x}", prefix, rng());
+}
+
+}  // namespace
+
+class Session;
+
+// One HTTP request being generated: its choices (one broker slot each) and what has been
+// sent. Only the pump thread touches it after submission, except `client_gone`.
+struct Generation {
+  struct Choice {
+    uint32_t slot = 0;
+    bool slot_held = true;
+    int32_t consumed = 0;
+    std::optional<TextStream> text;
+    std::string finish_reason;
+    bool done = false;       // no more text will come for it
+    bool announced = false;  // the first stream chunk (with the role) went out
+    bool finish_sent = false;  // the stream chunk with its finish_reason went out
+    std::vector<ApiTokenLogprob> logprobs;
+  };
+  ApiRequest request;
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  int32_t prompt_tokens = 0;
+  std::string echo_text;
+  std::vector<Choice> choices;
+  std::weak_ptr<Session> session;
+  std::atomic<bool> client_gone{false};
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  bool finished = false;
+  bool failed = false;
+};
+
+struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl> {
+  FrontendOptions options;
+  std::optional<AttachedWeights> weights;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ChatTemplate> chat_template;
+  std::string model_id;
+  int32_t context = 0;
+  std::optional<BrokerClient> client;
+  asio::io_context ioc;
+  std::optional<tcp::acceptor> acceptor;
+  std::atomic<bool> stopping{false};
+  std::mutex mutex;  // guards `active`
+  std::list<std::shared_ptr<Generation>> active;
+  std::thread pump;
+  // Counters for /metrics.
+  std::atomic<uint64_t> requests_total{0}, errors_total{0}, tokens_total{0};
+
+  Status load(const FrontendOptions& o);
+  void accept();
+  void pump_loop();
+  void advance(Generation& g);
+  void add(std::shared_ptr<Generation> g) {
+    std::lock_guard lock(mutex);
+    active.push_back(std::move(g));
+  }
+  bool engine_ready() const { return client->engine_alive(std::chrono::milliseconds(3000)); }
+};
+
+// ---------------------------------------------------------------- HTTP session
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, std::shared_ptr<FrontendServer::Impl> server)
+      : stream_(std::move(socket)), server_(std::move(server)) {}
+
+  void start() { read_request(); }
+
+  // Called from the pump (any thread): bytes of a streamed response; `last` ends it.
+  void post_stream(std::string bytes, bool last) {
+    asio::post(stream_.get_executor(), [self = shared_from_this(), bytes = std::move(bytes), last]() mutable {
+      self->queue_chunk(std::move(bytes), last);
+    });
+  }
+  // Called from the pump: the whole response of a non-streamed request.
+  void post_response(int status, std::string body, std::string_view retry_after = {}) {
+    asio::post(stream_.get_executor(),
+               [self = shared_from_this(), status, body = std::move(body), retry = std::string(retry_after)]() mutable {
+                 self->respond(status, std::move(body), "application/json", retry);
+               });
+  }
+
+ private:
+  void read_request() {
+    parser_.emplace();
+    parser_->body_limit(server_->options.max_body_bytes);
+    parser_->header_limit(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(300));
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      keep_alive_ = false;
+      respond(413, api_error_body(make_error(ErrorCode::kInvalidArgument, "the request body is larger than {} bytes",
+                                             server_->options.max_body_bytes)),
+              "application/json");
+      return;
+    }
+    if (ec) return close();
+    request_ = parser_->release();
+    keep_alive_ = request_.keep_alive();
+    handle();
+  }
+
+  void handle();
+  void handle_generation(ApiEndpoint endpoint);
+  void handle_tokenize();
+  void handle_detokenize();
+  void handle_metrics();
+  void error(const Status& st, std::string_view retry_after = {}) {
+    ++server_->errors_total;
+    respond(api_status_of(st), api_error_body(st), "application/json", retry_after);
+  }
+
+  void respond(int status, std::string body, std::string_view content_type, std::string_view retry_after = {}) {
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
+    res->set(http::field::server, "hearth");
+    res->set(http::field::content_type, content_type);
+    if (!retry_after.empty()) res->set(http::field::retry_after, retry_after);
+    res->keep_alive(keep_alive_);
+    res->body() = std::move(body);
+    res->prepare_payload();
+    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      if (!self->keep_alive_) return self->linger();
+      self->read_request();
+    });
+  }
+
+  // Streams: a chunked text/event-stream response written piece by piece.
+  void begin_stream() {
+    std::string head =
+        "HTTP/1.1 200 OK\r\nServer: hearth\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+        "Transfer-Encoding: chunked\r\n";
+    head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    outbox_.push_back(std::move(head));
+    flush();
+  }
+  void queue_chunk(std::string bytes, bool last) {
+    if (!bytes.empty()) outbox_.push_back(fmt::format("{:x}\r\n{}\r\n", bytes.size(), bytes));
+    if (last) {
+      outbox_.push_back("0\r\n\r\n");
+      stream_done_ = true;
+    }
+    flush();
+  }
+  void flush() {
+    if (writing_ || outbox_.empty()) return;
+    writing_ = true;
+    auto data = std::make_shared<std::string>(std::move(outbox_.front()));
+    outbox_.pop_front();
+    asio::async_write(stream_, asio::buffer(*data), [self = shared_from_this(), data](beast::error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) return self->client_gone();
+      if (!self->outbox_.empty()) return self->flush();
+      if (self->stream_done_) {
+        self->stream_done_ = false;
+        self->generation_.reset();
+        if (!self->keep_alive_) return self->close();
+        self->read_request();
+      }
+    });
+  }
+
+  // While a generation runs, a read that ends tells us the client went away.
+  void watch_disconnect() {
+    stream_.expires_never();
+    stream_.async_read_some(buffer_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->client_gone();
+      self->buffer_.commit(n);  // a pipelined next request: kept for later
+      if (self->generation_) self->watch_disconnect();
+    });
+  }
+
+  void client_gone() {
+    if (auto g = generation_) g->client_gone.store(true, std::memory_order_release);
+    close();
+  }
+
+  // Ends a connection politely: stop sending, then read and drop what the client still
+  // sends (the rest of a refused body) for a moment, so that it sees our response
+  // instead of a reset.
+  void linger() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    stream_.expires_after(std::chrono::seconds(5));
+    buffer_.consume(buffer_.size());
+    stream_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this()](beast::error_code e, size_t) {
+      if (e) return self->close();
+      self->linger_more();
+    });
+  }
+  void linger_more() {
+    stream_.async_read_some(buffer_.prepare(64 * 1024), [self = shared_from_this()](beast::error_code e, size_t) {
+      if (e) return self->close();
+      self->linger_more();
+    });
+  }
+
+  void close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  std::shared_ptr<FrontendServer::Impl> server_;
+  std::shared_ptr<Generation> generation_;
+  std::deque<std::string> outbox_;
+  bool writing_ = false;
+  bool stream_done_ = false;
+  bool keep_alive_ = true;
+
+  friend struct FrontendServer::Impl;
+};
+
+void Session::handle() {
+  ++server_->requests_total;
+  const std::string target(request_.target());
+  const std::string path = target.substr(0, target.find('?'));
+  const auto method = request_.method();
+  struct Route {
+    std::string_view path;
+    http::verb method;
+  };
+  static constexpr Route kRoutes[] = {
+      {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
+      {"/v1/models", http::verb::get},       {"/health", http::verb::get},
+      {"/ready", http::verb::get},           {"/tokenize", http::verb::post},
+      {"/detokenize", http::verb::post},     {"/metrics", http::verb::get},
+  };
+  const Route* route = nullptr;
+  for (const Route& r : kRoutes) {
+    if (r.path == path) route = &r;
+  }
+  if (route == nullptr) return error(make_error(ErrorCode::kNotFound, "no route {}", path));
+  if (route->method != method) {
+    ++server_->errors_total;
+    auto body = api_error_body(make_error(ErrorCode::kInvalidArgument, "{} does not accept {}", path,
+                                          std::string(http::to_string(method))));
+    return respond(405, std::move(body), "application/json");
+  }
+  if (path == "/v1/completions") return handle_generation(ApiEndpoint::kCompletions);
+  if (path == "/v1/chat/completions") return handle_generation(ApiEndpoint::kChatCompletions);
+  if (path == "/health") return respond(200, R"({"status":"ok"})", "application/json");
+  if (path == "/ready") {
+    if (server_->engine_ready()) return respond(200, R"({"status":"ready"})", "application/json");
+    return error(make_error(ErrorCode::kUnavailable, "no engine is serving this instance"), "1");
+  }
+  if (path == "/v1/models") {
+    boost::json::object m{{"id", server_->model_id},
+                          {"object", "model"},
+                          {"created", unix_seconds()},
+                          {"owned_by", "hearth"},
+                          {"max_model_len", server_->context}};
+    return respond(200, boost::json::serialize(boost::json::object{{"object", "list"}, {"data", {m}}}),
+                   "application/json");
+  }
+  if (path == "/tokenize") return handle_tokenize();
+  if (path == "/detokenize") return handle_detokenize();
+  return handle_metrics();
+}
+
+void Session::handle_tokenize() {
+  auto doc = json_parse(request_.body(), "the request body", 16);
+  if (!doc.is_ok() || !doc->is_object()) {
+    return error(doc.is_ok() ? make_error(ErrorCode::kInvalidArgument, "the body must be a JSON object") : doc.status());
+  }
+  const auto& o = doc->as_object();
+  auto prompt = json_opt_string(o, "prompt");
+  auto special = json_opt_bool(o, "add_special_tokens");
+  if (!prompt.is_ok()) return error(prompt.status());
+  if (!special.is_ok()) return error(special.status());
+  if (!*prompt) return error(make_error(ErrorCode::kInvalidArgument, "prompt: a string is required"));
+  auto ids = server_->tokenizer->encode(**prompt, EncodeOptions{special->value_or(true), true});
+  if (!ids.is_ok()) return error(ids.status());
+  boost::json::array tokens;
+  for (TokenId id : *ids) tokens.push_back(id);
+  const auto count = tokens.size();
+  respond(200,
+          boost::json::serialize(boost::json::object{
+              {"tokens", std::move(tokens)}, {"count", count}, {"max_model_len", server_->context}}),
+          "application/json");
+}
+
+void Session::handle_detokenize() {
+  auto doc = json_parse(request_.body(), "the request body", 16);
+  if (!doc.is_ok() || !doc->is_object()) {
+    return error(doc.is_ok() ? make_error(ErrorCode::kInvalidArgument, "the body must be a JSON object") : doc.status());
+  }
+  const auto* tokens = json_find_array(doc->as_object(), "tokens");
+  if (tokens == nullptr) return error(make_error(ErrorCode::kInvalidArgument, "tokens: an array of token ids is required"));
+  std::vector<TokenId> ids;
+  for (const auto& v : *tokens) {
+    if (!v.is_int64() || v.as_int64() < 0 || v.as_int64() >= server_->tokenizer->vocab_size()) {
+      return error(make_error(ErrorCode::kInvalidArgument, "tokens: every entry must be a token id in 0..{}",
+                              server_->tokenizer->vocab_size() - 1));
+    }
+    ids.push_back(static_cast<TokenId>(v.as_int64()));
+  }
+  respond(200, boost::json::serialize(boost::json::object{{"prompt", server_->tokenizer->decode(ids)}}),
+          "application/json");
+}
+
+void Session::handle_metrics() {
+  const BrokerHeader& h = server_->client->broker().header();
+  std::string out;
+  auto metric = [&out](std::string_view name, std::string_view type, std::string_view help, uint64_t value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+  };
+  metric("hearth_http_requests_total", "counter", "HTTP requests received", server_->requests_total.load());
+  metric("hearth_http_errors_total", "counter", "HTTP requests answered with an error", server_->errors_total.load());
+  metric("hearth_generated_tokens_total", "counter", "Tokens sent to clients", server_->tokens_total.load());
+  metric("hearth_engine_up", "gauge", "1 when an engine heartbeat is fresh", server_->engine_ready() ? 1 : 0);
+  metric("hearth_engine_running", "gauge", "Sequences the engine runs", h.stat_running.load());
+  metric("hearth_engine_waiting", "gauge", "Sequences waiting for the engine", h.stat_waiting.load());
+  metric("hearth_kv_blocks_used", "gauge", "KV cache blocks in use", h.stat_kv_blocks_used.load());
+  metric("hearth_kv_blocks_total", "gauge", "KV cache blocks", h.stat_kv_blocks_total.load());
+  metric("hearth_engine_steps_total", "counter", "Engine steps", h.stat_steps.load());
+  respond(200, std::move(out), "text/plain; version=0.0.4");
+}
+
+void Session::handle_generation(ApiEndpoint endpoint) {
+  FrontendServer::Impl& s = *server_;
+  auto parsed = api_parse_request(request_.body(), endpoint);
+  if (!parsed.is_ok()) return error(parsed.status());
+  ApiRequest& req = parsed.value();
+  if (!req.model.empty() && req.model != s.model_id && req.model != s.options.instance) {
+    return error(make_error(ErrorCode::kNotFound, "model: \"{}\" is not served here (this server has \"{}\")", req.model,
+                            s.model_id));
+  }
+  // The prompt as token ids.
+  std::vector<TokenId> prompt;
+  std::string echo_text;
+  if (endpoint == ApiEndpoint::kChatCompletions) {
+    ChatTemplateInputs inputs;
+    for (const ApiMessage& m : req.messages) inputs.messages.push_back({m.role, m.content, {}});
+    inputs.add_generation_prompt = true;
+    const Tokenizer& t = *s.tokenizer;
+    if (t.bos_id() >= 0) inputs.bos_token = std::string(t.piece(t.bos_id()));
+    if (t.eos_id() >= 0) inputs.eos_token = std::string(t.piece(t.eos_id()));
+    auto text = s.chat_template->render(inputs);
+    if (!text.is_ok()) return error(text.status().with_context("messages"));
+    // A template that writes the BOS itself gets no second one from the tokenizer.
+    const bool template_has_bos = !inputs.bos_token.empty() && text->starts_with(inputs.bos_token);
+    auto ids = t.encode(*text, EncodeOptions{!template_has_bos, true});
+    if (!ids.is_ok()) return error(ids.status().with_context("messages"));
+    prompt = std::move(ids).value();
+  } else if (req.prompt) {
+    auto ids = s.tokenizer->encode(*req.prompt, EncodeOptions{true, false});
+    if (!ids.is_ok()) return error(ids.status().with_context("prompt"));
+    prompt = std::move(ids).value();
+    echo_text = *req.prompt;
+  } else {
+    for (int32_t id : req.prompt_tokens) {
+      if (id < 0 || id >= s.tokenizer->vocab_size()) {
+        return error(make_error(ErrorCode::kInvalidArgument, "prompt: token id {} is outside the vocabulary", id));
+      }
+    }
+    prompt = req.prompt_tokens;
+    echo_text = s.tokenizer->decode(prompt);
+  }
+  if (prompt.empty()) return error(make_error(ErrorCode::kInvalidArgument, "prompt: the prompt is empty"));
+  if (static_cast<int32_t>(prompt.size()) >= s.context) {
+    return error(make_error(ErrorCode::kInvalidArgument,
+                            "prompt: this model's context holds {} tokens; the prompt has {} (it needs room for at "
+                            "least one more)",
+                            s.context, prompt.size()));
+  }
+  const int32_t room = s.context - static_cast<int32_t>(prompt.size());
+  int32_t max_tokens = req.max_tokens.value_or(endpoint == ApiEndpoint::kCompletions ? 16 : room);
+  if (max_tokens > room) {
+    return error(make_error(ErrorCode::kInvalidArgument,
+                            "max_tokens: {} tokens of output do not fit: the context holds {} and the prompt takes {}",
+                            max_tokens, s.context, prompt.size()));
+  }
+
+  auto g = std::make_shared<Generation>();
+  g->request = req;
+  g->id = random_id(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
+  g->created = unix_seconds();
+  g->model = s.model_id;
+  g->prompt_tokens = static_cast<int32_t>(prompt.size());
+  g->echo_text = std::move(echo_text);
+  g->session = weak_from_this();
+  SubmitRequest sub;
+  sub.prompt = prompt;
+  sub.max_tokens = max_tokens;
+  sub.ignore_stop = req.ignore_eos;
+  sub.top_logprobs = std::max(0, req.logprobs);
+  sub.stop_ids.assign(s.tokenizer->stop_ids().begin(), s.tokenizer->stop_ids().end());
+  if (sub.stop_ids.size() > static_cast<size_t>(kMaxStopIds)) sub.stop_ids.resize(kMaxStopIds);
+  const uint64_t base_seed = req.seed.value_or(std::random_device{}());
+  for (int32_t i = 0; i < req.n; ++i) {
+    sub.sampling = SlotSampling{req.temperature,       req.top_p, req.min_p, req.repetition_penalty,
+                                req.presence_penalty,  req.frequency_penalty, req.top_k, 0, base_seed + static_cast<uint64_t>(i)};
+    auto slot = s.client->submit(sub);
+    if (!slot.is_ok()) {
+      for (auto& c : g->choices) {  // give back what this request already took
+        s.client->cancel(c.slot);
+      }
+      g->failed = true;
+      if (!g->choices.empty()) s.add(g);  // the pump releases them once the engine lets go
+      return error(slot.status(), slot.status().code() == ErrorCode::kResourceExhausted ? "1" : "");
+    }
+    Generation::Choice c;
+    c.slot = *slot;
+    c.text.emplace(*s.tokenizer, req.stop, /*at_start=*/false);
+    g->choices.push_back(std::move(c));
+  }
+  generation_ = g;
+  if (req.stream) begin_stream();
+  watch_disconnect();
+  s.add(std::move(g));
+}
+
+// ---------------------------------------------------------------- pump
+
+namespace {
+
+// The text of a token for logprobs (its bytes, shown lossily when not valid UTF-8).
+ApiTokenLogprob token_logprob(const Tokenizer& t, const ProducedToken& p, int32_t top) {
+  ApiTokenLogprob out;
+  const std::string_view bytes = t.token_bytes(p.id);
+  out.token = utf8_sanitize(bytes);
+  out.bytes.assign(bytes.begin(), bytes.end());
+  out.logprob = p.logprob;
+  for (int32_t k = 0; k < top; ++k) {
+    const std::string_view b = t.token_bytes(p.top_ids[k]);
+    out.top.emplace_back(utf8_sanitize(b), p.top_logprobs[k]);
+    out.top_bytes.emplace_back(b.begin(), b.end());
+  }
+  return out;
+}
+
+std::string finish_reason_of(SlotFinish f) { return f == SlotFinish::kLength ? "length" : "stop"; }
+
+}  // namespace
+
+void FrontendServer::Impl::advance(Generation& g) {
+  const bool gone = g.client_gone.load(std::memory_order_acquire);
+  auto session = g.session.lock();
+  const bool stream = g.request.stream;
+  std::string out;  // stream bytes produced this round
+  bool all_done = true;
+  Status failure;
+  for (size_t i = 0; i < g.choices.size(); ++i) {
+    Generation::Choice& c = g.choices[i];
+    if (!c.slot_held) continue;
+    const SlotProgress p = client->progress(c.slot);
+    if (gone && !p.terminal() && !c.done) {
+      client->cancel(c.slot);
+      c.done = true;
+    }
+    std::string delta;
+    std::vector<ApiTokenLogprob> new_logprobs;
+    for (; c.consumed < p.n_produced && !c.done; ++c.consumed) {
+      const ProducedToken& t = client->token(c.slot, c.consumed);
+      delta += c.text->push(t.id);
+      ++tokens_total;
+      if (g.request.logprobs >= 0) new_logprobs.push_back(token_logprob(*tokenizer, t, g.request.logprobs));
+      if (c.text->stopped()) {  // a stop string: the rest of this choice is not wanted
+        client->cancel(c.slot);
+        c.done = true;
+        c.finish_reason = "stop";
+      }
+    }
+    if (p.terminal()) {
+      if (p.state == SlotState::kFailed) failure = Status(p.error_code, p.error);
+      if (!c.done) {
+        delta += c.text->finish();
+        c.finish_reason = finish_reason_of(p.finish);
+        c.done = true;
+      }
+      client->release(c.slot);
+      c.slot_held = false;
+    } else {
+      all_done = false;
+    }
+    if (!stream) {
+      for (auto& l : new_logprobs) c.logprobs.push_back(std::move(l));
+      continue;
+    }
+    if (gone || failure.code() != ErrorCode::kOk) continue;
+    if (!delta.empty() || !new_logprobs.empty() || !c.announced) {
+      // Completions with echo start their text with the prompt.
+      const bool echo = g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions;
+      const auto base = static_cast<int32_t>((echo ? g.echo_text.size() : 0) + c.text->text().size() - delta.size());
+      if (echo && !c.announced) delta = g.echo_text + delta;
+      out += api_stream_chunk(g.request, g.id, g.created, g.model, static_cast<int32_t>(i), delta, "", new_logprobs,
+                              !c.announced, base);
+      c.announced = true;
+    }
+    if (c.done && !c.finish_sent && !c.finish_reason.empty()) {
+      out += api_stream_chunk(g.request, g.id, g.created, g.model, static_cast<int32_t>(i), "", c.finish_reason, {},
+                              false);
+      c.finish_sent = true;
+    }
+  }
+  // A request whose engine is gone for too long ends with 503.
+  if (!all_done && !engine_ready() &&
+      std::chrono::steady_clock::now() - g.started > options.engine_wait) {
+    for (auto& c : g.choices) {
+      if (c.slot_held) client->cancel(c.slot);
+    }
+    if (!g.failed && session) {
+      const Status st = make_error(ErrorCode::kUnavailable, "no engine answered within {} ms; try again",
+                                   options.engine_wait.count());
+      if (stream) {
+        session->post_stream(api_stream_error(st) + std::string(kApiStreamDone), true);
+      } else {
+        session->post_response(api_status_of(st), api_error_body(st), "1");
+      }
+    }
+    g.failed = true;
+  }
+  if (stream && !gone && !out.empty() && session && !g.failed) session->post_stream(std::move(out), false);
+  if (!all_done) return;
+  g.finished = true;
+  if (gone || g.failed || !session) return;
+  if (failure.code() != ErrorCode::kOk) {
+    if (stream) {
+      session->post_stream(api_stream_error(failure) + std::string(kApiStreamDone), true);
+    } else {
+      session->post_response(api_status_of(failure), api_error_body(failure));
+    }
+    return;
+  }
+  ApiUsage usage;
+  usage.prompt_tokens = g.prompt_tokens;
+  for (const auto& c : g.choices) usage.completion_tokens += c.consumed;
+  if (stream) {
+    std::string tail;
+    if (g.request.include_usage) tail += api_stream_usage_chunk(g.request, g.id, g.created, g.model, usage);
+    tail += kApiStreamDone;
+    session->post_stream(std::move(tail), true);
+    return;
+  }
+  std::vector<ApiChoice> choices;
+  for (size_t i = 0; i < g.choices.size(); ++i) {
+    const auto& c = g.choices[i];
+    ApiChoice a;
+    a.index = static_cast<int32_t>(i);
+    const bool echo = g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions;
+    a.text = echo ? g.echo_text + c.text->text() : c.text->text();
+    a.text_offset_base = echo ? static_cast<int32_t>(g.echo_text.size()) : 0;
+    a.finish_reason = c.finish_reason;
+    a.logprobs = c.logprobs;
+    choices.push_back(std::move(a));
+  }
+  session->post_response(200, api_response_body(g.request, g.id, g.created, g.model, choices, usage));
+}
+
+void FrontendServer::Impl::pump_loop() {
+  while (!stopping.load(std::memory_order_acquire)) {
+    const uint32_t seen = client->news();
+    client->heartbeat();
+    std::vector<std::shared_ptr<Generation>> work;
+    {
+      std::lock_guard lock(mutex);
+      work.assign(active.begin(), active.end());
+    }
+    for (auto& g : work) advance(*g);
+    {
+      std::lock_guard lock(mutex);
+      active.remove_if([](const std::shared_ptr<Generation>& g) {
+        for (const auto& c : g->choices) {
+          if (c.slot_held) return false;
+        }
+        return true;
+      });
+    }
+    client->wait(seen, std::chrono::milliseconds(20));
+  }
+}
+
+// ---------------------------------------------------------------- server
+
+Status FrontendServer::Impl::load(const FrontendOptions& o) {
+  options = o;
+  HEARTH_RETURN_IF_ERROR(instance_name_check(o.instance));
+  const auto dir = o.shm_dir.empty() ? shm_dir_default() : o.shm_dir;
+  HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(segment_path(dir, o.instance, "weights")));
+  HEARTH_ASSIGN_OR_RETURN(TokenizerSource source, tokenizer_source_decode(w.tokenizer_blob));
+  HEARTH_ASSIGN_OR_RETURN(tokenizer, tokenizer_load(source));
+  const std::string_view tmpl = w.chat_template.empty() ? kPlainTemplate : w.chat_template;
+  auto parsed = ChatTemplate::parse(tmpl);
+  if (!parsed.is_ok()) return parsed.status().with_context("the model's chat template");
+  chat_template.emplace(std::move(parsed).value());
+  model_id = w.model_name.empty() ? o.instance : w.model_name;
+  HEARTH_ASSIGN_OR_RETURN(BrokerClient c, BrokerClient::connect(segment_path(dir, o.instance, "broker")));
+  context = static_cast<int32_t>(c.broker().slot_tokens());
+  client.emplace(std::move(c));
+  weights.emplace(std::move(w));
+  try {
+    if (o.listen_fd >= 0) {
+      acceptor.emplace(ioc, tcp::v6(), o.listen_fd);
+    } else {
+      const auto address = asio::ip::make_address(o.host);
+      acceptor.emplace(ioc);
+      const tcp::endpoint endpoint(address, o.port);
+      acceptor->open(endpoint.protocol());
+      acceptor->set_option(asio::socket_base::reuse_address(true));
+      acceptor->bind(endpoint);
+      acceptor->listen(asio::socket_base::max_listen_connections);
+    }
+  } catch (const boost::system::system_error& e) {
+    return make_error(ErrorCode::kIo, "cannot listen on {}:{}: {}", o.host, o.port, e.what());
+  }
+  return Status::ok();
+}
+
+void FrontendServer::Impl::accept() {
+  acceptor->async_accept(asio::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    if (self->stopping.load()) return;
+    if (!ec) {
+      socket.set_option(tcp::no_delay(true), ec);
+      std::make_shared<Session>(std::move(socket), self)->start();
+    }
+    self->accept();
+  });
+}
+
+Result<std::unique_ptr<FrontendServer>> FrontendServer::create(const FrontendOptions& options) {
+  auto impl = std::make_shared<Impl>();
+  HEARTH_RETURN_IF_ERROR(impl->load(options));
+  std::unique_ptr<FrontendServer> server(new FrontendServer());
+  server->impl_ = std::move(impl);
+  return server;
+}
+
+FrontendServer::~FrontendServer() {
+  if (impl_ && impl_->pump.joinable()) {
+    impl_->stopping.store(true);
+    impl_->pump.join();
+  }
+}
+
+uint16_t FrontendServer::port() const { return impl_->acceptor->local_endpoint().port(); }
+
+Status FrontendServer::run() {
+  Impl& m = *impl_;
+  m.pump = std::thread([&m] { m.pump_loop(); });
+  m.accept();
+  std::vector<std::thread> threads;
+  for (int i = 1; i < std::max(1, m.options.threads); ++i) threads.emplace_back([&m] { m.ioc.run(); });
+  m.ioc.run();
+  for (auto& t : threads) t.join();
+  m.stopping.store(true);
+  if (m.pump.joinable()) m.pump.join();
+  return Status::ok();
+}
+
+void FrontendServer::stop() {
+  impl_->stopping.store(true);
+  asio::post(impl_->ioc, [impl = impl_] {
+    beast::error_code ec;
+    impl->acceptor->close(ec);
+    impl->ioc.stop();
+  });
+}
+
+}  // namespace hearth

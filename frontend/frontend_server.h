@@ -1,0 +1,55 @@
+// FrontendServer: hearth's HTTP front door (Boost.Beast, HTTP/1.1 keep-alive, a few
+// threads for many connections), speaking the OpenAI API.
+//
+// It reads the tokenizer, chat template and model name from the instance's weights
+// segment (no model path needed, no model code linked), tokenizes and validates each
+// request, hands it to the engine through the broker (one slot per choice), and streams
+// the produced tokens back as text: Server-Sent Events for `stream: true`, one JSON
+// body otherwise. A pump thread follows the slots of every request in flight; a client
+// that disconnects has its slots cancelled at the engine's next step.
+//
+// Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
+// GET /ready, POST /tokenize, POST /detokenize, GET /metrics. run() blocks until stop()
+// (callable from any thread, e.g. a signal handler thread).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace hearth {
+
+struct FrontendOptions {
+  std::string instance = "default";
+  std::filesystem::path shm_dir;  // empty: shm_dir_default()
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;            // 0: any free port (see port())
+  int listen_fd = -1;              // an already listening socket (systemd socket activation)
+  int threads = 2;
+  size_t max_body_bytes = 1 << 20;
+  std::chrono::milliseconds engine_wait{10000};  // how long requests wait for an engine before 503
+};
+
+class FrontendServer {
+ public:
+  static Result<std::unique_ptr<FrontendServer>> create(const FrontendOptions& options);
+  ~FrontendServer();
+
+  // The port it listens on (after create()).
+  uint16_t port() const;
+  // Serves until stop().
+  Status run();
+  void stop();
+
+  struct Impl;  // opaque; public so that the connection handlers can name it
+
+ private:
+  FrontendServer() = default;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace hearth

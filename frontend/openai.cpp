@@ -1,0 +1,618 @@
+#include "frontend/openai.h"
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/json.h"
+#include "common/utf8.h"
+
+namespace hearth {
+namespace {
+
+namespace json = boost::json;
+
+// Request bodies nest a few levels (body > messages > message > content > part); unknown
+// fields such as tool schemas may go deeper, but never this deep.
+constexpr size_t kMaxRequestDepth = 32;
+constexpr size_t kMaxStopStrings = 4;
+constexpr int64_t kMaxChoices = 8;
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+// What a logprob that is not a finite number is reported as (JSON has no -Infinity).
+constexpr double kLogprobFloor = -9999.0;
+
+// Top-level request fields: a message that begins with one of them names it as `param`.
+constexpr std::array<std::string_view, 22> kRequestFields = {
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+    "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "n", "stream",
+    "stream_options", "echo", "logprobs", "top_logprobs", "ignore_eos", "user"};
+
+// ---- reading the request ------------------------------------------------------------
+
+std::string_view kind_of(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::null:
+      return "null";
+    case json::kind::bool_:
+      return "a boolean";
+    case json::kind::int64:
+    case json::kind::uint64:
+      return "an integer";
+    case json::kind::double_:
+      return "a number";
+    case json::kind::string:
+      return "a string";
+    case json::kind::array:
+      return "an array";
+    case json::kind::object:
+      return "an object";
+  }
+  return "a value of unknown kind";
+}
+
+// A user-given string for an error message: at most 40 bytes, cut on a character boundary.
+std::string short_quote(std::string_view s) {
+  constexpr size_t kMax = 40;
+  if (s.size() <= kMax) return fmt::format("\"{}\"", s);
+  return fmt::format("\"{}...\"", s.substr(0, utf8_complete_prefix(s.substr(0, kMax))));
+}
+
+// The field's value, or nullptr when it is absent or null (both mean "not given").
+const json::value* field(const json::object& obj, std::string_view key) {
+  const auto it = obj.find(json::string_view(key.data(), key.size()));
+  if (it == obj.end() || it->value().is_null()) return nullptr;
+  return &it->value();
+}
+
+Status wrong_type(std::string_view path, std::string_view expected, const json::value& v) {
+  return make_error(ErrorCode::kInvalidArgument, "{} must be {}, not {}", path, expected, kind_of(v));
+}
+
+// A JSON integer, or a number with no fractional part (4.0), as int64.
+Result<int64_t> integer_of(const json::value& v, std::string_view path) {
+  if (v.is_int64()) return v.as_int64();
+  if (v.is_uint64()) {
+    return make_error(ErrorCode::kOutOfRange, "{} is too large: {}", path, v.as_uint64());
+  }
+  if (v.is_double()) {
+    const double d = v.as_double();
+    if (std::isfinite(d) && d == std::floor(d)) {
+      if (std::fabs(d) < 9.0e18) return static_cast<int64_t>(d);
+      return make_error(ErrorCode::kOutOfRange, "{} is too large: {}", path, d);
+    }
+    return make_error(ErrorCode::kInvalidArgument, "{} must be an integer, not {}", path, d);
+  }
+  return wrong_type(path, "an integer", v);
+}
+
+Result<std::optional<int64_t>> opt_integer(const json::object& obj, std::string_view key) {
+  const json::value* v = field(obj, key);
+  if (v == nullptr) return std::optional<int64_t>();
+  HEARTH_ASSIGN_OR_RETURN(const int64_t i, integer_of(*v, key));
+  return std::optional<int64_t>(i);
+}
+
+// An integer field within [lo, hi]; nullopt when not given.
+Result<std::optional<int64_t>> opt_integer_in(const json::object& obj, std::string_view key, int64_t lo, int64_t hi) {
+  HEARTH_ASSIGN_OR_RETURN(const auto v, opt_integer(obj, key));
+  if (v && (*v < lo || *v > hi)) {
+    if (hi != kInt32Max) {
+      return make_error(ErrorCode::kOutOfRange, "{} must be between {} and {}, not {}", key, lo, hi, *v);
+    }
+    if (*v < lo) return make_error(ErrorCode::kOutOfRange, "{} must be at least {}, not {}", key, lo, *v);
+    return make_error(ErrorCode::kOutOfRange, "{} must be at most {}, not {}", key, hi, *v);
+  }
+  return v;
+}
+
+Result<std::optional<double>> opt_number(const json::object& obj, std::string_view key) {
+  const json::value* v = field(obj, key);
+  if (v == nullptr) return std::optional<double>();
+  double d = 0.0;
+  if (v->is_double()) {
+    d = v->as_double();
+  } else if (v->is_int64()) {
+    d = static_cast<double>(v->as_int64());
+  } else if (v->is_uint64()) {
+    d = static_cast<double>(v->as_uint64());
+  } else {
+    return wrong_type(key, "a number", *v);
+  }
+  if (!std::isfinite(d)) return make_error(ErrorCode::kOutOfRange, "{} must be a finite number", key);
+  return std::optional<double>(d);
+}
+
+// A number field in [lo, hi] (or (lo, hi] when lo_open) stored into `out` when given.
+Status read_float(const json::object& obj, std::string_view key, double lo, bool lo_open, double hi, float& out) {
+  HEARTH_ASSIGN_OR_RETURN(const auto v, opt_number(obj, key));
+  if (!v) return Status::ok();
+  const bool low_ok = lo_open ? *v > lo : *v >= lo;
+  if (!low_ok || *v > hi) {
+    if (lo_open) {
+      return make_error(ErrorCode::kOutOfRange, "{} must be greater than {} and at most {}, not {}", key, lo, hi, *v);
+    }
+    return make_error(ErrorCode::kOutOfRange, "{} must be between {} and {}, not {}", key, lo, hi, *v);
+  }
+  out = static_cast<float>(*v);
+  return Status::ok();
+}
+
+Status read_bool(const json::object& obj, std::string_view key, bool& out) {
+  const json::value* v = field(obj, key);
+  if (v == nullptr) return Status::ok();
+  if (!v->is_bool()) return wrong_type(key, "true or false", *v);
+  out = v->as_bool();
+  return Status::ok();
+}
+
+Result<std::optional<std::string>> opt_string(const json::object& obj, std::string_view key) {
+  const json::value* v = field(obj, key);
+  if (v == nullptr) return std::optional<std::string>();
+  if (!v->is_string()) return wrong_type(key, "a string", *v);
+  return std::optional<std::string>(std::string(v->as_string()));
+}
+
+// A list of token ids: every element an integer in [0, int32 max].
+Result<std::vector<int32_t>> token_ids_of(const json::array& arr, std::string_view path) {
+  std::vector<int32_t> ids;
+  ids.reserve(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", path, i);
+    if (!arr[i].is_int64() && !arr[i].is_uint64() && !arr[i].is_double()) return wrong_type(at, "a token id", arr[i]);
+    HEARTH_ASSIGN_OR_RETURN(const int64_t id, integer_of(arr[i], at));
+    if (id < 0 || id > kInt32Max) return make_error(ErrorCode::kOutOfRange, "{} is not a token id: {}", at, id);
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+bool is_number(const json::value& v) { return v.is_int64() || v.is_uint64() || v.is_double(); }
+
+Status parse_prompt(const json::object& obj, ApiRequest& req) {
+  const json::value* v = field(obj, "prompt");
+  if (v == nullptr) return make_error(ErrorCode::kInvalidArgument, "prompt is required");
+  constexpr std::string_view kShapes = "a string, an array of token ids or an array holding one string";
+  if (v->is_string()) {
+    req.prompt = std::string(v->as_string());
+    return Status::ok();
+  }
+  if (!v->is_array()) return wrong_type("prompt", kShapes, *v);
+  const json::array& arr = v->as_array();
+  if (arr.empty()) return make_error(ErrorCode::kInvalidArgument, "prompt must not be empty");
+  const bool all_strings = std::all_of(arr.begin(), arr.end(), [](const json::value& e) { return e.is_string(); });
+  const bool all_numbers = std::all_of(arr.begin(), arr.end(), is_number);
+  const bool all_arrays = std::all_of(arr.begin(), arr.end(), [](const json::value& e) { return e.is_array(); });
+  if (all_strings || all_arrays) {
+    if (arr.size() > 1) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "prompt: only one prompt per request is supported; use n for several completions "
+                        "(got {} prompts)",
+                        arr.size());
+    }
+    if (all_strings) {
+      req.prompt = std::string(arr[0].as_string());
+      return Status::ok();
+    }
+    const json::array& ids = arr[0].as_array();
+    if (ids.empty()) return make_error(ErrorCode::kInvalidArgument, "prompt must not be empty");
+    HEARTH_ASSIGN_OR_RETURN(req.prompt_tokens, token_ids_of(ids, "prompt[0]"));
+    return Status::ok();
+  }
+  if (all_numbers) {
+    HEARTH_ASSIGN_OR_RETURN(req.prompt_tokens, token_ids_of(arr, "prompt"));
+    return Status::ok();
+  }
+  return make_error(ErrorCode::kInvalidArgument, "prompt must be {}; this array mixes kinds", kShapes);
+}
+
+Result<std::string> message_content(const json::object& msg, const std::string& path, const std::string& role) {
+  const json::value* v = field(msg, "content");
+  const std::string at = path + ".content";
+  if (v == nullptr) {
+    if (role == "assistant") return std::string();  // e.g. a message that only made tool calls
+    return make_error(ErrorCode::kInvalidArgument, "{} is required for a {} message", at, role);
+  }
+  if (v->is_string()) return std::string(v->as_string());
+  if (!v->is_array()) return wrong_type(at, "a string or an array of content parts", *v);
+  std::string text;
+  const json::array& parts = v->as_array();
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const std::string part_at = fmt::format("{}[{}]", at, j);
+    if (!parts[j].is_object()) return wrong_type(part_at, "an object", parts[j]);
+    const json::object& part = parts[j].as_object();
+    const json::value* type = field(part, "type");
+    if (type == nullptr) return make_error(ErrorCode::kInvalidArgument, "{}.type is required", part_at);
+    if (!type->is_string()) return wrong_type(part_at + ".type", "a string", *type);
+    if (type->as_string() != "text") {
+      return make_error(ErrorCode::kUnsupported, "{}.type {} is not supported: only text parts are", part_at,
+                        short_quote(std::string_view(type->as_string())));
+    }
+    const json::value* t = field(part, "text");
+    if (t == nullptr) return make_error(ErrorCode::kInvalidArgument, "{}.text is required", part_at);
+    if (!t->is_string()) return wrong_type(part_at + ".text", "a string", *t);
+    if (j > 0) text += '\n';
+    text.append(t->as_string().data(), t->as_string().size());
+  }
+  return text;
+}
+
+Status parse_messages(const json::object& obj, ApiRequest& req) {
+  const json::value* v = field(obj, "messages");
+  if (v == nullptr) return make_error(ErrorCode::kInvalidArgument, "messages is required");
+  if (!v->is_array()) return wrong_type("messages", "an array of messages", *v);
+  const json::array& arr = v->as_array();
+  if (arr.empty()) return make_error(ErrorCode::kInvalidArgument, "messages must hold at least one message");
+  req.messages.reserve(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string path = fmt::format("messages[{}]", i);
+    if (!arr[i].is_object()) return wrong_type(path, "an object", arr[i]);
+    const json::object& msg = arr[i].as_object();
+    const json::value* role_v = field(msg, "role");
+    if (role_v == nullptr) return make_error(ErrorCode::kInvalidArgument, "{}.role is required", path);
+    if (!role_v->is_string()) return wrong_type(path + ".role", "a string", *role_v);
+    std::string role(role_v->as_string());
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "{}.role must be one of system, developer, user, assistant, tool, not {}", path,
+                        short_quote(role));
+    }
+    HEARTH_ASSIGN_OR_RETURN(std::string content, message_content(msg, path, role));
+    req.messages.push_back(ApiMessage{std::move(role), std::move(content)});
+  }
+  return Status::ok();
+}
+
+Status parse_stop(const json::object& obj, ApiRequest& req) {
+  const json::value* v = field(obj, "stop");
+  if (v == nullptr) return Status::ok();
+  if (v->is_string()) {
+    if (!v->as_string().empty()) req.stop.emplace_back(v->as_string());
+    return Status::ok();
+  }
+  if (!v->is_array()) return wrong_type("stop", "a string or an array of strings", *v);
+  const json::array& arr = v->as_array();
+  if (arr.size() > kMaxStopStrings) {
+    return make_error(ErrorCode::kInvalidArgument, "stop may hold at most {} strings, not {}", kMaxStopStrings,
+                      arr.size());
+  }
+  for (size_t i = 0; i < arr.size(); ++i) {
+    if (!arr[i].is_string()) return wrong_type(fmt::format("stop[{}]", i), "a string", arr[i]);
+    if (!arr[i].as_string().empty()) req.stop.emplace_back(arr[i].as_string());
+  }
+  return Status::ok();
+}
+
+Status parse_logprobs(const json::object& obj, ApiRequest& req) {
+  if (req.endpoint == ApiEndpoint::kCompletions) {
+    HEARTH_ASSIGN_OR_RETURN(const auto n, opt_integer_in(obj, "logprobs", 0, kApiMaxLogprobs));
+    req.logprobs = n ? static_cast<int32_t>(*n) : -1;
+    return Status::ok();
+  }
+  bool want = false;
+  HEARTH_RETURN_IF_ERROR(read_bool(obj, "logprobs", want));
+  HEARTH_ASSIGN_OR_RETURN(const auto top, opt_integer_in(obj, "top_logprobs", 0, kApiMaxLogprobs));
+  if (top && !want) return make_error(ErrorCode::kInvalidArgument, "top_logprobs requires logprobs to be true");
+  req.logprobs = want ? static_cast<int32_t>(top.value_or(0)) : -1;
+  return Status::ok();
+}
+
+Status parse_max_tokens(const json::object& obj, ApiRequest& req) {
+  const int64_t min = req.endpoint == ApiEndpoint::kCompletions ? 0 : 1;  // 0 with echo: score the prompt
+  HEARTH_ASSIGN_OR_RETURN(auto max_tokens, opt_integer_in(obj, "max_tokens", min, kInt32Max));
+  if (req.endpoint == ApiEndpoint::kChatCompletions) {
+    HEARTH_ASSIGN_OR_RETURN(const auto max_completion, opt_integer_in(obj, "max_completion_tokens", 1, kInt32Max));
+    if (max_completion) max_tokens = max_completion;  // the newer name wins
+  }
+  if (max_tokens) req.max_tokens = static_cast<int32_t>(*max_tokens);
+  return Status::ok();
+}
+
+Status parse_sampling(const json::object& obj, ApiRequest& req) {
+  HEARTH_RETURN_IF_ERROR(read_float(obj, "temperature", 0.0, false, 2.0, req.temperature));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, "top_p", 0.0, true, 1.0, req.top_p));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, "min_p", 0.0, false, 1.0, req.min_p));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, "presence_penalty", -2.0, false, 2.0, req.presence_penalty));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, "frequency_penalty", -2.0, false, 2.0, req.frequency_penalty));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, "repetition_penalty", 0.0, true, 2.0, req.repetition_penalty));
+  HEARTH_ASSIGN_OR_RETURN(const auto top_k, opt_integer_in(obj, "top_k", -1, kInt32Max));
+  if (top_k) req.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);
+  if (const json::value* seed = field(obj, "seed"); seed != nullptr) {
+    if (seed->is_uint64()) {
+      req.seed = seed->as_uint64();
+    } else {
+      HEARTH_ASSIGN_OR_RETURN(const int64_t s, integer_of(*seed, "seed"));
+      if (s < 0) return make_error(ErrorCode::kOutOfRange, "seed must be at least 0, not {}", s);
+      req.seed = static_cast<uint64_t>(s);
+    }
+  }
+  HEARTH_ASSIGN_OR_RETURN(const auto n, opt_integer_in(obj, "n", 1, kMaxChoices));
+  if (n) req.n = static_cast<int32_t>(*n);
+  return Status::ok();
+}
+
+Status parse_streaming(const json::object& obj, ApiRequest& req) {
+  HEARTH_RETURN_IF_ERROR(read_bool(obj, "stream", req.stream));
+  const json::value* opts = field(obj, "stream_options");
+  if (opts == nullptr) return Status::ok();
+  if (!opts->is_object()) return wrong_type("stream_options", "an object", *opts);
+  if (!req.stream) return make_error(ErrorCode::kInvalidArgument, "stream_options is only allowed when stream is true");
+  const json::value* usage = field(opts->as_object(), "include_usage");
+  if (usage == nullptr) return Status::ok();
+  if (!usage->is_bool()) return wrong_type("stream_options.include_usage", "true or false", *usage);
+  req.include_usage = usage->as_bool();
+  return Status::ok();
+}
+
+// ---- building responses -------------------------------------------------------------
+
+// The double that prints as the float's shortest decimal form (-0.1, not
+// -0.10000000149011612); non-finite logprobs become kLogprobFloor.
+double logprob_value(float lp) {
+  if (!std::isfinite(lp)) return kLogprobFloor;
+  const std::string s = fmt::format("{}", lp);
+  double d = static_cast<double>(lp);
+  std::from_chars(s.data(), s.data() + s.size(), d);
+  return d;
+}
+
+std::string_view endpoint_object(const ApiRequest& request, bool chunk) {
+  if (request.endpoint == ApiEndpoint::kCompletions) return "text_completion";
+  return chunk ? "chat.completion.chunk" : "chat.completion";
+}
+
+json::string jstr(std::string_view s) { return json::string(s.data(), s.size()); }
+
+json::value finish_value(std::string_view finish_reason) {
+  if (finish_reason.empty()) return nullptr;
+  return jstr(finish_reason);
+}
+
+// The bytes a token adds to the text.
+std::string_view bytes_of(const std::vector<uint8_t>& bytes, const std::string& token) {
+  if (bytes.empty()) return token;
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
+json::array bytes_array(std::string_view bytes) {
+  json::array out;
+  out.reserve(bytes.size());
+  for (const char c : bytes) out.emplace_back(static_cast<int64_t>(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The alternatives reported for one token: at most `limit` of them.
+size_t top_count(const ApiTokenLogprob& t, int32_t limit) {
+  return std::min(t.top.size(), static_cast<size_t>(std::max(limit, 0)));
+}
+
+// Completions: {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+// Each top_logprobs entry holds the alternatives and, as OpenAI does, the sampled token.
+json::object completion_logprobs(const std::vector<ApiTokenLogprob>& logprobs, int32_t limit, int64_t offset) {
+  json::array tokens, token_logprobs, top_logprobs, text_offset;
+  for (const ApiTokenLogprob& t : logprobs) {
+    tokens.emplace_back(jstr(t.token));
+    token_logprobs.emplace_back(logprob_value(t.logprob));
+    json::object top;
+    const size_t count = top_count(t, limit);
+    for (size_t i = 0; i < count; ++i) {
+      const auto& [text, lp] = t.top[i];
+      const json::string_view key(text.data(), text.size());
+      if (!top.contains(key)) top.emplace(key, logprob_value(lp));  // the likelier of two equal texts
+    }
+    const json::string_view sampled(t.token.data(), t.token.size());
+    if (!top.contains(sampled)) top.emplace(sampled, logprob_value(t.logprob));
+    top_logprobs.emplace_back(std::move(top));
+    text_offset.emplace_back(offset);
+    offset += static_cast<int64_t>(bytes_of(t.bytes, t.token).size());
+  }
+  return json::object{{"tokens", std::move(tokens)},
+                      {"token_logprobs", std::move(token_logprobs)},
+                      {"top_logprobs", std::move(top_logprobs)},
+                      {"text_offset", std::move(text_offset)}};
+}
+
+// Chat: {content: [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+json::object chat_logprobs(const std::vector<ApiTokenLogprob>& logprobs, int32_t limit) {
+  json::array content;
+  content.reserve(logprobs.size());
+  for (const ApiTokenLogprob& t : logprobs) {
+    json::array top;
+    const size_t count = top_count(t, limit);
+    for (size_t i = 0; i < count; ++i) {
+      const auto& [text, lp] = t.top[i];
+      const std::vector<uint8_t> none;
+      const std::vector<uint8_t>& given = i < t.top_bytes.size() ? t.top_bytes[i] : none;
+      top.emplace_back(json::object{
+          {"token", jstr(text)}, {"logprob", logprob_value(lp)}, {"bytes", bytes_array(bytes_of(given, text))}});
+    }
+    content.emplace_back(json::object{{"token", jstr(t.token)},
+                                      {"logprob", logprob_value(t.logprob)},
+                                      {"bytes", bytes_array(bytes_of(t.bytes, t.token))},
+                                      {"top_logprobs", std::move(top)}});
+  }
+  return json::object{{"content", std::move(content)}};
+}
+
+json::value logprobs_value(const ApiRequest& request, const std::vector<ApiTokenLogprob>& logprobs,
+                           int64_t text_offset_base) {
+  if (request.logprobs < 0) return nullptr;
+  if (request.endpoint == ApiEndpoint::kCompletions) {
+    return completion_logprobs(logprobs, request.logprobs, text_offset_base);
+  }
+  return chat_logprobs(logprobs, request.logprobs);
+}
+
+json::object usage_object(const ApiUsage& usage) {
+  return json::object{{"prompt_tokens", usage.prompt_tokens},
+                      {"completion_tokens", usage.completion_tokens},
+                      {"total_tokens", static_cast<int64_t>(usage.prompt_tokens) + usage.completion_tokens}};
+}
+
+json::object envelope(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
+                      bool chunk) {
+  return json::object{{"id", jstr(id)},
+                      {"object", jstr(endpoint_object(request, chunk))},
+                      {"created", created},
+                      {"model", jstr(model)}};
+}
+
+std::string sse_event(const json::value& v) { return "data: " + json::serialize(v) + "\n\n"; }
+
+// The request field a message begins with ("temperature must ...", "messages[2].role ..."),
+// or "" when it begins with anything else.
+std::string_view param_of(std::string_view message) {
+  const size_t end = message.find_first_of(" :");
+  const std::string_view head = message.substr(0, end);
+  const std::string_view root = head.substr(0, head.find_first_of(".["));
+  if (std::find(kRequestFields.begin(), kRequestFields.end(), root) == kRequestFields.end()) return {};
+  return head;
+}
+
+}  // namespace
+
+Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint) {
+  HEARTH_ASSIGN_OR_RETURN(const json::value doc, json_parse(body, "request body", kMaxRequestDepth));
+  if (!doc.is_object()) {
+    return make_error(ErrorCode::kInvalidArgument, "the request body must be a JSON object, not {}", kind_of(doc));
+  }
+  const json::object& obj = doc.as_object();
+  ApiRequest req;
+  req.endpoint = endpoint;
+  HEARTH_ASSIGN_OR_RETURN(const auto model, opt_string(obj, "model"));
+  req.model = model.value_or("");
+  if (endpoint == ApiEndpoint::kCompletions) {
+    HEARTH_RETURN_IF_ERROR(parse_prompt(obj, req));
+    HEARTH_RETURN_IF_ERROR(read_bool(obj, "echo", req.echo));
+  } else {
+    HEARTH_RETURN_IF_ERROR(parse_messages(obj, req));
+  }
+  HEARTH_RETURN_IF_ERROR(parse_max_tokens(obj, req));
+  HEARTH_RETURN_IF_ERROR(parse_sampling(obj, req));
+  HEARTH_RETURN_IF_ERROR(parse_stop(obj, req));
+  HEARTH_RETURN_IF_ERROR(parse_streaming(obj, req));
+  HEARTH_RETURN_IF_ERROR(parse_logprobs(obj, req));
+  HEARTH_RETURN_IF_ERROR(read_bool(obj, "ignore_eos", req.ignore_eos));
+  HEARTH_ASSIGN_OR_RETURN(req.user, opt_string(obj, "user"));
+  return req;
+}
+
+int api_status_of(const Status& status) {
+  switch (status.code()) {
+    case ErrorCode::kOk:
+      return 200;
+    case ErrorCode::kInvalidArgument:
+    case ErrorCode::kFormat:
+    case ErrorCode::kOutOfRange:
+    case ErrorCode::kUnsupported:
+      return 400;
+    case ErrorCode::kNotFound:
+      return 404;
+    case ErrorCode::kResourceExhausted:
+      return 429;
+    case ErrorCode::kUnavailable:
+      return 503;
+    case ErrorCode::kIo:
+    case ErrorCode::kInternal:
+    case ErrorCode::kShmTooSmall:
+      return 500;
+  }
+  return 500;  // a code added later and not mapped here
+}
+
+// Types and codes as OpenAI reports them: request errors (400, 404) are
+// "invalid_request_error", with code "unsupported_value" for well-formed requests hearth
+// cannot serve and "model_not_found" for a 404 about the model; 429 is
+// "rate_limit_error" / "rate_limit_exceeded"; 500 and 503 are "server_error".
+std::string api_error_body(const Status& status) {
+  const int http = api_status_of(status);
+  const std::string_view param = param_of(status.message());
+  std::string_view type = "server_error";
+  json::value code = nullptr;
+  switch (http) {
+    case 400:
+      type = "invalid_request_error";
+      if (status.code() == ErrorCode::kUnsupported) code = "unsupported_value";
+      break;
+    case 404:
+      type = "invalid_request_error";
+      code = param.substr(0, param.find_first_of(".[")) == "model" ? "model_not_found" : "not_found";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      code = "rate_limit_exceeded";
+      break;
+    case 503:
+      code = "service_unavailable";
+      break;
+    default:
+      code = "internal_error";
+      break;
+  }
+  json::value param_value = nullptr;
+  if (!param.empty()) param_value = jstr(param);
+  const json::object error{{"message", jstr(utf8_sanitize(status.message()))},
+                           {"type", jstr(type)},
+                           {"param", std::move(param_value)},
+                           {"code", std::move(code)}};
+  return json::serialize(json::object{{"error", error}});
+}
+
+std::string api_response_body(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
+                              const std::vector<ApiChoice>& choices, const ApiUsage& usage) {
+  json::object body = envelope(request, id, created, model, /*chunk=*/false);
+  json::array out;
+  out.reserve(choices.size());
+  for (const ApiChoice& c : choices) {
+    json::object choice{{"index", c.index}};
+    if (request.endpoint == ApiEndpoint::kCompletions) {
+      choice["text"] = jstr(c.text);
+    } else {
+      choice["message"] = json::object{{"role", "assistant"}, {"content", jstr(c.text)}};
+    }
+    choice["logprobs"] = logprobs_value(request, c.logprobs, c.text_offset_base);
+    choice["finish_reason"] = finish_value(c.finish_reason);
+    out.emplace_back(std::move(choice));
+  }
+  body["choices"] = std::move(out);
+  body["usage"] = usage_object(usage);
+  return json::serialize(body);
+}
+
+std::string api_stream_chunk(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
+                             int32_t index, std::string_view delta, std::string_view finish_reason,
+                             const std::vector<ApiTokenLogprob>& logprobs, bool role_chunk,
+                             int32_t text_offset_base) {
+  json::object body = envelope(request, id, created, model, /*chunk=*/true);
+  json::object choice{{"index", index}};
+  if (request.endpoint == ApiEndpoint::kCompletions) {
+    choice["text"] = jstr(delta);
+  } else {
+    json::object d;
+    if (role_chunk) d["role"] = "assistant";
+    if (role_chunk || !delta.empty()) d["content"] = jstr(delta);
+    choice["delta"] = std::move(d);
+  }
+  // A chunk without tokens (the last one of a choice) carries null logprobs, as OpenAI's do.
+  choice["logprobs"] = logprobs.empty() ? json::value(nullptr) : logprobs_value(request, logprobs, text_offset_base);
+  choice["finish_reason"] = finish_value(finish_reason);
+  body["choices"] = json::array{std::move(choice)};
+  if (request.include_usage) body["usage"] = nullptr;  // only the usage chunk has it
+  return sse_event(body);
+}
+
+std::string api_stream_usage_chunk(const ApiRequest& request, std::string_view id, int64_t created,
+                                   std::string_view model, const ApiUsage& usage) {
+  json::object body = envelope(request, id, created, model, /*chunk=*/true);
+  body["choices"] = json::array();
+  body["usage"] = usage_object(usage);
+  return sse_event(body);
+}
+
+std::string api_stream_error(const Status& status) { return "data: " + api_error_body(status) + "\n\n"; }
+
+}  // namespace hearth

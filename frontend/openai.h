@@ -1,0 +1,111 @@
+// The OpenAI-compatible request and response formats: parsing and validating request
+// bodies into plain structs, and building response bodies and stream chunks.
+//
+// Pure functions over JSON text; thread-safe. Errors are Status values whose code the
+// HTTP layer maps to a status (api_status_of): kInvalidArgument / kFormat / kOutOfRange /
+// kUnsupported -> 400, kNotFound -> 404, kResourceExhausted -> 429, kUnavailable -> 503,
+// anything else -> 500. Messages name the offending field first ("temperature must be
+// between 0 and 2, not 7", "messages[2].content: ..."): api_error_body reports a message
+// that begins with a request field's name, up to the first space or colon, as `param`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "common/status.h"
+
+namespace hearth {
+
+enum class ApiEndpoint : uint8_t { kCompletions, kChatCompletions };
+
+struct ApiMessage {
+  std::string role;     // system, user, assistant, tool (developer is read as system)
+  std::string content;  // text parts of an array content are joined
+};
+
+struct ApiRequest {
+  ApiEndpoint endpoint = ApiEndpoint::kCompletions;
+  std::string model;                     // as given ("" when absent)
+  std::optional<std::string> prompt;     // completions: text prompt
+  std::vector<int32_t> prompt_tokens;    // completions: prompt given as token ids
+  std::vector<ApiMessage> messages;      // chat
+  std::optional<int32_t> max_tokens;     // max_tokens / max_completion_tokens; nullopt: to the context
+  float temperature = 1.0f;              // 0..2
+  float top_p = 1.0f;                    // (0, 1]
+  int32_t top_k = 0;                     // 0 or -1: off
+  float min_p = 0.0f;                    // [0, 1]
+  float presence_penalty = 0.0f;         // [-2, 2]
+  float frequency_penalty = 0.0f;        // [-2, 2]
+  float repetition_penalty = 1.0f;       // (0, 2]
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;         // up to 4 non-empty strings
+  int32_t n = 1;                         // 1..8
+  bool stream = false;
+  bool include_usage = false;            // stream_options.include_usage
+  bool echo = false;                     // completions only
+  int32_t logprobs = -1;                 // top alternatives per token; -1: no logprobs at all
+  bool ignore_eos = false;               // vLLM's extension, for benchmarks
+  std::optional<std::string> user;
+};
+
+// Largest top-logprob count accepted (what a broker slot stores).
+inline constexpr int32_t kApiMaxLogprobs = 8;
+
+// Parses and validates a request body for `endpoint`. Unknown fields are ignored; known
+// fields of the wrong type, out-of-range values and missing required fields are errors.
+Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint);
+
+// The HTTP status for an error Status.
+int api_status_of(const Status& status);
+// OpenAI's error body: {"error": {"message", "type", "param", "code"}}.
+std::string api_error_body(const Status& status);
+
+// One token as reported in logprobs.
+struct ApiTokenLogprob {
+  std::string token;  // the token's text (its bytes, lossily decoded if not valid UTF-8)
+  std::vector<uint8_t> bytes;  // the bytes it adds to the text; empty: those of `token`
+  float logprob = 0.0f;
+  std::vector<std::pair<std::string, float>> top;  // alternatives, most likely first
+  std::vector<std::vector<uint8_t>> top_bytes;  // per alternative; missing or empty: its text
+};
+
+// One finished choice.
+struct ApiChoice {
+  int32_t index = 0;
+  std::string text;
+  std::string finish_reason;  // "stop", "length"
+  std::vector<ApiTokenLogprob> logprobs;  // when asked
+  int32_t text_offset_base = 0;           // completions: where the generated text starts (echo)
+};
+
+struct ApiUsage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+};
+
+// The whole (non-streamed) response body.
+std::string api_response_body(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
+                              const std::vector<ApiChoice>& choices, const ApiUsage& usage);
+
+// One server-sent event for a stream: "data: {...}\n\n". `delta` is the new text of
+// choice `index`; `finish_reason` empty until the last chunk of that choice; `role_chunk`
+// makes the chat delta carry {"role": "assistant"} (the first chunk of each choice).
+// `text_offset_base`: completions logprobs, the byte offset in the choice's text of the
+// first token of `logprobs`.
+std::string api_stream_chunk(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
+                             int32_t index, std::string_view delta, std::string_view finish_reason,
+                             const std::vector<ApiTokenLogprob>& logprobs, bool role_chunk,
+                             int32_t text_offset_base = 0);
+// The usage chunk (stream_options.include_usage), and the terminator "data: [DONE]\n\n".
+std::string api_stream_usage_chunk(const ApiRequest& request, std::string_view id, int64_t created,
+                                   std::string_view model, const ApiUsage& usage);
+inline constexpr std::string_view kApiStreamDone = "data: [DONE]\n\n";
+// An error event for a stream that fails after it started.
+std::string api_stream_error(const Status& status);
+
+}  // namespace hearth

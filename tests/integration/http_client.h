@@ -1,0 +1,31 @@
+// A small blocking HTTP/1.1 client for the tests (Boost.Beast), and Server-Sent Events
+// splitting.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hearth::testing {
+
+struct HttpResponse {
+  int status = 0;  // 0: the request failed (connection refused, reset, ...)
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+  std::string error;
+};
+
+// One request on a fresh connection to 127.0.0.1:port.
+HttpResponse http_request(uint16_t port, const std::string& method, const std::string& target,
+                          const std::string& body = "", const std::string& content_type = "application/json");
+
+// The data fields of a text/event-stream body, in order ("[DONE]" included).
+std::vector<std::string> sse_events(const std::string& body);
+
+// Opens a connection, sends `body` to `target`, reads at least `bytes` bytes of the
+// response and closes the connection abruptly (a client that vanishes mid-stream).
+// Returns what it read.
+std::string http_post_and_vanish(uint16_t port, const std::string& target, const std::string& body, size_t bytes);
+
+}  // namespace hearth::testing

@@ -1,0 +1,290 @@
+// Serving with real processes and real HTTP: hearth-loader, hearth-engine and
+// hearth-frontend on the stories260K model.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "tests/integration/hearth_bin.h"
+#include "tests/integration/http_client.h"
+#include "tests/test_util.h"
+
+namespace hearth::testing {
+namespace {
+
+using namespace std::chrono_literals;
+namespace json = boost::json;
+
+const std::string kGroundTruth =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
+    "a big, red ball. She wanted to play with it, but it was too high.\n"
+    "Lily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. She said, \"I want "
+    "to play with your ball, but I can't find it.\"";
+const std::string kPrompt = "Once upon a time";
+const std::string kContinuation = kGroundTruth.substr(kPrompt.size());
+
+std::filesystem::path shm_parent() {
+  return ::access("/dev/shm", W_OK) == 0 ? std::filesystem::path("/dev/shm") : std::filesystem::path();
+}
+
+// One instance: loader (published, then gone), engine and frontend running.
+class ServeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const auto model = shared_path("models/stories260K/stories260K.gguf");
+    if (!std::filesystem::exists(model)) return;
+    shm_ = new TempDir(shm_parent());
+    const auto dir = shm_->path().string();
+    const auto loaded = run_process({hearth_bin("hearth-loader"), "--model", model.string(), "--instance", "srv",
+                                     "--shm-dir", dir, "--exit-after-publish"});
+    ASSERT_EQ(loaded.exit_code, 0) << loaded.err;
+    engine_ = new ChildProcess({hearth_bin("hearth-engine"), "--instance", "srv", "--shm-dir", dir, "--slots", "96",
+                                "--ctx", "512", "--kv-blocks", "2048"});
+    ASSERT_TRUE(engine_->read_line(30s).has_value()) << engine_->err();
+    frontend_ = new ChildProcess(
+        {hearth_bin("hearth-frontend"), "--instance", "srv", "--shm-dir", dir, "--port", "0", "--threads", "2"});
+    const auto line = frontend_->read_line(30s);
+    ASSERT_TRUE(line.has_value()) << frontend_->err();
+    port_ = static_cast<uint16_t>(json::parse(*line).at("port").to_number<int>());
+  }
+
+  static void TearDownTestSuite() {
+    delete frontend_;
+    delete engine_;
+    delete shm_;
+    frontend_ = nullptr;
+    engine_ = nullptr;
+    shm_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (port_ == 0) GTEST_SKIP() << "stories260K is absent";
+  }
+
+  static HttpResponse post(const std::string& target, const json::object& body) {
+    return http_request(port_, "POST", target, json::serialize(body));
+  }
+
+  static std::string completion_text(const HttpResponse& r) {
+    return std::string(json::parse(r.body).at("choices").at(0).at("text").as_string());
+  }
+
+  // The concatenated deltas of a streamed response, and the events.
+  static std::string streamed_text(const HttpResponse& r, bool chat, std::vector<std::string>* events = nullptr) {
+    std::string text;
+    const auto ev = sse_events(r.body);
+    for (const auto& e : ev) {
+      if (e == "[DONE]") continue;
+      const auto v = json::parse(e);
+      const auto& choices = v.at("choices").as_array();
+      if (choices.empty()) continue;
+      if (chat) {
+        const auto& delta = choices.at(0).at("delta").as_object();
+        if (const auto* c = delta.if_contains("content"); c && c->is_string()) text += c->as_string();
+      } else {
+        text += choices.at(0).at("text").as_string();
+      }
+    }
+    if (events) *events = ev;
+    return text;
+  }
+
+  static inline TempDir* shm_ = nullptr;
+  static inline ChildProcess* engine_ = nullptr;
+  static inline ChildProcess* frontend_ = nullptr;
+  static inline uint16_t port_ = 0;
+};
+
+TEST_F(ServeTest, GroundTruthThroughBothEndpointsStreamedAndNot) {
+  const auto completions = post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 127}, {"temperature", 0}});
+  ASSERT_EQ(completions.status, 200) << completions.body;
+  EXPECT_EQ(completion_text(completions), kContinuation);
+  const auto v = json::parse(completions.body);
+  EXPECT_EQ(v.at("object").as_string(), "text_completion");
+  EXPECT_EQ(v.at("choices").at(0).at("finish_reason").as_string(), "length");
+  EXPECT_EQ(v.at("usage").at("prompt_tokens").to_number<int>(), 5);
+  EXPECT_EQ(v.at("usage").at("completion_tokens").to_number<int>(), 127);
+
+  std::vector<std::string> events;
+  const auto streamed = post("/v1/completions", {{"prompt", kPrompt},
+                                                 {"max_tokens", 127},
+                                                 {"temperature", 0},
+                                                 {"stream", true},
+                                                 {"stream_options", {{"include_usage", true}}}});
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  EXPECT_EQ(streamed.headers.at("content-type"), "text/event-stream");
+  EXPECT_EQ(streamed_text(streamed, false, &events), kContinuation);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_EQ(json::parse(events[events.size() - 2]).at("usage").at("completion_tokens").to_number<int>(), 127);
+
+  const json::object chat_body{{"messages", {{{"role", "user"}, {"content", kPrompt}}}},
+                               {"max_tokens", 127},
+                               {"temperature", 0}};
+  const auto chat = post("/v1/chat/completions", chat_body);
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const auto c = json::parse(chat.body);
+  EXPECT_EQ(c.at("object").as_string(), "chat.completion");
+  EXPECT_EQ(c.at("choices").at(0).at("message").at("role").as_string(), "assistant");
+  EXPECT_EQ(c.at("choices").at(0).at("message").at("content").as_string(), kContinuation);
+  json::object stream_body = chat_body;
+  stream_body["stream"] = true;
+  const auto chat_stream = post("/v1/chat/completions", stream_body);
+  ASSERT_EQ(chat_stream.status, 200);
+  EXPECT_EQ(streamed_text(chat_stream, true), kContinuation);
+}
+
+TEST_F(ServeTest, StopStringsAreMatchedAcrossTokensAndNeverEmitted) {
+  const auto r = post("/v1/completions",
+                      {{"prompt", kPrompt}, {"max_tokens", 127}, {"temperature", 0}, {"stop", {"named Li", "xyz"}}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(completion_text(r), ", there was a little girl ");
+  EXPECT_EQ(json::parse(r.body).at("choices").at(0).at("finish_reason").as_string(), "stop");
+  const auto s = post("/v1/completions",
+                      {{"prompt", kPrompt}, {"max_tokens", 127}, {"temperature", 0}, {"stop", "named Li"}, {"stream", true}});
+  EXPECT_EQ(streamed_text(s, false), ", there was a little girl ");
+}
+
+TEST_F(ServeTest, SixtyFourConcurrentClientsGetCompleteAnswers) {
+  struct Job {
+    json::object body;
+    bool greedy;
+    bool stream;
+  };
+  std::vector<Job> jobs;
+  for (int i = 0; i < 64; ++i) {
+    json::object b{{"prompt", i % 2 ? kPrompt : std::string("The little dog")}, {"max_tokens", 8 + (i * 13) % 60}};
+    const bool greedy = i % 3 != 0;
+    if (greedy) {
+      b["temperature"] = 0;
+    } else {
+      b["temperature"] = 0.9;
+      b["top_p"] = 0.9;
+      b["seed"] = i;
+    }
+    const bool stream = i % 4 == 1;
+    b["stream"] = stream;
+    jobs.push_back({b, greedy, stream});
+  }
+  std::vector<std::future<HttpResponse>> futures;
+  for (const Job& j : jobs) {
+    futures.push_back(std::async(std::launch::async, [&j] { return post("/v1/completions", j.body); }));
+  }
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < futures.size(); ++i) {
+    const HttpResponse r = futures[i].get();
+    ASSERT_EQ(r.status, 200) << "client " << i << ": " << r.error << r.body;
+    texts.push_back(jobs[i].stream ? streamed_text(r, false) : completion_text(r));
+    EXPECT_FALSE(texts.back().empty()) << i;
+  }
+  // Greedy answers equal the same request alone.
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (!jobs[i].greedy) continue;
+    json::object solo = jobs[i].body;
+    solo["stream"] = false;
+    EXPECT_EQ(completion_text(post("/v1/completions", solo)), texts[i]) << "client " << i;
+  }
+}
+
+TEST_F(ServeTest, AClientThatVanishesMidStreamFreesItsSlotAndBlocks) {
+  const std::string body = json::serialize(json::object{
+      {"prompt", kPrompt}, {"max_tokens", 400}, {"ignore_eos", true}, {"temperature", 0}, {"stream", true}});
+  const std::string got = http_post_and_vanish(port_, "/v1/completions", body, 600);
+  EXPECT_NE(got.find("text/event-stream"), std::string::npos);
+  // Within a few engine steps the sequence is cancelled and its blocks are back.
+  std::string metrics;
+  for (int i = 0; i < 200; ++i) {
+    metrics = http_request(port_, "GET", "/metrics").body;
+    if (metrics.find("hearth_kv_blocks_used 0\n") != std::string::npos &&
+        metrics.find("hearth_engine_running 0\n") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_NE(metrics.find("hearth_kv_blocks_used 0\n"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("hearth_engine_running 0\n"), std::string::npos) << metrics;
+}
+
+TEST_F(ServeTest, ErrorsHaveTheirStatusAndTheServerKeepsServing) {
+  struct Case {
+    std::string method, target, body;
+    int status;
+  };
+  const std::string long_prompt = [] {
+    std::string s;
+    for (int i = 0; i < 300; ++i) s += "the cat sat. ";
+    return s;
+  }();
+  const std::vector<Case> cases = {
+      {"POST", "/v1/completions", "{\"prompt\": ", 400},
+      {"POST", "/v1/completions", "[1, 2]", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "temperature": "hot"})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "n": 1.5})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "temperature": 7})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": -3})", 400},
+      {"POST", "/v1/completions", R"({"max_tokens": 3})", 400},
+      {"POST", "/v1/chat/completions", R"({"messages": [{"role": "wizard", "content": "x"}]})", 400},
+      {"POST", "/v1/completions", json::serialize(json::object{{"prompt", long_prompt}}), 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 100000})", 400},
+      {"POST", "/v1/completions", R"({"prompt": "x", "model": "gpt-17"})", 404},
+      {"POST", "/v1/completions", std::string(2 << 20, ' '), 413},
+      {"GET", "/v2/everything", "", 404},
+      {"GET", "/v1/completions", "", 405},
+      {"POST", "/health", "{}", 405},
+  };
+  for (const Case& c : cases) {
+    const auto r = http_request(port_, c.method, c.target, c.body);
+    EXPECT_EQ(r.status, c.status) << c.method << " " << c.target << " " << c.body.substr(0, 80) << ": " << r.body;
+    if (r.status >= 400) {
+      const auto v = json::parse(r.body);
+      EXPECT_TRUE(v.at("error").at("message").is_string()) << r.body;
+      EXPECT_TRUE(v.at("error").at("type").is_string()) << r.body;
+    }
+  }
+  const auto ok = post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 5}, {"temperature", 0}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+TEST_F(ServeTest, InfoRoutes) {
+  EXPECT_EQ(http_request(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(http_request(port_, "GET", "/ready").status, 200);
+  const auto models = http_request(port_, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  const std::string id(json::parse(models.body).at("data").at(0).at("id").as_string());
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 2}, {"model", id}}).status, 200);
+  const auto tok = post("/tokenize", {{"prompt", kPrompt}, {"add_special_tokens", true}});
+  ASSERT_EQ(tok.status, 200) << tok.body;
+  const json::value parsed = json::parse(tok.body);
+  EXPECT_EQ(json::serialize(parsed.at("tokens")), "[1,403,407,261,378]");
+  const auto detok = post("/detokenize", {{"tokens", {403, 407, 261, 378}}});
+  ASSERT_EQ(detok.status, 200) << detok.body;
+  EXPECT_EQ(json::parse(detok.body).at("prompt").as_string(), kPrompt);
+  EXPECT_EQ(post("/detokenize", {{"tokens", {99999}}}).status, 400);
+  const auto metrics = http_request(port_, "GET", "/metrics");
+  EXPECT_NE(metrics.body.find("hearth_http_requests_total"), std::string::npos);
+}
+
+TEST_F(ServeTest, LogprobsEchoAndSeveralChoices) {
+  const auto r = post("/v1/completions",
+                      {{"prompt", kPrompt}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 3}, {"echo", true}, {"n", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto v = json::parse(r.body);
+  const auto& choices = v.at("choices").as_array();
+  ASSERT_EQ(choices.size(), 2u);
+  for (const auto& c : choices) {
+    const std::string text(c.at("text").as_string());
+    EXPECT_EQ(text.substr(0, kPrompt.size()), kPrompt) << "echo puts the prompt first";
+    const auto& lp = c.at("logprobs").as_object();
+    EXPECT_EQ(lp.at("tokens").as_array().size(), 4u);
+    EXPECT_EQ(lp.at("top_logprobs").at(0).as_object().size(), 3u);
+    EXPECT_LE(lp.at("token_logprobs").at(0).to_number<double>(), 0.0);
+  }
+  EXPECT_EQ(choices[0].at("text"), choices[1].at("text")) << "greedy choices agree";
+}
+
+}  // namespace
+}  // namespace hearth::testing
