@@ -13,6 +13,7 @@
 
 #include "common/args.h"
 #include "common/process.h"
+#include "ipc/broker.h"
 #include "ipc/segment.h"
 #include "ipc/weights_segment.h"
 #include "tools/commands.h"
@@ -43,6 +44,43 @@ std::string local_time(uint64_t unix_ms) {
   return buf;
 }
 
+boost::json::object describe_broker(const std::filesystem::path& path, boost::json::object o) {
+  auto broker = Broker::attach(path);
+  if (!broker.is_ok()) {
+    o["error"] = broker.status().to_string();
+    return o;
+  }
+  const BrokerHeader& h = broker->header();
+  const uint64_t now = monotonic_ns();
+  const uint64_t beat = h.engine_heartbeat_ns.load();
+  o["engine_epoch"] = h.engine_epoch.load();
+  o["engine_pid"] = h.engine_pid.load();
+  o["engine_alive"] = broker->engine_alive(std::chrono::milliseconds(3000));
+  o["engine_heartbeat_ms_ago"] = beat == 0 || beat > now ? -1 : static_cast<int64_t>((now - beat) / 1000000);
+  o["running"] = h.stat_running.load();
+  o["waiting"] = h.stat_waiting.load();
+  o["kv_blocks_used"] = h.stat_kv_blocks_used.load();
+  o["kv_blocks_total"] = h.stat_kv_blocks_total.load();
+  o["slots"] = broker->n_slots();
+  boost::json::object states;
+  for (uint32_t i = 0; i < broker->n_slots(); ++i) {
+    const std::string name(slot_state_name(broker->slot(i).state.load()));
+    states[name] = states.contains(name) ? states[name].to_number<int64_t>() + 1 : 1;
+  }
+  o["slot_states"] = std::move(states);
+  boost::json::array frontends;
+  for (const FrontendEntry& f : h.frontends) {
+    const int32_t pid = f.pid.load();
+    if (pid == 0) continue;
+    const uint64_t fb = f.heartbeat_ns.load();
+    frontends.push_back(boost::json::object{{"pid", pid},
+                                            {"running", process_alive(pid, f.start_time.load())},
+                                            {"heartbeat_ms_ago", fb == 0 || fb > now ? -1 : static_cast<int64_t>((now - fb) / 1000000)}});
+  }
+  o["frontends"] = std::move(frontends);
+  return o;
+}
+
 boost::json::object describe(const std::filesystem::path& path, const std::string& what) {
   boost::json::object o;
   o["segment"] = what;
@@ -55,6 +93,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
     attached.push_back(boost::json::object{{"pid", pid}, {"command", comm_of(pid)}});
   }
   o["attached"] = std::move(attached);
+  if (what == "broker") return describe_broker(path, std::move(o));
   if (what != "weights") return o;
 
   auto seg = ShmSegment::attach(path, /*writable=*/false);
@@ -99,6 +138,29 @@ void print_text(const std::map<std::string, std::vector<boost::json::object>>& i
                   human_bytes(o.at("bytes").to_number<uint64_t>()).c_str());
       if (const auto* err = o.if_contains("error")) {
         std::printf("  UNREADABLE: %s\n", err->as_string().c_str());
+      } else if (o.contains("engine_epoch")) {
+        std::printf("\n    engine       pid %lld, epoch %lld, %s (heartbeat %lld ms ago)\n",
+                    static_cast<long long>(o.at("engine_pid").to_number<int64_t>()),
+                    static_cast<long long>(o.at("engine_epoch").to_number<int64_t>()),
+                    o.at("engine_alive").as_bool() ? "alive" : "NOT RUNNING",
+                    static_cast<long long>(o.at("engine_heartbeat_ms_ago").to_number<int64_t>()));
+        std::printf("    requests     %lld running, %lld waiting; KV blocks %lld / %lld used\n",
+                    static_cast<long long>(o.at("running").to_number<int64_t>()),
+                    static_cast<long long>(o.at("waiting").to_number<int64_t>()),
+                    static_cast<long long>(o.at("kv_blocks_used").to_number<int64_t>()),
+                    static_cast<long long>(o.at("kv_blocks_total").to_number<int64_t>()));
+        std::string states;
+        for (const auto& [name, count] : o.at("slot_states").as_object()) {
+          states += fmt::format("{}{} {}", states.empty() ? "" : ", ", count.to_number<int64_t>(), std::string(name));
+        }
+        std::printf("    slots        %lld: %s\n", static_cast<long long>(o.at("slots").to_number<int64_t>()),
+                    states.c_str());
+        std::string fronts;
+        for (const auto& f : o.at("frontends").as_array()) {
+          fronts += fmt::format("{}pid {} ({})", fronts.empty() ? "" : ", ", f.at("pid").to_number<int64_t>(),
+                                f.at("running").as_bool() ? "running" : "gone");
+        }
+        std::printf("    frontends    %s\n", fronts.empty() ? "none" : fronts.c_str());
       } else if (o.contains("state")) {
         std::printf("  %s\n", o.at("state").as_string().c_str());
         const std::string quant(o.at("quant").as_string());

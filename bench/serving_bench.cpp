@@ -1,0 +1,142 @@
+// Continuous batching against static batching, on a real hearth-engine process: time to
+// first token and aggregate decode tokens/s at 1, 4, 16 and 64 concurrent streams.
+// Requests go in through the broker, as hearth-frontend sends them (HTTP parsing and
+// JSON are not part of the figures). Static batching waits for a full batch (the
+// engine's max batch size) or 100 ms, then runs that batch to its end.
+// Usage: serving_bench [--model GGUF] [--prompt-tokens N] [--max-tokens N] [--streams 1,4,16,64]
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/args.h"
+#include "common/process.h"
+#include "common/subprocess.h"
+#include "ipc/broker_client.h"
+#include "ipc/segment.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string bin(const std::string& name) {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
+}
+
+struct Figures {
+  double ttft_p50_ms = 0, ttft_max_ms = 0, tokens_per_s = 0;
+};
+
+Figures run_streams(hearth::BrokerClient& client, int streams, int prompt_tokens, int max_tokens, int vocab) {
+  std::vector<uint32_t> slots;
+  std::vector<uint64_t> submitted;
+  const uint64_t start = hearth::monotonic_ns();
+  for (int s = 0; s < streams; ++s) {
+    hearth::SubmitRequest r;
+    r.prompt.push_back(1);
+    for (int i = 1; i < prompt_tokens; ++i) r.prompt.push_back(3 + (i * 7919 + s * 131) % (vocab - 3));
+    r.sampling.temperature = 0.0f;
+    r.max_tokens = max_tokens;
+    r.ignore_stop = true;
+    auto slot = client.submit(r);
+    if (!slot.is_ok()) {
+      std::fprintf(stderr, "submit: %s\n", slot.status().to_string().c_str());
+      std::exit(1);
+    }
+    slots.push_back(*slot);
+    submitted.push_back(hearth::monotonic_ns());
+  }
+  std::vector<double> ttft;
+  std::vector<bool> done(slots.size(), false);
+  int64_t tokens = 0;
+  size_t finished = 0;
+  while (finished < slots.size()) {
+    const uint32_t seen = client.news();
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (done[i]) continue;
+      const auto p = client.progress(slots[i]);
+      if (!p.terminal()) continue;
+      const auto& h = client.broker().slot(slots[i]);
+      ttft.push_back(static_cast<double>(h.first_token_ns - submitted[i]) / 1e6);
+      tokens += p.n_produced;
+      client.release(slots[i]);
+      done[i] = true;
+      ++finished;
+    }
+    client.heartbeat();
+    client.wait(seen, 20ms);
+  }
+  const double seconds = static_cast<double>(hearth::monotonic_ns() - start) / 1e9;
+  std::sort(ttft.begin(), ttft.end());
+  return {ttft[ttft.size() / 2], ttft.back(), static_cast<double>(tokens) / seconds};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = hearth::Args::parse({argv + 1, argv + argc}, {"model", "prompt-tokens", "max-tokens", "streams"}, {});
+  if (!args.is_ok()) {
+    std::fprintf(stderr, "serving_bench: %s\n", args.status().message().c_str());
+    return 2;
+  }
+  const std::string model = args->get("model").value_or("/tmp/hearth-bench/models/1b-q4_0.gguf");
+  const int prompt_tokens = static_cast<int>(args->get_int("prompt-tokens", 2, 4000)->value_or(32));
+  const int max_tokens = static_cast<int>(args->get_int("max-tokens", 1, 4000)->value_or(32));
+  std::vector<int> stream_counts;
+  std::stringstream list(args->get("streams").value_or("1,4,16,64"));
+  for (std::string item; std::getline(list, item, ',');) stream_counts.push_back(std::stoi(item));
+  if (!std::filesystem::exists(model)) {
+    std::filesystem::create_directories(std::filesystem::path(model).parent_path());
+    hearth::run_process({bin("hearth"), "synth", "--preset", "1b", "--type", "q4_0", "--gguf", model});
+  }
+  const std::string shm = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  const std::string instance = "bench-serving";
+  const auto loaded = hearth::run_process(
+      {bin("hearth-loader"), "--model", model, "--instance", instance, "--shm-dir", shm, "--exit-after-publish"});
+  if (loaded.exit_code != 0) {
+    std::fprintf(stderr, "loader: %s\n", loaded.err.c_str());
+    return 1;
+  }
+  const int max_batch = 32;
+  std::printf("# serving: %s, prompt %d tokens, %d generated per stream, max batch %d sequences, %s threads\n",
+              std::filesystem::path(model).filename().c_str(), prompt_tokens, max_tokens, max_batch,
+              std::getenv("HEARTH_THREADS") ? std::getenv("HEARTH_THREADS") : "all");
+  std::printf("| streams | continuous TTFT p50 ms | continuous TTFT max ms | continuous tok/s | static TTFT p50 ms | "
+              "static TTFT max ms | static tok/s |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::vector<std::vector<Figures>> results(2);
+  for (int mode = 0; mode < 2; ++mode) {
+    std::vector<std::string> argv_engine = {bin("hearth-engine"), "--instance", instance, "--shm-dir", shm,
+                                            "--ctx", std::to_string(prompt_tokens + max_tokens + 16), "--slots", "80",
+                                            "--max-batch-size", std::to_string(max_batch)};
+    if (mode == 1) argv_engine.insert(argv_engine.end(), {"--static-batching", "100"});
+    hearth::ChildProcess engine(argv_engine);
+    if (!engine.read_line(60s)) {
+      std::fprintf(stderr, "engine: %s\n", engine.err().c_str());
+      return 1;
+    }
+    auto client = hearth::BrokerClient::connect(hearth::segment_path(shm, instance, "broker"));
+    if (!client.is_ok()) {
+      std::fprintf(stderr, "%s\n", client.status().to_string().c_str());
+      return 1;
+    }
+    run_streams(*client, 1, prompt_tokens, 4, 32000);  // warm-up: pages and threads
+    for (int streams : stream_counts) results[mode].push_back(run_streams(*client, streams, prompt_tokens, max_tokens, 32000));
+    engine.signal(SIGTERM);
+    engine.wait(30s);
+  }
+  for (size_t i = 0; i < stream_counts.size(); ++i) {
+    const Figures& c = results[0][i];
+    const Figures& s = results[1][i];
+    std::printf("| %d | %.0f | %.0f | %.1f | %.0f | %.0f | %.1f |\n", stream_counts[i], c.ttft_p50_ms, c.ttft_max_ms,
+                c.tokens_per_s, s.ttft_p50_ms, s.ttft_max_ms, s.tokens_per_s);
+  }
+  std::filesystem::remove(hearth::segment_path(shm, instance, "weights"));
+  std::filesystem::remove(hearth::segment_path(shm, instance, "broker"));
+  return 0;
+}
