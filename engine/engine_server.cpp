@@ -145,6 +145,7 @@ struct EngineServer::Impl {
       return;
     }
     a.sampler = std::make_unique<Sampler>(p, c.vocab_size);
+    a.sampler->set_position(static_cast<uint64_t>(n_produced));
     const uint64_t id = next_seq++;
     if (Status st = scheduler->add(id, static_cast<int32_t>(a.tokens.size())); !st.is_ok()) {
       fail_slot(index, st.code(), st.message());

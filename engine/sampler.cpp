@@ -37,18 +37,23 @@ Status sampling_params_validate(const SamplingParams& p) {
 }
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
-    : params_(params), vocab_size_(vocab_size), state_(params.seed) {
+    : params_(params), vocab_size_(vocab_size) {
   counts_.assign(static_cast<size_t>(vocab_size), 0);
   seen_.assign(static_cast<size_t>(vocab_size), 0);
   candidates_.reserve(static_cast<size_t>(vocab_size));
   touched_.reserve(1024);
 }
 
-double Sampler::next_uniform() { return static_cast<double>(splitmix64(state_) >> 11) * 0x1.0p-53; }
+// The n-th value of the splitmix64 stream that starts at the seed, computed directly.
+double Sampler::uniform_at(uint64_t n) const {
+  uint64_t state = params_.seed + n * 0x9E3779B97F4A7C15ull;
+  return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+}
 
 SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> prompt,
                              std::span<const TokenId> output) {
   const SamplingParams& p = params_;
+  ++position_;  // every call takes its draw's index, whether or not it draws
   const bool penalties = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   if (penalties) {
     for (TokenId id : output) {
@@ -131,7 +136,7 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
   }
   double kept_total = 0.0;
   for (size_t i = 0; i < keep; ++i) kept_total += std::exp(static_cast<double>(candidates_[i].first - max));
-  double r = next_uniform() * kept_total;
+  double r = uniform_at(position_ - 1) * kept_total;
   size_t chosen = keep - 1;
   for (size_t i = 0; i < keep; ++i) {
     r -= std::exp(static_cast<double>(candidates_[i].first - max));

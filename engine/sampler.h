@@ -45,12 +45,17 @@ class Sampler {
   // `prompt` and `output` are the sequence's tokens so far (for the penalties).
   SampledToken sample(std::span<float> logits, std::span<const TokenId> prompt, std::span<const TokenId> output);
 
+  // Continues the random stream as if `n` tokens had already been sampled: a sequence
+  // recomputed from its tokens after an engine restart gets the draws an uninterrupted
+  // run would have made.
+  void set_position(uint64_t n) { position_ = n; }
+
  private:
-  double next_uniform();  // [0, 1)
+  double uniform_at(uint64_t n) const;  // the n-th draw in [0, 1) of this seed's stream
 
   SamplingParams params_;
   int32_t vocab_size_;
-  uint64_t state_;
+  uint64_t position_ = 0;  // tokens sampled so far
   std::vector<int32_t> counts_;        // occurrences of each id in the output
   std::vector<uint8_t> seen_;          // ids in prompt or output (repetition penalty)
   std::vector<int32_t> touched_;       // ids whose counts_/seen_ are set, to reset quickly

@@ -17,6 +17,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/utf8.h"
+#include "frontend/metrics.h"
 #include "frontend/openai.h"
 #include "frontend/text_stream.h"
 #include "ipc/broker_client.h"
@@ -47,6 +48,10 @@ std::string random_id(std::string_view prefix) {
   return fmt::format("{}{:016x}", prefix, rng());
 }
 
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 }  // namespace
 
 class Session;
@@ -75,6 +80,7 @@ struct Generation {
   std::weak_ptr<Session> session;
   std::atomic<bool> client_gone{false};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  bool first_token_seen = false;
   bool finished = false;
   bool failed = false;
 };
@@ -95,6 +101,7 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   std::thread pump;
   // Counters for /metrics.
   std::atomic<uint64_t> requests_total{0}, errors_total{0}, tokens_total{0};
+  LatencyHistogram time_to_first_token, request_duration;
 
   Status load(const FrontendOptions& o);
   void accept();
@@ -358,20 +365,23 @@ void Session::handle_detokenize() {
 }
 
 void Session::handle_metrics() {
-  const BrokerHeader& h = server_->client->broker().header();
+  const FrontendServer::Impl& s = *server_;
+  const BrokerHeader& h = s.client->broker().header();
   std::string out;
-  auto metric = [&out](std::string_view name, std::string_view type, std::string_view help, uint64_t value) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
-  };
-  metric("hearth_http_requests_total", "counter", "HTTP requests received", server_->requests_total.load());
-  metric("hearth_http_errors_total", "counter", "HTTP requests answered with an error", server_->errors_total.load());
-  metric("hearth_generated_tokens_total", "counter", "Tokens sent to clients", server_->tokens_total.load());
-  metric("hearth_engine_up", "gauge", "1 when an engine heartbeat is fresh", server_->engine_ready() ? 1 : 0);
-  metric("hearth_engine_running", "gauge", "Sequences the engine runs", h.stat_running.load());
-  metric("hearth_engine_waiting", "gauge", "Sequences waiting for the engine", h.stat_waiting.load());
-  metric("hearth_kv_blocks_used", "gauge", "KV cache blocks in use", h.stat_kv_blocks_used.load());
-  metric("hearth_kv_blocks_total", "gauge", "KV cache blocks", h.stat_kv_blocks_total.load());
-  metric("hearth_engine_steps_total", "counter", "Engine steps", h.stat_steps.load());
+  render_metric(out, "hearth_http_requests_total", "counter", "HTTP requests received", s.requests_total.load());
+  render_metric(out, "hearth_http_errors_total", "counter", "HTTP requests answered with an error",
+                s.errors_total.load());
+  render_metric(out, "hearth_generated_tokens_total", "counter", "Tokens sent to clients", s.tokens_total.load());
+  render_metric(out, "hearth_engine_up", "gauge", "1 when an engine heartbeat is fresh", s.engine_ready() ? 1 : 0);
+  render_metric(out, "hearth_engine_running", "gauge", "Sequences the engine runs", h.stat_running.load());
+  render_metric(out, "hearth_engine_waiting", "gauge", "Sequences waiting for the engine", h.stat_waiting.load());
+  render_metric(out, "hearth_kv_blocks_used", "gauge", "KV cache blocks in use", h.stat_kv_blocks_used.load());
+  render_metric(out, "hearth_kv_blocks_total", "gauge", "KV cache blocks", h.stat_kv_blocks_total.load());
+  render_metric(out, "hearth_engine_steps_total", "counter", "Engine steps", h.stat_steps.load());
+  s.time_to_first_token.render(out, "hearth_time_to_first_token_seconds",
+                               "From a generation request's arrival to its first token");
+  s.request_duration.render(out, "hearth_request_duration_seconds",
+                            "From a generation request's arrival to its last token, for requests that completed");
   respond(200, std::move(out), "text/plain; version=0.0.4");
 }
 
@@ -511,6 +521,10 @@ void FrontendServer::Impl::advance(Generation& g) {
     std::vector<ApiTokenLogprob> new_logprobs;
     for (; c.consumed < p.n_produced && !c.done; ++c.consumed) {
       const ProducedToken& t = client->token(c.slot, c.consumed);
+      if (!g.first_token_seen) {
+        g.first_token_seen = true;
+        time_to_first_token.observe(seconds_since(g.started));
+      }
       delta += c.text->push(t.id);
       ++tokens_total;
       if (g.request.logprobs >= 0) new_logprobs.push_back(token_logprob(*tokenizer, t, g.request.logprobs));
@@ -573,6 +587,7 @@ void FrontendServer::Impl::advance(Generation& g) {
   if (!all_done) return;
   g.finished = true;
   if (gone || g.failed || !session) return;
+  if (failure.code() == ErrorCode::kOk) request_duration.observe(seconds_since(g.started));
   if (failure.code() != ErrorCode::kOk) {
     if (stream) {
       session->post_stream(api_stream_error(failure) + std::string(kApiStreamDone), true);

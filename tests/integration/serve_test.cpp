@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <future>
+#include <string>
 #include <thread>
 
 #include <boost/json.hpp>
@@ -266,6 +268,12 @@ TEST_F(ServeTest, InfoRoutes) {
   EXPECT_EQ(post("/detokenize", {{"tokens", {99999}}}).status, 400);
   const auto metrics = http_request(port_, "GET", "/metrics");
   EXPECT_NE(metrics.body.find("hearth_http_requests_total"), std::string::npos);
+  // The completion above finished, so both latency histograms hold at least one sample.
+  for (const char* name : {"hearth_time_to_first_token_seconds_count ", "hearth_request_duration_seconds_count "}) {
+    const size_t at = metrics.body.find(name);
+    ASSERT_NE(at, std::string::npos) << metrics.body;
+    EXPECT_GE(std::stoll(metrics.body.substr(at + std::strlen(name))), 1) << metrics.body;
+  }
 }
 
 TEST_F(ServeTest, LogprobsEchoAndSeveralChoices) {

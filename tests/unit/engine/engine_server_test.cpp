@@ -188,5 +188,24 @@ TEST_F(EngineServerTest, ARestartedEngineResumesRequestsWithTheSameText) {
   EXPECT_EQ(client_->broker().header().engine_epoch.load(), 2u);
 }
 
+TEST_F(EngineServerTest, ARestartedEngineContinuesASeededSampleWithTheSameDraws) {
+  SubmitRequest r = greedy({1, 403, 407, 261, 378}, 100);
+  r.ignore_stop = true;
+  r.sampling.temperature = 1.0f;
+  r.sampling.top_p = 0.9f;
+  r.sampling.seed = 1234;
+  const auto uninterrupted = collect(client_->submit(r).value());
+  ASSERT_EQ(uninterrupted.size(), 100u);
+  auto slot = client_->submit(r);
+  ASSERT_TRUE(slot.is_ok());
+  while (client_->progress(*slot).n_produced < 30) std::this_thread::sleep_for(1ms);
+  stop_engine();
+  start_engine();
+  EXPECT_EQ(collect(*slot), uninterrupted);
+  // A different seed gives a different text (the draws matter).
+  r.sampling.seed = 99;
+  EXPECT_NE(collect(client_->submit(r).value()), uninterrupted);
+}
+
 }  // namespace
 }  // namespace hearth
