@@ -33,9 +33,25 @@ enum class ExprKind : uint8_t {
 };
 
 enum class Op : uint8_t {
-  kAdd, kSub, kMul, kDiv, kFloorDiv, kMod, kPow, kConcat,
-  kNeg, kPos, kNot,
-  kEq, kNe, kLt, kLe, kGt, kGe, kIn, kNotIn,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kFloorDiv,
+  kMod,
+  kPow,
+  kConcat,
+  kNeg,
+  kPos,
+  kNot,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kIn,
+  kNotIn,
 };
 
 struct Expr;
@@ -93,7 +109,7 @@ enum class StmtKind : uint8_t {
   kWith,         // with targets = values %} bodies[0] {% endwith
   kBreak,
   kContinue,
-  kScope,        // bodies[0], in the same scope ({% generation %})
+  kScope,  // bodies[0], in the same scope ({% generation %})
 };
 
 struct Stmt {

@@ -1,13 +1,13 @@
 // Jinja filters and tests, and the globals of Hugging Face's chat-template environment.
 #include "tokenizer/jinja_builtins.h"
 
+#include <unicode/uchar.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <unordered_map>
-
-#include <unicode/uchar.h>
 
 #include "tokenizer/jinja_interpreter.h"
 
@@ -27,7 +27,8 @@ Result<Value> get_path(Interpreter& interp, const Value& item, std::string_view 
   size_t start = 0;
   while (true) {
     const size_t dot = path.find('.', start);
-    const std::string_view part = path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    const std::string_view part =
+        path.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
     Value key;
     if (!part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
         part.size() < 18) {
@@ -147,12 +148,23 @@ Result<Value> f_escape(Interpreter& interp, const Value& v, CallArgs& args) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   HEARTH_RETURN_IF_ERROR(interp.charge_bytes(out.size()));
@@ -347,11 +359,16 @@ Result<Value> f_join(Interpreter& interp, const Value& v, CallArgs& args) {
 Result<Value> f_length(Interpreter&, const Value& v, CallArgs& args) {
   HEARTH_RETURN_IF_ERROR(bind_args("length", args, {}).status());
   switch (v.kind()) {
-    case Value::Kind::kUndefined: return Value::integer(0);
-    case Value::Kind::kString: return Value::integer(static_cast<int64_t>(utf8_length(v.as_string())));
-    case Value::Kind::kList: return Value::integer(static_cast<int64_t>(v.as_list().items.size()));
-    case Value::Kind::kDict: return Value::integer(static_cast<int64_t>(v.as_dict().entries.size()));
-    default: return type_error(fmt::format("object of type '{}' has no len()", v.type_name()));
+    case Value::Kind::kUndefined:
+      return Value::integer(0);
+    case Value::Kind::kString:
+      return Value::integer(static_cast<int64_t>(utf8_length(v.as_string())));
+    case Value::Kind::kList:
+      return Value::integer(static_cast<int64_t>(v.as_list().items.size()));
+    case Value::Kind::kDict:
+      return Value::integer(static_cast<int64_t>(v.as_dict().entries.size()));
+    default:
+      return type_error(fmt::format("object of type '{}' has no len()", v.type_name()));
   }
 }
 
@@ -400,9 +417,9 @@ Result<Value> f_map(Interpreter& interp, const Value& v, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(std::vector<Value> items, interp.iterate(v));
   std::vector<Value> out;
   out.reserve(items.size());
-  const bool by_attribute = args.positional.empty() &&
-                            std::any_of(args.keyword.begin(), args.keyword.end(),
-                                        [](const auto& kw) { return kw.first == "attribute"; });
+  const bool by_attribute =
+      args.positional.empty() &&
+      std::any_of(args.keyword.begin(), args.keyword.end(), [](const auto& kw) { return kw.first == "attribute"; });
   if (by_attribute) {
     HEARTH_ASSIGN_OR_RETURN(BoundArgs a, bind_args("map", args, {"attribute", "default"}));
     for (const Value& item : items) {
@@ -455,8 +472,12 @@ Result<Value> select_impl(Interpreter& interp, const Value& v, CallArgs& args, b
 
 Result<Value> f_select(Interpreter& i, const Value& v, CallArgs& args) { return select_impl(i, v, args, false, true); }
 Result<Value> f_reject(Interpreter& i, const Value& v, CallArgs& args) { return select_impl(i, v, args, false, false); }
-Result<Value> f_selectattr(Interpreter& i, const Value& v, CallArgs& args) { return select_impl(i, v, args, true, true); }
-Result<Value> f_rejectattr(Interpreter& i, const Value& v, CallArgs& args) { return select_impl(i, v, args, true, false); }
+Result<Value> f_selectattr(Interpreter& i, const Value& v, CallArgs& args) {
+  return select_impl(i, v, args, true, true);
+}
+Result<Value> f_rejectattr(Interpreter& i, const Value& v, CallArgs& args) {
+  return select_impl(i, v, args, true, false);
+}
 
 Result<Value> minmax_impl(Interpreter& interp, const Value& v, CallArgs& args, bool want_max) {
   const std::string_view fn = want_max ? "max" : "min";
@@ -580,7 +601,8 @@ Result<Value> f_sum(Interpreter& interp, const Value& v, CallArgs& args) {
   for (const Value& item : items) {
     HEARTH_ASSIGN_OR_RETURN(Value x, get_attribute_arg(interp, item, a[0]));
     if (!x.is_number() || !total.is_number()) {
-      return type_error(fmt::format("unsupported operand type(s) for +: '{}' and '{}'", total.type_name(), x.type_name()));
+      return type_error(
+          fmt::format("unsupported operand type(s) for +: '{}' and '{}'", total.type_name(), x.type_name()));
     }
     if (x.is_float() || total.is_float()) {
       total = Value::number(total.to_double() + x.to_double());
@@ -596,7 +618,8 @@ Result<Value> f_sum(Interpreter& interp, const Value& v, CallArgs& args) {
 // Hugging Face's tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
 // sort_keys=False), without HTML escaping.
 Result<Value> f_tojson(Interpreter& interp, const Value& v, CallArgs& args) {
-  HEARTH_ASSIGN_OR_RETURN(BoundArgs a, bind_args("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}));
+  HEARTH_ASSIGN_OR_RETURN(BoundArgs a,
+                          bind_args("tojson", args, {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonOptions options;
   options.ensure_ascii = a[0] && a[0]->truthy();
   if (a[1] && !a[1]->is_none()) {
@@ -661,20 +684,47 @@ Result<Value> f_wordcount(Interpreter&, const Value& v, CallArgs& args) {
 
 const std::unordered_map<std::string_view, FilterFn>& filters() {
   static const std::unordered_map<std::string_view, FilterFn> kFilters = {
-      {"abs", f_abs},         {"attr", f_attr},           {"capitalize", f_capitalize},
-      {"center", f_center},   {"count", f_length},        {"d", f_default},
-      {"default", f_default}, {"dictsort", f_dictsort},   {"e", f_escape},
-      {"escape", f_escape},   {"first", f_first},         {"float", f_float},
-      {"format", f_format},   {"indent", f_indent},       {"int", f_int},
-      {"items", f_items},     {"join", f_join},           {"last", f_last},
-      {"length", f_length},   {"list", f_list},           {"lower", f_lower},
-      {"map", f_map},         {"max", f_max},             {"min", f_min},
-      {"reject", f_reject},   {"rejectattr", f_rejectattr}, {"replace", f_replace},
-      {"reverse", f_reverse}, {"round", f_round},         {"safe", f_safe},
-      {"select", f_select},   {"selectattr", f_selectattr}, {"sort", f_sort},
-      {"string", f_string},   {"sum", f_sum},             {"title", f_title},
-      {"tojson", f_tojson},   {"trim", f_trim},           {"unique", f_unique},
-      {"upper", f_upper},     {"wordcount", f_wordcount},
+      {"abs", f_abs},
+      {"attr", f_attr},
+      {"capitalize", f_capitalize},
+      {"center", f_center},
+      {"count", f_length},
+      {"d", f_default},
+      {"default", f_default},
+      {"dictsort", f_dictsort},
+      {"e", f_escape},
+      {"escape", f_escape},
+      {"first", f_first},
+      {"float", f_float},
+      {"format", f_format},
+      {"indent", f_indent},
+      {"int", f_int},
+      {"items", f_items},
+      {"join", f_join},
+      {"last", f_last},
+      {"length", f_length},
+      {"list", f_list},
+      {"lower", f_lower},
+      {"map", f_map},
+      {"max", f_max},
+      {"min", f_min},
+      {"reject", f_reject},
+      {"rejectattr", f_rejectattr},
+      {"replace", f_replace},
+      {"reverse", f_reverse},
+      {"round", f_round},
+      {"safe", f_safe},
+      {"select", f_select},
+      {"selectattr", f_selectattr},
+      {"sort", f_sort},
+      {"string", f_string},
+      {"sum", f_sum},
+      {"title", f_title},
+      {"tojson", f_tojson},
+      {"trim", f_trim},
+      {"unique", f_unique},
+      {"upper", f_upper},
+      {"wordcount", f_wordcount},
   };
   return kFilters;
 }
@@ -689,7 +739,7 @@ Result<Value> one_arg(std::string_view test, CallArgs& args) {
 
 Status no_args(std::string_view test, CallArgs& args) { return bind_args(test, args, {}).status(); }
 
-#define HEARTH_JINJA_SIMPLE_TEST(fn, name, expr)                 \
+#define HEARTH_JINJA_SIMPLE_TEST(fn, name, expr)                  \
   Result<bool> fn(Interpreter&, const Value& v, CallArgs& args) { \
     HEARTH_RETURN_IF_ERROR(no_args(name, args));                  \
     return (expr);                                                \
@@ -718,11 +768,17 @@ Result<bool> t_escaped(Interpreter&, const Value&, CallArgs& args) {
   return false;
 }
 
+// Jinja2's odd/even: value % 2 == 1 (or 0), with Python's modulo, so floats count too.
 Result<bool> parity(const Value& v, CallArgs& args, std::string_view name, int64_t want) {
   HEARTH_RETURN_IF_ERROR(no_args(name, args));
+  if (v.is_float()) {
+    double r = std::fmod(v.as_float(), 2.0);
+    if (r < 0) r += 2.0;
+    return r == static_cast<double>(want);
+  }
   if (!v.is_int() && !v.is_bool()) {
     if (v.is_undefined()) return undefined_error(v);
-    return type_error(fmt::format("test '{}' needs an integer, not {}", name, v.type_name()));
+    return type_error(fmt::format("test '{}' needs a number, not {}", name, v.type_name()));
   }
   return (v.to_int() % 2 + 2) % 2 == want;
 }
@@ -752,10 +808,18 @@ Result<bool> order_test(const Value& v, CallArgs& args, std::string_view name, b
   HEARTH_ASSIGN_OR_RETURN(int c, values_compare(v, other));
   return pred(c);
 }
-Result<bool> t_lt(Interpreter&, const Value& v, CallArgs& a) { return order_test(v, a, "lt", [](int c) { return c < 0; }); }
-Result<bool> t_le(Interpreter&, const Value& v, CallArgs& a) { return order_test(v, a, "le", [](int c) { return c <= 0; }); }
-Result<bool> t_gt(Interpreter&, const Value& v, CallArgs& a) { return order_test(v, a, "gt", [](int c) { return c > 0; }); }
-Result<bool> t_ge(Interpreter&, const Value& v, CallArgs& a) { return order_test(v, a, "ge", [](int c) { return c >= 0; }); }
+Result<bool> t_lt(Interpreter&, const Value& v, CallArgs& a) {
+  return order_test(v, a, "lt", [](int c) { return c < 0; });
+}
+Result<bool> t_le(Interpreter&, const Value& v, CallArgs& a) {
+  return order_test(v, a, "le", [](int c) { return c <= 0; });
+}
+Result<bool> t_gt(Interpreter&, const Value& v, CallArgs& a) {
+  return order_test(v, a, "gt", [](int c) { return c > 0; });
+}
+Result<bool> t_ge(Interpreter&, const Value& v, CallArgs& a) {
+  return order_test(v, a, "ge", [](int c) { return c >= 0; });
+}
 
 Result<bool> t_in(Interpreter& interp, const Value& v, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(Value seq, one_arg("in", args));
@@ -799,19 +863,45 @@ Result<bool> t_test(Interpreter&, const Value& v, CallArgs& args) {
 
 const std::unordered_map<std::string_view, TestFn>& tests() {
   static const std::unordered_map<std::string_view, TestFn> kTests = {
-      {"defined", t_defined},     {"undefined", t_undefined}, {"none", t_none},
-      {"boolean", t_boolean},     {"true", t_true},           {"false", t_false},
-      {"integer", t_integer},     {"float", t_float},         {"number", t_number},
-      {"string", t_string},       {"mapping", t_mapping},     {"iterable", t_iterable},
-      {"sequence", t_sequence},   {"callable", t_callable},   {"escaped", t_escaped},
-      {"odd", t_odd},             {"even", t_even},           {"divisibleby", t_divisibleby},
-      {"eq", t_eq},               {"equalto", t_eq},          {"==", t_eq},
-      {"ne", t_ne},               {"!=", t_ne},               {"lt", t_lt},
-      {"lessthan", t_lt},         {"<", t_lt},                {"le", t_le},
-      {"<=", t_le},               {"gt", t_gt},               {"greaterthan", t_gt},
-      {">", t_gt},                {"ge", t_ge},               {">=", t_ge},
-      {"in", t_in},               {"lower", t_lower},         {"upper", t_upper},
-      {"sameas", t_sameas},       {"filter", t_filter},       {"test", t_test},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"none", t_none},
+      {"boolean", t_boolean},
+      {"true", t_true},
+      {"false", t_false},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"number", t_number},
+      {"string", t_string},
+      {"mapping", t_mapping},
+      {"iterable", t_iterable},
+      {"sequence", t_sequence},
+      {"callable", t_callable},
+      {"escaped", t_escaped},
+      {"odd", t_odd},
+      {"even", t_even},
+      {"divisibleby", t_divisibleby},
+      {"eq", t_eq},
+      {"equalto", t_eq},
+      {"==", t_eq},
+      {"ne", t_ne},
+      {"!=", t_ne},
+      {"lt", t_lt},
+      {"lessthan", t_lt},
+      {"<", t_lt},
+      {"le", t_le},
+      {"<=", t_le},
+      {"gt", t_gt},
+      {"greaterthan", t_gt},
+      {">", t_gt},
+      {"ge", t_ge},
+      {">=", t_ge},
+      {"in", t_in},
+      {"lower", t_lower},
+      {"upper", t_upper},
+      {"sameas", t_sameas},
+      {"filter", t_filter},
+      {"test", t_test},
   };
   return kTests;
 }

@@ -84,21 +84,29 @@ int64_t floor_mod(int64_t a, int64_t b) {
 Status operand_error(std::string_view op, const Value& a, const Value& b) {
   if (a.is_undefined()) return undefined_error(a);
   if (b.is_undefined()) return undefined_error(b);
-  return type_error(
-      fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
+  return type_error(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
 }
 
 std::string_view op_symbol(Op op) {
   switch (op) {
-    case Op::kAdd: return "+";
-    case Op::kSub: return "-";
-    case Op::kMul: return "*";
-    case Op::kDiv: return "/";
-    case Op::kFloorDiv: return "//";
-    case Op::kMod: return "%";
-    case Op::kPow: return "**";
-    case Op::kConcat: return "~";
-    default: return "?";
+    case Op::kAdd:
+      return "+";
+    case Op::kSub:
+      return "-";
+    case Op::kMul:
+      return "*";
+    case Op::kDiv:
+      return "/";
+    case Op::kFloorDiv:
+      return "//";
+    case Op::kMod:
+      return "%";
+    case Op::kPow:
+      return "**";
+    case Op::kConcat:
+      return "~";
+    default:
+      return "?";
   }
 }
 
@@ -132,9 +140,13 @@ class DepthGuard {
 Interpreter::Interpreter(const Template& tmpl, RenderLimits limits) : tmpl_(tmpl), limits_(limits) {}
 
 Interpreter::~Interpreter() {
-  // A namespace may hold itself (directly or through a list); empty them all so the
-  // shared pointers do not keep such cycles alive.
+  // A namespace may hold itself (directly or through a list), and a macro holds the scope
+  // that holds the macro; emptying them all breaks every such cycle.
   for (Value& ns : namespaces_) ns.as_namespace().attrs.entries.clear();
+  for (const std::shared_ptr<Frame>& frame : closures_) {
+    frame->vars.clear();
+    frame->parent.reset();
+  }
 }
 
 Result<std::string> Interpreter::render(std::vector<std::pair<std::string, Value>> variables) {
@@ -335,10 +347,10 @@ Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s) {
   }
   static const Value kIndex = Value::string("index"), kIndex0 = Value::string("index0"),
                      kRevindex = Value::string("revindex"), kRevindex0 = Value::string("revindex0"),
-                     kFirst = Value::string("first"), kLast = Value::string("last"),
-                     kLength = Value::string("length"), kPrevitem = Value::string("previtem"),
-                     kNextitem = Value::string("nextitem"), kDepth = Value::string("depth"),
-                     kDepth0 = Value::string("depth0"), kCycle = Value::string("cycle");
+                     kFirst = Value::string("first"), kLast = Value::string("last"), kLength = Value::string("length"),
+                     kPrevitem = Value::string("previtem"), kNextitem = Value::string("nextitem"),
+                     kDepth = Value::string("depth"), kDepth0 = Value::string("depth0"),
+                     kCycle = Value::string("cycle");
   const auto n = static_cast<int64_t>(items.size());
   auto current = std::make_shared<int64_t>(0);
   const Value cycle = Value::function("loop.cycle", [current](Interpreter&, CallArgs& args) -> Result<Value> {
@@ -414,8 +426,8 @@ Status Interpreter::assign(const Target& target, Value value) {
       }
       HEARTH_ASSIGN_OR_RETURN(std::vector<Value> items, iterate(value));
       if (items.size() < target.items.size()) {
-        return type_error(fmt::format("not enough values to unpack (expected {}, got {})", target.items.size(),
-                                      items.size()));
+        return type_error(
+            fmt::format("not enough values to unpack (expected {}, got {})", target.items.size(), items.size()));
       }
       if (items.size() > target.items.size()) {
         return type_error(fmt::format("too many values to unpack (expected {})", target.items.size()));
@@ -430,26 +442,23 @@ Status Interpreter::assign(const Target& target, Value value) {
 }
 
 Value Interpreter::make_macro(const std::shared_ptr<const MacroDef>& def) {
-  // The template (and so `def`) outlives every render; the scope it closes over is held
-  // weakly so that a macro stored in its own scope makes no cycle.
+  // The template (and so `def`) outlives every render. The macro keeps the scope it was
+  // defined in alive, as a Python closure does; the destructor breaks that cycle.
   const MacroDef* macro = def.get();
-  std::weak_ptr<Frame> closure = frame_;
+  std::shared_ptr<Frame> closure = frame_;
+  if (closures_.empty() || closures_.back() != closure) closures_.push_back(closure);
   return Value::function(macro->name, [macro, closure](Interpreter& interp, CallArgs& args) {
     return interp.call_macro(*macro, closure, args);
   });
 }
 
-Result<Value> Interpreter::call_macro(const MacroDef& def, const std::weak_ptr<Frame>& closure, CallArgs& args) {
-  std::shared_ptr<Frame> parent = closure.lock();
-  if (parent == nullptr) {
-    return type_error(fmt::format("macro '{}' called outside the scope that defined it", def.name));
-  }
+Result<Value> Interpreter::call_macro(const MacroDef& def, const std::shared_ptr<Frame>& closure, CallArgs& args) {
   if (call_depth_ >= limits_.max_call_depth) {
     return exhausted(fmt::format("macro calls nested more than {} deep", limits_.max_call_depth));
   }
   DepthGuard calls(call_depth_);
   Restore<std::shared_ptr<Frame>> restore_frame(frame_);
-  frame_ = std::make_shared<Frame>(Frame{std::move(parent), {}});
+  frame_ = std::make_shared<Frame>(Frame{closure, {}});
   std::vector<bool> bound(def.params.size(), false);
   std::vector<Value> varargs;
   for (size_t i = 0; i < args.positional.size(); ++i) {
@@ -572,8 +581,8 @@ Result<Value> Interpreter::eval_inner(const Expr& e) {
         if (i == INT64_MIN) return type_error("integer overflow");
         return Value::integer(-i);
       }
-      return type_error(fmt::format("bad operand type for unary {}: '{}'", e.op == Op::kNeg ? "-" : "+",
-                                    v.type_name()));
+      return type_error(
+          fmt::format("bad operand type for unary {}: '{}'", e.op == Op::kNeg ? "-" : "+", v.type_name()));
     }
     case ExprKind::kBinary: {
       HEARTH_ASSIGN_OR_RETURN(Value a, eval(*e.operands[0]));
@@ -758,13 +767,16 @@ Result<Value> Interpreter::eval_slice(const Expr& e) {
     }
     return Value::string(std::move(out));
   }
+  if (obj.is_dict()) return type_error("unhashable type: 'slice'");
   return type_error(fmt::format("'{}' object is not subscriptable", obj.type_name()));
 }
 
 Result<bool> Interpreter::eval_compare(Op op, const Value& a, const Value& b) {
   switch (op) {
-    case Op::kEq: return values_equal(a, b);
-    case Op::kNe: return !values_equal(a, b);
+    case Op::kEq:
+      return values_equal(a, b);
+    case Op::kNe:
+      return !values_equal(a, b);
     case Op::kLt:
     case Op::kLe:
     case Op::kGt:
@@ -794,6 +806,9 @@ Result<bool> Interpreter::eval_compare(Op op, const Value& a, const Value& b) {
                               [&](const Value& item) { return values_equal(item, a); });
           break;
         case Value::Kind::kDict:
+          if ((a.is_list() && !a.is_tuple()) || a.is_dict()) {
+            return type_error(fmt::format("unhashable type: '{}'", a.type_name()));
+          }
           HEARTH_RETURN_IF_ERROR(charge(b.as_dict().entries.size() / 16));
           found = b.as_dict().find(a) != nullptr;
           break;

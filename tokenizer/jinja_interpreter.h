@@ -18,11 +18,11 @@
 namespace hearth::jinja {
 
 struct RenderLimits {
-  uint64_t max_steps = 10'000'000;       // expressions, statements and loop iterations
-  size_t max_output_bytes = 32u << 20;   // the output, and any one string built
-  uint64_t bytes_per_step = 16;          // building a string or list costs size / this steps
-  int max_call_depth = 64;               // nested macro calls
-  int max_eval_depth = 1000;             // nested evaluation (statements + expressions)
+  uint64_t max_steps = 10'000'000;      // expressions, statements and loop iterations
+  size_t max_output_bytes = 32u << 20;  // the output, and any one string built
+  uint64_t bytes_per_step = 16;         // building a string or list costs size / this steps
+  int max_call_depth = 64;              // nested macro calls
+  int max_eval_depth = 500;             // nested evaluation (statements + expressions)
 };
 
 // Jinja2's `range` cap in sandboxed environments.
@@ -72,7 +72,7 @@ class Interpreter {
   Status assign(const Target& target, Value value);
   Status set_var(std::string name, Value value);
   Value make_macro(const std::shared_ptr<const MacroDef>& def);
-  Result<Value> call_macro(const MacroDef& def, const std::weak_ptr<Frame>& closure, CallArgs& args);
+  Result<Value> call_macro(const MacroDef& def, const std::shared_ptr<Frame>& closure, CallArgs& args);
 
   Result<Value> eval(const Expr& e);
   Result<Value> eval_inner(const Expr& e);
@@ -94,7 +94,10 @@ class Interpreter {
   int call_depth_ = 0;
   int eval_depth_ = 0;
   bool located_ = false;  // the error being returned already says where it happened
-  std::vector<Value> namespaces_;  // every namespace made; emptied after rendering (cycles)
+  // Every namespace made and every scope a macro closes over: emptied when the render
+  // ends, which frees the reference cycles they can be part of.
+  std::vector<Value> namespaces_;
+  std::vector<std::shared_ptr<Frame>> closures_;
 };
 
 }  // namespace hearth::jinja

@@ -236,8 +236,8 @@ class Lexer {
     while (true) {
       skip_space(p);
       if (p >= n) {
-        return error_at(open, is_block ? "unexpected end of template, missing '%}'"
-                                       : "unexpected end of template, missing '}}'");
+        return error_at(
+            open, is_block ? "unexpected end of template, missing '%}'" : "unexpected end of template, missing '}}'");
       }
       if (balance.empty()) {
         size_t end = std::string::npos;
@@ -310,7 +310,8 @@ class Lexer {
   Status lex_number(size_t& p) {
     const size_t start = p;
     static constexpr auto dec = [](char ch) { return is_digit(ch) ? ch - '0' : -1; };
-    if (src_[p] == '0' && p + 1 < src_.size() && std::string_view("xXoObB").find(src_[p + 1]) != std::string_view::npos) {
+    if (src_[p] == '0' && p + 1 < src_.size() &&
+        std::string_view("xXoObB").find(src_[p + 1]) != std::string_view::npos) {
       const char base_char = static_cast<char>(src_[p + 1] | 0x20);
       const int base = base_char == 'x' ? 16 : base_char == 'o' ? 8 : 2;
       p += 2;
@@ -397,17 +398,38 @@ class Lexer {
       const char e = src_[p + 1];
       p += 2;
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': value += '\\'; break;
-        case '\'': value += '\''; break;
-        case '"': value += '"'; break;
-        case 'a': value += '\a'; break;
-        case 'b': value += '\b'; break;
-        case 'f': value += '\f'; break;
-        case 'n': value += '\n'; break;
-        case 'r': value += '\r'; break;
-        case 't': value += '\t'; break;
-        case 'v': value += '\v'; break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'n':
+          value += '\n';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'v':
+          value += '\v';
+          break;
         case 'x':
         case 'u':
         case 'U': {

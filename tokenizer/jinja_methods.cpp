@@ -1,13 +1,13 @@
 // Python methods of str, dict and list as templates call them, and Python's string
 // operations (case mapping, strip, split, replace, % and str.format formatting).
+#include <unicode/locid.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-
-#include <unicode/locid.h>
-#include <unicode/uchar.h>
-#include <unicode/unistr.h>
 
 #include "common/utf8.h"
 #include "tokenizer/jinja_builtins.h"
@@ -217,9 +217,15 @@ Result<Value> str_case(const Value& self, CallArgs& args, std::string_view fn, s
   return Value::string(op(self.as_string()));
 }
 
-Result<Value> str_upper(Interpreter&, const Value& self, CallArgs& args) { return str_case(self, args, "upper", py_upper); }
-Result<Value> str_lower(Interpreter&, const Value& self, CallArgs& args) { return str_case(self, args, "lower", py_lower); }
-Result<Value> str_title(Interpreter&, const Value& self, CallArgs& args) { return str_case(self, args, "title", py_title); }
+Result<Value> str_upper(Interpreter&, const Value& self, CallArgs& args) {
+  return str_case(self, args, "upper", py_upper);
+}
+Result<Value> str_lower(Interpreter&, const Value& self, CallArgs& args) {
+  return str_case(self, args, "lower", py_lower);
+}
+Result<Value> str_title(Interpreter&, const Value& self, CallArgs& args) {
+  return str_case(self, args, "title", py_title);
+}
 Result<Value> str_capitalize(Interpreter&, const Value& self, CallArgs& args) {
   return str_case(self, args, "capitalize", py_capitalize);
 }
@@ -307,7 +313,10 @@ Result<Value> str_is(Interpreter&, const Value& self, CallArgs& args) {
 
 bool cp_digit(char32_t c) { return u_isdigit(static_cast<UChar32>(c)) != 0; }
 bool cp_alpha(char32_t c) { return u_isalpha(static_cast<UChar32>(c)) != 0; }
-bool cp_alnum(char32_t c) { return cp_alpha(c) || u_isdigit(static_cast<UChar32>(c)) || u_getNumericValue(static_cast<UChar32>(c)) != U_NO_NUMERIC_VALUE; }
+bool cp_alnum(char32_t c) {
+  return cp_alpha(c) || u_isdigit(static_cast<UChar32>(c)) ||
+         u_getNumericValue(static_cast<UChar32>(c)) != U_NO_NUMERIC_VALUE;
+}
 bool cp_space(char32_t c) { return is_py_space(c); }
 
 // Python's islower/isupper: at least one cased character and none of the other case.
@@ -345,8 +354,12 @@ Result<Value> str_affix_remove(const Value& self, CallArgs& args, bool prefix) {
   }
   return self;
 }
-Result<Value> str_removeprefix(Interpreter&, const Value& self, CallArgs& args) { return str_affix_remove(self, args, true); }
-Result<Value> str_removesuffix(Interpreter&, const Value& self, CallArgs& args) { return str_affix_remove(self, args, false); }
+Result<Value> str_removeprefix(Interpreter&, const Value& self, CallArgs& args) {
+  return str_affix_remove(self, args, true);
+}
+Result<Value> str_removesuffix(Interpreter&, const Value& self, CallArgs& args) {
+  return str_affix_remove(self, args, false);
+}
 
 // center/ljust/rjust: pad to `width` code points with `fillchar`.
 Result<Value> str_pad(Interpreter& interp, const Value& self, CallArgs& args, std::string_view fn, char align) {
@@ -375,9 +388,15 @@ Result<Value> str_pad(Interpreter& interp, const Value& self, CallArgs& args, st
   for (int64_t i = 0; i < margin - left; ++i) out += fill;
   return Value::string(std::move(out));
 }
-Result<Value> str_center(Interpreter& i, const Value& self, CallArgs& args) { return str_pad(i, self, args, "center", '^'); }
-Result<Value> str_ljust(Interpreter& i, const Value& self, CallArgs& args) { return str_pad(i, self, args, "ljust", '<'); }
-Result<Value> str_rjust(Interpreter& i, const Value& self, CallArgs& args) { return str_pad(i, self, args, "rjust", '>'); }
+Result<Value> str_center(Interpreter& i, const Value& self, CallArgs& args) {
+  return str_pad(i, self, args, "center", '^');
+}
+Result<Value> str_ljust(Interpreter& i, const Value& self, CallArgs& args) {
+  return str_pad(i, self, args, "ljust", '<');
+}
+Result<Value> str_rjust(Interpreter& i, const Value& self, CallArgs& args) {
+  return str_pad(i, self, args, "rjust", '>');
+}
 
 Result<Value> str_zfill(Interpreter& interp, const Value& self, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(BoundArgs a, bind_args("zfill", args, {"width"}));
@@ -405,8 +424,12 @@ Result<Value> str_partition_impl(const Value& self, CallArgs& args, bool from_ri
   }
   return Value::tuple({Value::string(s.substr(0, hit)), Value::string(sep), Value::string(s.substr(hit + sep.size()))});
 }
-Result<Value> str_partition(Interpreter&, const Value& self, CallArgs& args) { return str_partition_impl(self, args, false); }
-Result<Value> str_rpartition(Interpreter&, const Value& self, CallArgs& args) { return str_partition_impl(self, args, true); }
+Result<Value> str_partition(Interpreter&, const Value& self, CallArgs& args) {
+  return str_partition_impl(self, args, false);
+}
+Result<Value> str_rpartition(Interpreter&, const Value& self, CallArgs& args) {
+  return str_partition_impl(self, args, true);
+}
 
 Result<std::string> format_with_spec(Interpreter& interp, const Value& v, std::string_view spec);
 
@@ -493,18 +516,42 @@ Result<Value> str_format(Interpreter& interp, const Value& self, CallArgs& args)
 }
 
 constexpr Method kStrMethods[] = {
-    {"strip", str_strip},           {"lstrip", str_lstrip},           {"rstrip", str_rstrip},
-    {"startswith", str_startswith}, {"endswith", str_endswith},       {"split", str_split},
-    {"rsplit", str_rsplit},         {"splitlines", str_splitlines},   {"upper", str_upper},
-    {"lower", str_lower},           {"casefold", str_lower},          {"title", str_title},
-    {"capitalize", str_capitalize}, {"replace", str_replace},         {"find", str_find},
-    {"rfind", str_rfind},           {"index", str_index},             {"rindex", str_rindex},
-    {"count", str_count},           {"join", str_join},               {"format", str_format},
-    {"isdigit", str_is<cp_digit>},  {"isdecimal", str_is<cp_digit>},  {"isnumeric", str_is<cp_alnum>},
-    {"isalpha", str_is<cp_alpha>},  {"isalnum", str_is<cp_alnum>},    {"isspace", str_is<cp_space>},
-    {"islower", str_islower},       {"isupper", str_isupper},         {"removeprefix", str_removeprefix},
-    {"removesuffix", str_removesuffix}, {"center", str_center},       {"ljust", str_ljust},
-    {"rjust", str_rjust},           {"zfill", str_zfill},             {"partition", str_partition},
+    {"strip", str_strip},
+    {"lstrip", str_lstrip},
+    {"rstrip", str_rstrip},
+    {"startswith", str_startswith},
+    {"endswith", str_endswith},
+    {"split", str_split},
+    {"rsplit", str_rsplit},
+    {"splitlines", str_splitlines},
+    {"upper", str_upper},
+    {"lower", str_lower},
+    {"casefold", str_lower},
+    {"title", str_title},
+    {"capitalize", str_capitalize},
+    {"replace", str_replace},
+    {"find", str_find},
+    {"rfind", str_rfind},
+    {"index", str_index},
+    {"rindex", str_rindex},
+    {"count", str_count},
+    {"join", str_join},
+    {"format", str_format},
+    {"isdigit", str_is<cp_digit>},
+    {"isdecimal", str_is<cp_digit>},
+    {"isnumeric", str_is<cp_alnum>},
+    {"isalpha", str_is<cp_alpha>},
+    {"isalnum", str_is<cp_alnum>},
+    {"isspace", str_is<cp_space>},
+    {"islower", str_islower},
+    {"isupper", str_isupper},
+    {"removeprefix", str_removeprefix},
+    {"removesuffix", str_removesuffix},
+    {"center", str_center},
+    {"ljust", str_ljust},
+    {"rjust", str_rjust},
+    {"zfill", str_zfill},
+    {"partition", str_partition},
     {"rpartition", str_rpartition},
 };
 
@@ -566,12 +613,14 @@ Result<Value> list_count(Interpreter&, const Value& self, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(BoundArgs a, bind_args("count", args, {"value"}));
   if (!a[0]) return type_error("count() takes exactly one argument (0 given)");
   const auto& items = self.as_list().items;
-  return Value::integer(std::count_if(items.begin(), items.end(), [&](const Value& v) { return values_equal(v, *a[0]); }));
+  return Value::integer(
+      std::count_if(items.begin(), items.end(), [&](const Value& v) { return values_equal(v, *a[0]); }));
 }
 
 constexpr Method kListMethods[] = {{"index", list_index}, {"count", list_count}, {"copy", same_value}};
 
-constexpr std::string_view kListMutators[] = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"};
+constexpr std::string_view kListMutators[] = {"append", "extend", "insert", "pop",
+                                              "remove", "clear",  "sort",   "reverse"};
 constexpr std::string_view kDictMutators[] = {"update", "pop", "popitem", "setdefault", "clear"};
 
 template <size_t N>
@@ -579,9 +628,8 @@ std::optional<Value> bind_method(const Method (&table)[N], const Value& obj, std
   for (const Method& m : table) {
     if (m.name == name) {
       const MethodFn fn = m.fn;
-      return Value::function(std::string(name), [obj, fn](Interpreter& interp, CallArgs& args) {
-        return fn(interp, obj, args);
-      });
+      return Value::function(std::string(name),
+                             [obj, fn](Interpreter& interp, CallArgs& args) { return fn(interp, obj, args); });
     }
   }
   return std::nullopt;
@@ -590,8 +638,8 @@ std::optional<Value> bind_method(const Method (&table)[N], const Value& obj, std
 template <size_t N>
 std::optional<Value> unsafe_if_listed(const std::string_view (&names)[N], const Value& obj, std::string_view name) {
   if (std::find(std::begin(names), std::end(names), name) == std::end(names)) return std::nullopt;
-  return Value::undefined(fmt::format("access to attribute '{}' of '{}' object is unsafe: templates cannot modify values",
-                                      name, obj.type_name()));
+  return Value::undefined(fmt::format(
+      "access to attribute '{}' of '{}' object is unsafe: templates cannot modify values", name, obj.type_name()));
 }
 
 // ---- formatting helpers ---------------------------------------------------------------
@@ -691,14 +739,15 @@ Result<std::string> format_with_spec(Interpreter& interp, const Value& v, std::s
   std::string sign_text, body;
   bool numeric = false;
   if (v.is_string()) {
-    if (type != 0 && type != 's') return type_error(fmt::format("Unknown format code '{}' for object of type 'str'", type));
+    if (type != 0 && type != 's')
+      return type_error(fmt::format("Unknown format code '{}' for object of type 'str'", type));
     body = v.as_string();
     if (precision >= 0) {
       const std::vector<size_t> offsets = utf8_offsets(body);
       if (static_cast<size_t>(precision) + 1 < offsets.size()) body.resize(offsets[static_cast<size_t>(precision)]);
     }
-  } else if ((v.is_int() && type == 0) ||
-             ((v.is_int() || v.is_bool()) && type != 0 && std::string_view("dxXobnc").find(type) != std::string_view::npos)) {
+  } else if ((v.is_int() && type == 0) || ((v.is_int() || v.is_bool()) && type != 0 &&
+                                           std::string_view("dxXobnc").find(type) != std::string_view::npos)) {
     numeric = true;
     const int64_t n = v.to_int();
     if (type == 'c') {
@@ -715,7 +764,8 @@ Result<std::string> format_with_spec(Interpreter& interp, const Value& v, std::s
         }
         body = grouped;
       }
-      if (alt && base != 10) body = std::string(base == 16 ? (type == 'X' ? "0X" : "0x") : base == 8 ? "0o" : "0b") + body;
+      if (alt && base != 10)
+        body = std::string(base == 16 ? (type == 'X' ? "0X" : "0x") : base == 8 ? "0o" : "0b") + body;
       if (n < 0) {
         sign_text = "-";
       } else if (sign == '+' || sign == ' ') {
@@ -750,15 +800,18 @@ Result<std::string> format_with_spec(Interpreter& interp, const Value& v, std::s
   std::string padding;
   for (size_t k = 0; k < pad; ++k) padding += fill;
   switch (align) {
-    case '<': return sign_text + body + padding;
-    case '=': return sign_text + padding + body;
+    case '<':
+      return sign_text + body + padding;
+    case '=':
+      return sign_text + padding + body;
     case '^': {
       std::string left_pad, right_pad;
       for (size_t k = 0; k < pad / 2; ++k) left_pad += fill;
       for (size_t k = 0; k < pad - pad / 2; ++k) right_pad += fill;
       return left_pad + sign_text + body + right_pad;
     }
-    default: return padding + sign_text + body;
+    default:
+      return padding + sign_text + body;
   }
 }
 
@@ -838,7 +891,9 @@ std::string py_title(std::string_view s) {
 
 std::string jinja_title(std::string_view s) {
   // Each piece between (and each run of) separators: first character upper, rest lower.
-  auto is_sep = [](char32_t c) { return is_py_space(c) || c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<'; };
+  auto is_sep = [](char32_t c) {
+    return is_py_space(c) || c == U'-' || c == U'(' || c == U'{' || c == U'[' || c == U'<';
+  };
   std::string out;
   size_t pos = 0;
   bool piece_start = true;
@@ -927,8 +982,8 @@ std::vector<std::string> py_splitlines(std::string_view s) {
   while (pos < s.size()) {
     const size_t start = pos;
     const char32_t cp = utf8_next(s, pos);
-    const bool brk = cp == U'\n' || cp == U'\r' || cp == 0x0b || cp == 0x0c || cp == 0x1c || cp == 0x1d ||
-                     cp == 0x1e || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+    const bool brk = cp == U'\n' || cp == U'\r' || cp == 0x0b || cp == 0x0c || cp == 0x1c || cp == 0x1d || cp == 0x1e ||
+                     cp == 0x85 || cp == 0x2028 || cp == 0x2029;
     if (!brk) continue;
     lines.emplace_back(s.substr(line_start, start - line_start));
     if (cp == U'\r' && pos < s.size() && s[pos] == '\n') ++pos;

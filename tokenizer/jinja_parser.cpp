@@ -9,23 +9,32 @@ namespace hearth::jinja {
 namespace {
 
 bool is_constant_name(std::string_view name) {
-  return name == "true" || name == "false" || name == "True" || name == "False" || name == "none" ||
-         name == "None";
+  return name == "true" || name == "false" || name == "True" || name == "False" || name == "none" || name == "None";
 }
 
 std::string describe(const Token& t) {
   switch (t.kind) {
-    case TokenKind::kText: return "template data";
-    case TokenKind::kVarBegin: return "'{{'";
-    case TokenKind::kVarEnd: return "'}}'";
-    case TokenKind::kBlockBegin: return "'{%'";
-    case TokenKind::kBlockEnd: return "'%}'";
-    case TokenKind::kName: return "'" + t.text + "'";
-    case TokenKind::kString: return "string literal";
+    case TokenKind::kText:
+      return "template data";
+    case TokenKind::kVarBegin:
+      return "'{{'";
+    case TokenKind::kVarEnd:
+      return "'}}'";
+    case TokenKind::kBlockBegin:
+      return "'{%'";
+    case TokenKind::kBlockEnd:
+      return "'%}'";
+    case TokenKind::kName:
+      return "'" + t.text + "'";
+    case TokenKind::kString:
+      return "string literal";
     case TokenKind::kInt:
-    case TokenKind::kFloat: return "number '" + t.text + "'";
-    case TokenKind::kOp: return "'" + t.text + "'";
-    case TokenKind::kEof: return "end of template";
+    case TokenKind::kFloat:
+      return "number '" + t.text + "'";
+    case TokenKind::kOp:
+      return "'" + t.text + "'";
+    case TokenKind::kEof:
+      return "end of template";
   }
   return "token";
 }
@@ -43,8 +52,7 @@ bool mentions_name(const Stmt& s, std::string_view name) {
   auto any_expr = [&](const std::vector<ExprPtr>& exprs) {
     return std::any_of(exprs.begin(), exprs.end(), [&](const ExprPtr& e) { return mentions_name(e.get(), name); });
   };
-  if (mentions_name(s.expr.get(), name) || any_expr(s.conditions) || any_expr(s.filters) ||
-      any_expr(s.with_values)) {
+  if (mentions_name(s.expr.get(), name) || any_expr(s.conditions) || any_expr(s.filters) || any_expr(s.with_values)) {
     return true;
   }
   if (std::any_of(s.bodies.begin(), s.bodies.end(), [&](const Body& b) { return mentions_name(b, name); })) {
@@ -239,8 +247,8 @@ class Parser {
       HEARTH_RETURN_IF_ERROR(expect_block_end());
       return s;
     }
-    static constexpr std::string_view kUnsupportedTags[] = {
-        "extends", "include", "import", "from", "block", "autoescape", "do", "trans", "raw"};
+    static constexpr std::string_view kUnsupportedTags[] = {"extends",    "include", "import", "from", "block",
+                                                            "autoescape", "do",      "trans",  "raw"};
     if (std::find(std::begin(kUnsupportedTags), std::end(kUnsupportedTags), tag) != std::end(kUnsupportedTags)) {
       return unsupported_at(tag_pos, fmt::format("the '{}' tag is not supported", tag));
     }
@@ -278,7 +286,8 @@ class Parser {
       s->bodies.push_back(std::move(else_body));
     }
     HEARTH_RETURN_IF_ERROR(expect_end_tag("endfor"));
-    s->uses_loop = std::any_of(s->bodies.begin(), s->bodies.end(), [](const Body& b) { return mentions_name(b, "loop"); });
+    s->uses_loop =
+        std::any_of(s->bodies.begin(), s->bodies.end(), [](const Body& b) { return mentions_name(b, "loop"); });
     return s;
   }
 
@@ -680,10 +689,10 @@ class Parser {
   }
 
   Result<ExprPtr> parse_unary(bool with_filter) {
-    NestingGuard guard(nesting_);
-    if (guard.too_deep()) return too_deep();
     ExprPtr node;
     if (is_op("-") || is_op("+")) {
+      NestingGuard guard(nesting_);
+      if (guard.too_deep()) return too_deep();
       const Op op = is_op("-") ? Op::kNeg : Op::kPos;
       const SourcePos pos = cur().pos;
       advance();
@@ -952,9 +961,8 @@ class Parser {
       const Token& t = cur();
       const bool starts_arg = t.kind == TokenKind::kString || t.kind == TokenKind::kInt ||
                               t.kind == TokenKind::kFloat || is_op("[") || is_op("{") ||
-                              (t.kind == TokenKind::kName && t.text != "else" && t.text != "or" &&
-                               t.text != "and" && t.text != "if" && t.text != "in" && t.text != "not" &&
-                               t.text != "is");
+                              (t.kind == TokenKind::kName && t.text != "else" && t.text != "or" && t.text != "and" &&
+                               t.text != "if" && t.text != "in" && t.text != "not" && t.text != "is");
       if (starts_arg) {
         HEARTH_ASSIGN_OR_RETURN(ExprPtr arg, parse_primary());
         HEARTH_ASSIGN_OR_RETURN(arg, parse_postfix(std::move(arg)));

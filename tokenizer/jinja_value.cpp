@@ -168,14 +168,29 @@ void append_json_string(std::string& out, std::string_view s, bool ensure_ascii)
     const size_t start = pos;
     const char32_t cp = utf8_next(s, pos);
     switch (cp) {
-      case U'"': out += "\\\""; continue;
-      case U'\\': out += "\\\\"; continue;
-      case U'\n': out += "\\n"; continue;
-      case U'\r': out += "\\r"; continue;
-      case U'\t': out += "\\t"; continue;
-      case U'\b': out += "\\b"; continue;
-      case U'\f': out += "\\f"; continue;
-      default: break;
+      case U'"':
+        out += "\\\"";
+        continue;
+      case U'\\':
+        out += "\\\\";
+        continue;
+      case U'\n':
+        out += "\\n";
+        continue;
+      case U'\r':
+        out += "\\r";
+        continue;
+      case U'\t':
+        out += "\\t";
+        continue;
+      case U'\b':
+        out += "\\b";
+        continue;
+      case U'\f':
+        out += "\\f";
+        continue;
+      default:
+        break;
     }
     char buf[16];
     if (cp < 0x20 || (ensure_ascii && cp >= 0x7f)) {
@@ -208,11 +223,16 @@ void json_newline(std::string& out, const JsonOptions& options, int level) {
 // A dict key as json.dumps writes it: strings as they are, scalars converted.
 Result<std::string> json_key(const Value& key) {
   switch (key.kind()) {
-    case Value::Kind::kString: return key.as_string();
-    case Value::Kind::kInt: return std::to_string(key.as_int());
-    case Value::Kind::kFloat: return json_float(key.as_float());
-    case Value::Kind::kBool: return std::string(key.as_bool() ? "true" : "false");
-    case Value::Kind::kNone: return std::string("null");
+    case Value::Kind::kString:
+      return key.as_string();
+    case Value::Kind::kInt:
+      return std::to_string(key.as_int());
+    case Value::Kind::kFloat:
+      return json_float(key.as_float());
+    case Value::Kind::kBool:
+      return std::string(key.as_bool() ? "true" : "false");
+    case Value::Kind::kNone:
+      return std::string("null");
     default:
       return make_error(ErrorCode::kInvalidArgument, "keys must be str, int, float, bool or None, not {}",
                         key.type_name());
@@ -221,9 +241,9 @@ Result<std::string> json_key(const Value& key) {
 
 Status json_into(std::string& out, const Value& v, const JsonOptions& options, int level) {
   if (level > kMaxValueDepth) return depth_error();
-  const std::string& item_sep =
-      options.item_separator.empty() ? (options.indent >= 0 ? std::string(",") : std::string(", "))
-                                     : options.item_separator;
+  const std::string& item_sep = options.item_separator.empty()
+                                    ? (options.indent >= 0 ? std::string(",") : std::string(", "))
+                                    : options.item_separator;
   switch (v.kind()) {
     case Value::Kind::kNone:
       out += "null";
@@ -269,8 +289,7 @@ Status json_into(std::string& out, const Value& v, const JsonOptions& options, i
         keyed.emplace_back(std::move(k), &value);
       }
       if (options.sort_keys) {
-        std::stable_sort(keyed.begin(), keyed.end(),
-                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        std::stable_sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       }
       out += '{';
       for (size_t i = 0; i < keyed.size(); ++i) {
@@ -409,50 +428,76 @@ std::string Value::undefined_hint() const {
 
 double Value::to_double() const {
   switch (kind()) {
-    case Kind::kBool: return as_bool() ? 1.0 : 0.0;
-    case Kind::kInt: return static_cast<double>(as_int());
-    case Kind::kFloat: return as_float();
-    default: return 0.0;
+    case Kind::kBool:
+      return as_bool() ? 1.0 : 0.0;
+    case Kind::kInt:
+      return static_cast<double>(as_int());
+    case Kind::kFloat:
+      return as_float();
+    default:
+      return 0.0;
   }
 }
 
 bool Value::truthy() const {
   switch (kind()) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
-    case Kind::kBool: return as_bool();
-    case Kind::kInt: return as_int() != 0;
-    case Kind::kFloat: return as_float() != 0.0;
-    case Kind::kString: return !as_string().empty();
-    case Kind::kList: return !as_list().items.empty();
-    case Kind::kDict: return !as_dict().entries.empty();
+    case Kind::kNone:
+      return false;
+    case Kind::kBool:
+      return as_bool();
+    case Kind::kInt:
+      return as_int() != 0;
+    case Kind::kFloat:
+      return as_float() != 0.0;
+    case Kind::kString:
+      return !as_string().empty();
+    case Kind::kList:
+      return !as_list().items.empty();
+    case Kind::kDict:
+      return !as_dict().entries.empty();
     case Kind::kNamespace:
-    case Kind::kFunction: return true;
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
 
 int Value::depth() const {
   switch (kind()) {
-    case Kind::kList: return as_list().depth;
-    case Kind::kDict: return as_dict().depth;
-    case Kind::kNamespace: return 1;
-    default: return 0;
+    case Kind::kList:
+      return as_list().depth;
+    case Kind::kDict:
+      return as_dict().depth;
+    case Kind::kNamespace:
+      return 1;
+    default:
+      return 0;
   }
 }
 
 std::string_view Value::type_name() const {
   switch (kind()) {
-    case Kind::kUndefined: return "Undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return as_list().is_tuple ? "tuple" : "list";
-    case Kind::kDict: return "dict";
-    case Kind::kNamespace: return "Namespace";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return as_list().is_tuple ? "tuple" : "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kFunction:
+      return "function";
   }
   return "object";
 }
@@ -529,8 +574,8 @@ Result<int> values_compare(const Value& a, const Value& b) {
   }
   if (a.is_undefined()) return Status(ErrorCode::kInvalidArgument, a.undefined_hint());
   if (b.is_undefined()) return Status(ErrorCode::kInvalidArgument, b.undefined_hint());
-  return make_error(ErrorCode::kInvalidArgument, "'<' not supported between instances of '{}' and '{}'",
-                    a.type_name(), b.type_name());
+  return make_error(ErrorCode::kInvalidArgument, "'<' not supported between instances of '{}' and '{}'", a.type_name(),
+                    b.type_name());
 }
 
 Result<std::string> value_to_str(const Value& v) {
@@ -659,8 +704,8 @@ std::vector<size_t> utf8_offsets(std::string_view s) {
 
 bool is_py_space(char32_t cp) {
   if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x1f);
-  return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+  return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
 }  // namespace hearth::jinja

@@ -8,6 +8,7 @@
 // A Value is thread-compatible; one render uses its values from one thread.
 #pragma once
 
+#include <boost/json.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,8 +17,6 @@
 #include <utility>
 #include <variant>
 #include <vector>
-
-#include <boost/json.hpp>
 
 #include "common/status.h"
 
@@ -165,7 +164,7 @@ Result<std::string> value_repr(const Value& v);
 std::string float_repr(double d);
 
 struct JsonOptions {
-  int indent = -1;  // < 0: one line; otherwise newline and this many spaces per level
+  int indent = -1;             // < 0: one line; otherwise newline and this many spaces per level
   std::string item_separator;  // empty: ", " on one line, "," when indented
   std::string key_separator = ": ";
   bool sort_keys = false;
