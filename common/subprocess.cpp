@@ -1,7 +1,6 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -49,12 +48,21 @@ std::vector<char*> make_env(const Environment& extra, std::vector<std::string>& 
   return out;
 }
 
-pid_t spawn(const std::vector<std::string>& argv, const Environment& env, int out_fd, int err_fd) {
+pid_t spawn(const std::vector<std::string>& argv, const Environment& env, int out_fd, int err_fd,
+            const std::vector<int>& pass_fds = {}) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
   posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+  // Passed descriptors go through copies above the targets, so that no dup2 is from a
+  // descriptor to itself (which would keep its FD_CLOEXEC) and none overwrites another
+  // that is still to be passed.
+  std::vector<int> copies;
+  for (int fd : pass_fds) copies.push_back(::fcntl(fd, F_DUPFD_CLOEXEC, 3 + static_cast<int>(pass_fds.size())));
+  for (size_t i = 0; i < copies.size(); ++i) {
+    if (copies[i] >= 0) posix_spawn_file_actions_adddup2(&actions, copies[i], 3 + static_cast<int>(i));
+  }
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -75,6 +83,9 @@ pid_t spawn(const std::vector<std::string>& argv, const Environment& env, int ou
   const int rc = ::posix_spawn(&pid, args[0], &actions, &attr, args.data(), envp.data());
   posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
+  for (int fd : copies) {
+    if (fd >= 0) ::close(fd);
+  }
   return rc == 0 ? pid : -1;
 }
 
@@ -104,11 +115,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
   return result;
 }
 
-ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environment& env) {
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environment& env,
+                           const std::vector<int>& pass_fds) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
   err_fd_ = temp_fd("child-err");
-  pid_ = spawn(argv, env, pipe_fds[1], err_fd_);
+  pid_ = spawn(argv, env, pipe_fds[1], err_fd_, pass_fds);
   ::close(pipe_fds[1]);
   out_fd_ = pipe_fds[0];
   if (pid_ < 0) throw std::runtime_error("posix_spawn failed for " + argv[0]);

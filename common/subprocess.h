@@ -30,7 +30,11 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
 // stderr goes to a file. The destructor kills (SIGKILL) and reaps it if still running.
 class ChildProcess {
  public:
-  explicit ChildProcess(const std::vector<std::string>& argv, const Environment& env = {});
+  // `pass_fds` are given to the child as descriptors 3, 4, ... (a listening socket for
+  // a frontend, say); nothing else of this process's is inherited but what lacks
+  // FD_CLOEXEC.
+  explicit ChildProcess(const std::vector<std::string>& argv, const Environment& env = {},
+                        const std::vector<int>& pass_fds = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

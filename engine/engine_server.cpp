@@ -39,6 +39,7 @@ struct Active {
   uint32_t slot = 0;
   uint32_t generation = 0;
   int owner = -1;
+  int32_t owner_pid = 0;
   std::vector<TokenId> tokens;  // prompt, then produced
   int32_t n_prompt = 0;
   int32_t max_tokens = 0;
@@ -76,6 +77,7 @@ struct EngineServer::Impl {
   std::vector<float> logits;
   std::vector<float> scratch;
   uint64_t last_scan_ns = 0;
+  uint64_t orphans_freed = 0;  // slots of gone frontends returned to FREE
   uint64_t ring_stalled_since = 0;
   uint64_t last_watchdog_ns = 0;
 
@@ -120,6 +122,7 @@ struct EngineServer::Impl {
     a.slot = index;
     a.generation = generation;
     a.owner = s.owner;
+    a.owner_pid = s.owner_pid;
     a.n_prompt = n_prompt;
     a.max_tokens = s.max_tokens;
     a.top_logprobs = s.top_logprobs;
@@ -209,7 +212,7 @@ struct EngineServer::Impl {
         broker->slot_finish(a.slot, SlotState::kCancelled, SlotFinish::kCancelled);
         continue;
       }
-      if (a.owner >= 0 && a.owner < kMaxFrontends && !frontend_alive(a.owner, now)) {
+      if (owner_state(a.owner, a.owner_pid, now) != Owner::kAlive) {
         gone.push_back(id);
         broker->slot_finish(a.slot, SlotState::kCancelled, SlotFinish::kCancelled);
         broker->slot_release(a.slot);  // nobody is left to read it
@@ -218,12 +221,46 @@ struct EngineServer::Impl {
     for (uint64_t id : gone) forget(id);
   }
 
-  bool frontend_alive(int index, uint64_t now) const {
+  // The frontend that owns a slot: alive; silent (registered, but its heartbeat is older
+  // than the stale bound: wedged, or gone without a trace); or exited (its registry entry
+  // was released or taken by another process, or its pid is gone).
+  enum class Owner { kAlive, kSilent, kExited };
+  Owner owner_state(int index, int32_t owner_pid, uint64_t now) const {
+    if (index < 0 || index >= kMaxFrontends) return Owner::kExited;
     const FrontendEntry& f = broker->header().frontends[index];
     const int32_t pid = f.pid.load(std::memory_order_acquire);
-    if (pid == 0 || !process_alive(pid, f.start_time.load(std::memory_order_relaxed))) return false;
+    if (pid == 0 || pid != owner_pid || !process_alive(pid, f.start_time.load(std::memory_order_relaxed))) {
+      return Owner::kExited;
+    }
     const uint64_t beat = f.heartbeat_ns.load(std::memory_order_acquire);
-    return now < beat || now - beat <= static_cast<uint64_t>(options.frontend_stale_ms) * 1000000ull;
+    const bool fresh = now < beat || now - beat <= static_cast<uint64_t>(options.frontend_stale_ms) * 1000000ull;
+    return fresh ? Owner::kAlive : Owner::kSilent;
+  }
+
+  // Slots the engine is not running whose frontend is gone: finished ones nobody will
+  // read, queued ones nobody waits for, and (once the owner has surely exited) ones it
+  // was still filling. They go back to FREE, so a dead frontend leaks no slot.
+  void sweep_orphans(uint64_t now) {
+    const uint64_t before = orphans_freed;
+    for (uint32_t i = 0; i < broker->n_slots(); ++i) {
+      if (by_slot[i] != 0) continue;  // running here: reap() handles it
+      SlotHeader& s = broker->slot(i);
+      uint32_t state = s.state.load(std::memory_order_acquire);
+      if (state == static_cast<uint32_t>(SlotState::kFree) || state == static_cast<uint32_t>(SlotState::kRunning)) {
+        continue;
+      }
+      const Owner owner = owner_state(s.owner, s.owner_pid, now);
+      if (owner == Owner::kAlive) continue;
+      // A silent owner might still be writing a slot it is filling; only an exited one
+      // surely is not.
+      if (state == static_cast<uint32_t>(SlotState::kFilling) && owner != Owner::kExited) continue;
+      if (s.state.compare_exchange_strong(state, static_cast<uint32_t>(SlotState::kFree), std::memory_order_acq_rel)) {
+        ++orphans_freed;
+      }
+    }
+    if (orphans_freed != before) {
+      HEARTH_LOG_INFO("freed {} slots of frontends that are gone ({} in all)", orphans_freed - before, orphans_freed);
+    }
   }
 
   // One scheduler step through the model. Returns false when there was nothing to run.
@@ -410,6 +447,7 @@ Status EngineServer::run() {
     m.take_new_requests(now);
     if (now - m.last_scan_ns > 200000000ull) {
       m.scan_slots(/*resume_running=*/false);
+      m.sweep_orphans(now);
       m.last_scan_ns = now;
     }
     m.reap();

@@ -4,12 +4,14 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <string>
 #include <thread>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include "common/args.h"
 #include "common/daemon.h"
@@ -29,9 +31,15 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
   --threads N         HTTP threads (default 2)
   --max-body BYTES    largest request body (default 1048576)
   --engine-wait MS    how long a request waits for an engine before 503 (default 10000)
+  --drain-timeout MS  on SIGTERM/SIGINT, how long requests in flight may still run (default 30000)
+  --listen-fd N       serve on this inherited listening socket instead of --host/--port
 
 Prints {"event":"listening","port":N} on stdout once it accepts connections. With systemd
 socket activation (one socket passed), that socket is used instead of --host/--port.
+Several frontends may serve one instance at once, on one shared socket or on the same
+port (SO_REUSEPORT). SIGTERM or SIGINT drains: no new connections, requests in flight
+finish (or end with 503 after --drain-timeout), then it exits; a second signal exits at
+once.
 )";
 
 int usage_error(const std::string& message) {
@@ -46,7 +54,7 @@ int main(int argc, char** argv) {
   daemon_block_signals();
   log_init("frontend");
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait"}, {"help"});
+                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait", "drain-timeout", "listen-fd"}, {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
     std::fputs(kUsage, stdout);
@@ -60,14 +68,24 @@ int main(int argc, char** argv) {
   auto threads = args->get_int("threads", 1, 256);
   auto body = args->get_int("max-body", 1024, 1ll << 30);
   auto wait = args->get_int("engine-wait", 0, 3600000);
-  for (const Status* st : {&port.status(), &threads.status(), &body.status(), &wait.status()}) {
+  auto drain = args->get_int("drain-timeout", 0, 3600000);
+  auto listen_fd = args->get_int("listen-fd", 0, 1 << 20);
+  for (const Status* st : {&port.status(), &threads.status(), &body.status(), &wait.status(), &drain.status(),
+                           &listen_fd.status()}) {
     if (!st->is_ok()) return usage_error(st->message());
   }
   o.port = static_cast<uint16_t>(port->value_or(8080));
   o.threads = static_cast<int>(threads->value_or(2));
   o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));
   o.engine_wait = std::chrono::milliseconds(wait->value_or(10000));
-  if (sd_listen_fds(0) == 1) o.listen_fd = SD_LISTEN_FDS_START;
+  const auto drain_timeout = std::chrono::milliseconds(drain->value_or(30000));
+  if (*listen_fd) {
+    o.listen_fd = static_cast<int>(**listen_fd);
+  } else if (const int n = sd_listen_fds(1); n == 1) {
+    o.listen_fd = SD_LISTEN_FDS_START;
+  } else if (n > 1) {
+    return usage_error(fmt::format("systemd passed {} sockets; the frontend takes exactly one", n));
+  }
 
   auto server = FrontendServer::create(o);
   if (!server.is_ok()) {
@@ -76,11 +94,22 @@ int main(int argc, char** argv) {
   }
   FrontendServer& frontend = **server;
   std::atomic<bool> done{false};
-  std::thread signals([&frontend, &done] {
+  // Signals, and the watchdog: pinged only while the thread that follows requests runs,
+  // so a wedged frontend is restarted by systemd.
+  std::thread signals([&frontend, &done, drain_timeout] {
+    const auto interval = daemon_watchdog_interval(std::chrono::milliseconds(1000));
+    bool draining = false;
     while (!done.load()) {
-      const int sig = daemon_wait_signal(std::chrono::milliseconds(200));
-      if (sig == SIGTERM || sig == SIGINT) {
+      const int sig = daemon_wait_signal(std::min(interval, std::chrono::milliseconds(200)));
+      if (frontend.healthy(std::max(interval, std::chrono::milliseconds(1000)))) daemon_notify_watchdog();
+      if (sig != SIGTERM && sig != SIGINT) continue;
+      if (!draining) {
+        draining = true;
+        HEARTH_LOG_INFO("signal {}: draining for up to {} ms", sig, drain_timeout.count());
         daemon_notify_stopping();
+        frontend.drain(drain_timeout);
+      } else {
+        HEARTH_LOG_WARN("second signal: stopping now");
         frontend.stop();
         return;
       }

@@ -1,5 +1,8 @@
 #include "frontend/frontend_server.h"
 
+#include <fcntl.h>
+#include <sys/socket.h>
+
 #include <atomic>
 #include <deque>
 #include <list>
@@ -96,6 +99,15 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   asio::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   std::atomic<bool> stopping{false};
+  // Draining (after drain()): no new connections; requests in flight finish until
+  // `drain_deadline`, then end with an error; run() returns once nothing is left.
+  std::atomic<bool> draining{false};
+  std::atomic<int64_t> drain_deadline_ns{0};  // steady clock
+  std::optional<asio::steady_timer> drain_timer;
+  std::mutex sessions_mutex;  // guards `sessions`
+  std::vector<std::weak_ptr<Session>> sessions;
+  std::atomic<int> open_sessions{0};
+  std::atomic<int64_t> pump_beat_ns{0};  // steady clock of the pump's last round
   std::mutex mutex;  // guards `active`
   std::list<std::shared_ptr<Generation>> active;
   std::thread pump;
@@ -112,6 +124,16 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
     active.push_back(std::move(g));
   }
   bool engine_ready() const { return client->engine_alive(std::chrono::milliseconds(3000)); }
+  bool drain_expired() const {
+    return draining.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now().time_since_epoch().count() > drain_deadline_ns.load();
+  }
+  size_t active_count() {
+    std::lock_guard lock(mutex);
+    return active.size();
+  }
+  void begin_drain(std::chrono::milliseconds timeout);
+  void watch_drain();
 };
 
 // ---------------------------------------------------------------- HTTP session
@@ -119,9 +141,24 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, std::shared_ptr<FrontendServer::Impl> server)
-      : stream_(std::move(socket)), server_(std::move(server)) {}
+      : stream_(std::move(socket)), server_(std::move(server)) {
+    ++server_->open_sessions;
+  }
+  ~Session() { --server_->open_sessions; }
 
   void start() { read_request(); }
+
+  // The server is draining: a connection waiting for its next request, with no byte of
+  // it received, is closed now; one in the middle of a request closes after answering.
+  void post_drain() {
+    asio::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->keep_alive_ = false;
+      beast::error_code ec;
+      const bool bytes_waiting = self->buffer_.size() > 0 || self->stream_.socket().available(ec) > 0 ||
+                                 (self->parser_ && self->parser_->got_some());
+      if (self->awaiting_request_ && !bytes_waiting) self->close();
+    });
+  }
 
   // Called from the pump (any thread): bytes of a streamed response; `last` ends it.
   void post_stream(std::string bytes, bool last) {
@@ -143,11 +180,13 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(64 * 1024);
     stream_.expires_after(std::chrono::seconds(300));
+    awaiting_request_ = true;
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
+    awaiting_request_ = false;
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
       respond(413, api_error_body(make_error(ErrorCode::kInvalidArgument, "the request body is larger than {} bytes",
@@ -157,7 +196,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (ec) return close();
     request_ = parser_->release();
-    keep_alive_ = request_.keep_alive();
+    keep_alive_ = request_.keep_alive() && !server_->draining.load(std::memory_order_acquire);
     handle();
   }
 
@@ -272,6 +311,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool stream_done_ = false;
   bool keep_alive_ = true;
+  bool awaiting_request_ = false;  // a read of the next request is pending
 
   friend struct FrontendServer::Impl;
 };
@@ -306,6 +346,9 @@ void Session::handle() {
   if (path == "/v1/chat/completions") return handle_generation(ApiEndpoint::kChatCompletions);
   if (path == "/health") return respond(200, R"({"status":"ok"})", "application/json");
   if (path == "/ready") {
+    if (server_->draining.load()) {
+      return error(make_error(ErrorCode::kUnavailable, "this frontend is shutting down"), "1");
+    }
     if (server_->engine_ready()) return respond(200, R"({"status":"ready"})", "application/json");
     return error(make_error(ErrorCode::kUnavailable, "no engine is serving this instance"), "1");
   }
@@ -583,6 +626,25 @@ void FrontendServer::Impl::advance(Generation& g) {
     }
     g.failed = true;
   }
+  // A draining frontend whose deadline passed ends what is left, with an error the
+  // client can retry on (another frontend, or this one's successor, is taking requests).
+  if (!all_done && !g.failed && drain_expired()) {
+    for (auto& c : g.choices) {
+      if (c.slot_held) client->cancel(c.slot);
+    }
+    if (session && !gone) {
+      const Status st = make_error(ErrorCode::kUnavailable,
+                                   "this frontend shut down before the request finished; try again");
+      if (stream) {
+        if (!out.empty()) session->post_stream(std::move(out), false);
+        session->post_stream(api_stream_error(st) + std::string(kApiStreamDone), true);
+        out.clear();
+      } else {
+        session->post_response(api_status_of(st), api_error_body(st), "1");
+      }
+    }
+    g.failed = true;
+  }
   if (stream && !gone && !out.empty() && session && !g.failed) session->post_stream(std::move(out), false);
   if (!all_done) return;
   g.finished = true;
@@ -623,6 +685,7 @@ void FrontendServer::Impl::advance(Generation& g) {
 
 void FrontendServer::Impl::pump_loop() {
   while (!stopping.load(std::memory_order_acquire)) {
+    pump_beat_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     const uint32_t seen = client->news();
     client->heartbeat();
     std::vector<std::shared_ptr<Generation>> work;
@@ -664,13 +727,31 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   weights.emplace(std::move(w));
   try {
     if (o.listen_fd >= 0) {
-      acceptor.emplace(ioc, tcp::v6(), o.listen_fd);
+      // A socket handed over (systemd, `hearth serve`): it must be a listening TCP socket.
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      int type = 0, listening = 0;
+      socklen_t type_len = sizeof(type), listening_len = sizeof(listening);
+      if (::getsockname(o.listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0 ||
+          (addr.ss_family != AF_INET && addr.ss_family != AF_INET6) ||
+          ::getsockopt(o.listen_fd, SOL_SOCKET, SO_TYPE, &type, &type_len) != 0 || type != SOCK_STREAM ||
+          ::getsockopt(o.listen_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &listening_len) != 0 || !listening) {
+        return make_error(ErrorCode::kInvalidArgument, "file descriptor {} is not a listening TCP socket",
+                          o.listen_fd);
+      }
+      ::fcntl(o.listen_fd, F_SETFD, FD_CLOEXEC);  // not for the processes this one starts
+      acceptor.emplace(ioc, addr.ss_family == AF_INET ? tcp::v4() : tcp::v6(), o.listen_fd);
     } else {
       const auto address = asio::ip::make_address(o.host);
       acceptor.emplace(ioc);
       const tcp::endpoint endpoint(address, o.port);
       acceptor->open(endpoint.protocol());
       acceptor->set_option(asio::socket_base::reuse_address(true));
+      // Several frontends may listen on one port, so a new one can start before the old
+      // one drains (connections queued at the old one when it closes are lost, though:
+      // pass one shared socket, by systemd or `hearth serve`, for restarts that lose none).
+      const int one = 1;
+      ::setsockopt(acceptor->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
       acceptor->bind(endpoint);
       acceptor->listen(asio::socket_base::max_listen_connections);
     }
@@ -683,11 +764,55 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
 void FrontendServer::Impl::accept() {
   acceptor->async_accept(asio::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
     if (self->stopping.load()) return;
+    // A connection accepted as a drain began is still served (and then closed).
     if (!ec) {
       socket.set_option(tcp::no_delay(true), ec);
-      std::make_shared<Session>(std::move(socket), self)->start();
+      auto session = std::make_shared<Session>(std::move(socket), self);
+      {
+        std::lock_guard lock(self->sessions_mutex);
+        std::erase_if(self->sessions, [](const std::weak_ptr<Session>& w) { return w.expired(); });
+        self->sessions.push_back(session);
+      }
+      session->start();
     }
-    self->accept();
+    if (!self->draining.load()) self->accept();
+  });
+}
+
+// Runs on the io_context: stop accepting (connections then queue in the kernel for the
+// next frontend, when the listening socket is shared), close idle connections, and
+// watch until every request has ended.
+void FrontendServer::Impl::begin_drain(std::chrono::milliseconds timeout) {
+  if (draining.exchange(true)) return;
+  drain_deadline_ns.store((std::chrono::steady_clock::now() + timeout).time_since_epoch().count());
+  HEARTH_LOG_INFO("draining: {} requests in flight, deadline in {} ms", active_count(), timeout.count());
+  beast::error_code ec;
+  acceptor->close(ec);
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lock(sessions_mutex);
+    for (auto& w : sessions) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+  }
+  for (auto& s : live) s->post_drain();
+  drain_timer.emplace(ioc);
+  watch_drain();
+}
+
+void FrontendServer::Impl::watch_drain() {
+  const bool idle = active_count() == 0 && open_sessions.load() == 0;
+  // Past the deadline the pump ends what is left; give those answers a moment to go out.
+  const bool overdue = std::chrono::steady_clock::now().time_since_epoch().count() >
+                       drain_deadline_ns.load() + std::chrono::nanoseconds(std::chrono::seconds(2)).count();
+  if (idle || overdue) {
+    if (overdue) HEARTH_LOG_WARN("drain deadline passed with {} connections open", open_sessions.load());
+    ioc.stop();
+    return;
+  }
+  drain_timer->expires_after(std::chrono::milliseconds(10));
+  drain_timer->async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (!ec) self->watch_drain();
   });
 }
 
@@ -719,6 +844,16 @@ Status FrontendServer::run() {
   m.stopping.store(true);
   if (m.pump.joinable()) m.pump.join();
   return Status::ok();
+}
+
+void FrontendServer::drain(std::chrono::milliseconds timeout) {
+  asio::post(impl_->ioc, [impl = impl_, timeout] { impl->begin_drain(timeout); });
+}
+
+bool FrontendServer::healthy(std::chrono::milliseconds max_age) const {
+  const int64_t beat = impl_->pump_beat_ns.load(std::memory_order_relaxed);
+  const int64_t now = std::chrono::steady_clock::now().time_since_epoch().count();
+  return beat != 0 && now - beat <= std::chrono::nanoseconds(max_age).count();
 }
 
 void FrontendServer::stop() {

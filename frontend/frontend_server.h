@@ -41,9 +41,18 @@ class FrontendServer {
 
   // The port it listens on (after create()).
   uint16_t port() const;
-  // Serves until stop().
+  // Serves until stop(), or until a drain has finished.
   Status run();
+  // Stops at once: connections and requests in flight are dropped.
   void stop();
+  // Stops gracefully: no new connections (they wait in the listening socket's queue for
+  // another frontend when it is shared), idle keep-alive connections close, requests in
+  // flight run to their end for up to `timeout`; what is left then ends with 503 (or an
+  // error event on a stream) and its slots are cancelled. run() returns when nothing is
+  // left. Callable from any thread, more than once (the first timeout holds).
+  void drain(std::chrono::milliseconds timeout);
+  // Whether the thread that follows requests ran within `max_age` (for the watchdog).
+  bool healthy(std::chrono::milliseconds max_age) const;
 
   struct Impl;  // opaque; public so that the connection handlers can name it
 

@@ -2,9 +2,22 @@
 // hearth-frontend as child processes, each started once the previous one is ready. A
 // child that dies is started again (the loader's weights stay resident, so an engine
 // comes back in milliseconds); SIGTERM / SIGINT stop the children, frontend first.
+//
+// The listening socket belongs to this process (bound here, or taken from systemd socket
+// activation) and is handed to each frontend, so connections queue in the kernel while
+// a frontend restarts. SIGHUP replaces the frontend without refusing or failing a
+// request: a new one starts on the same socket, then the old one drains.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -34,6 +47,12 @@ running. The OpenAI API is then at http://HOST:PORT/v1.
   --quant int8|int4        quantize the weights when loading them
   --slots N, --ctx N, --kv-blocks N, --max-batch-size N, --max-batched-tokens N,
   --threads N              passed to hearth-engine
+  --drain-timeout MS       how long a replaced or stopped frontend may finish its requests
+                           (default 30000)
+
+Under systemd socket activation (one socket passed), that socket is served instead of
+--host/--port. SIGHUP starts a new frontend and drains the old one; SIGTERM / SIGINT
+stop everything.
 )";
 
 std::string sibling(const std::string& name) {
@@ -47,11 +66,56 @@ struct Child {
   int restarts = 0;
   std::chrono::steady_clock::time_point started;
   std::string ready_line;
+  std::vector<int> pass_fds;
 };
+
+// The socket the frontends serve on: systemd's, or a new one bound to host:port.
+// Returned with FD_CLOEXEC, so only the frontends (to which it is passed) inherit it.
+Result<int> listening_socket(const std::string& host, const std::string& port) {
+  if (const int n = sd_listen_fds(1); n == 1) {
+    ::fcntl(SD_LISTEN_FDS_START, F_SETFD, FD_CLOEXEC);
+    return SD_LISTEN_FDS_START;
+  } else if (n > 1) {
+    return make_error(ErrorCode::kInvalidArgument, "systemd passed {} sockets; hearth serve takes exactly one", n);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return make_error(ErrorCode::kInvalidArgument, "cannot listen on {}:{}: {}", host, port, ::gai_strerror(rc));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, SOMAXCONN) == 0) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return make_error(ErrorCode::kIo, "cannot listen on {}:{}: {} (another server on that port? pick one with --port)",
+                    host, port, why);
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(addr).sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(addr).sin6_port);
+  return 0;
+}
 
 // Starts `c` and waits for its first stdout line (its ready line).
 Status start(Child& c, std::chrono::seconds timeout) {
-  c.process = std::make_unique<ChildProcess>(c.argv);
+  c.process = std::make_unique<ChildProcess>(c.argv, Environment{}, c.pass_fds);
   c.started = std::chrono::steady_clock::now();
   const auto line = c.process->read_line(timeout);
   if (!line) {
@@ -69,7 +133,7 @@ Status start(Child& c, std::chrono::seconds timeout) {
 int serve_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "slots", "ctx",
-                           "kv-blocks", "max-batch-size", "max-batched-tokens", "threads"},
+                           "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "drain-timeout"},
                           {"help"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "hearth serve: %s\n\n%s", args.status().message().c_str(), kUsage);
@@ -95,9 +159,21 @@ int serve_command(const std::vector<std::string>& argv) {
   for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads"}) {
     if (auto v = args->get(flag)) engine.argv.insert(engine.argv.end(), {std::string("--") + flag, *v});
   }
+  auto drain_ms = args->get_int("drain-timeout", 0, 3600000);
+  if (!drain_ms.is_ok()) {
+    std::fprintf(stderr, "hearth serve: %s\n\n%s", drain_ms.status().message().c_str(), kUsage);
+    return 2;
+  }
+  const int64_t drain_timeout_ms = drain_ms->value_or(30000);
+  const std::string host = args->get("host").value_or("127.0.0.1");
+  auto listen_fd = listening_socket(host, args->get("port").value_or("8080"));
+  if (!listen_fd.is_ok()) {
+    std::fprintf(stderr, "hearth serve: %s\n", listen_fd.status().message().c_str());
+    return 1;
+  }
   Child frontend{"hearth-frontend",
-                 {sibling("hearth-frontend"), "--host", args->get("host").value_or("127.0.0.1"), "--port",
-                  args->get("port").value_or("8080")}};
+                 {sibling("hearth-frontend"), "--listen-fd", "3", "--drain-timeout", std::to_string(drain_timeout_ms)}};
+  frontend.pass_fds = {*listen_fd};
   std::vector<Child*> children = {&loader, &engine, &frontend};
   for (Child* c : children) c->argv.insert(c->argv.end(), common.begin(), common.end());
 
@@ -110,20 +186,44 @@ int serve_command(const std::vector<std::string>& argv) {
       return 1;
     }
   }
-  // The frontend says which port it got (--port 0 picks a free one).
-  std::string port = args->get("port").value_or("8080");
-  if (const size_t at = frontend.ready_line.find("\"port\":"); at != std::string::npos) {
-    port = frontend.ready_line.substr(at + 7, frontend.ready_line.find_first_of(",}", at) - at - 7);
-  }
-  std::printf("serving http://%s:%s/v1 (instance %s)\n", args->get("host").value_or("127.0.0.1").c_str(),
-              port.c_str(), instance.c_str());
+  // --port 0 picks a free port: say which.
+  std::printf("serving http://%s:%u/v1 (instance %s)\n", host.c_str(), local_port(*listen_fd), instance.c_str());
   std::fflush(stdout);
   daemon_notify_ready("serving");
 
-  // Supervise: restart what dies, stop everything on SIGTERM / SIGINT.
+  // Replaced frontends, draining; killed if they outlive their drain by far.
+  struct Draining {
+    std::unique_ptr<ChildProcess> process;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::vector<Draining> draining;
+  const auto drain_bound = std::chrono::milliseconds(drain_timeout_ms) + std::chrono::seconds(10);
+
+  // Supervise: restart what dies, replace the frontend on SIGHUP, stop on SIGTERM / SIGINT.
   while (true) {
     const int sig = daemon_wait_signal(std::chrono::milliseconds(200));
     if (sig == SIGTERM || sig == SIGINT) break;
+    if (sig == SIGHUP) {
+      HEARTH_LOG_INFO("SIGHUP: starting a new frontend, then draining the old one");
+      std::unique_ptr<ChildProcess> old = std::move(frontend.process);
+      const auto old_started = frontend.started;
+      if (Status st = start(frontend, std::chrono::seconds(120)); !st.is_ok()) {
+        HEARTH_LOG_ERROR("the new frontend did not start, keeping the old one: {}", st.to_string());
+        frontend.process = std::move(old);
+        frontend.started = old_started;
+      } else {
+        old->signal(SIGTERM);
+        draining.push_back({std::move(old), std::chrono::steady_clock::now() + drain_bound});
+      }
+    }
+    std::erase_if(draining, [](Draining& d) {
+      if (d.process->wait(std::chrono::milliseconds(0))) return true;
+      if (std::chrono::steady_clock::now() < d.deadline) return false;
+      HEARTH_LOG_WARN("a replaced frontend did not finish draining; killing it");
+      d.process->signal(SIGKILL);
+      d.process->wait(std::chrono::seconds(5));
+      return true;
+    });
     for (Child* c : children) {
       const auto status = c->process->wait(std::chrono::milliseconds(0));
       if (!status) continue;
@@ -139,7 +239,15 @@ int serve_command(const std::vector<std::string>& argv) {
     }
   }
   daemon_notify_stopping();
-  for (Child* c : {&frontend, &engine, &loader}) {
+  // Frontends drain first (the engine must be there to finish their requests).
+  for (auto& d : draining) d.process->signal(SIGTERM);
+  frontend.process->signal(SIGTERM);
+  ::close(*listen_fd);  // new connections are refused from here on, not left waiting
+  for (auto& d : draining) {
+    if (!d.process->wait(drain_bound)) d.process->signal(SIGKILL);
+  }
+  if (!frontend.process->wait(drain_bound)) frontend.process->signal(SIGKILL);
+  for (Child* c : {&engine, &loader}) {
     c->process->signal(SIGTERM);
     if (!c->process->wait(std::chrono::seconds(30))) c->process->signal(SIGKILL);
   }
