@@ -11,6 +11,7 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libpcre2-dev libicu-dev libsystemd-dev
+  systemd  # systemd-analyze and systemd-socket-activate, for the tests
 )
 
 missing=()
