@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 
 #include "common/json.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/utf8.h"
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
@@ -84,6 +86,7 @@ struct Generation {
   std::atomic<bool> client_gone{false};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   bool first_token_seen = false;
+  bool stream_started = false;  // stream bytes were sent (so the status is 200)
   bool finished = false;
   bool failed = false;
 };
@@ -108,6 +111,9 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   std::vector<std::weak_ptr<Session>> sessions;
   std::atomic<int> open_sessions{0};
   std::atomic<int64_t> pump_beat_ns{0};  // steady clock of the pump's last round
+  std::atomic<bool> engine_up{false};
+  // Since when no engine is up (pump thread only); requests wait engine_wait from then.
+  std::optional<std::chrono::steady_clock::time_point> engine_down_since;
   std::mutex mutex;  // guards `active`
   std::list<std::shared_ptr<Generation>> active;
   std::thread pump;
@@ -123,7 +129,16 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
     std::lock_guard lock(mutex);
     active.push_back(std::move(g));
   }
-  bool engine_ready() const { return client->engine_alive(std::chrono::milliseconds(3000)); }
+  // Whether an engine serves the instance, as the pump last saw it (every round).
+  bool engine_ready() const { return engine_up.load(std::memory_order_relaxed); }
+  // An engine is up when its heartbeat is fresh and its process runs (a killed engine is
+  // noticed at once, a wedged one within the heartbeat bound).
+  bool probe_engine() const {
+    if (!client->engine_alive(std::chrono::milliseconds(3000))) return false;
+    const BrokerHeader& h = client->broker().header();
+    const int32_t pid = h.engine_pid.load(std::memory_order_relaxed);
+    return pid > 0 && process_alive(pid, h.engine_start_time.load(std::memory_order_relaxed));
+  }
   bool drain_expired() const {
     return draining.load(std::memory_order_acquire) &&
            std::chrono::steady_clock::now().time_since_epoch().count() > drain_deadline_ns.load();
@@ -170,6 +185,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void post_response(int status, std::string body, std::string_view retry_after = {}) {
     asio::post(stream_.get_executor(),
                [self = shared_from_this(), status, body = std::move(body), retry = std::string(retry_after)]() mutable {
+                 self->generation_.reset();
                  self->respond(status, std::move(body), "application/json", retry);
                });
   }
@@ -187,6 +203,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void on_read(beast::error_code ec) {
     awaiting_request_ = false;
+    head_sent_ = false;
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
       respond(413, api_error_body(make_error(ErrorCode::kInvalidArgument, "the request body is larger than {} bytes",
@@ -220,13 +237,16 @@ class Session : public std::enable_shared_from_this<Session> {
     res->prepare_payload();
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       if (ec) return self->close();
-      if (!self->keep_alive_) return self->linger();
-      self->read_request();
+      if (!self->keep_alive_) return self->after_watch([self] { self->linger(); });
+      self->after_watch([self] { self->read_request(); });
     });
   }
 
-  // Streams: a chunked text/event-stream response written piece by piece.
+  // Streams: a chunked text/event-stream response written piece by piece. The head goes
+  // out with the first chunk, so a request that fails before producing anything (no
+  // engine, say) still gets a real HTTP status.
   void begin_stream() {
+    head_sent_ = true;
     std::string head =
         "HTTP/1.1 200 OK\r\nServer: hearth\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         "Transfer-Encoding: chunked\r\n";
@@ -235,6 +255,7 @@ class Session : public std::enable_shared_from_this<Session> {
     flush();
   }
   void queue_chunk(std::string bytes, bool last) {
+    if (!head_sent_) begin_stream();
     if (!bytes.empty()) outbox_.push_back(fmt::format("{:x}\r\n{}\r\n", bytes.size(), bytes));
     if (last) {
       outbox_.push_back("0\r\n\r\n");
@@ -255,19 +276,35 @@ class Session : public std::enable_shared_from_this<Session> {
         self->stream_done_ = false;
         self->generation_.reset();
         if (!self->keep_alive_) return self->close();
-        self->read_request();
+        self->after_watch([self] { self->read_request(); });
       }
     });
   }
 
-  // While a generation runs, a read that ends tells us the client went away.
+  // While a generation runs, a read that ends tells us the client went away. Bytes it
+  // reads (a pipelined next request) are kept for the next read_request().
   void watch_disconnect() {
+    watching_ = true;
     stream_.expires_never();
     stream_.async_read_some(buffer_.prepare(1024), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->watching_ = false;
+      if (!ec) self->buffer_.commit(n);
+      if (self->after_watch_) {  // the response is out: go on with the connection
+        auto next = std::move(self->after_watch_);
+        self->after_watch_ = nullptr;
+        return next();
+      }
       if (ec) return self->client_gone();
-      self->buffer_.commit(n);  // a pipelined next request: kept for later
       if (self->generation_) self->watch_disconnect();
     });
+  }
+  // Runs `next` once no watch read is pending (cancelling it), so that two reads never
+  // run on the socket at once.
+  void after_watch(std::function<void()> next) {
+    if (!watching_) return next();
+    after_watch_ = std::move(next);
+    beast::error_code ec;
+    stream_.socket().cancel(ec);
   }
 
   void client_gone() {
@@ -312,6 +349,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool stream_done_ = false;
   bool keep_alive_ = true;
   bool awaiting_request_ = false;  // a read of the next request is pending
+  bool watching_ = false;          // watch_disconnect's read is pending
+  std::function<void()> after_watch_;
+  bool head_sent_ = false;         // this response's stream head went out
 
   friend struct FrontendServer::Impl;
 };
@@ -517,7 +557,6 @@ void Session::handle_generation(ApiEndpoint endpoint) {
     g->choices.push_back(std::move(c));
   }
   generation_ = g;
-  if (req.stream) begin_stream();
   watch_disconnect();
   s.add(std::move(g));
 }
@@ -594,7 +633,7 @@ void FrontendServer::Impl::advance(Generation& g) {
       continue;
     }
     if (gone || failure.code() != ErrorCode::kOk) continue;
-    if (!delta.empty() || !new_logprobs.empty() || !c.announced) {
+    if (!delta.empty() || !new_logprobs.empty() || (!c.announced && c.done)) {
       // Completions with echo start their text with the prompt.
       const bool echo = g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions;
       const auto base = static_cast<int32_t>((echo ? g.echo_text.size() : 0) + c.text->text().size() - delta.size());
@@ -609,55 +648,52 @@ void FrontendServer::Impl::advance(Generation& g) {
       c.finish_sent = true;
     }
   }
-  // A request whose engine is gone for too long ends with 503.
-  if (!all_done && !engine_ready() &&
-      std::chrono::steady_clock::now() - g.started > options.engine_wait) {
+  // Ends the response with an error: an HTTP status while nothing was streamed yet,
+  // else an error event (after the text that was ready) and [DONE].
+  auto end_with_error = [&](const Status& st, std::string_view retry_after) {
+    if (!session || gone) return;
+    if (stream && g.stream_started) {
+      session->post_stream(std::move(out) + api_stream_error(st) + std::string(kApiStreamDone), true);
+    } else {
+      session->post_response(api_status_of(st), api_error_body(st), retry_after);
+    }
+    out.clear();
+  };
+  auto cancel_all = [&] {
     for (auto& c : g.choices) {
       if (c.slot_held) client->cancel(c.slot);
     }
-    if (!g.failed && session) {
-      const Status st = make_error(ErrorCode::kUnavailable, "no engine answered within {} ms; try again",
-                                   options.engine_wait.count());
-      if (stream) {
-        session->post_stream(api_stream_error(st) + std::string(kApiStreamDone), true);
-      } else {
-        session->post_response(api_status_of(st), api_error_body(st), "1");
-      }
-    }
+  };
+  if (!out.empty()) g.stream_started = true;
+  // A request whose engine is gone for too long ends with 503.
+  // It waits --engine-wait from the later of its arrival and the engine's going away,
+  // so a restarted engine in time resumes it and the client sees only a pause.
+  const auto now = std::chrono::steady_clock::now();
+  if (!all_done && !g.failed && engine_down_since && now - *engine_down_since > options.engine_wait &&
+      now - g.started > options.engine_wait) {
+    cancel_all();
+    end_with_error(make_error(ErrorCode::kUnavailable, "no engine answered within {} ms; try again",
+                              options.engine_wait.count()),
+                   "1");
     g.failed = true;
   }
   // A draining frontend whose deadline passed ends what is left, with an error the
   // client can retry on (another frontend, or this one's successor, is taking requests).
   if (!all_done && !g.failed && drain_expired()) {
-    for (auto& c : g.choices) {
-      if (c.slot_held) client->cancel(c.slot);
-    }
-    if (session && !gone) {
-      const Status st = make_error(ErrorCode::kUnavailable,
-                                   "this frontend shut down before the request finished; try again");
-      if (stream) {
-        if (!out.empty()) session->post_stream(std::move(out), false);
-        session->post_stream(api_stream_error(st) + std::string(kApiStreamDone), true);
-        out.clear();
-      } else {
-        session->post_response(api_status_of(st), api_error_body(st), "1");
-      }
-    }
+    cancel_all();
+    end_with_error(make_error(ErrorCode::kUnavailable, "this frontend shut down before the request finished; try again"),
+                   "1");
     g.failed = true;
   }
-  if (stream && !gone && !out.empty() && session && !g.failed) session->post_stream(std::move(out), false);
+  if (stream && !gone && !out.empty() && session && !g.failed) {
+    session->post_stream(std::move(out), false);
+    out.clear();
+  }
   if (!all_done) return;
   g.finished = true;
   if (gone || g.failed || !session) return;
-  if (failure.code() == ErrorCode::kOk) request_duration.observe(seconds_since(g.started));
-  if (failure.code() != ErrorCode::kOk) {
-    if (stream) {
-      session->post_stream(api_stream_error(failure) + std::string(kApiStreamDone), true);
-    } else {
-      session->post_response(api_status_of(failure), api_error_body(failure));
-    }
-    return;
-  }
+  if (failure.code() != ErrorCode::kOk) return end_with_error(failure, "");
+  request_duration.observe(seconds_since(g.started));
   ApiUsage usage;
   usage.prompt_tokens = g.prompt_tokens;
   for (const auto& c : g.choices) usage.completion_tokens += c.consumed;
@@ -685,7 +721,15 @@ void FrontendServer::Impl::advance(Generation& g) {
 
 void FrontendServer::Impl::pump_loop() {
   while (!stopping.load(std::memory_order_acquire)) {
-    pump_beat_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    const auto round = std::chrono::steady_clock::now();
+    pump_beat_ns.store(round.time_since_epoch().count(), std::memory_order_relaxed);
+    const bool up = probe_engine();
+    engine_up.store(up, std::memory_order_relaxed);
+    if (up) {
+      engine_down_since.reset();
+    } else if (!engine_down_since) {
+      engine_down_since = round;
+    }
     const uint32_t seen = client->news();
     client->heartbeat();
     std::vector<std::shared_ptr<Generation>> work;
@@ -724,6 +768,7 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   HEARTH_ASSIGN_OR_RETURN(BrokerClient c, BrokerClient::connect(segment_path(dir, o.instance, "broker")));
   context = static_cast<int32_t>(c.broker().slot_tokens());
   client.emplace(std::move(c));
+  engine_up.store(probe_engine());
   weights.emplace(std::move(w));
   try {
     if (o.listen_fd >= 0) {
@@ -843,6 +888,7 @@ Status FrontendServer::run() {
   for (auto& t : threads) t.join();
   m.stopping.store(true);
   if (m.pump.joinable()) m.pump.join();
+  m.client->leave();  // at once: pending handlers may keep this object alive until exit
   return Status::ok();
 }
 

@@ -15,8 +15,11 @@ Result<BrokerClient> BrokerClient::connect(const std::filesystem::path& path) {
   return c;
 }
 
-BrokerClient::~BrokerClient() {
+BrokerClient::~BrokerClient() { leave(); }
+
+void BrokerClient::leave() {
   if (broker_ && index_ >= 0) broker_->frontend_unregister(index_);
+  index_ = -1;
 }
 
 Result<uint32_t> BrokerClient::submit(const SubmitRequest& r) {

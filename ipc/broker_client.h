@@ -61,6 +61,9 @@ class BrokerClient {
   uint32_t news() const;
   void wait(uint32_t seen, std::chrono::microseconds timeout) const;
   void heartbeat() const { broker_->frontend_heartbeat(index_); }
+  // Deregisters now (the destructor does otherwise): slots this frontend still holds are
+  // then reclaimed by the engine. No slot operation may follow.
+  void leave();
   bool engine_alive(std::chrono::milliseconds max_age) const { return broker_->engine_alive(max_age); }
   int index() const { return index_; }
   Broker& broker() const { return *broker_; }

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace hearth::testing {
@@ -19,6 +21,17 @@ struct HttpResponse {
 // One request on a fresh connection to 127.0.0.1:port.
 HttpResponse http_request(uint16_t port, const std::string& method, const std::string& target,
                           const std::string& body = "", const std::string& content_type = "application/json");
+
+// One request on a fresh connection with "Connection: close", read to the end of the
+// response; `on_data` (when given) sees the raw bytes received so far after each read.
+// A response cut short (no final chunk, or fewer bytes than Content-Length) has status
+// 0 and error "truncated ...", with what arrived in `body`. Chunked bodies are decoded.
+HttpResponse http_request_streamed(uint16_t port, const std::string& target, const std::string& body,
+                                   const std::function<void(const std::string&)>& on_data = {});
+
+// Several POST requests, one after the other on one keep-alive connection.
+std::vector<HttpResponse> http_posts_keep_alive(uint16_t port,
+                                                const std::vector<std::pair<std::string, std::string>>& requests);
 
 // The data fields of a text/event-stream body, in order ("[DONE]" included).
 std::vector<std::string> sse_events(const std::string& body);

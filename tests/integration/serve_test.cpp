@@ -276,6 +276,21 @@ TEST_F(ServeTest, InfoRoutes) {
   }
 }
 
+TEST_F(ServeTest, OneKeepAliveConnectionCarriesSeveralGenerations) {
+  const std::string plain = json::serialize(json::object{{"prompt", kPrompt}, {"max_tokens", 8}, {"temperature", 0}});
+  const std::string streamed =
+      json::serialize(json::object{{"prompt", kPrompt}, {"max_tokens", 8}, {"temperature", 0}, {"stream", true}});
+  const auto rs = http_posts_keep_alive(
+      port_, {{"/v1/completions", plain}, {"/v1/completions", streamed}, {"/v1/completions", plain}, {"/tokenize", R"({"prompt":"a"})"}});
+  ASSERT_EQ(rs.size(), 4u) << rs.back().error;
+  for (const auto& r : rs) EXPECT_EQ(r.status, 200) << r.error << r.body;
+  const std::string want = kContinuation.substr(0, completion_text(rs[0]).size());
+  EXPECT_FALSE(want.empty());
+  EXPECT_EQ(completion_text(rs[0]), want);
+  EXPECT_EQ(streamed_text(rs[1], false), want);
+  EXPECT_EQ(completion_text(rs[2]), want);
+}
+
 TEST_F(ServeTest, LogprobsEchoAndSeveralChoices) {
   const auto r = post("/v1/completions",
                       {{"prompt", kPrompt}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 3}, {"echo", true}, {"n", 2}});
