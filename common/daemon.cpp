@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -14,12 +15,15 @@
 namespace hearth {
 namespace {
 
+std::atomic<bool> g_watch_children{false};
+
 sigset_t daemon_signals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGHUP);
+  if (g_watch_children.load()) sigaddset(&set, SIGCHLD);
   return set;
 }
 
@@ -39,6 +43,14 @@ void daemon_block_signals() {
     const char* parent = std::getenv("HEARTH_PARENT_PID");
     if (parent != nullptr && std::atoi(parent) != ::getppid()) ::raise(SIGTERM);
   }
+}
+
+void daemon_watch_children() {
+  g_watch_children.store(true);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
 int daemon_wait_signal(std::chrono::milliseconds timeout) {

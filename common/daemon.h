@@ -15,7 +15,12 @@ namespace hearth {
 // also gets SIGTERM when its parent dies, so a killed supervisor leaves no orphans.
 void daemon_block_signals();
 
-// Waits up to `timeout` for SIGTERM, SIGINT or SIGHUP; returns the signal, or 0.
+// For supervisors: daemon_wait_signal() also returns SIGCHLD, so that a child's death is
+// handled at once instead of at the next poll. Call after daemon_block_signals().
+void daemon_watch_children();
+
+// Waits up to `timeout` for SIGTERM, SIGINT or SIGHUP (and SIGCHLD, see above); returns
+// the signal, or 0.
 int daemon_wait_signal(std::chrono::milliseconds timeout);
 
 // sd_notify wrappers; they do nothing outside systemd.

@@ -12,28 +12,44 @@
 
 namespace hearth {
 
-uint64_t process_start_time(int pid) {
-  if (pid <= 0) return 0;
+namespace {
+
+// The state letter (field 3) and start time (field 22) of /proc/<pid>/stat; false when
+// the process is gone.
+bool read_stat(int pid, char& state, uint64_t& start_time) {
+  if (pid <= 0) return false;
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
-  if (!std::getline(in, stat)) return 0;
+  if (!std::getline(in, stat)) return false;
   // The command name (field 2) is in parentheses and may hold spaces: skip past it.
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
   size_t pos = close + 2;  // field 3 starts here
+  state = stat[pos];
   for (int field = 3; field < 22 && pos < stat.size(); ++field) {
     pos = stat.find(' ', pos);
-    if (pos == std::string::npos) return 0;
+    if (pos == std::string::npos) return false;
     ++pos;
   }
-  return std::strtoull(stat.c_str() + pos, nullptr, 10);
+  start_time = std::strtoull(stat.c_str() + pos, nullptr, 10);
+  return true;
+}
+
+}  // namespace
+
+uint64_t process_start_time(int pid) {
+  char state = 0;
+  uint64_t start = 0;
+  return read_stat(pid, state, start) ? start : 0;
 }
 
 bool process_alive(int pid, uint64_t start_time) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  const uint64_t now = process_start_time(pid);
-  if (now == 0) return false;  // gone, or a zombie whose stat vanished
+  char state = 0;
+  uint64_t now = 0;
+  if (!read_stat(pid, state, now) || now == 0) return false;
+  if (state == 'Z' || state == 'X') return false;  // exited, not yet reaped by its parent
   return start_time == 0 || now == start_time;
 }
 

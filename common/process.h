@@ -13,7 +13,8 @@ namespace hearth {
 // when the process does not exist.
 uint64_t process_start_time(int pid);
 
-// True when `pid` runs and, if `start_time` is non-zero, started at that time.
+// True when `pid` runs (a zombie, exited but not yet reaped, does not) and, if
+// `start_time` is non-zero, started at that time.
 bool process_alive(int pid, uint64_t start_time = 0);
 
 // Pids of the processes that have `path` mapped (from /proc/*/maps), ascending.

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <stdexcept>
+#include <string_view>
 
 extern char** environ;
 
@@ -37,12 +38,23 @@ int temp_fd(const char* kind) {
 }
 
 // This process's environment plus `extra`.
+// An entry of `extra` replaces this process's entry of the same name (getenv() would
+// find the first of two, and a child of a child must see its own parent's pid).
 std::vector<char*> make_env(const Environment& extra, std::vector<std::string>& storage) {
-  std::vector<char*> out;
-  for (char** e = environ; *e != nullptr; ++e) out.push_back(*e);
   storage = extra;
   storage.push_back("HEARTH_DIE_WITH_PARENT=1");
   storage.push_back("HEARTH_PARENT_PID=" + std::to_string(::getpid()));
+  auto overridden = [&storage](std::string_view entry) {
+    const std::string_view name = entry.substr(0, entry.find('=') + 1);
+    for (const std::string& e : storage) {
+      if (std::string_view(e).substr(0, e.find('=') + 1) == name) return true;
+    }
+    return false;
+  };
+  std::vector<char*> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!overridden(*e)) out.push_back(*e);
+  }
   for (std::string& e : storage) out.push_back(e.data());
   out.push_back(nullptr);
   return out;

@@ -20,7 +20,9 @@ struct ProcessResult {
 
 // Extra environment entries ("NAME=value") for a child, on top of this process's own.
 // Every child also gets HEARTH_DIE_WITH_PARENT=1 and HEARTH_PARENT_PID: hearth's daemons
-// then stop when the process that started them dies (common/daemon.h).
+// then stop when the process that started them dies (common/daemon.h). The kernel ties
+// that to the thread that started the child: start long-lived children from a thread
+// that outlives them.
 using Environment = std::vector<std::string>;
 
 // Runs `argv` (argv[0] a path) to completion with stdin from /dev/null.

@@ -148,6 +148,7 @@ int serve_command(const std::vector<std::string>& argv) {
     return 2;
   }
   daemon_block_signals();
+  daemon_watch_children();
   const std::string instance = args->get("instance").value_or("default");
   std::vector<std::string> common = {"--instance", instance};
   if (auto d = args->get("shm-dir")) common.insert(common.end(), {"--shm-dir", *d});

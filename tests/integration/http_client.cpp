@@ -131,7 +131,7 @@ HttpResponse http_request_streamed(uint16_t port, const std::string& target, con
     complete = payload.size() == std::stoul(out.headers["content-length"]);
   }
   if (!complete) {
-    out.error = "truncated response (" + out.error + ")";
+    out.error = "truncated response (" + out.error + ") after " + std::to_string(payload.size()) + " bytes, ending " + payload.substr(payload.size() > 80 ? payload.size() - 80 : 0);
     if (out.body.empty()) out.body = payload;
     return out;
   }

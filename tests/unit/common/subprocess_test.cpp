@@ -1,5 +1,7 @@
 #include "common/subprocess.h"
 
+#include <sys/wait.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -8,6 +10,8 @@
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include "common/process.h"
 
 namespace hearth {
 namespace {
@@ -25,6 +29,19 @@ TEST(RunProcess, ChildrenGetTheExtraEnvironmentAndTheParentPid) {
   const ProcessResult r = run_process({"/bin/sh", "-c", "echo $HEARTH_X $HEARTH_DIE_WITH_PARENT $HEARTH_PARENT_PID"},
                                       {"HEARTH_X=7"});
   EXPECT_EQ(r.out, "7 1 " + std::to_string(::getpid()) + "\n");
+}
+
+TEST(RunProcess, ExtraEntriesReplaceInheritedOnes) {
+  // As in a child of hearth serve that starts children of its own: what it inherited
+  // must not shadow what it passes on (getenv() finds the first of two entries).
+  ::setenv("HEARTH_PARENT_PID", "1", 1);
+  ::setenv("HEARTH_X", "inherited", 1);
+  const ProcessResult r = run_process(
+      {"/bin/sh", "-c", "echo $HEARTH_PARENT_PID $HEARTH_X; env | grep -c -e '^HEARTH_PARENT_PID=' -e '^HEARTH_X='"},
+      {"HEARTH_X=passed"});
+  ::unsetenv("HEARTH_PARENT_PID");
+  ::unsetenv("HEARTH_X");
+  EXPECT_EQ(r.out, std::to_string(::getpid()) + " passed\n2\n");
 }
 
 TEST(ChildProcess, ReadsLinesSignalsAndReaps) {
@@ -63,6 +80,21 @@ TEST(ChildProcess, DescriptorsNotPassedAreNotInherited) {
   c.wait(5s);
   ::close(p[0]);
   ::close(p[1]);
+}
+
+TEST(ProcessAlive, AZombieIsNotAlive) {
+  EXPECT_TRUE(process_alive(::getpid(), process_start_time(::getpid())));
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) ::_exit(0);
+  // Not reaped yet: the pid exists, as a zombie, until waitpid().
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (process_alive(pid) && std::chrono::steady_clock::now() < deadline) ::usleep(1000);
+  EXPECT_FALSE(process_alive(pid));
+  EXPECT_EQ(::kill(pid, 0), 0) << "still a zombie";
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_FALSE(process_alive(pid));
 }
 
 }  // namespace
