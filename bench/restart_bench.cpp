@@ -14,15 +14,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/args.h"
+#include "common/process.h"
 #include "common/subprocess.h"
 #include "tests/integration/http_client.h"
 
@@ -33,30 +32,6 @@ using Clock = std::chrono::steady_clock;
 
 std::string bin(const std::string& name) {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
-}
-
-// The pids of the children of `parent` whose argv[0] ends with `name`.
-std::vector<int> children_named(int parent, const std::string& name) {
-  std::vector<int> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    std::string state;
-    int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent || state == "Z") continue;
-    std::ifstream cmd(entry.path() / "cmdline");
-    std::string argv0;
-    std::getline(cmd, argv0, '\0');
-    if (argv0.ends_with(name)) out.push_back(std::stoi(pid));
-  }
-  return out;
 }
 
 struct Request {
@@ -184,7 +159,7 @@ int main(int argc, char** argv) {
   const auto steady = phase(port, clients, max_tokens, seconds, 0ms, [] {});
   const auto frontend = phase(port, clients, max_tokens, seconds, 2000ms, [&serve] { serve.signal(SIGHUP); });
   const auto engine = phase(port, clients, max_tokens, seconds, 3000ms, [&serve] {
-    for (int pid : children_named(serve.pid(), "hearth-engine")) ::kill(pid, SIGKILL);
+    for (int pid : hearth::children_of(serve.pid(), "hearth-engine")) ::kill(pid, SIGKILL);
   });
   const Figures base = figures(steady.first);
   std::printf("| %-32s | %7s | %6s | %8s | %8s | %8s | %9s | %9s |\n", "phase", "requests", "failed", "p50 ms",

@@ -53,6 +53,31 @@ bool process_alive(int pid, uint64_t start_time) {
   return start_time == 0 || now == start_time;
 }
 
+std::vector<int> children_of(int parent, std::string_view name) {
+  std::vector<int> pids;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (const dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0') continue;
+    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 4 >= line.size()) continue;
+    const char state = line[close + 2];  // field 3; field 4 is the parent
+    if (state == 'Z' || state == 'X' || std::atoi(line.c_str() + close + 4) != parent) continue;
+    std::ifstream cmd(std::string("/proc/") + e->d_name + "/cmdline");
+    std::string argv0;
+    std::getline(cmd, argv0, '\0');
+    if (argv0.ends_with(name)) pids.push_back(static_cast<int>(pid));
+  }
+  ::closedir(proc);
+  std::sort(pids.begin(), pids.end());
+  return pids;
+}
+
 std::vector<int> processes_mapping(const std::filesystem::path& path) {
   std::vector<int> pids;
   const std::string needle = std::filesystem::absolute(path).lexically_normal().string();

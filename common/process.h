@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string_view>
 #include <vector>
 
 namespace hearth {
@@ -16,6 +17,10 @@ uint64_t process_start_time(int pid);
 // True when `pid` runs (a zombie, exited but not yet reaped, does not) and, if
 // `start_time` is non-zero, started at that time.
 bool process_alive(int pid, uint64_t start_time = 0);
+
+// Pids of the running (not zombie) children of `parent` whose argv[0] ends with `name`,
+// ascending (from /proc/*/stat and cmdline).
+std::vector<int> children_of(int parent, std::string_view name);
 
 // Pids of the processes that have `path` mapped (from /proc/*/maps), ascending.
 std::vector<int> processes_mapping(const std::filesystem::path& path);

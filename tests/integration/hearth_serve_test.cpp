@@ -4,8 +4,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <boost/json.hpp>
@@ -34,27 +32,10 @@ std::string complete(uint16_t port) {
   return std::string(json::parse(r.body).at("choices").at(0).at("text").as_string());
 }
 
-// The pid of the child of `parent` whose command line starts with `name`.
+// The pid of the child of `parent` whose argv[0] ends with `name`, or -1.
 int child_pid(int parent, const std::string& name) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    std::string state;
-    int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent) continue;
-    std::ifstream cmd(entry.path() / "cmdline");
-    std::string argv0;
-    std::getline(cmd, argv0, '\0');
-    if (argv0.ends_with(name)) return std::stoi(pid);
-  }
-  return -1;
+  const auto pids = children_of(parent, name);
+  return pids.empty() ? -1 : pids.front();
 }
 
 TEST(HearthServeTest, TwoInstancesSideBySideAndCrashedChildrenComeBack) {

@@ -10,14 +10,13 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <fstream>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include <boost/json.hpp>
 
+#include "common/process.h"
 #include "tests/integration/hearth_bin.h"
 #include "tests/integration/http_client.h"
 #include "tests/test_util.h"
@@ -42,30 +41,6 @@ uint16_t free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
-}
-
-// The pids of the children of `parent` whose argv[0] ends with `name`.
-std::vector<int> children_named(int parent, const std::string& name) {
-  std::vector<int> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string pid = entry.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    std::string state;
-    int ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent || state == "Z") continue;
-    std::ifstream cmd(entry.path() / "cmdline");
-    std::string argv0;
-    std::getline(cmd, argv0, '\0');
-    if (argv0.ends_with(name)) out.push_back(std::stoi(pid));
-  }
-  return out;
 }
 
 // `hearth status --json` for one instance: {"broker": {...}, "weights": {...}}.
@@ -249,7 +224,7 @@ TEST(RestartTest, FrontendRestartedFiveTimesUnderLoadFailsNothing) {
   const auto cases = load_cases();
   const auto refs = references(port, cases);
   std::set<int> frontends;
-  for (int pid : children_named(serve.pid(), "hearth-frontend")) frontends.insert(pid);
+  for (int pid : children_of(serve.pid(), "hearth-frontend")) frontends.insert(pid);
   ASSERT_EQ(frontends.size(), 1u) << serve.err();
 
   LoadGenerator load(port, cases, refs, 32);
@@ -259,7 +234,7 @@ TEST(RestartTest, FrontendRestartedFiveTimesUnderLoadFailsNothing) {
   // drains and exits; serve starts another; meanwhile connections wait in the queue).
   for (int i = 0; i < 5; ++i) {
     std::this_thread::sleep_until(start + std::chrono::milliseconds(2000 + 3500 * i));
-    const auto before = children_named(serve.pid(), "hearth-frontend");
+    const auto before = children_of(serve.pid(), "hearth-frontend");
     ASSERT_EQ(before.size(), 1u) << "a previous frontend is still draining";
     if (i % 2 == 0) {
       serve.signal(SIGHUP);
@@ -269,7 +244,7 @@ TEST(RestartTest, FrontendRestartedFiveTimesUnderLoadFailsNothing) {
     // Wait for the replacement to be the only frontend.
     const auto deadline = std::chrono::steady_clock::now() + 15s;
     while (std::chrono::steady_clock::now() < deadline) {
-      const auto now = children_named(serve.pid(), "hearth-frontend");
+      const auto now = children_of(serve.pid(), "hearth-frontend");
       if (now.size() == 1 && now[0] != before[0]) {
         frontends.insert(now[0]);
         break;
@@ -365,7 +340,7 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
     }
   }
   const auto weights_before = status_of(shm.path(), "crash").at("weights").as_object();
-  const auto engines = children_named(serve.pid(), "hearth-engine");
+  const auto engines = children_of(serve.pid(), "hearth-engine");
   ASSERT_EQ(engines.size(), 1u);
 
   ConcurrentStreams streams(port, cases);
@@ -386,7 +361,7 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
   for (const char* key : {"created", "creator_pid", "loader_pid", "fingerprint"}) {
     EXPECT_EQ(json::serialize(weights_after.at(key)), json::serialize(weights_before.at(key))) << key;
   }
-  EXPECT_NE(children_named(serve.pid(), "hearth-engine"), engines);
+  EXPECT_NE(children_of(serve.pid(), "hearth-engine"), engines);
   serve.signal(SIGTERM);
   EXPECT_EQ(serve.wait(60s), 0) << serve.err();
 }

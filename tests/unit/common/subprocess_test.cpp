@@ -82,6 +82,15 @@ TEST(ChildProcess, DescriptorsNotPassedAreNotInherited) {
   ::close(p[1]);
 }
 
+TEST(ChildrenOf, FindsRunningChildrenByName) {
+  ChildProcess c({"/bin/sleep", "30"});
+  EXPECT_EQ(children_of(::getpid(), "/sleep"), std::vector<int>{c.pid()});
+  EXPECT_TRUE(children_of(::getpid(), "hearth-engine").empty());
+  c.signal(SIGKILL);
+  c.wait(5s);
+  EXPECT_TRUE(children_of(::getpid(), "/sleep").empty());
+}
+
 TEST(ProcessAlive, AZombieIsNotAlive) {
   EXPECT_TRUE(process_alive(::getpid(), process_start_time(::getpid())));
   const pid_t pid = ::fork();
