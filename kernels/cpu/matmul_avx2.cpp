@@ -34,6 +34,7 @@ void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load 
   const int64_t n = p.cols;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    prefetch_ahead(w + i, 16 * sizeof(W));
     const __m256 w0 = load(w + i), w1 = load(w + i + 8);
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
@@ -63,6 +64,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b, sizeof(BlockQ8_0));
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const __m256i aw = _mm256_sign_epi8(wv, wv);
     const float d = _cvtsh_ss(w[b].d);
@@ -92,6 +94,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
     offset[t] = 0.0f;
   }
   for (int64_t b = 0; b < blocks; ++b) {
+    prefetch_ahead(w + b, sizeof(BlockQ4_0));
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
     const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
     const float d = _cvtsh_ss(w[b].d);
@@ -153,6 +156,7 @@ void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* a
   for (int t = 0; t < 2 * N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * block_bytes;
+    prefetch_ahead(o, static_cast<int>(block_bytes));
     #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16 * h)));

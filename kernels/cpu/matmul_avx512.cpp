@@ -10,17 +10,11 @@
 namespace hearth::kernels::cpu {
 namespace {
 
-inline __m512 widen16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 widen16(const uint16_t* p, bool bf16) {
+inline __m512 load_w(const uint16_t* p, bool bf16) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   return _mm512_cvtph_ps(h);
 }
-inline float widen1(const float* p) { return *p; }
-inline float widen1(const uint16_t* p, bool bf16) {
-  return bf16 ? _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(*p) << 16))) : _cvtsh_ss(*p);
-}
-
 inline float hsum256(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -34,33 +28,98 @@ inline __m512 two_scales(float a, float b) {
       _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(a)), _mm256_castps_pd(_mm256_set1_ps(b)), 1));
 }
 
-// Float weights (F32, or F16/BF16 widened on the fly) times N token rows.
-template <int N, typename W, typename Load, typename Load1>
-void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load load, Load1 load1) {
-  __m512 acc[N][2];
+// Float weights (F32, or F16/BF16 widened on the fly): a tile of R rows times T tokens,
+// over the columns [k0, k1) (the tail by masked loads). Each output keeps one vector
+// accumulator and is reduced once per column block, the same arithmetic whatever R
+// and T are, so a token's result does not depend on the batch around it.
+inline __m512 load_w(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load_w(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load_w(const uint16_t* p, bool bf16, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return _mm512_cvtph_ps(h);
+}
+
+template <int R, int T, typename W, typename Load, typename LoadMasked>
+void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride, int64_t k0, int64_t k1,
+                Load load, LoadMasked load_masked, float* y, int64_t y_stride, bool accumulate) {
+  __m512 acc[R][T];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm512_setzero_ps();
-  const int64_t n = p.cols;
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 w0 = load(w + i), w1 = load(w + i + 16);
+  for (int r = 0; r < R; ++r) {
     #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) {
-      const float* x = p.x + (t0 + t) * n + i;
-      acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x), acc[t][0]);
-      acc[t][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + 16), acc[t][1]);
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  int64_t k = k0;
+  for (; k + 16 <= k1; k += 16) {
+    __m512 wv[R];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      // The next tile's rows at this column: one tile of streaming ahead.
+      prefetch_lines(w + (r + R) * row_stride + k, 16 * sizeof(W));
+      wv[r] = load(w + r * row_stride + k);
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_loadu_ps(x + t * x_stride + k);
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
-  for (; i + 16 <= n; i += 16) {
-    const __m512 w0 = load(w + i);
+  if (k < k1) {
+    const auto m = static_cast<__mmask16>((1u << (k1 - k)) - 1);
+    __m512 wv[R];
     #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) acc[t][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(p.x + (t0 + t) * n + i), acc[t][0]);
+    for (int r = 0; r < R; ++r) wv[r] = load_masked(w + r * row_stride + k, m);
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + t * x_stride + k);
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
   }
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) {
-    float sum = _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1]));
-    for (int64_t j = i; j < n; ++j) sum += load1(w + j) * p.x[(t0 + t) * n + j];
-    out[t] = sum;
+  for (int t = 0; t < T; ++t) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const float v = _mm512_reduce_add_ps(acc[r][t]);
+      y[t * y_stride + r] = accumulate ? y[t * y_stride + r] + v : v;
+    }
+  }
+}
+
+template <int R, typename W, typename Load, typename LoadMasked>
+void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x, int64_t x_stride, int64_t k0,
+                       int64_t k1, Load load, LoadMasked load_masked, float* y, int64_t y_stride, bool accumulate) {
+  switch (n) {
+    case 1: tile_float<R, 1>(w, row_stride, x, x_stride, k0, k1, load, load_masked, y, y_stride, accumulate); return;
+    case 2: tile_float<R, 2>(w, row_stride, x, x_stride, k0, k1, load, load_masked, y, y_stride, accumulate); return;
+    case 3: tile_float<R, 3>(w, row_stride, x, x_stride, k0, k1, load, load_masked, y, y_stride, accumulate); return;
+    default: tile_float<R, 4>(w, row_stride, x, x_stride, k0, k1, load, load_masked, y, y_stride, accumulate); return;
+  }
+}
+
+// Rows [row_begin, row_end) of float weights: columns in blocks of kFloatColBlock so
+// that a tile's activations stay in L1 while the range's weights (in L2) serve every
+// token tile; rows 4 at a time.
+template <typename W, typename Load, typename LoadMasked>
+void matmul_float(const W* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load,
+                  LoadMasked load_masked) {
+  constexpr int kRows = 4, kTokens = 4;
+  for (int64_t k0 = 0; k0 < p.cols; k0 += kFloatColBlock) {
+    const int64_t k1 = p.cols - k0 < kFloatColBlock ? p.cols : k0 + kFloatColBlock;
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokens) {
+      const int64_t nt = p.n_tokens - t0 < kTokens ? p.n_tokens - t0 : kTokens;
+      const float* x = p.x + t0 * p.cols;
+      float* y = p.y + t0 * p.rows;
+      int64_t r = row_begin;
+      for (; r + kRows <= row_end; r += kRows) {
+        tile_float_tokens<kRows>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, load_masked, y + r, p.rows,
+                                 k0 > 0);
+      }
+      for (; r < row_end; ++r) {
+        tile_float_tokens<1>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, load_masked, y + r, p.rows, k0 > 0);
+      }
+    }
   }
 }
 
@@ -78,6 +137,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
   }
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
+    prefetch_ahead(w + b, 2 * sizeof(BlockQ8_0));
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b + 1].qs));
     const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1);
@@ -123,6 +183,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
   }
   int64_t b = 0;
   for (; b + 2 <= blocks; b += 2) {
+    prefetch_ahead(w + b, 2 * sizeof(BlockQ4_0));
     const __m128i r0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
     const __m128i r1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b + 1].qs));
     const __m256i v0 = _mm256_set_m128i(_mm_srli_epi16(r0, 4), r0);
@@ -156,19 +217,9 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
 template <int N>
 void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* out) {
   switch (p.type) {
-    case DType::kF32: {
-      const auto* w = reinterpret_cast<const float*>(row);
-      rows_float<N>(w, p, t0, out, [](const float* q) { return widen16(q); }, [](const float* q) { return widen1(q); });
-      return;
-    }
+    case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: {
-      const auto* w = reinterpret_cast<const uint16_t*>(row);
-      const bool bf16 = p.type == DType::kBF16;
-      rows_float<N>(w, p, t0, out, [bf16](const uint16_t* q) { return widen16(q, bf16); },
-                    [bf16](const uint16_t* q) { return widen1(q, bf16); });
-      return;
-    }
+    case DType::kBF16: return;  // computed in tiles by matmul_float
     case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
     case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
     case DType::kQ8_0R16:
@@ -194,6 +245,7 @@ void group_q4_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m5
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * 288;
+    prefetch_ahead(o, 288);
     const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
     __m512i lo[4], hi[4];
     #pragma GCC unroll 16
@@ -225,6 +277,7 @@ void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m5
   for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * 544;
+    prefetch_ahead(o, 544);
     const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
     __m512i w[8];
     #pragma GCC unroll 16
@@ -285,6 +338,18 @@ void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) 
 void matmul_rows_avx512(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
   if (dtype_row_group(p.type) > 1) {
     matmul_rows_r16(p, row_begin, row_end);
+    return;
+  }
+  if (p.type == DType::kF32) {
+    matmul_float(static_cast<const float*>(p.w), p, row_begin, row_end, [](const float* q) { return load_w(q); },
+                 [](const float* q, __mmask16 m) { return load_w(q, m); });
+    return;
+  }
+  if (p.type == DType::kF16 || p.type == DType::kBF16) {
+    const bool bf16 = p.type == DType::kBF16;
+    matmul_float(static_cast<const uint16_t*>(p.w), p, row_begin, row_end,
+                 [bf16](const uint16_t* q) { return load_w(q, bf16); },
+                 [bf16](const uint16_t* q, __mmask16 m) { return load_w(q, bf16, m); });
     return;
   }
   const uint64_t row_bytes = p.row_bytes;

@@ -16,4 +16,23 @@ void matmul_rows_avx512(const MatmulParams& p, int64_t row_begin, int64_t row_en
 // Tokens a row is multiplied with at once (weights loaded once per group).
 inline constexpr int kTokenGroup = 4;
 
+// Columns of float weights multiplied per pass (partial sums are added across passes).
+// Every path uses the same blocks, so results do not depend on how a batch is tiled.
+inline constexpr int64_t kFloatColBlock = 1024;
+
+// Weights stream from memory once per decode step, and the hardware prefetchers stop at
+// 4 KiB page boundaries (the weights segment is not huge-page backed). Prefetching each
+// cache line kPrefetchBytes ahead of its use (into L2) keeps the stream going across
+// them, into the next row of the task when one ends: measured +30-40% decode on the
+// 1B F16 model at 2 threads (8192 beat 512-4096 and 16384). `static`: each
+// instruction-set file keeps its own copy.
+inline constexpr int kPrefetchBytes = 8192;
+static inline void prefetch_lines(const void* p, int bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (int o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
+}
+static inline void prefetch_ahead(const void* p, int bytes) {
+  prefetch_lines(static_cast<const char*>(p) + kPrefetchBytes, bytes);
+}
+
 }  // namespace hearth::kernels::cpu

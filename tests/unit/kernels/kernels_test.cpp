@@ -108,6 +108,15 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
         cpu_matmul(p, 5, cut);
         cpu_matmul(p, cut, rows);
         EXPECT_EQ(split, got);
+        // The last token alone gives exactly what it gives in the batch (the engine's
+        // outputs must not depend on which requests share a step).
+        std::vector<float> alone(static_cast<size_t>(rows));
+        p.x = x.data() + (n - 1) * cols;
+        p.n_tokens = 1;
+        p.y = alone.data();
+        cpu_matmul(p, 0, rows);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + (n - 1) * rows))
+            << dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ": " << rows << "x" << cols << " n=" << n;
       }
     }
   }
@@ -243,36 +252,61 @@ TEST(KernelsTest, SwigluMatchesReference) {
   for (size_t i = 0; i < a.size(); ++i) ASSERT_FLOAT_EQ(a[i], b[i]);
 }
 
-TEST(KernelsTest, PagedAttentionMatchesReference) {
-  std::mt19937 rng(11);
-  for (int32_t window : {0, 5}) {
-    const int32_t heads = 6, kv_heads = 2, hd = 10, bs = 4, n_blocks = 8, n = 3;
-    const int64_t kv_dim = kv_heads * hd;
-    const auto k = random_floats(static_cast<size_t>(n_blocks * bs * kv_dim), rng);
-    const auto v = random_floats(k.size(), rng);
-    const auto q = random_floats(static_cast<size_t>(n * heads * hd), rng, 2.0f);
-    const std::vector<int32_t> table = {5, 2, 7, 0};  // scattered blocks
-    const std::vector<int32_t> positions = {3, 9, 14};
-    std::vector<float> a(q.size()), b(q.size());
-    AttentionParams p;
-    p.q = q.data();
-    p.k_cache = k.data();
-    p.v_cache = v.data();
-    p.block_table = table.data();
-    p.positions = positions.data();
-    p.block_size = bs;
-    p.n_tokens = n;
-    p.n_heads = heads;
-    p.n_kv_heads = kv_heads;
-    p.head_dim = hd;
-    p.scale = 1.0f / std::sqrt(static_cast<float>(hd));
-    p.sliding_window = window;
-    p.out = a.data();
-    ref::attention(p);
-    p.out = b.data();
-    cpu::attention(p, 0, 3);
-    cpu::attention(p, 3, heads);
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-5f) << "window " << window << " at " << i;
+TEST(KernelsTest, PagedAttentionMatchesReferenceOnEveryPath) {
+  IsaGuard guard;
+  for (cpu::CpuIsa isa : available_paths()) {
+    ASSERT_TRUE(cpu::cpu_isa_force(isa));
+    std::mt19937 rng(11);
+    struct Shape {
+      int32_t heads, kv_heads, hd, bs, window;
+    };
+    // Ragged head sizes (not multiples of any vector), GQA and MHA, small and large
+    // blocks, sliding windows that start inside a block.
+    for (const Shape& s : {Shape{6, 2, 10, 4, 0}, Shape{6, 2, 10, 4, 5}, Shape{8, 2, 64, 16, 0},
+                           Shape{4, 4, 67, 16, 0}, Shape{4, 1, 128, 16, 37}, Shape{3, 3, 33, 7, 0}}) {
+      const int32_t n_blocks = 16;
+      const int64_t kv_dim = static_cast<int64_t>(s.kv_heads) * s.hd;
+      const auto k = random_floats(static_cast<size_t>(n_blocks * s.bs * kv_dim), rng);
+      const auto v = random_floats(k.size(), rng);
+      std::vector<int32_t> table(n_blocks);
+      for (int32_t i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 7 + 3) % n_blocks;  // scattered
+      const int32_t last = n_blocks * s.bs - 1;
+      const std::vector<int32_t> positions = {0, 3, s.bs, last / 2, last - 1, last};
+      const auto n = static_cast<int32_t>(positions.size());
+      const auto q = random_floats(static_cast<size_t>(n * s.heads * s.hd), rng, 2.0f);
+      std::vector<float> want(q.size()), got(q.size());
+      AttentionParams p;
+      p.q = q.data();
+      p.k_cache = k.data();
+      p.v_cache = v.data();
+      p.block_table = table.data();
+      p.positions = positions.data();
+      p.block_size = s.bs;
+      p.n_tokens = n;
+      p.n_heads = s.heads;
+      p.n_kv_heads = s.kv_heads;
+      p.head_dim = s.hd;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+      p.sliding_window = s.window;
+      p.out = want.data();
+      ref::attention(p);
+      p.out = got.data();
+      cpu::attention(p, 0, 1);
+      cpu::attention(p, 1, s.heads);
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-5f) << cpu::cpu_isa_name(isa) << " hd " << s.hd << " window " << s.window
+                                            << " at " << i;
+      }
+      // A query alone gives exactly what it gives among the others.
+      std::vector<float> alone(static_cast<size_t>(s.heads * s.hd));
+      AttentionParams one = p;
+      one.n_tokens = 1;
+      one.q = q.data() + static_cast<size_t>(3 * s.heads * s.hd);
+      one.positions = positions.data() + 3;
+      one.out = alone.data();
+      cpu::attention(one, 0, s.heads);
+      for (size_t i = 0; i < alone.size(); ++i) ASSERT_EQ(alone[i], got[static_cast<size_t>(3 * s.heads * s.hd) + i]);
+    }
   }
 }
 

@@ -1,0 +1,114 @@
+// Prefill and decode speed of one model on the CPU backend, measured the way
+// ../shared/tools/peer measures llama.cpp, so the two print comparable JSON lines:
+// prompt id[0] = 1, id[i] = 3 + (i * 7919) % (vocab - 3); prefill = evaluating the whole
+// prompt as one batch up to the first greedy token; decode = the next N greedy
+// single-token steps (EOS does not stop them); one untimed warm-up run (prompt plus
+// two steps) first.
+//
+//   model_bench --model M.gguf [--threads N] [--prompt 128] [--gen 64] [--ctx 512]
+//   model_bench --attach INSTANCE ...   (the resident weights of a running hearth-loader)
+//
+// prints {"model":..., "harness":"hearth", "threads":N, "prefill_tok_s":..., "decode_tok_s":...,
+// "weight_bytes_per_token":..., "load_s":..., "first_ids":[16 ids]}.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/args.h"
+#include "engine/thread_pool.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "kernels/cpu/isa.h"
+#include "tools/model_source.h"
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int fail(const hearth::Status& s) {
+  std::fprintf(stderr, "model_bench: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace hearth;
+  std::vector<std::string> argv_strings(argv + 1, argv + argc);
+  auto args = Args::parse(argv_strings, {"model", "attach", "shm-dir", "threads", "prompt", "gen", "ctx"}, {});
+  if (!args.is_ok()) return fail(args.status());
+  const std::string model_path = args->get("model").value_or("");
+  const std::string attach = args->get("attach").value_or("");
+  if (model_path.empty() == attach.empty()) {
+    std::fprintf(stderr, "usage: model_bench (--model PATH | --attach INSTANCE) [--threads N] [--prompt 128] "
+                         "[--gen 64] [--ctx 512]\n");
+    return 2;
+  }
+  auto threads = args->get_int("threads", 1, 256);
+  auto n_prompt = args->get_int("prompt", 1, 1 << 16);
+  auto n_gen = args->get_int("gen", 2, 1 << 16);
+  auto ctx = args->get_int("ctx", 16, 1 << 20);
+  for (const auto* r : {&threads, &n_prompt, &n_gen, &ctx}) {
+    if (!r->is_ok()) return fail(r->status());
+  }
+
+  const double t0 = now();
+  auto source = attach.empty() ? cli::open_model_files(model_path, {})
+                               : cli::attach_instance(attach, args->get("shm-dir").value_or(""));
+  if (!source.is_ok()) return fail(source.status());
+  const double load_s = now() - t0;
+  const ModelConfig& config = source->config;
+
+  const int prompt_len = static_cast<int>(n_prompt->value_or(128));
+  const int gen = static_cast<int>(n_gen->value_or(64));
+  const int context = static_cast<int>(ctx->value_or(512));
+  if (prompt_len < 1 || gen < 2 || prompt_len + gen + 1 > context || context > config.max_context) {
+    std::fprintf(stderr, "model_bench: need 1 <= prompt, 2 <= gen, prompt + gen < ctx <= %d\n", config.max_context);
+    return 2;
+  }
+  CpuBackendOptions backend_options;
+  backend_options.threads = static_cast<int>(threads->value_or(0));
+  auto backend = make_cpu_backend(backend_options);
+  constexpr int32_t kBlockSize = 16;
+  auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
+                                          (context + kBlockSize - 1) / kBlockSize});
+  if (!cache.is_ok()) return fail(cache.status());
+  auto model = LlamaModel::create(config, source->tensors, *backend, prompt_len);
+  if (!model.is_ok()) return fail(model.status());
+
+  std::vector<TokenId> prompt(static_cast<size_t>(prompt_len));
+  for (int i = 0; i < prompt_len; ++i) {
+    prompt[static_cast<size_t>(i)] =
+        i == 0 ? 1 : static_cast<TokenId>(3 + (static_cast<int64_t>(i) * 7919) % (config.vocab_size - 3));
+  }
+  GenerateOptions options;
+  options.sampling.temperature = 0.0f;  // greedy
+  options.ignore_stop = true;
+  options.context = context;
+  options.max_tokens = 3;  // warm-up: the prompt and two steps
+  auto warm = generate(**model, *cache, prompt, options);
+  if (!warm.is_ok()) return fail(warm.status());
+  options.max_tokens = gen + 1;  // the first token ends prefill; `gen` steps follow
+  auto run = generate(**model, *cache, prompt, options);
+  if (!run.is_ok()) return fail(run.status());
+
+  // Weights a decode step reads: every tensor but the embedding table (one row of it).
+  uint64_t weight_bytes = 0;
+  for (const TensorView& t : source->tensors) {
+    if (t.name != "token_embd.weight") weight_bytes += t.bytes;
+  }
+  std::string name = attach.empty() ? std::filesystem::path(model_path).filename().string() : attach;
+  std::printf("{\"model\":\"%s\",\"harness\":\"hearth\",\"isa\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,"
+              "\"weight_bytes_per_token\":%llu,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.3f,\"load_s\":%.3f,"
+              "\"first_ids\":[",
+              name.c_str(), std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(),
+              backend_options.threads == 0 ? default_thread_count() : backend_options.threads, prompt_len, gen,
+              static_cast<unsigned long long>(weight_bytes), prompt_len / run->prefill_seconds, gen / run->decode_seconds, load_s);
+  for (size_t i = 0; i < 16 && i < run->tokens.size(); ++i) std::printf("%s%d", i ? "," : "", run->tokens[i]);
+  std::printf("]}\n");
+  return 0;
+}

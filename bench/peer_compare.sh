@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# hearth and llama.cpp side by side on the same GGUF files, on this machine, in one run.
+#
+#   bench/peer_compare.sh [--reps 3] [--threads "1 2"] [--types "f16 q8_0 q4_0"] [--preset 1b] [--out FILE]
+#
+# llama.cpp is ../shared/tools/peer's pinned build measured through its C API with a
+# persistent thread pool (run `bash ../shared/tools/peer/setup.sh` once first); the models
+# are that harness's (make_model.py, seed 1234), made under $PEER_DIR/models if missing.
+# hearth runs them the way it serves: hearth-loader publishes the resident segment (Q8_0
+# and Q4_0 repacked to the kernels' row-interleaved layouts) and model_bench attaches
+# to it. Both use the same prompt (128 ids), the same 64 greedy decode steps and one
+# warm-up run. Rounds interleave every variant (membw, then each model and thread count,
+# llama.cpp and hearth back to back) so host noise hits both alike. The median table
+# (ratios hearth / llama.cpp, decode's share of the measured read bandwidth) is printed
+# and written to --out (default build/peer_compare.md); raw JSON lines go beside it.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+PEER_TOOLS=$(cd "$ROOT/../shared/tools/peer" 2>/dev/null && pwd || true)
+PEER=${PEER_DIR:-/tmp/peer}
+BIN=${HEARTH_BIN:-$ROOT/build/bin}
+REPS=3 THREADS="1 2" TYPES="f16 q8_0 q4_0" PRESET=1b OUT=$ROOT/build/peer_compare.md
+while [ $# -gt 0 ]; do
+    case $1 in
+        --reps) REPS=$2; shift 2 ;;
+        --threads) THREADS=$2; shift 2 ;;
+        --types) TYPES=$2; shift 2 ;;
+        --preset) PRESET=$2; shift 2 ;;
+        --out) OUT=$2; shift 2 ;;
+        *) sed -n '2,16p' "$0"; exit 2 ;;
+    esac
+done
+[ -n "$PEER_TOOLS" ] || { echo "peer_compare: ../shared/tools/peer not found next to the repository" >&2; exit 1; }
+[ -x "$PEER/llamacpp_c_bench" ] && [ -x "$PEER/membw" ] ||
+    { echo "peer_compare: llama.cpp harness missing; run: bash $PEER_TOOLS/setup.sh" >&2; exit 1; }
+for b in hearth-loader model_bench; do
+    [ -x "$BIN/$b" ] || { echo "peer_compare: $BIN/$b missing; build first (./setup.sh)" >&2; exit 1; }
+done
+
+M=$PEER/models RAW=${OUT%.md}.jsonl SHM=${HEARTH_SHM_DIR:-/dev/shm}
+mkdir -p "$M" "$(dirname "$OUT")"
+: > "$RAW"
+instances=()
+cleanup() { for i in "${instances[@]}"; do rm -f "$SHM/hearth.$i.weights"; done; }
+trap cleanup EXIT
+
+for t in $TYPES; do
+    f=$M/$PRESET-$t.gguf
+    if [ ! -s "$f" ]; then
+        echo "== making $f"
+        /usr/bin/python3 "$PEER_TOOLS/make_model.py" --preset "$PRESET" --type "$t" --gguf "$f.part" >/dev/null
+        mv "$f.part" "$f"
+    fi
+    inst=peer-$PRESET-${t//_/}-$$
+    "$BIN/hearth-loader" --model "$f" --instance "$inst" --exit-after-publish >/dev/null
+    instances+=("$inst")
+done
+
+echo "== $REPS rounds; threads: $THREADS; models: $(for t in $TYPES; do printf '%s ' "$PRESET-$t"; done)"
+for rep in $(seq "$REPS"); do
+    "$PEER/membw" 2 2 | tee -a "$RAW"
+    for t in $TYPES; do
+        for n in $THREADS; do
+            "$PEER/llamacpp_c_bench" "$M/$PRESET-$t.gguf" "$n" 128 64 | tee -a "$RAW"
+            "$BIN/model_bench" --attach "peer-$PRESET-${t//_/}-$$" --threads "$n" --prompt 128 --gen 64 |
+                sed "s/\"model\":\"[^\"]*\"/\"model\":\"$PRESET-$t.gguf\"/" | tee -a "$RAW"
+        done
+    done
+done
+
+/usr/bin/python3 - "$RAW" "$REPS" <<'EOF' | tee "$OUT"
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+med = statistics.median
+bw = [r for r in rows if "threads1_gb_s" in r]
+bw1, bw2 = med(r["threads1_gb_s"] for r in bw), med(r["threads2_gb_s"] for r in bw)
+print(f"peer_compare: medians of {sys.argv[2]} interleaved rounds; read bandwidth (membw) "
+      f"{bw1:.1f} GB/s on 1 thread, {bw2:.1f} GB/s on 2\n")
+print("| model | threads | llama.cpp prefill | hearth prefill | ratio | llama.cpp decode | hearth decode | ratio "
+      "| hearth decode GB/s | of membw |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+bench = [r for r in rows if "harness" in r]
+same = True
+for model in dict.fromkeys(r["model"] for r in bench):
+    for th in sorted({r["threads"] for r in bench if r["model"] == model}):
+        get = lambda h: [r for r in bench if r["model"] == model and r["threads"] == th and r["harness"] == h]
+        lc, hh = get("c"), get("hearth")
+        if not lc or not hh:
+            continue
+        lp, hp = med(r["prefill_tok_s"] for r in lc), med(r["prefill_tok_s"] for r in hh)
+        ld, hd = med(r["decode_tok_s"] for r in lc), med(r["decode_tok_s"] for r in hh)
+        gbs = hd * hh[0]["weight_bytes_per_token"] / 1e9
+        roof = bw1 if th == 1 else bw2
+        print(f"| {model} | {th} | {lp:.1f} | {hp:.1f} | {hp / lp:.2f}x | {ld:.2f} | {hd:.2f} | {hd / ld:.2f}x "
+              f"| {gbs:.1f} | {100 * gbs / roof:.0f}% |")
+        same &= len({tuple(r["first_ids"]) for r in hh}) == 1
+print(f"\nhearth's first 16 greedy ids identical across its runs: {'yes' if same else 'NO'}")
+for model in dict.fromkeys(r["model"] for r in bench):
+    ids = lambda h: next((r["first_ids"] for r in bench if r["model"] == model and r["harness"] == h), [])
+    agree = sum(a == b for a, b in zip(ids("c"), ids("hearth")))
+    print(f"- {model}: first ids equal to llama.cpp's at {agree}/16 positions")
+EOF
+echo "(table written to $OUT, raw lines to $RAW)"
