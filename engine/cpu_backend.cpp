@@ -3,6 +3,7 @@
 // mappings, so a KV cache costs memory only for the blocks that get used.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -94,7 +95,8 @@ class CpuBackend final : public Backend {
     if (kernels::cpu::matmul_uses_quantized_activations(w.dtype)) {
       const size_t bytes = kernels::cpu::quantized_activation_bytes(n, p.cols);
       if (scratch_.size() < bytes) scratch_.resize(bytes);
-      xq = kernels::cpu::quantize_activations(x, n, p.cols, scratch_.data());
+      xq = kernels::cpu::quantized_activations_view(n, p.cols, scratch_.data());
+      for_token_rows(n, p.cols, [&](int64_t t0, int64_t t1) { kernels::cpu::quantize_activation_rows(x, xq, t0, t1); });
       p.xq = &xq;
     }
     if (!pool_.worth_splitting(p.rows * p.cols * n)) {
@@ -110,9 +112,11 @@ class CpuBackend final : public Backend {
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
     if (reference_) {
       kernels::ref::rms_norm(x, weight, n, dim, eps, out);
-    } else {
-      kernels::cpu::rms_norm(x, weight, n, dim, eps, out);
+      return;
     }
+    for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      kernels::cpu::rms_norm(x + t0 * dim, weight, t1 - t0, dim, eps, out + t0 * dim);
+    });
   }
 
   void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
@@ -152,9 +156,18 @@ class CpuBackend final : public Backend {
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
     if (reference_) {
       kernels::ref::swiglu(gate, up, n, out);
-    } else {
-      kernels::cpu::swiglu(gate, up, n, out);
+      return;
     }
+    // Elementwise: any split gives the same values.
+    constexpr int64_t kChunk = 4096;
+    if (!pool_.worth_splitting(n * 16)) {
+      kernels::cpu::swiglu(gate, up, n, out);
+      return;
+    }
+    pool_.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
+      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+      kernels::cpu::swiglu(gate + b, up + b, e - b, out + b);
+    });
   }
 
   void add(float* y, const float* x, int64_t n) override { kernels::cpu::add(y, x, n); }
@@ -170,6 +183,20 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // Runs fn(t_begin, t_end) over the rows [0, n) of a row-independent op on [n, dim]
+  // values, split across the pool when there is enough of it.
+  template <typename Fn>
+  void for_token_rows(int64_t n, int64_t dim, Fn&& fn) {
+    if (n < 2 || !pool_.worth_splitting(n * dim * 16)) {
+      fn(0, n);
+      return;
+    }
+    const int64_t per_task = std::max<int64_t>(1, n / (pool_.size() * 4));
+    pool_.parallel_for((n + per_task - 1) / per_task, [&](int64_t task) {
+      fn(task * per_task, std::min(n, (task + 1) * per_task));
+    });
+  }
+
   bool reference_;
   ThreadPool pool_;
   std::vector<std::byte> scratch_;  // quantized activations; grows to the largest matmul once

@@ -67,7 +67,7 @@ size_t quantized_activation_bytes(int64_t n_tokens, int64_t cols) {
   return static_cast<size_t>(n_tokens * cols) + 3 * blocks * sizeof(float) + 64;
 }
 
-QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, void* scratch) {
+QuantizedActivations quantized_activations_view(int64_t n_tokens, int64_t cols, void* scratch) {
   QuantizedActivations q;
   q.cols = cols;
   q.n_tokens = n_tokens;
@@ -77,7 +77,13 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
   q.s = q.d + n_tokens * blocks;
   q.sum = reinterpret_cast<int32_t*>(q.s + n_tokens * blocks);
   q.qs = reinterpret_cast<int8_t*>(q.sum + n_tokens * blocks);
-  for (int64_t t = 0; t < n_tokens; ++t) {
+  return q;
+}
+
+void quantize_activation_rows(const float* x, const QuantizedActivations& q, int64_t t_begin, int64_t t_end) {
+  const int64_t cols = q.cols;
+  const int64_t blocks = cols / 32;
+  for (int64_t t = t_begin; t < t_end; ++t) {
     for (int64_t b = 0; b < blocks; ++b) {
       const float* v = x + t * cols + b * 32;
       float amax = 0.0f;
@@ -97,6 +103,11 @@ QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int6
       q.sum[t * blocks + b] = sum;
     }
   }
+}
+
+QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, void* scratch) {
+  QuantizedActivations q = quantized_activations_view(n_tokens, cols, scratch);
+  quantize_activation_rows(x, q, 0, n_tokens);
   return q;
 }
 

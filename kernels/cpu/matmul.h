@@ -31,6 +31,10 @@ struct QuantizedActivations {
 size_t quantized_activation_bytes(int64_t n_tokens, int64_t cols);
 // Quantizes x ([n_tokens, cols], cols a multiple of 32) into `scratch` and returns the view.
 QuantizedActivations quantize_activations(const float* x, int64_t n_tokens, int64_t cols, void* scratch);
+// The same in two steps, so that callers can split the tokens across threads: the view
+// of `scratch`, then tokens [t_begin, t_end) of x quantized into it.
+QuantizedActivations quantized_activations_view(int64_t n_tokens, int64_t cols, void* scratch);
+void quantize_activation_rows(const float* x, const QuantizedActivations& q, int64_t t_begin, int64_t t_end);
 // Whether weights of `type` multiply quantized activations (Q8_0, Q4_0 and their R16
 // layouts). R16 weights are computed 16 rows at a time: row ranges may be any, but
 // whole groups of 16 are what the work is split by.

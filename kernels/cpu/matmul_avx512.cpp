@@ -303,19 +303,27 @@ void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* a
   }
 }
 
+// Tokens an R16 group's unpacked weights are multiplied with before the next block:
+// 8 accumulators and 8 weight registers fit the 32 vector registers.
+constexpr int kR16Tokens = 8;
+
 void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
   const uint64_t group_bytes = p.row_bytes * kRowInterleave;
-  __m512 acc[kTokenGroup];
+  __m512 acc[kR16Tokens];
   alignas(64) float out[kRowInterleave];
   for (int64_t g = row_begin / kRowInterleave; g * kRowInterleave < row_end; ++g) {
     const std::byte* gw = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(g) * group_bytes;
-    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokenGroup) {
-      const int64_t n = p.n_tokens - t0 < kTokenGroup ? p.n_tokens - t0 : kTokenGroup;
+    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kR16Tokens) {
+      const int64_t n = p.n_tokens - t0 < kR16Tokens ? p.n_tokens - t0 : kR16Tokens;
       switch (n) {
         case 1: group_r16<1>(p, gw, t0, acc); break;
         case 2: group_r16<2>(p, gw, t0, acc); break;
         case 3: group_r16<3>(p, gw, t0, acc); break;
-        default: group_r16<4>(p, gw, t0, acc); break;
+        case 4: group_r16<4>(p, gw, t0, acc); break;
+        case 5: group_r16<5>(p, gw, t0, acc); break;
+        case 6: group_r16<6>(p, gw, t0, acc); break;
+        case 7: group_r16<7>(p, gw, t0, acc); break;
+        default: group_r16<8>(p, gw, t0, acc); break;
       }
       for (int64_t t = 0; t < n; ++t) {
         float* y = p.y + (t0 + t) * p.rows + g * kRowInterleave;
