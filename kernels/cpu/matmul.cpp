@@ -35,13 +35,16 @@ float dot8(const float* x, int64_t n, Load load) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
+// Quantized rows: one fused multiply-add per block, in block order, which is what the
+// vector paths compute per row for the R16 layouts; so on those layouts every path gives
+// bit-identical results (the plain-layout vector kernels add blocks in another order).
 float dot_q8_0(const BlockQ8_0* w, const int8_t* xq, const float* xd, int64_t n_blocks) {
   const float* lut = fp16_table();
   float acc = 0.0f;
   for (int64_t b = 0; b < n_blocks; ++b) {
     int32_t isum = 0;
     for (int j = 0; j < kQ8_0BlockSize; ++j) isum += static_cast<int32_t>(w[b].qs[j]) * xq[b * 32 + j];
-    acc += (lut[w[b].d] * xd[b]) * static_cast<float>(isum);
+    acc = std::fma(static_cast<float>(isum), lut[w[b].d] * xd[b], acc);
   }
   return acc;
 }
@@ -55,7 +58,7 @@ float dot_q4_0(const BlockQ4_0* w, const int8_t* xq, const float* xd, int64_t n_
       isum += ((w[b].qs[j] & 0x0f) - 8) * xq[b * 32 + j];
       isum += ((w[b].qs[j] >> 4) - 8) * xq[b * 32 + j + 16];
     }
-    acc += (lut[w[b].d] * xd[b]) * static_cast<float>(isum);
+    acc = std::fma(static_cast<float>(isum), lut[w[b].d] * xd[b], acc);
   }
   return acc;
 }

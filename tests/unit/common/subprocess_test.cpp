@@ -84,6 +84,9 @@ TEST(ChildProcess, DescriptorsNotPassedAreNotInherited) {
 
 TEST(ChildrenOf, FindsRunningChildrenByName) {
   ChildProcess c({"/bin/sleep", "30"});
+  // Until the child has exec'd, its command line is still this test's.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (children_of(::getpid(), "/sleep").empty() && std::chrono::steady_clock::now() < deadline) ::usleep(1000);
   EXPECT_EQ(children_of(::getpid(), "/sleep"), std::vector<int>{c.pid()});
   EXPECT_TRUE(children_of(::getpid(), "hearth-engine").empty());
   c.signal(SIGKILL);
