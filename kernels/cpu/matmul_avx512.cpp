@@ -98,26 +98,30 @@ void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x
   }
 }
 
-// Rows [row_begin, row_end) of float weights: columns in blocks of kFloatColBlock so
-// that a tile's activations stay in L1 while the range's weights (in L2) serve every
-// token tile; rows 4 at a time.
+// Rows [row_begin, row_end) of float weights, 64 rows by kFloatColBlock columns at a
+// time, so that a tile's activations stay in L1 while the block's weights (in L2) serve
+// every token tile; rows 4 at a time.
 template <typename W, typename Load, typename LoadMasked>
 void matmul_float(const W* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load,
                   LoadMasked load_masked) {
   constexpr int kRows = 4, kTokens = 4;
-  for (int64_t k0 = 0; k0 < p.cols; k0 += kFloatColBlock) {
-    const int64_t k1 = p.cols - k0 < kFloatColBlock ? p.cols : k0 + kFloatColBlock;
-    for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokens) {
-      const int64_t nt = p.n_tokens - t0 < kTokens ? p.n_tokens - t0 : kTokens;
-      const float* x = p.x + t0 * p.cols;
-      float* y = p.y + t0 * p.rows;
-      int64_t r = row_begin;
-      for (; r + kRows <= row_end; r += kRows) {
-        tile_float_tokens<kRows>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, load_masked, y + r, p.rows,
-                                 k0 > 0);
-      }
-      for (; r < row_end; ++r) {
-        tile_float_tokens<1>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, load_masked, y + r, p.rows, k0 > 0);
+  constexpr int64_t kRowBlock = 64;  // x kFloatColBlock columns: at most 256 KiB of F32 weights, in L2
+  for (int64_t rb = row_begin; rb < row_end; rb += kRowBlock) {
+    const int64_t re = row_end - rb < kRowBlock ? row_end : rb + kRowBlock;
+    for (int64_t k0 = 0; k0 < p.cols; k0 += kFloatColBlock) {
+      const int64_t k1 = p.cols - k0 < kFloatColBlock ? p.cols : k0 + kFloatColBlock;
+      for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokens) {
+        const int64_t nt = p.n_tokens - t0 < kTokens ? p.n_tokens - t0 : kTokens;
+        const float* x = p.x + t0 * p.cols;
+        float* y = p.y + t0 * p.rows;
+        int64_t r = rb;
+        for (; r + kRows <= re; r += kRows) {
+          tile_float_tokens<kRows>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, load_masked, y + r, p.rows,
+                                   k0 > 0);
+        }
+        for (; r < re; ++r) {
+          tile_float_tokens<1>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, load_masked, y + r, p.rows, k0 > 0);
+        }
       }
     }
   }
