@@ -1,5 +1,7 @@
 // Continuous batching against static batching, on a real hearth-engine process: time to
-// first token and aggregate decode tokens/s at 1, 4, 16 and 64 concurrent streams.
+// first token, tokens/s over the whole run (prefill included) and aggregate decode
+// tokens/s (while every stream is decoding: all have their first token, none has
+// ended) at 1, 4, 16 and 64 concurrent streams.
 // Requests go in through the broker, as hearth-frontend sends them (HTTP parsing and
 // JSON are not part of the figures). Static batching waits for a full batch (the
 // engine's max batch size) or 100 ms, then runs that batch to its end.
@@ -31,6 +33,7 @@ std::string bin(const std::string& name) {
 
 struct Figures {
   double ttft_p50_ms = 0, ttft_max_ms = 0, tokens_per_s = 0;
+  double decode_tokens_per_s = 0;  // tokens/s while every stream is decoding (all have their first token, none done)
 };
 
 Figures run_streams(hearth::BrokerClient& client, int streams, int prompt_tokens, int max_tokens, int vocab) {
@@ -55,9 +58,30 @@ Figures run_streams(hearth::BrokerClient& client, int streams, int prompt_tokens
   std::vector<double> ttft;
   std::vector<bool> done(slots.size(), false);
   int64_t tokens = 0;
+  double decode_rate = 0.0;
+  uint64_t window_start = 0;
+  int64_t tokens_at_start = 0;
   size_t finished = 0;
   while (finished < slots.size()) {
     const uint32_t seen = client.news();
+    // The decode window: from the moment every stream has its first token to the moment
+    // the first one ends; its rate is aggregate decode throughput at this concurrency.
+    int64_t produced = 0;
+    bool all_started = true, any_ended = finished > 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (done[i]) continue;
+      const auto p = client.progress(slots[i]);
+      produced += p.n_produced;
+      all_started = all_started && p.n_produced >= 1;
+      any_ended = any_ended || p.terminal();
+    }
+    const uint64_t now = hearth::monotonic_ns();
+    if (window_start == 0 && all_started && !any_ended) {
+      window_start = now;
+      tokens_at_start = produced;
+    } else if (window_start != 0 && decode_rate == 0.0 && any_ended && now > window_start) {
+      decode_rate = static_cast<double>(produced - tokens_at_start) / (static_cast<double>(now - window_start) / 1e9);
+    }
     for (size_t i = 0; i < slots.size(); ++i) {
       if (done[i]) continue;
       const auto p = client.progress(slots[i]);
@@ -74,7 +98,7 @@ Figures run_streams(hearth::BrokerClient& client, int streams, int prompt_tokens
   }
   const double seconds = static_cast<double>(hearth::monotonic_ns() - start) / 1e9;
   std::sort(ttft.begin(), ttft.end());
-  return {ttft[ttft.size() / 2], ttft.back(), static_cast<double>(tokens) / seconds};
+  return {ttft[ttft.size() / 2], ttft.back(), static_cast<double>(tokens) / seconds, decode_rate};
 }
 
 }  // namespace
@@ -107,8 +131,9 @@ int main(int argc, char** argv) {
   std::printf("# serving: %s, prompt %d tokens, %d generated per stream, max batch %d sequences, %s threads\n",
               std::filesystem::path(model).filename().c_str(), prompt_tokens, max_tokens, max_batch,
               std::getenv("HEARTH_THREADS") ? std::getenv("HEARTH_THREADS") : "all");
-  std::printf("| streams | continuous TTFT p50 ms | continuous TTFT max ms | continuous tok/s | static TTFT p50 ms | "
-              "static TTFT max ms | static tok/s |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf("| streams | continuous TTFT p50 ms | continuous TTFT max ms | continuous tok/s | continuous decode tok/s "
+              "| static TTFT p50 ms | static TTFT max ms | static tok/s | static decode tok/s |\n"
+              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::vector<std::vector<Figures>> results(2);
   for (int mode = 0; mode < 2; ++mode) {
     std::vector<std::string> argv_engine = {bin("hearth-engine"), "--instance", instance, "--shm-dir", shm,
@@ -133,8 +158,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < stream_counts.size(); ++i) {
     const Figures& c = results[0][i];
     const Figures& s = results[1][i];
-    std::printf("| %d | %.0f | %.0f | %.1f | %.0f | %.0f | %.1f |\n", stream_counts[i], c.ttft_p50_ms, c.ttft_max_ms,
-                c.tokens_per_s, s.ttft_p50_ms, s.ttft_max_ms, s.tokens_per_s);
+    std::printf("| %d | %.0f | %.0f | %.1f | %.1f | %.0f | %.0f | %.1f | %.1f |\n", stream_counts[i], c.ttft_p50_ms,
+                c.ttft_max_ms, c.tokens_per_s, c.decode_tokens_per_s, s.ttft_p50_ms, s.ttft_max_ms, s.tokens_per_s,
+                s.decode_tokens_per_s);
   }
   std::filesystem::remove(hearth::segment_path(shm, instance, "weights"));
   std::filesystem::remove(hearth::segment_path(shm, instance, "broker"));

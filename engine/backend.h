@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <utility>
 
@@ -110,6 +111,10 @@ class Backend {
   virtual void kv_store(const KvStoreParams& p) = 0;
   // Causal attention of p.n_tokens queries of one sequence over its cached keys.
   virtual void attention(const kernels::AttentionParams& p) = 0;
+  // The same for several sequences of a batch at once (a backend may run them together).
+  virtual void attention_batch(std::span<const kernels::AttentionParams> ps) {
+    for (const auto& p : ps) attention(p);
+  }
   // out = silu(gate) * up over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y += x over n values.

@@ -153,6 +153,28 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void attention_batch(std::span<const kernels::AttentionParams> ps) override {
+    if (reference_ || ps.size() < 2) {
+      for (const auto& p : ps) attention(p);
+      return;
+    }
+    // One hand-out over every (sequence, head): a decode step of many short sequences
+    // is one op, not one per sequence.
+    int64_t work = 0;
+    for (const auto& p : ps) {
+      work += static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim * (p.positions[p.n_tokens - 1] + 1);
+    }
+    const int32_t heads = ps[0].n_heads;
+    if (!pool_.worth_splitting(work)) {
+      for (const auto& p : ps) kernels::cpu::attention(p, 0, p.n_heads);
+      return;
+    }
+    pool_.parallel_for(static_cast<int64_t>(ps.size()) * heads, [&](int64_t task) {
+      const auto h = static_cast<int32_t>(task % heads);
+      kernels::cpu::attention(ps[static_cast<size_t>(task / heads)], h, h + 1);
+    });
+  }
+
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
     if (reference_) {
       kernels::ref::swiglu(gate, up, n, out);

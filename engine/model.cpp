@@ -104,6 +104,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
   HEARTH_ASSIGN_OR_RETURN(m->logits_in_, backend.alloc(kLogitChunk * static_cast<size_t>(config.dim) * sizeof(float)));
   HEARTH_ASSIGN_OR_RETURN(m->logits_, backend.alloc(kLogitChunk * static_cast<size_t>(config.vocab_size) * sizeof(float)));
   m->slots_.resize(n);
+  m->attention_params_.reserve(n);  // at most one sequence per token
   return m;
 }
 
@@ -194,8 +195,9 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
     be.rope(q, n, c.n_heads, c.head_dim, b.positions.data(), inv_freq_buf_.f32(), c.rope_style);
     be.rope(k, n, c.n_kv_heads, c.head_dim, b.positions.data(), inv_freq_buf_.f32(), c.rope_style);
     be.kv_store({k, v, cache.k(li), cache.v(li), slots_.data(), n, kv_dim});
+    attention_params_.clear();
     for (const BatchSequence& s : b.sequences) {
-      kernels::AttentionParams p;
+      kernels::AttentionParams& p = attention_params_.emplace_back();
       p.q = q + static_cast<int64_t>(s.token_begin) * q_dim;
       p.out = att + static_cast<int64_t>(s.token_begin) * q_dim;
       p.k_cache = cache.k(li);
@@ -209,8 +211,8 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
       p.head_dim = c.head_dim;
       p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
       p.sliding_window = c.sliding_window;
-      be.attention(p);
     }
+    be.attention_batch(attention_params_);
     be.matmul(*l.attn_output, att, n, xn);  // [n, dim]
     be.add(x, xn, n * dim);
     // Feed-forward block.

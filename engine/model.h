@@ -92,6 +92,7 @@ class LlamaModel {
   static constexpr int64_t kLogitChunk = 16;
   BackendBuffer logits_in_, logits_;
   std::vector<int32_t> slots_;
+  std::vector<kernels::AttentionParams> attention_params_;  // one per sequence of the batch
 };
 
 }  // namespace hearth

@@ -153,7 +153,7 @@ TEST_P(IsaPathsOneBillionTest, GreedyTextAgreesAcrossPathsFor64Tokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Weights, IsaPathsOneBillionTest, ::testing::Values(DType::kF32, DType::kQ8_0),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+                         [](const auto& p) { return std::string(dtype_name(p.param)); });
 
 }  // namespace
 }  // namespace hearth
