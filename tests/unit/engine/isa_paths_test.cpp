@@ -22,6 +22,7 @@
 #include "loader/model.h"
 #include "loader/resident.h"
 #include "loader/synth.h"
+#include "tests/cpu_paths.h"
 #include "tests/test_util.h"
 
 namespace hearth {
@@ -30,24 +31,8 @@ namespace {
 namespace cpu = kernels::cpu;
 using testing::shared_path;
 
-std::vector<cpu::CpuIsa> available_paths() {
-  std::vector<cpu::CpuIsa> out;
-  for (cpu::CpuIsa isa : {cpu::CpuIsa::kScalar, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
-    if (static_cast<int>(isa) <= static_cast<int>(cpu::cpu_isa_detected())) out.push_back(isa);
-  }
-  return out;
-}
-
-class IsaGuard {
- public:
-  IsaGuard() : saved_(cpu::cpu_isa()) {}
-  ~IsaGuard() { cpu::cpu_isa_force(saved_); }
-  IsaGuard(const IsaGuard&) = delete;
-  IsaGuard& operator=(const IsaGuard&) = delete;
-
- private:
-  cpu::CpuIsa saved_;
-};
+using testing::available_cpu_paths;
+using IsaGuard = testing::CpuIsaGuard;
 
 // Greedy ids after `prompt` on each available path.
 std::vector<std::vector<TokenId>> greedy_on_every_path(const ModelConfig& c, std::span<const TensorView> tensors,
@@ -72,7 +57,7 @@ std::vector<std::vector<TokenId>> greedy_on_every_path(const ModelConfig& c, std
     kv_sequence_release(*cache, seq);
     return logits;
   };
-  for (cpu::CpuIsa isa : available_paths()) {
+  for (cpu::CpuIsa isa : available_cpu_paths()) {
     EXPECT_TRUE(cpu::cpu_isa_force(isa));
     GenerateOptions options;
     options.sampling.temperature = 0.0f;
@@ -110,14 +95,14 @@ TEST(IsaPathsTest, Stories260KGroundTruthOnEveryPath) {
   auto model = model_open(gguf);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   const auto got = greedy_on_every_path(model->config, model->tensors, prompt, static_cast<int32_t>(want.size()));
-  ASSERT_EQ(got.size(), available_paths().size());
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want) << cpu::cpu_isa_name(available_paths()[i]);
+  ASSERT_EQ(got.size(), available_cpu_paths().size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want) << cpu::cpu_isa_name(available_cpu_paths()[i]);
 }
 
 class IsaPathsOneBillionTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(IsaPathsOneBillionTest, GreedyTextAgreesAcrossPathsFor64Tokens) {
-  if (available_paths().size() < 2) GTEST_SKIP() << "this CPU has only the scalar path";
+  if (available_cpu_paths().size() < 2) GTEST_SKIP() << "this CPU has only the scalar path";
   testing::TempDir dir;
   auto shape = synth_preset("1b");
   ASSERT_TRUE(shape.is_ok());
@@ -145,10 +130,10 @@ TEST_P(IsaPathsOneBillionTest, GreedyTextAgreesAcrossPathsFor64Tokens) {
   ASSERT_TRUE(weights.is_ok()) << weights.status().to_string();
   const auto tensors = weights->tensors(0);
   const auto got = greedy_on_every_path(weights->config, tensors, prompt, 64);
-  ASSERT_EQ(got.size(), available_paths().size());
+  ASSERT_EQ(got.size(), available_cpu_paths().size());
   ASSERT_EQ(got[0].size(), 64u);
   for (size_t i = 1; i < got.size(); ++i) {
-    EXPECT_EQ(got[i], got[0]) << cpu::cpu_isa_name(available_paths()[i]) << " differs from the scalar path";
+    EXPECT_EQ(got[i], got[0]) << cpu::cpu_isa_name(available_cpu_paths()[i]) << " differs from the scalar path";
   }
 }
 

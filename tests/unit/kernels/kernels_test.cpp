@@ -15,6 +15,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/reference/reference.h"
 #include "loader/quantize.h"
+#include "tests/cpu_paths.h"
 
 namespace hearth::kernels {
 namespace {
@@ -48,23 +49,8 @@ void cpu_matmul(cpu::MatmulParams p, int64_t row_begin, int64_t row_end) {
   cpu::matmul_rows(p, row_begin, row_end);
 }
 
-// Every instruction-set path this machine has, forced in turn.
-std::vector<cpu::CpuIsa> available_paths() {
-  std::vector<cpu::CpuIsa> out;
-  for (cpu::CpuIsa isa : {cpu::CpuIsa::kScalar, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
-    if (static_cast<int>(isa) <= static_cast<int>(cpu::cpu_isa_detected())) out.push_back(isa);
-  }
-  return out;
-}
-
-class IsaGuard {
- public:
-  IsaGuard() : saved_(cpu::cpu_isa()) {}
-  ~IsaGuard() { cpu::cpu_isa_force(saved_); }
-
- private:
-  cpu::CpuIsa saved_;
-};
+using testing::available_cpu_paths;
+using IsaGuard = testing::CpuIsaGuard;
 
 class MatmulTest : public ::testing::TestWithParam<DType> {};
 
@@ -77,7 +63,7 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
   std::vector<int64_t> col_counts = {block, 3 * block, 9 * block, 64 * block};
   if (dtype_block_elems(type) == 1) col_counts.insert(col_counts.end(), {1, 7, 19, 67, 133});
   std::map<std::pair<int64_t, int64_t>, std::vector<float>> scalar_results;
-  for (cpu::CpuIsa isa : available_paths()) {
+  for (cpu::CpuIsa isa : available_cpu_paths()) {
     ASSERT_TRUE(cpu::cpu_isa_force(isa));
     std::mt19937 rng(1234 + static_cast<int>(type));
     for (int64_t cols : col_counts) {
@@ -265,7 +251,7 @@ TEST(KernelsTest, SwigluMatchesReference) {
 
 TEST(KernelsTest, PagedAttentionMatchesReferenceOnEveryPath) {
   IsaGuard guard;
-  for (cpu::CpuIsa isa : available_paths()) {
+  for (cpu::CpuIsa isa : available_cpu_paths()) {
     ASSERT_TRUE(cpu::cpu_isa_force(isa));
     std::mt19937 rng(11);
     struct Shape {

@@ -1,0 +1,32 @@
+// Tests that force each CPU instruction-set path in turn (kernels/cpu/isa.h).
+#pragma once
+
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+
+namespace hearth::testing {
+
+// Every path this machine has, narrowest first (the scalar path always).
+inline std::vector<kernels::cpu::CpuIsa> available_cpu_paths() {
+  using kernels::cpu::CpuIsa;
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(kernels::cpu::cpu_isa_detected())) out.push_back(isa);
+  }
+  return out;
+}
+
+// Restores the active path when the test ends.
+class CpuIsaGuard {
+ public:
+  CpuIsaGuard() : saved_(kernels::cpu::cpu_isa()) {}
+  ~CpuIsaGuard() { kernels::cpu::cpu_isa_force(saved_); }
+  CpuIsaGuard(const CpuIsaGuard&) = delete;
+  CpuIsaGuard& operator=(const CpuIsaGuard&) = delete;
+
+ private:
+  kernels::cpu::CpuIsa saved_;
+};
+
+}  // namespace hearth::testing
