@@ -147,8 +147,23 @@ class CpuBackend final : public Backend {
         kernels::cpu::attention(p, 0, p.n_heads);
         return;
       }
-      pool_.parallel_for(p.n_heads, [&](int64_t h) {
-        kernels::cpu::attention(p, static_cast<int32_t>(h), static_cast<int32_t>(h + 1));
+      // By KV head (the query heads that share one read its keys and values once), and
+      // by ranges of query tokens when there are fewer KV heads than work to hand out.
+      const int32_t group = p.n_heads / p.n_kv_heads;
+      const int32_t chunks = std::clamp(pool_.size() * 4 / p.n_kv_heads, 1, p.n_tokens);
+      const int32_t per_chunk = (p.n_tokens + chunks - 1) / chunks;
+      pool_.parallel_for(static_cast<int64_t>(p.n_kv_heads) * chunks, [&](int64_t task) {
+        const auto kv = static_cast<int32_t>(task % p.n_kv_heads);
+        const int32_t t0 = static_cast<int32_t>(task / p.n_kv_heads) * per_chunk;
+        const int32_t t1 = std::min(p.n_tokens, t0 + per_chunk);
+        if (t0 >= t1) return;
+        kernels::AttentionParams part = p;
+        const int64_t offset = static_cast<int64_t>(t0) * p.n_heads * p.head_dim;
+        part.q = p.q + offset;
+        part.out = p.out + offset;
+        part.positions = p.positions + t0;
+        part.n_tokens = t1 - t0;
+        kernels::cpu::attention(part, kv * group, (kv + 1) * group);
       });
     }
   }
@@ -158,20 +173,21 @@ class CpuBackend final : public Backend {
       for (const auto& p : ps) attention(p);
       return;
     }
-    // One hand-out over every (sequence, head): a decode step of many short sequences
-    // is one op, not one per sequence.
+    // One hand-out over every (sequence, KV head): a decode step of many short
+    // sequences is one op, not one per sequence.
     int64_t work = 0;
     for (const auto& p : ps) {
       work += static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim * (p.positions[p.n_tokens - 1] + 1);
     }
-    const int32_t heads = ps[0].n_heads;
+    const int32_t kv_heads = ps[0].n_kv_heads;
+    const int32_t group = ps[0].n_heads / kv_heads;
     if (!pool_.worth_splitting(work)) {
       for (const auto& p : ps) kernels::cpu::attention(p, 0, p.n_heads);
       return;
     }
-    pool_.parallel_for(static_cast<int64_t>(ps.size()) * heads, [&](int64_t task) {
-      const auto h = static_cast<int32_t>(task % heads);
-      kernels::cpu::attention(ps[static_cast<size_t>(task / heads)], h, h + 1);
+    pool_.parallel_for(static_cast<int64_t>(ps.size()) * kv_heads, [&](int64_t task) {
+      const auto kv = static_cast<int32_t>(task % kv_heads);
+      kernels::cpu::attention(ps[static_cast<size_t>(task / kv_heads)], kv * group, (kv + 1) * group);
     });
   }
 

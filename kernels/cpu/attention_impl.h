@@ -21,6 +21,30 @@ namespace {
 constexpr int kLanes = 16;
 constexpr int kMaxHeadDim = 1024;  // ModelConfig validation bounds head_dim
 constexpr int kMaxBlockSize = 256;
+constexpr int kMaxHeads = 8;       // query heads of one KV head computed together
+
+// e^x for x <= 0 (a score minus the running maximum), within 2 ulp, in plain float
+// operations so the loop over a block's scores vectorizes and every path rounds alike:
+// x = n ln2 + r (Cody-Waite), a degree-6 polynomial for e^r, times 2^n built in the
+// exponent bits. Below -87 the result is ~1e-38, nothing next to the block's maximum (1).
+inline float exp_nonpositive(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to an integer
+  const float n = (x * 1.44269504088896341f + kMagic) - kMagic;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, sizeof(scale));
+  return p * scale;
+}
 
 inline float dot_lanes(const float* a, const float* b, int32_t n) {
   float part[kLanes] = {};
@@ -39,17 +63,24 @@ void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begi
   const int32_t group = p.n_heads / p.n_kv_heads;
   const int32_t hd = p.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * hd;
-  alignas(64) float acc[kMaxHeadDim];
-  float score[kMaxBlockSize];
+  alignas(64) float acc[kMaxHeads][kMaxHeadDim];
+  float score[kMaxHeads][kMaxBlockSize];
+  float running_max[kMaxHeads], running_sum[kMaxHeads];
   for (int32_t t = 0; t < p.n_tokens; ++t) {
     const int32_t pos = p.positions[t];
     const int32_t first = hearth::kernels::attention_first_key(pos, p.sliding_window);
-    for (int32_t h = head_begin; h < head_end; ++h) {
-      const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h) * hd;
-      const int64_t kv_off = static_cast<int64_t>(h / group) * hd;
-      float running_max = -INFINITY;
-      float running_sum = 0.0f;
-      for (int32_t i = 0; i < hd; ++i) acc[i] = 0.0f;
+    // Query heads that share a KV head go together, so each block of keys and values
+    // is read from memory once for all of them (then from L1).
+    for (int32_t h0 = head_begin; h0 < head_end;) {
+      const int32_t kv_head = h0 / group;
+      const int32_t h1 = std::min({head_end, (kv_head + 1) * group, h0 + kMaxHeads});
+      const int32_t nh = h1 - h0;
+      const int64_t kv_off = static_cast<int64_t>(kv_head) * hd;
+      for (int32_t g = 0; g < nh; ++g) {
+        running_max[g] = -INFINITY;
+        running_sum[g] = 0.0f;
+        for (int32_t i = 0; i < hd; ++i) acc[g][i] = 0.0f;
+      }
       for (int32_t k0 = first; k0 <= pos;) {
         // Keys k0..k1-1 lie in one cache block: consecutive slots.
         const int32_t in_block = k0 % p.block_size;
@@ -58,28 +89,38 @@ void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begi
         const float* keys = p.k_cache + slot0 * kv_dim + kv_off;
         const float* values = p.v_cache + slot0 * kv_dim + kv_off;
         const int32_t n = k1 - k0;
-        float block_max = -INFINITY;
-        for (int32_t j = 0; j < n; ++j) {
-          score[j] = dot_lanes(q, keys + j * kv_dim, hd) * p.scale;
-          block_max = std::max(block_max, score[j]);
-        }
-        if (block_max > running_max) {
-          const float correction = std::exp(running_max - block_max);  // 0 on the first block
-          running_sum *= correction;
-          for (int32_t i = 0; i < hd; ++i) acc[i] *= correction;
-          running_max = block_max;
-        }
-        for (int32_t j = 0; j < n; ++j) {
-          const float w = std::exp(score[j] - running_max);
-          running_sum += w;
-          const float* v = values + j * kv_dim;
-          for (int32_t i = 0; i < hd; ++i) acc[i] += w * v[i];
+        for (int32_t g = 0; g < nh; ++g) {
+          const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h0 + g) * hd;
+          float* sc = score[g];
+          float* ac = acc[g];
+          float block_max = -INFINITY;
+          for (int32_t j = 0; j < n; ++j) {
+            sc[j] = dot_lanes(q, keys + j * kv_dim, hd) * p.scale;
+            block_max = std::max(block_max, sc[j]);
+          }
+          if (block_max > running_max[g]) {
+            // ~1e-38 on the first block, where the sum and output are still 0.
+            const float correction = exp_nonpositive(running_max[g] - block_max);
+            running_sum[g] *= correction;
+            for (int32_t i = 0; i < hd; ++i) ac[i] *= correction;
+            running_max[g] = block_max;
+          }
+          for (int32_t j = 0; j < n; ++j) sc[j] = exp_nonpositive(sc[j] - running_max[g]);
+          for (int32_t j = 0; j < n; ++j) {
+            const float w = sc[j];
+            running_sum[g] += w;
+            const float* v = values + j * kv_dim;
+            for (int32_t i = 0; i < hd; ++i) ac[i] += w * v[i];
+          }
         }
         k0 = k1;
       }
-      float* out = p.out + (static_cast<int64_t>(t) * p.n_heads + h) * hd;
-      const float inv = 1.0f / running_sum;
-      for (int32_t i = 0; i < hd; ++i) out[i] = acc[i] * inv;
+      for (int32_t g = 0; g < nh; ++g) {
+        float* out = p.out + (static_cast<int64_t>(t) * p.n_heads + h0 + g) * hd;
+        const float inv = 1.0f / running_sum[g];
+        for (int32_t i = 0; i < hd; ++i) out[i] = acc[g][i] * inv;
+      }
+      h0 = h1;
     }
   }
 }

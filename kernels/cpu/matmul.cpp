@@ -84,6 +84,14 @@ QuantizedActivations quantized_activations_view(int64_t n_tokens, int64_t cols, 
 }
 
 void quantize_activation_rows(const float* x, const QuantizedActivations& q, int64_t t_begin, int64_t t_end) {
+  if (cpu_isa() == CpuIsa::kAvx512) {
+    quantize_rows_avx512(x, q, t_begin, t_end);
+  } else {
+    quantize_rows_scalar(x, q, t_begin, t_end);
+  }
+}
+
+void quantize_rows_scalar(const float* x, const QuantizedActivations& q, int64_t t_begin, int64_t t_end) {
   const int64_t cols = q.cols;
   const int64_t blocks = cols / 32;
   for (int64_t t = t_begin; t < t_end; ++t) {

@@ -308,8 +308,9 @@ void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* a
 }
 
 // Tokens an R16 group's unpacked weights are multiplied with before the next block:
-// 8 accumulators and 8 weight registers fit the 32 vector registers.
-constexpr int kR16Tokens = 8;
+// 16 accumulators and 8 weight registers fit the 32 vector registers, so a batched
+// decode step of up to 16 sequences reads and unpacks each weight block once.
+constexpr int kR16Tokens = 16;
 
 void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
   const uint64_t group_bytes = p.row_bytes * kRowInterleave;
@@ -327,7 +328,15 @@ void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) 
         case 5: group_r16<5>(p, gw, t0, acc); break;
         case 6: group_r16<6>(p, gw, t0, acc); break;
         case 7: group_r16<7>(p, gw, t0, acc); break;
-        default: group_r16<8>(p, gw, t0, acc); break;
+        case 8: group_r16<8>(p, gw, t0, acc); break;
+        case 9: group_r16<9>(p, gw, t0, acc); break;
+        case 10: group_r16<10>(p, gw, t0, acc); break;
+        case 11: group_r16<11>(p, gw, t0, acc); break;
+        case 12: group_r16<12>(p, gw, t0, acc); break;
+        case 13: group_r16<13>(p, gw, t0, acc); break;
+        case 14: group_r16<14>(p, gw, t0, acc); break;
+        case 15: group_r16<15>(p, gw, t0, acc); break;
+        default: group_r16<16>(p, gw, t0, acc); break;
       }
       for (int64_t t = 0; t < n; ++t) {
         float* y = p.y + (t0 + t) * p.rows + g * kRowInterleave;
@@ -346,6 +355,30 @@ void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) 
 }
 
 }  // namespace
+
+void quantize_rows_avx512(const float* x, const QuantizedActivations& q, int64_t t_begin, int64_t t_end) {
+  const int64_t cols = q.cols;
+  const int64_t blocks = cols / 32;
+  for (int64_t t = t_begin; t < t_end; ++t) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* v = x + t * cols + b * 32;
+      const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      // cvtps rounds to nearest even (the default MXCSR mode), as the scalar path does.
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+      int8_t* out = q.qs + t * cols + b * 32;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm512_cvtsepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 16), _mm512_cvtsepi32_epi8(q1));
+      const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+      q.d[t * blocks + b] = d;
+      q.s[t * blocks + b] = d * static_cast<float>(sum);
+      q.sum[t * blocks + b] = sum;
+    }
+  }
+}
 
 void matmul_rows_avx512(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
   if (dtype_row_group(p.type) > 1) {

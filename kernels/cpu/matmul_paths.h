@@ -13,6 +13,11 @@ void matmul_rows_scalar(const MatmulParams& p, int64_t row_begin, int64_t row_en
 void matmul_rows_avx2(const MatmulParams& p, int64_t row_begin, int64_t row_end);
 void matmul_rows_avx512(const MatmulParams& p, int64_t row_begin, int64_t row_end);
 
+// quantize_activation_rows: the scalar path and AVX-512 (bit-identical: the same max,
+// scale and round-to-nearest-even).
+void quantize_rows_scalar(const float* x, const QuantizedActivations& q, int64_t t_begin, int64_t t_end);
+void quantize_rows_avx512(const float* x, const QuantizedActivations& q, int64_t t_begin, int64_t t_end);
+
 // Tokens a row is multiplied with at once (weights loaded once per group).
 inline constexpr int kTokenGroup = 4;
 

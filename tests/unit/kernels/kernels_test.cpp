@@ -170,6 +170,34 @@ TEST(KernelsTest, ActivationQuantizationIsExactWhereItShouldBe) {
   EXPECT_EQ(z.qs[5], 0);
 }
 
+TEST(KernelsTest, ActivationQuantizationIsBitIdenticalOnEveryPath) {
+  IsaGuard guard;
+  std::mt19937 rng(5);
+  const int64_t n = 3, cols = 256;
+  auto x = random_floats(static_cast<size_t>(n * cols), rng, 3.0f);
+  // Ties: a block whose largest magnitude is 127 puts every integer + 0.5 on a tie.
+  for (int j = 0; j < 32; ++j) x[static_cast<size_t>(j)] = static_cast<float>(j) - 15.5f;
+  x[31] = 127.0f;
+  std::vector<std::byte> scratch(cpu::quantized_activation_bytes(n, cols));
+  std::vector<int8_t> want_q;
+  std::vector<float> want_d, want_s;
+  for (cpu::CpuIsa isa : available_cpu_paths()) {
+    ASSERT_TRUE(cpu::cpu_isa_force(isa));
+    const auto q = cpu::quantize_activations(x.data(), n, cols, scratch.data());
+    std::vector<int8_t> qs(q.qs, q.qs + n * cols);
+    std::vector<float> d(q.d, q.d + n * cols / 32), sums(q.s, q.s + n * cols / 32);
+    if (want_q.empty()) {
+      want_q = qs, want_d = d, want_s = sums;
+      EXPECT_EQ(qs[0], -16);  // -15.5 rounds to even
+      EXPECT_EQ(qs[1], -14);  // -14.5 too
+      continue;
+    }
+    EXPECT_EQ(qs, want_q) << cpu::cpu_isa_name(isa);
+    EXPECT_EQ(d, want_d) << cpu::cpu_isa_name(isa);
+    EXPECT_EQ(sums, want_s) << cpu::cpu_isa_name(isa);
+  }
+}
+
 TEST(KernelsTest, IsaSelectionCanBeNarrowedButNotWidened) {
   IsaGuard guard;
   EXPECT_TRUE(cpu::cpu_isa_force(cpu::CpuIsa::kScalar));
