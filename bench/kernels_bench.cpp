@@ -1,6 +1,6 @@
 // Micro-benchmarks of the CPU kernels: matrix-vector (decode) and matrix-matrix
-// (prefill) products per weight format, with achieved weight bandwidth (GB/s) and
-// GFLOP/s, one thread, on the instruction-set path this CPU gets (HEARTH_CPU_ISA narrows
+// (prefill) products per weight format, and paged attention, with achieved bandwidth
+// (GB/s) and GFLOP/s, one thread, on the instruction-set path this CPU gets (HEARTH_CPU_ISA narrows
 // it). Run: build/bin/kernels_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/repack.h"
@@ -86,6 +87,52 @@ void BM_Matmul(benchmark::State& state, DType type) {
 void shapes(benchmark::internal::Benchmark* b) {
   b->Args({2048, 2048, 1})->Args({8192, 2048, 1})->Args({8192, 2048, 3})->Args({2048, 2048, 32})->Unit(benchmark::kMicrosecond);
 }
+
+// Attention over a paged KV cache, 1B shape (32 query heads, 8 KV heads, head_dim 64,
+// blocks of 16): args = query tokens, context. Decode is 1 query at a deep context,
+// prefill a chunk of queries from position 0. GB/s counts the K and V rows read once.
+void BM_Attention(benchmark::State& state) {
+  const int32_t n = static_cast<int32_t>(state.range(0)), context = static_cast<int32_t>(state.range(1));
+  constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kBlock = 16;
+  const int32_t n_blocks = (context + kBlock - 1) / kBlock;
+  const int64_t kv_dim = kKvHeads * kHeadDim;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> k(static_cast<size_t>(n_blocks * kBlock * kv_dim)), v(k.size());
+  std::vector<float> q(static_cast<size_t>(n * kHeads * kHeadDim)), out(q.size());
+  for (auto* vec : {&k, &v, &q}) {
+    for (float& f : *vec) f = dist(rng);
+  }
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks)), positions(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 5 + 1) % n_blocks;
+  for (int32_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = context - n + i;
+  hearth::kernels::AttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.k_cache = k.data();
+  p.v_cache = v.data();
+  p.block_table = table.data();
+  p.positions = positions.data();
+  p.block_size = kBlock;
+  p.n_tokens = n;
+  p.n_heads = kHeads;
+  p.n_kv_heads = kKvHeads;
+  p.head_dim = kHeadDim;
+  p.scale = 0.125f;
+  for (auto _ : state) {
+    hearth::kernels::cpu::attention(p, 0, kHeads);
+    benchmark::DoNotOptimize(out.data());
+  }
+  double keys = 0;  // query-key pairs
+  for (int32_t i = 0; i < n; ++i) keys += positions[static_cast<size_t>(i)] + 1;
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(2.0 * context * static_cast<double>(kv_dim) * 4 * iters,
+                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * kHeads * kHeadDim * keys * iters / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(hearth::kernels::cpu::cpu_isa_name(hearth::kernels::cpu::cpu_isa())) + ", 1 thread");
+}
+BENCHMARK(BM_Attention)->Args({1, 128})->Args({1, 1024})->Args({1, 4096})->Args({128, 128})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_CAPTURE(BM_Matmul, f32, DType::kF32)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Matmul, f16, DType::kF16)->Apply(shapes);

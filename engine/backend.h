@@ -33,6 +33,7 @@ enum class BackendOp : uint8_t {
   kAttention,
   kSwiglu,
   kAdd,
+  kAddRmsNorm,
   kGatherRows,
 };
 
@@ -119,6 +120,13 @@ class Backend {
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y += x over n values.
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // The residual add fused with the next norm: x += delta, then out = rms_norm(x) *
+  // weight; x, delta, out: [n, dim] (out may be delta). Same result as add + rms_norm.
+  virtual void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                            float* out) {
+    add(x, delta, n * dim);
+    rms_norm(x, weight, n, dim, eps, out);
+  }
   // x[t] += bias, x: [n, dim].
   virtual void add_bias(float* x, const float* bias, int64_t n, int64_t dim) = 0;
   // out[i] = x[rows[i]] for i < n. x: [*, dim]; out: [n, dim]; rows: host memory.

@@ -210,6 +210,17 @@ class CpuBackend final : public Backend {
 
   void add(float* y, const float* x, int64_t n) override { kernels::cpu::add(y, x, n); }
 
+  void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                    float* out) override {
+    if (reference_) {
+      Backend::add_rms_norm(x, delta, weight, n, dim, eps, out);
+      return;
+    }
+    for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      kernels::cpu::add_rms_norm(x + t0 * dim, delta + t0 * dim, weight, t1 - t0, dim, eps, out + t0 * dim);
+    });
+  }
+
   void add_bias(float* x, const float* bias, int64_t n, int64_t dim) override {
     kernels::cpu::add_bias(x, bias, n, dim);
   }

@@ -180,10 +180,10 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
   }
 
   be.embedding(*token_embd_, b.tokens.data(), n, x);
+  be.rms_norm(x, layers_[0].attn_norm, n, dim, c.norm_eps, xn);
   for (int32_t li = 0; li < c.n_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
-    // Attention block.
-    be.rms_norm(x, l.attn_norm, n, dim, c.norm_eps, xn);
+    // Attention block (xn: this layer's attention norm of x).
     be.matmul(*l.attn_q, xn, n, q);  // [n, q_dim]
     be.matmul(*l.attn_k, xn, n, k);  // [n, kv_dim]
     be.matmul(*l.attn_v, xn, n, v);  // [n, kv_dim]
@@ -214,14 +214,17 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
     }
     be.attention_batch(attention_params_);
     be.matmul(*l.attn_output, att, n, xn);  // [n, dim]
-    be.add(x, xn, n * dim);
-    // Feed-forward block.
-    be.rms_norm(x, l.ffn_norm, n, dim, c.norm_eps, xn);
+    // Feed-forward block: the residual add fused with its norm.
+    be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
     be.matmul(*l.ffn_gate, xn, n, gate);  // [n, ffn]
     be.matmul(*l.ffn_up, xn, n, up);      // [n, ffn]
     be.swiglu(gate, up, n * ffn, gate);
     be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim]
-    be.add(x, xn, n * dim);
+    if (li + 1 < c.n_layers) {
+      be.add_rms_norm(x, xn, layers_[static_cast<size_t>(li) + 1].attn_norm, n, dim, c.norm_eps, xn);
+    } else {
+      be.add(x, xn, n * dim);
+    }
   }
 
   const auto n_logits = static_cast<int64_t>(b.logit_rows.size());

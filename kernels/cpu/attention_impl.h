@@ -53,10 +53,12 @@ inline float dot_lanes(const float* a, const float* b, int32_t n) {
     for (int l = 0; l < kLanes; ++l) part[l] += a[i + l] * b[i + l];
   }
   for (int l = 0; i < n; ++i, ++l) part[l] += a[i] * b[i];
-  for (int w = kLanes / 2; w > 0; w /= 2) {
-    for (int l = 0; l < w; ++l) part[l] += part[l + w];
-  }
-  return part[0];
+  // The tree of pairs (l, l + w), spelled out level by level so that it stays in registers.
+  float s8[8], s4[4];
+  for (int l = 0; l < 8; ++l) s8[l] = part[l] + part[l + 8];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  const float s2a = s4[0] + s4[2], s2b = s4[1] + s4[3];
+  return s2a + s2b;
 }
 
 void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begin, int32_t head_end) {

@@ -11,6 +11,11 @@ namespace hearth::kernels::cpu {
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight for n rows of dim values (out may be x).
 void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out);
 
+// x[t] += delta[t], then out[t] = rms_norm(x[t]) * weight, in one pass over x: the
+// residual add fused with the next norm. Bit-identical to add() then rms_norm(). out may
+// be delta (each row of delta is read before that row of out is written).
+void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps, float* out);
+
 // In-place rotary embedding of x ([n_tokens, n_heads, head_dim]); see ref::rope.
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const float* inv_freq, RopeStyle style);

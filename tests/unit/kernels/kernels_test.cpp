@@ -232,6 +232,22 @@ TEST(KernelsTest, RmsNormMatchesReference) {
   }
 }
 
+TEST(KernelsTest, FusedAddRmsNormEqualsAddThenRmsNorm) {
+  std::mt19937 rng(9);
+  for (int64_t dim : {8, 13, 64, 2051}) {
+    const int64_t n = 3;
+    const auto x0 = random_floats(static_cast<size_t>(n * dim), rng);
+    const auto delta = random_floats(x0.size(), rng);
+    const auto w = random_floats(static_cast<size_t>(dim), rng);
+    std::vector<float> xa = x0, xb = x0, out_a(x0.size()), out_b = delta;
+    cpu::add(xa.data(), delta.data(), n * dim);
+    cpu::rms_norm(xa.data(), w.data(), n, dim, 1e-5f, out_a.data());
+    cpu::add_rms_norm(xb.data(), out_b.data(), w.data(), n, dim, 1e-5f, out_b.data());  // out aliases delta
+    EXPECT_EQ(xb, xa) << dim;
+    EXPECT_EQ(out_b, out_a) << dim;
+  }
+}
+
 TEST(KernelsTest, RopeMatchesReferenceInBothStyles) {
   std::mt19937 rng(6);
   const int64_t n = 3, heads = 5, hd = 12;
