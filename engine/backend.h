@@ -74,15 +74,17 @@ class BackendBuffer {
 };
 
 // Where one layer's K and V rows go: token t of the batch is stored at cache slot
-// slots[t] (= block * block_size + offset).
+// slots[t] (= block * block_size + offset), in the layouts of kernels/attention_params.h.
 struct KvStoreParams {
-  const float* k = nullptr;       // [n_tokens, kv_dim]
-  const float* v = nullptr;       // [n_tokens, kv_dim]
-  float* k_cache = nullptr;       // [n_slots, kv_dim] of this layer
-  float* v_cache = nullptr;
+  const float* k = nullptr;       // [n_tokens, n_kv_heads * head_dim]
+  const float* v = nullptr;       // [n_tokens, n_kv_heads * head_dim]
+  float* k_cache = nullptr;       // [n_blocks, n_kv_heads, head_dim, block_size] of this layer
+  float* v_cache = nullptr;       // [n_blocks, n_kv_heads, block_size, head_dim]
   const int32_t* slots = nullptr;  // [n_tokens]
   int64_t n_tokens = 0;
-  int64_t kv_dim = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
 };
 
 class Backend {

@@ -129,10 +129,18 @@ class CpuBackend final : public Backend {
   }
 
   void kv_store(const KvStoreParams& p) override {
-    const size_t row = static_cast<size_t>(p.kv_dim) * sizeof(float);
+    const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+    const size_t head_row = static_cast<size_t>(p.head_dim) * sizeof(float);
     for (int64_t t = 0; t < p.n_tokens; ++t) {
-      std::memcpy(p.k_cache + static_cast<int64_t>(p.slots[t]) * p.kv_dim, p.k + t * p.kv_dim, row);
-      std::memcpy(p.v_cache + static_cast<int64_t>(p.slots[t]) * p.kv_dim, p.v + t * p.kv_dim, row);
+      const int64_t block = p.slots[t] / p.block_size;
+      const int32_t offset = p.slots[t] % p.block_size;
+      for (int32_t h = 0; h < p.n_kv_heads; ++h) {
+        const float* k = p.k + t * kv_dim + static_cast<int64_t>(h) * p.head_dim;
+        float* kc = p.k_cache + kernels::kv_key_index(block, h, 0, offset, p.n_kv_heads, p.head_dim, p.block_size);
+        for (int32_t d = 0; d < p.head_dim; ++d) kc[static_cast<int64_t>(d) * p.block_size] = k[d];
+        std::memcpy(p.v_cache + kernels::kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, p.block_size),
+                    p.v + t * kv_dim + static_cast<int64_t>(h) * p.head_dim, head_row);
+      }
     }
   }
 

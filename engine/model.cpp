@@ -194,7 +194,7 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
     }
     be.rope(q, n, c.n_heads, c.head_dim, b.positions.data(), inv_freq_buf_.f32(), c.rope_style);
     be.rope(k, n, c.n_kv_heads, c.head_dim, b.positions.data(), inv_freq_buf_.f32(), c.rope_style);
-    be.kv_store({k, v, cache.k(li), cache.v(li), slots_.data(), n, kv_dim});
+    be.kv_store({k, v, cache.k(li), cache.v(li), slots_.data(), n, c.n_kv_heads, c.head_dim, bs});
     attention_params_.clear();
     for (const BatchSequence& s : b.sequences) {
       kernels::AttentionParams& p = attention_params_.emplace_back();

@@ -1,9 +1,9 @@
 // The body of the CPU attention kernel, included by attention.cpp once per instruction
 // set it is compiled for (attention_avx2.cpp, attention_avx512.cpp set their target
-// flags). Plain loops written so that the compiler vectorizes them over head_dim: the
-// query-key dot products keep 16 partial sums, value rows are accumulated elementwise.
-// Keys are visited one cache block at a time: scores for the block, one rescale of the
-// running sum and output (online softmax), then the block's values. Everything here
+// flags). Plain loops written so that the compiler vectorizes them: a block's scores
+// over its keys (stored transposed), the weighted values over head_dim. Keys are
+// visited one cache block at a time: scores for the block, one rescale of the running
+// sum and output (online softmax), then the block's values. Everything here
 // has internal linkage, so no copy compiled for a wider instruction set can be picked
 // by the linker for a narrower one.
 //
@@ -18,9 +18,9 @@
 
 namespace {
 
-constexpr int kLanes = 16;
 constexpr int kMaxHeadDim = 1024;  // ModelConfig validation bounds head_dim
 constexpr int kMaxBlockSize = 256;
+constexpr int kKeyTile = 16;       // keys per vector of scores (the usual block size)
 constexpr int kMaxHeads = 8;       // query heads of one KV head computed together
 
 // e^x for x <= 0 (a score minus the running maximum), within 2 ulp, in plain float
@@ -46,25 +46,36 @@ inline float exp_nonpositive(float x) {
   return p * scale;
 }
 
-inline float dot_lanes(const float* a, const float* b, int32_t n) {
-  float part[kLanes] = {};
-  int32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) part[l] += a[i + l] * b[i + l];
+// sc[j] = scale * q . key j for the n (<= N) keys of a block, keys[d * bs + j]. Every
+// N computes each score the same way, so a full tile (N = kKeyTile, which the compiler
+// keeps in registers) and a partial block agree bit for bit.
+template <int N>
+inline void block_scores(const float* q, const float* keys, int64_t bs, int32_t hd, int32_t n, float scale,
+                         float* sc) {
+  float p0[N], p1[N], p2[N], p3[N];
+  for (int32_t j = 0; j < (N == kKeyTile ? N : n); ++j) p0[j] = p1[j] = p2[j] = p3[j] = 0.0f;
+  int32_t d = 0;
+  for (; d + 4 <= hd; d += 4) {
+    const float* k0 = keys + d * bs;
+    const float q0 = q[d], q1 = q[d + 1], q2 = q[d + 2], q3 = q[d + 3];
+    for (int32_t j = 0; j < (N == kKeyTile ? N : n); ++j) {
+      p0[j] += q0 * k0[j];
+      p1[j] += q1 * k0[bs + j];
+      p2[j] += q2 * k0[2 * bs + j];
+      p3[j] += q3 * k0[3 * bs + j];
+    }
   }
-  for (int l = 0; i < n; ++i, ++l) part[l] += a[i] * b[i];
-  // The tree of pairs (l, l + w), spelled out level by level so that it stays in registers.
-  float s8[8], s4[4];
-  for (int l = 0; l < 8; ++l) s8[l] = part[l] + part[l + 8];
-  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
-  const float s2a = s4[0] + s4[2], s2b = s4[1] + s4[3];
-  return s2a + s2b;
+  for (; d < hd; ++d) {
+    const float qd = q[d];
+    const float* kd = keys + d * bs;
+    for (int32_t j = 0; j < (N == kKeyTile ? N : n); ++j) p0[j] += qd * kd[j];
+  }
+  for (int32_t j = 0; j < (N == kKeyTile ? N : n); ++j) sc[j] = ((p0[j] + p1[j]) + (p2[j] + p3[j])) * scale;
 }
 
 void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begin, int32_t head_end) {
   const int32_t group = p.n_heads / p.n_kv_heads;
   const int32_t hd = p.head_dim;
-  const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * hd;
   alignas(64) float acc[kMaxHeads][kMaxHeadDim];
   float score[kMaxHeads][kMaxBlockSize];
   float running_max[kMaxHeads], running_sum[kMaxHeads];
@@ -77,29 +88,36 @@ void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begi
       const int32_t kv_head = h0 / group;
       const int32_t h1 = std::min({head_end, (kv_head + 1) * group, h0 + kMaxHeads});
       const int32_t nh = h1 - h0;
-      const int64_t kv_off = static_cast<int64_t>(kv_head) * hd;
       for (int32_t g = 0; g < nh; ++g) {
         running_max[g] = -INFINITY;
         running_sum[g] = 0.0f;
         for (int32_t i = 0; i < hd; ++i) acc[g][i] = 0.0f;
       }
       for (int32_t k0 = first; k0 <= pos;) {
-        // Keys k0..k1-1 lie in one cache block: consecutive slots.
+        // Keys k0..k1-1 lie in one cache block.
         const int32_t in_block = k0 % p.block_size;
         const int32_t k1 = std::min({pos + 1, k0 - in_block + p.block_size, k0 + kMaxBlockSize});
-        const int64_t slot0 = static_cast<int64_t>(p.block_table[k0 / p.block_size]) * p.block_size + in_block;
-        const float* keys = p.k_cache + slot0 * kv_dim + kv_off;
-        const float* values = p.v_cache + slot0 * kv_dim + kv_off;
+        const int64_t block = p.block_table[k0 / p.block_size];
+        // keys[d * block_size + j]: the block's keys of this head, transposed.
+        const float* keys = p.k_cache + hearth::kernels::kv_key_index(block, kv_head, 0, in_block, p.n_kv_heads, hd,
+                                                                      p.block_size);
+        const float* values = p.v_cache + hearth::kernels::kv_value_index(block, kv_head, in_block, p.n_kv_heads, hd,
+                                                                          p.block_size);
         const int32_t n = k1 - k0;
+        const int64_t bs = p.block_size;
         for (int32_t g = 0; g < nh; ++g) {
           const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h0 + g) * hd;
           float* sc = score[g];
           float* ac = acc[g];
-          float block_max = -INFINITY;
-          for (int32_t j = 0; j < n; ++j) {
-            sc[j] = dot_lanes(q, keys + j * kv_dim, hd) * p.scale;
-            block_max = std::max(block_max, sc[j]);
+          // Scores of every key of the block at once (vectorized over keys): four
+          // partial sums over d mod 4, each in increasing d, then (p0 + p1) + (p2 + p3).
+          if (n == kKeyTile) {
+            block_scores<kKeyTile>(q, keys, bs, hd, kKeyTile, p.scale, sc);  // fixed size: kept in registers
+          } else {
+            block_scores<kMaxBlockSize>(q, keys, bs, hd, n, p.scale, sc);
           }
+          float block_max = -INFINITY;
+          for (int32_t j = 0; j < n; ++j) block_max = std::max(block_max, sc[j]);
           if (block_max > running_max[g]) {
             // ~1e-38 on the first block, where the sum and output are still 0.
             const float correction = exp_nonpositive(running_max[g] - block_max);
@@ -111,7 +129,7 @@ void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begi
           for (int32_t j = 0; j < n; ++j) {
             const float w = sc[j];
             running_sum[g] += w;
-            const float* v = values + j * kv_dim;
+            const float* v = values + j * static_cast<int64_t>(hd);
             for (int32_t i = 0; i < hd; ++i) ac[i] += w * v[i];
           }
         }

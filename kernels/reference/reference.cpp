@@ -161,7 +161,6 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 
 void attention(const AttentionParams& p) {
   const int32_t group = p.n_heads / p.n_kv_heads;
-  const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
   for (int32_t t = 0; t < p.n_tokens; ++t) {
     const int32_t pos = p.positions[t];
     const int32_t first = attention_first_key(pos, p.sliding_window);
@@ -171,10 +170,11 @@ void attention(const AttentionParams& p) {
       const int32_t kvh = h / group;
       float max_score = -INFINITY;
       for (int32_t k = first; k <= pos; ++k) {
-        const int64_t slot = static_cast<int64_t>(p.block_table[k / p.block_size]) * p.block_size + k % p.block_size;
-        const float* key = p.k_cache + slot * kv_dim + static_cast<int64_t>(kvh) * p.head_dim;
+        const int64_t block = p.block_table[k / p.block_size];
         float s = 0.0f;
-        for (int32_t i = 0; i < p.head_dim; ++i) s += q[i] * key[i];
+        for (int32_t i = 0; i < p.head_dim; ++i) {
+          s += q[i] * p.k_cache[kv_key_index(block, kvh, i, k % p.block_size, p.n_kv_heads, p.head_dim, p.block_size)];
+        }
         s *= p.scale;
         scores[k - first] = s;
         max_score = std::max(max_score, s);
@@ -187,8 +187,8 @@ void attention(const AttentionParams& p) {
       float* out = p.out + (static_cast<int64_t>(t) * p.n_heads + h) * p.head_dim;
       for (int32_t i = 0; i < p.head_dim; ++i) out[i] = 0.0f;
       for (int32_t k = first; k <= pos; ++k) {
-        const int64_t slot = static_cast<int64_t>(p.block_table[k / p.block_size]) * p.block_size + k % p.block_size;
-        const float* value = p.v_cache + slot * kv_dim + static_cast<int64_t>(kvh) * p.head_dim;
+        const float* value = p.v_cache + kv_value_index(p.block_table[k / p.block_size], kvh, k % p.block_size,
+                                                        p.n_kv_heads, p.head_dim, p.block_size);
         const float w = scores[k - first] / sum;
         for (int32_t i = 0; i < p.head_dim; ++i) out[i] += w * value[i];
       }
