@@ -73,6 +73,26 @@ inline void block_scores(const float* q, const float* keys, int64_t bs, int32_t 
   for (int32_t j = 0; j < (N == kKeyTile ? N : n); ++j) sc[j] = ((p0[j] + p1[j]) + (p2[j] + p3[j])) * scale;
 }
 
+// ac[i] += sum over the block's keys j, in order, of w[j] * values[j * hd + i]. HD > 0
+// fixes head_dim at compile time (the row is then held in registers); 0 is any size.
+template <int HD>
+inline void accumulate_values(const float* values, const float* w, int32_t n, int32_t hd, float* ac) {
+  if constexpr (HD > 0) {
+    float a[HD];
+    for (int i = 0; i < HD; ++i) a[i] = ac[i];
+    for (int32_t j = 0; j < n; ++j) {
+      const float* v = values + static_cast<int64_t>(j) * HD;
+      for (int i = 0; i < HD; ++i) a[i] += w[j] * v[i];
+    }
+    for (int i = 0; i < HD; ++i) ac[i] = a[i];
+  } else {
+    for (int32_t j = 0; j < n; ++j) {
+      const float* v = values + static_cast<int64_t>(j) * hd;
+      for (int32_t i = 0; i < hd; ++i) ac[i] += w[j] * v[i];
+    }
+  }
+}
+
 void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begin, int32_t head_end) {
   const int32_t group = p.n_heads / p.n_kv_heads;
   const int32_t hd = p.head_dim;
@@ -126,11 +146,11 @@ void attention_impl(const hearth::kernels::AttentionParams& p, int32_t head_begi
             running_max[g] = block_max;
           }
           for (int32_t j = 0; j < n; ++j) sc[j] = exp_nonpositive(sc[j] - running_max[g]);
-          for (int32_t j = 0; j < n; ++j) {
-            const float w = sc[j];
-            running_sum[g] += w;
-            const float* v = values + j * static_cast<int64_t>(hd);
-            for (int32_t i = 0; i < hd; ++i) ac[i] += w * v[i];
+          for (int32_t j = 0; j < n; ++j) running_sum[g] += sc[j];
+          switch (hd) {  // common head sizes: the output row stays in registers across the keys
+            case 64: accumulate_values<64>(values, sc, n, 64, ac); break;
+            case 128: accumulate_values<128>(values, sc, n, 128, ac); break;
+            default: accumulate_values<0>(values, sc, n, hd, ac); break;
           }
         }
         k0 = k1;
