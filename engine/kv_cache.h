@@ -1,9 +1,11 @@
 // KvCache: the paged key/value cache of one engine, and the block allocator over it.
 //
 // Memory is `n_blocks` fixed-size blocks per layer, each holding `block_size` token
-// positions of K and V ([n_layers][n_blocks][block_size][kv_dim] float32, one buffer
-// each for K and V, owned by the backend). A sequence owns a list of blocks (its block
-// table); position p lives in block table[p / block_size] at offset p % block_size.
+// positions of K and V (n_layers x n_blocks x block_size x kv_dim float32, one buffer
+// each for K and V, owned by the backend; within a layer the layouts of
+// kernels/attention_params.h: keys transposed per block and KV head). A sequence owns a
+// list of blocks (its block table); position p lives in block table[p / block_size] at
+// offset p % block_size.
 // Not thread-safe: owned by the engine's step loop.
 #pragma once
 
@@ -45,7 +47,7 @@ class KvCache {
   static Result<KvCache> create(Backend& backend, const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }
-  // Layer `layer` of the cache: [n_blocks * block_size, kv_dim].
+  // Layer `layer` of the cache: n_blocks * block_size * kv_dim floats each.
   float* k(int32_t layer) const { return k_.f32() + layer_stride_ * layer; }
   float* v(int32_t layer) const { return v_.f32() + layer_stride_ * layer; }
 
