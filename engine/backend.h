@@ -87,6 +87,12 @@ struct KvStoreParams {
   int32_t block_size = 0;
 };
 
+// One matrix of a matmuls() call and where its product goes.
+struct MatmulTarget {
+  const TensorView* w = nullptr;
+  float* y = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -106,6 +112,11 @@ class Backend {
   virtual void embedding(const TensorView& table, const TokenId* ids, int64_t n, float* out) = 0;
   // y[t, r] = sum_c w[r, c] * x[t, c]. w: [rows, cols]; x: [n, cols]; y: [n, rows].
   virtual void matmul(const TensorView& w, const float* x, int64_t n, float* y) = 0;
+  // matmul for several matrices with the same cols over the same x (at most 4), which a
+  // backend may run as one op.
+  virtual void matmuls(const float* x, int64_t n, std::span<const MatmulTarget> targets) {
+    for (const MatmulTarget& t : targets) matmul(*t.w, x, n, t.y);
+  }
   // out = x / rms(x) * weight, per row. x, out: [n, dim] (out may be x); weight: [dim].
   virtual void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) = 0;
   // x[t, h, :] rotated by positions[t] * inv_freq. x: [n, n_heads, head_dim]; inv_freq: [head_dim / 2].

@@ -4,10 +4,13 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <array>
+#include <span>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "common/check.h"
 #include "engine/backend.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/attention.h"
@@ -31,6 +34,8 @@ int64_t rows_per_task(int64_t rows, int threads) {
 
 class CpuBackend final : public Backend {
  public:
+  static constexpr size_t kMaxTargets = 4;
+
   explicit CpuBackend(const CpuBackendOptions& options)
       : reference_(options.use_reference), pool_(options.use_reference ? 1 : options.threads) {}
 
@@ -79,34 +84,63 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const TensorView& w, const float* x, int64_t n, float* y) override {
+    const MatmulTarget target{&w, y};
+    matmuls(x, n, std::span(&target, 1));
+  }
+
+  // Several matrices over the same activations (Q, K, V; gate, up): the activations are
+  // quantized once and every matrix's row chunks go to the pool as one op.
+  void matmuls(const float* x, int64_t n, std::span<const MatmulTarget> targets) override {
     if (reference_) {
-      kernels::ref::matmul(w.dtype, w.data, w.rows(), w.cols(), x, n, y);
+      for (const MatmulTarget& t : targets) {
+        kernels::ref::matmul(t.w->dtype, t.w->data, t.w->rows(), t.w->cols(), x, n, t.y);
+      }
       return;
     }
-    kernels::cpu::MatmulParams p;
-    p.type = w.dtype;
-    p.w = w.data;
-    p.rows = w.rows();
-    p.cols = w.cols();
-    p.x = x;
-    p.n_tokens = n;
-    p.y = y;
+    const int64_t cols = targets[0].w->cols();
     kernels::cpu::QuantizedActivations xq;
-    if (kernels::cpu::matmul_uses_quantized_activations(w.dtype)) {
-      const size_t bytes = kernels::cpu::quantized_activation_bytes(n, p.cols);
-      if (scratch_.size() < bytes) scratch_.resize(bytes);
-      xq = kernels::cpu::quantized_activations_view(n, p.cols, scratch_.data());
-      for_token_rows(n, p.cols, [&](int64_t t0, int64_t t1) { kernels::cpu::quantize_activation_rows(x, xq, t0, t1); });
-      p.xq = &xq;
+    bool quantized = false;
+    int64_t work = 0;
+    for (const MatmulTarget& t : targets) {
+      work += t.w->rows() * cols * n;
+      if (!quantized && kernels::cpu::matmul_uses_quantized_activations(t.w->dtype)) {
+        const size_t bytes = kernels::cpu::quantized_activation_bytes(n, cols);
+        if (scratch_.size() < bytes) scratch_.resize(bytes);
+        xq = kernels::cpu::quantized_activations_view(n, cols, scratch_.data());
+        for_token_rows(n, cols, [&](int64_t t0, int64_t t1) { kernels::cpu::quantize_activation_rows(x, xq, t0, t1); });
+        quantized = true;
+      }
     }
-    if (!pool_.worth_splitting(p.rows * p.cols * n)) {
-      kernels::cpu::matmul_rows(p, 0, p.rows);
+    std::array<kernels::cpu::MatmulParams, kMaxTargets> params;
+    std::array<int64_t, kMaxTargets + 1> first_task{};  // task ranges per target
+    std::array<int64_t, kMaxTargets> chunk{};
+    HEARTH_CHECK(targets.size() <= kMaxTargets) << "at most " << kMaxTargets << " matrices per matmuls()";
+    for (size_t i = 0; i < targets.size(); ++i) {
+      kernels::cpu::MatmulParams& p = params[i];
+      const TensorView& w = *targets[i].w;
+      p.type = w.dtype;
+      p.w = w.data;
+      p.rows = w.rows();
+      p.cols = cols;
+      p.x = x;
+      p.n_tokens = n;
+      p.y = targets[i].y;
+      p.xq = quantized ? &xq : nullptr;
+      chunk[i] = pool_.worth_splitting(work) ? rows_per_task(p.rows, pool_.size()) : p.rows;
+      first_task[i + 1] = first_task[i] + (p.rows + chunk[i] - 1) / chunk[i];
+    }
+    const int64_t n_tasks = first_task[targets.size()];
+    auto run = [&](int64_t task) {
+      size_t i = 0;
+      while (task >= first_task[i + 1]) ++i;
+      const int64_t r0 = (task - first_task[i]) * chunk[i];
+      kernels::cpu::matmul_rows(params[i], r0, std::min(params[i].rows, r0 + chunk[i]));
+    };
+    if (!pool_.worth_splitting(work)) {
+      for (int64_t task = 0; task < n_tasks; ++task) run(task);
       return;
     }
-    const int64_t chunk = rows_per_task(p.rows, pool_.size());
-    pool_.parallel_for((p.rows + chunk - 1) / chunk, [&](int64_t task) {
-      kernels::cpu::matmul_rows(p, task * chunk, std::min(p.rows, (task + 1) * chunk));
-    });
+    pool_.parallel_for(n_tasks, run);
   }
 
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {

@@ -184,9 +184,8 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
   for (int32_t li = 0; li < c.n_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
     // Attention block (xn: this layer's attention norm of x).
-    be.matmul(*l.attn_q, xn, n, q);  // [n, q_dim]
-    be.matmul(*l.attn_k, xn, n, k);  // [n, kv_dim]
-    be.matmul(*l.attn_v, xn, n, v);  // [n, kv_dim]
+    const MatmulTarget qkv[] = {{l.attn_q, q}, {l.attn_k, k}, {l.attn_v, v}};  // [n, q_dim], [n, kv_dim] x 2
+    be.matmuls(xn, n, qkv);
     if (l.q_bias != nullptr) {
       be.add_bias(q, l.q_bias, n, q_dim);
       be.add_bias(k, l.k_bias, n, kv_dim);
@@ -216,8 +215,8 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
     be.matmul(*l.attn_output, att, n, xn);  // [n, dim]
     // Feed-forward block: the residual add fused with its norm.
     be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
-    be.matmul(*l.ffn_gate, xn, n, gate);  // [n, ffn]
-    be.matmul(*l.ffn_up, xn, n, up);      // [n, ffn]
+    const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
+    be.matmuls(xn, n, gate_up);
     be.swiglu(gate, up, n * ffn, gate);
     be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim]
     if (li + 1 < c.n_layers) {
