@@ -1,6 +1,7 @@
 // matmul_rows on AVX2 + FMA + F16C. Compiled with those target flags; only called when
-// the CPU has them (isa.h). A row is multiplied with up to kTokenGroup tokens at once,
-// so each weight vector is loaded (and widened or unpacked) once per group.
+// the CPU has them (isa.h). Float weights go in 2-row x 4-token tiles; a quantized row is
+// multiplied with up to kTokenGroup tokens at once, so each weight vector is unpacked
+// once per group.
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_paths.h"
@@ -15,44 +16,115 @@ inline float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-inline __m256 widen8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 widen8(const uint16_t* p, bool bf16) {
+// Float weights (F32, or F16/BF16 widened on the fly): a tile of R rows times T tokens
+// over the columns [k0, k1), one vector accumulator per output reduced once per column
+// block (the same arithmetic whatever R and T are, so a token's result does not depend
+// on the batch around it). The column tail goes through zero-padded copies.
+inline __m256 load_w(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load_w(const uint16_t* p, bool bf16) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   return _mm256_cvtph_ps(h);
 }
-inline float widen1(const float* p) { return *p; }
-inline float widen1(const uint16_t* p, bool bf16) {
-  return bf16 ? _mm_cvtss_f32(_mm_castsi128_ps(_mm_cvtsi32_si128(static_cast<int>(*p) << 16))) : _cvtsh_ss(*p);
-}
 
-template <int N, typename W, typename Load, typename Load1>
-void rows_float(const W* w, const MatmulParams& p, int64_t t0, float* out, Load load, Load1 load1) {
-  __m256 acc[N][2];
+template <int R, int T, typename W, typename Load>
+void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride, int64_t k0, int64_t k1, Load load,
+                float* y, int64_t y_stride, bool accumulate) {
+  __m256 acc[R][T];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  const int64_t n = p.cols;
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    prefetch_ahead(w + i, 16 * sizeof(W));
-    const __m256 w0 = load(w + i), w1 = load(w + i + 8);
+  for (int r = 0; r < R; ++r) {
     #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) {
-      const float* x = p.x + (t0 + t) * n + i;
-      acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x), acc[t][0]);
-      acc[t][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + 8), acc[t][1]);
+    for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  auto step = [&](const W* const* wr, const float* const* xr) {
+    __m256 wv[R];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) wv[r] = load(wr[r]);
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m256 xv = _mm256_loadu_ps(xr[t]);
+      #pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) acc[r][t] = _mm256_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  };
+  int64_t k = k0;
+  for (; k + 8 <= k1; k += 8) {
+    const W* wr[R];
+    const float* xr[T];
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      // The next tile's rows at this column, one prefetch per cache line.
+      if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0) prefetch_lines(w + (r + R) * row_stride + k, 64);
+      wr[r] = w + r * row_stride + k;
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) xr[t] = x + t * x_stride + k;
+    step(wr, xr);
+  }
+  if (k < k1) {
+    alignas(32) W wpad[R][8] = {};
+    alignas(32) float xpad[T][8] = {};
+    const W* wr[R];
+    const float* xr[T];
+    for (int r = 0; r < R; ++r) {
+      for (int64_t i = k; i < k1; ++i) wpad[r][i - k] = w[r * row_stride + i];
+      wr[r] = wpad[r];
+    }
+    for (int t = 0; t < T; ++t) {
+      for (int64_t i = k; i < k1; ++i) xpad[t][i - k] = x[t * x_stride + i];
+      xr[t] = xpad[t];
+    }
+    step(wr, xr);
+  }
+  #pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    #pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const float v = hsum(acc[r][t]);
+      y[t * y_stride + r] = accumulate ? y[t * y_stride + r] + v : v;
     }
   }
-  for (; i + 8 <= n; i += 8) {
-    const __m256 w0 = load(w + i);
-    #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) acc[t][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(p.x + (t0 + t) * n + i), acc[t][0]);
+}
+
+template <int R, typename W, typename Load>
+void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x, int64_t x_stride, int64_t k0,
+                       int64_t k1, Load load, float* y, int64_t y_stride, bool accumulate) {
+  switch (n) {
+    case 1: tile_float<R, 1>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+    case 2: tile_float<R, 2>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+    case 3: tile_float<R, 3>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+    default: tile_float<R, 4>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
   }
-  #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) {
-    float sum = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
-    for (int64_t j = i; j < n; ++j) sum += load1(w + j) * p.x[(t0 + t) * n + j];
-    out[t] = sum;
+}
+
+// Rows [row_begin, row_end), 64 rows by kFloatColBlock columns at a time (the block's
+// weights stay in L2 for every token tile), 2 rows x 4 tokens per tile (16 registers),
+// 4 rows x 1 token for decode.
+template <typename W, typename Load>
+void matmul_float(const W* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load) {
+  constexpr int kRows = 2, kTokens = 4;
+  constexpr int64_t kRowBlock = 64;
+  for (int64_t rb = row_begin; rb < row_end; rb += kRowBlock) {
+    const int64_t re = row_end - rb < kRowBlock ? row_end : rb + kRowBlock;
+    for (int64_t k0 = 0; k0 < p.cols; k0 += kFloatColBlock) {
+      const int64_t k1 = p.cols - k0 < kFloatColBlock ? p.cols : k0 + kFloatColBlock;
+      for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kTokens) {
+        const int64_t nt = p.n_tokens - t0 < kTokens ? p.n_tokens - t0 : kTokens;
+        const float* x = p.x + t0 * p.cols;
+        float* y = p.y + t0 * p.rows;
+        int64_t r = rb;
+        // One token (decode): 4 rows at a time, for 4 independent accumulator chains.
+        for (; nt == 1 && r + 4 <= re; r += 4) {
+          tile_float<4, 1>(w + r * p.cols, p.cols, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
+        }
+        for (; r + kRows <= re; r += kRows) {
+          tile_float_tokens<kRows>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
+        }
+        for (; r < re; ++r) {
+          tile_float_tokens<1>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
+        }
+      }
+    }
   }
 }
 
@@ -114,19 +186,9 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
 template <int N>
 void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* out) {
   switch (p.type) {
-    case DType::kF32: {
-      const auto* w = reinterpret_cast<const float*>(row);
-      rows_float<N>(w, p, t0, out, [](const float* q) { return widen8(q); }, [](const float* q) { return widen1(q); });
-      return;
-    }
+    case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: {
-      const auto* w = reinterpret_cast<const uint16_t*>(row);
-      const bool bf16 = p.type == DType::kBF16;
-      rows_float<N>(w, p, t0, out, [bf16](const uint16_t* q) { return widen8(q, bf16); },
-                    [bf16](const uint16_t* q) { return widen1(q, bf16); });
-      return;
-    }
+    case DType::kBF16: return;  // computed in tiles by matmul_float
     case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
     case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
     case DType::kQ8_0R16:
@@ -224,6 +286,16 @@ void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) 
 void matmul_rows_avx2(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
   if (dtype_row_group(p.type) > 1) {
     matmul_rows_r16(p, row_begin, row_end);
+    return;
+  }
+  if (p.type == DType::kF32) {
+    matmul_float(static_cast<const float*>(p.w), p, row_begin, row_end, [](const float* q) { return load_w(q); });
+    return;
+  }
+  if (p.type == DType::kF16 || p.type == DType::kBF16) {
+    const bool bf16 = p.type == DType::kBF16;
+    matmul_float(static_cast<const uint16_t*>(p.w), p, row_begin, row_end,
+                 [bf16](const uint16_t* q) { return load_w(q, bf16); });
     return;
   }
   const uint64_t row_bytes = p.row_bytes;

@@ -55,7 +55,7 @@ void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       // The next tile's rows at this column: one tile of streaming ahead.
-      prefetch_lines(w + (r + R) * row_stride + k, 16 * sizeof(W));
+      if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0) prefetch_lines(w + (r + R) * row_stride + k, 64);
       wv[r] = load(w + r * row_stride + k);
     }
     #pragma GCC unroll 16
