@@ -53,7 +53,11 @@ bool process_alive(int pid, uint64_t start_time) {
   return start_time == 0 || now == start_time;
 }
 
-std::vector<int> children_of(int parent, std::string_view name) {
+namespace {
+
+// The pids in /proc for which keep(pid, "/proc/<pid>/") holds, sorted.
+template <typename Keep>
+std::vector<int> find_processes(Keep keep) {
   std::vector<int> pids;
   DIR* proc = ::opendir("/proc");
   if (proc == nullptr) return pids;
@@ -61,46 +65,45 @@ std::vector<int> children_of(int parent, std::string_view name) {
     char* end = nullptr;
     const long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
-    std::ifstream stat(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos || close + 4 >= line.size()) continue;
-    const char state = line[close + 2];  // field 3; field 4 is the parent
-    if (state == 'Z' || state == 'X' || std::atoi(line.c_str() + close + 4) != parent) continue;
-    std::ifstream cmd(std::string("/proc/") + e->d_name + "/cmdline");
-    std::string argv0;
-    std::getline(cmd, argv0, '\0');
-    if (argv0.ends_with(name)) pids.push_back(static_cast<int>(pid));
+    if (keep(std::string("/proc/") + e->d_name + "/")) pids.push_back(static_cast<int>(pid));
   }
   ::closedir(proc);
   std::sort(pids.begin(), pids.end());
   return pids;
 }
 
+}  // namespace
+
+std::vector<int> children_of(int parent, std::string_view name) {
+  return find_processes([&](const std::string& dir) {
+    std::ifstream stat(dir + "stat");
+    std::string line;
+    if (!std::getline(stat, line)) return false;
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos || close + 4 >= line.size()) return false;
+    const char state = line[close + 2];  // field 3; field 4 is the parent
+    if (state == 'Z' || state == 'X' || std::atoi(line.c_str() + close + 4) != parent) return false;
+    std::ifstream cmd(dir + "cmdline");
+    std::string argv0;
+    std::getline(cmd, argv0, '\0');
+    return argv0.ends_with(name);
+  });
+}
+
 std::vector<int> processes_mapping(const std::filesystem::path& path) {
-  std::vector<int> pids;
   const std::string needle = std::filesystem::absolute(path).lexically_normal().string();
-  DIR* proc = ::opendir("/proc");
-  if (proc == nullptr) return pids;
-  while (const dirent* e = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0') continue;
-    std::ifstream maps(std::string("/proc/") + e->d_name + "/maps");
+  return find_processes([&](const std::string& dir) {
+    std::ifstream maps(dir + "maps");
     std::string line;
     while (std::getline(maps, line)) {
       // The path is the last field; a deleted file shows " (deleted)" after it.
       const size_t at = line.find(needle);
       if (at != std::string::npos && (at + needle.size() == line.size() || line[at + needle.size()] == ' ')) {
-        pids.push_back(static_cast<int>(pid));
-        break;
+        return true;
       }
     }
-  }
-  ::closedir(proc);
-  std::sort(pids.begin(), pids.end());
-  return pids;
+    return false;
+  });
 }
 
 double monotonic_seconds() {

@@ -178,58 +178,50 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void attention(const kernels::AttentionParams& p) override {
-    if (reference_) {
-      kernels::ref::attention(p);
-    } else {
-      // Work: every query against its keys, roughly.
-      const int64_t work = static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim *
-                           (p.positions[p.n_tokens - 1] + 1);
-      if (!pool_.worth_splitting(work)) {
-        kernels::cpu::attention(p, 0, p.n_heads);
-        return;
-      }
-      // By KV head (the query heads that share one read its keys and values once), and
-      // by ranges of query tokens when there are fewer KV heads than work to hand out.
-      const int32_t group = p.n_heads / p.n_kv_heads;
-      const int32_t chunks = std::clamp(pool_.size() * 4 / p.n_kv_heads, 1, p.n_tokens);
-      const int32_t per_chunk = (p.n_tokens + chunks - 1) / chunks;
-      pool_.parallel_for(static_cast<int64_t>(p.n_kv_heads) * chunks, [&](int64_t task) {
-        const auto kv = static_cast<int32_t>(task % p.n_kv_heads);
-        const int32_t t0 = static_cast<int32_t>(task / p.n_kv_heads) * per_chunk;
-        const int32_t t1 = std::min(p.n_tokens, t0 + per_chunk);
-        if (t0 >= t1) return;
-        kernels::AttentionParams part = p;
-        const int64_t offset = static_cast<int64_t>(t0) * p.n_heads * p.head_dim;
-        part.q = p.q + offset;
-        part.out = p.out + offset;
-        part.positions = p.positions + t0;
-        part.n_tokens = t1 - t0;
-        kernels::cpu::attention(part, kv * group, (kv + 1) * group);
-      });
-    }
-  }
+  void attention(const kernels::AttentionParams& p) override { attention_batch(std::span(&p, 1)); }
 
+  // Every sequence of a step in one op, split by (sequence, KV head: the query heads
+  // that share one read its keys and values once) and, when that leaves the threads too
+  // little to share, by ranges of query tokens. Each (token, head) is computed alone,
+  // so no split changes a result.
   void attention_batch(std::span<const kernels::AttentionParams> ps) override {
-    if (reference_ || ps.size() < 2) {
-      for (const auto& p : ps) attention(p);
+    if (reference_) {
+      for (const auto& p : ps) kernels::ref::attention(p);
       return;
     }
-    // One hand-out over every (sequence, KV head): a decode step of many short
-    // sequences is one op, not one per sequence.
-    int64_t work = 0;
+    int64_t work = 0;  // every query against its keys, roughly
     for (const auto& p : ps) {
       work += static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim * (p.positions[p.n_tokens - 1] + 1);
     }
-    const int32_t kv_heads = ps[0].n_kv_heads;
-    const int32_t group = ps[0].n_heads / kv_heads;
     if (!pool_.worth_splitting(work)) {
       for (const auto& p : ps) kernels::cpu::attention(p, 0, p.n_heads);
       return;
     }
-    pool_.parallel_for(static_cast<int64_t>(ps.size()) * kv_heads, [&](int64_t task) {
-      const auto kv = static_cast<int32_t>(task % kv_heads);
-      kernels::cpu::attention(ps[static_cast<size_t>(task / kv_heads)], kv * group, (kv + 1) * group);
+    const auto n_seqs = static_cast<int32_t>(ps.size());
+    attention_tasks_.assign(ps.size() + 1, 0);  // first task of each sequence
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const int32_t chunks = std::clamp(pool_.size() * 4 / (ps[i].n_kv_heads * n_seqs), 1, ps[i].n_tokens);
+      attention_tasks_[i + 1] = attention_tasks_[i] + static_cast<int64_t>(ps[i].n_kv_heads) * chunks;
+    }
+    pool_.parallel_for(attention_tasks_.back(), [&](int64_t task) {
+      size_t i = 0;
+      while (task >= attention_tasks_[i + 1]) ++i;
+      const kernels::AttentionParams& p = ps[i];
+      const int64_t local = task - attention_tasks_[i];
+      const int64_t chunks = (attention_tasks_[i + 1] - attention_tasks_[i]) / p.n_kv_heads;
+      const auto kv = static_cast<int32_t>(local % p.n_kv_heads);
+      const auto per_chunk = static_cast<int32_t>((p.n_tokens + chunks - 1) / chunks);
+      const int32_t t0 = static_cast<int32_t>(local / p.n_kv_heads) * per_chunk;
+      const int32_t t1 = std::min(p.n_tokens, t0 + per_chunk);
+      if (t0 >= t1) return;
+      kernels::AttentionParams part = p;
+      const int64_t offset = static_cast<int64_t>(t0) * p.n_heads * p.head_dim;
+      part.q = p.q + offset;
+      part.out = p.out + offset;
+      part.positions = p.positions + t0;
+      part.n_tokens = t1 - t0;
+      const int32_t group = p.n_heads / p.n_kv_heads;
+      kernels::cpu::attention(part, kv * group, (kv + 1) * group);
     });
   }
 
@@ -291,6 +283,7 @@ class CpuBackend final : public Backend {
   bool reference_;
   ThreadPool pool_;
   std::vector<std::byte> scratch_;  // quantized activations; grows to the largest matmul once
+  std::vector<int64_t> attention_tasks_;  // first task of each sequence; grows to the largest batch once
 };
 
 }  // namespace

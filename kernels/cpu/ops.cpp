@@ -1,26 +1,29 @@
 #include "kernels/cpu/ops.h"
 
 #include <cmath>
+#include <type_traits>
 
 namespace hearth::kernels::cpu {
 
 namespace {
 
-// One row: optionally row += delta first (in the same pass as the sum of squares), then
+// One row: with Add, row += delta first (in the same pass as the sum of squares), then
 // out = row / rms(row) * weight. The eight partial sums and their order are the same
 // either way, so the fused and the separate ops give identical bits.
-void norm_row(float* row, const float* delta, const float* weight, int64_t dim, float eps, float* out) {
+template <bool Add>
+void norm_row(std::conditional_t<Add, float*, const float*> row, const float* delta, const float* weight,
+              int64_t dim, float eps, float* out) {
   float acc[8] = {};
   int64_t i = 0;
   for (; i + 8 <= dim; i += 8) {
     for (int k = 0; k < 8; ++k) {
-      if (delta != nullptr) row[i + k] += delta[i + k];
+      if constexpr (Add) row[i + k] += delta[i + k];
       acc[k] += row[i + k] * row[i + k];
     }
   }
   float ss = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; i < dim; ++i) {
-    if (delta != nullptr) row[i] += delta[i];
+    if constexpr (Add) row[i] += delta[i];
     ss += row[i] * row[i];
   }
   const float scale = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
@@ -30,14 +33,11 @@ void norm_row(float* row, const float* delta, const float* weight, int64_t dim, 
 }  // namespace
 
 void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) {
-  for (int64_t t = 0; t < n; ++t) {
-    // Read-only when delta is null.
-    norm_row(const_cast<float*>(x + t * dim), nullptr, weight, dim, eps, out + t * dim);
-  }
+  for (int64_t t = 0; t < n; ++t) norm_row<false>(x + t * dim, nullptr, weight, dim, eps, out + t * dim);
 }
 
 void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps, float* out) {
-  for (int64_t t = 0; t < n; ++t) norm_row(x + t * dim, delta + t * dim, weight, dim, eps, out + t * dim);
+  for (int64_t t = 0; t < n; ++t) norm_row<true>(x + t * dim, delta + t * dim, weight, dim, eps, out + t * dim);
 }
 
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
