@@ -4,12 +4,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/test_point.h"
 #include "engine/backend.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -35,6 +37,10 @@ Status env_int(const char* name, int32_t& target, int32_t min, int32_t max) {
 }
 
 // One request the engine is running.
+// How long a ring position may stay claimed but unfilled before the engine skips it:
+// far longer than any producer takes between its claim and its fill.
+constexpr uint64_t kRingHoleGraceNs = 2000000000ull;
+
 struct Active {
   uint32_t slot = 0;
   uint32_t generation = 0;
@@ -70,6 +76,7 @@ struct EngineServer::Impl {
   std::unique_ptr<Scheduler> scheduler;
   std::unordered_map<uint64_t, Active> active;  // by sequence id
   std::vector<uint64_t> by_slot;                // slot -> sequence id (0: none)
+  std::vector<uint64_t> filling_suspects;       // Broker::sweep_orphans' memory
   uint64_t epoch = 0;
   uint64_t next_seq = 1;
   int32_t context = 0;
@@ -78,7 +85,8 @@ struct EngineServer::Impl {
   std::vector<float> scratch;
   uint64_t last_scan_ns = 0;
   uint64_t orphans_freed = 0;  // slots of gone frontends returned to FREE
-  uint64_t ring_stalled_since = 0;
+  std::map<uint64_t, uint64_t> ring_holes;  // unfilled ring position -> first seen (ns)
+  std::vector<uint64_t> hole_scratch;
   uint64_t last_watchdog_ns = 0;
 
   void fail_slot(uint32_t slot, ErrorCode code, std::string_view message) {
@@ -96,6 +104,7 @@ struct EngineServer::Impl {
       return;  // not queued (any more): cancelled, taken, or a stale ring entry
     }
     if (resume) s.state.store(static_cast<uint32_t>(SlotState::kRunning), std::memory_order_release);
+    HEARTH_TEST_POINT("engine.admit.running");  // RUNNING, not yet in the scheduler
     s.admitted_epoch = epoch;
     const ModelConfig& c = model->config();
     // Everything in the slot was written by another process: check it before use.
@@ -121,8 +130,8 @@ struct EngineServer::Impl {
     Active a;
     a.slot = index;
     a.generation = generation;
-    a.owner = s.owner;
-    a.owner_pid = s.owner_pid;
+    a.owner = s.owner.load(std::memory_order_relaxed);
+    a.owner_pid = s.owner_pid.load(std::memory_order_relaxed);
     a.n_prompt = n_prompt;
     a.max_tokens = s.max_tokens;
     a.top_logprobs = s.top_logprobs;
@@ -173,22 +182,30 @@ struct EngineServer::Impl {
       const auto v = ring.pop();
       if (!v) {
         // A head position taken by a producer that never filled it (one that died in the
-        // middle of a push) hides everything behind it; after a grace period far longer
-        // than any push, skip it. The slot itself is found by scan_slots.
-        if (ring.size() == 0) {
-          ring_stalled_since = 0;
-        } else if (ring_stalled_since == 0) {
-          ring_stalled_since = now;
-        } else if (now - ring_stalled_since > 2000000000ull && ring.skip_stalled_head()) {
+        // middle of a push) hides everything behind it; once it has been unfilled far
+        // longer than any push takes, skip it. The slot itself is found by scan_slots.
+        const auto seen = ring_holes.find(ring.head_position());
+        if (seen != ring_holes.end() && now - seen->second > kRingHoleGraceNs && ring.skip_stalled_head()) {
           HEARTH_LOG_WARN("skipped a request-ring entry left unfinished by a dead frontend");
-          ring_stalled_since = 0;
+          ring_holes.erase(seen);
           continue;
         }
         break;
       }
-      ring_stalled_since = 0;
       if (*v < broker->n_slots()) admit(static_cast<uint32_t>(*v), /*resume=*/false);
     }
+  }
+
+  // Notes when each unfilled ring position was first seen, so that holes left by dead
+  // producers age together instead of one after the other at the head.
+  void age_ring_holes(uint64_t now) {
+    Ring ring = broker->ring();
+    hole_scratch.clear();
+    ring.unfilled_positions(hole_scratch);
+    std::erase_if(ring_holes, [&](const auto& h) {
+      return std::find(hole_scratch.begin(), hole_scratch.end(), h.first) == hole_scratch.end();
+    });
+    for (uint64_t pos : hole_scratch) ring_holes.emplace(pos, now);
   }
 
   // The slot table is the truth: QUEUED slots the ring did not deliver (a full ring, a
@@ -205,62 +222,31 @@ struct EngineServer::Impl {
   void reap() {
     std::vector<uint64_t> gone;
     const uint64_t now = monotonic_ns();
+    const auto stale = std::chrono::milliseconds(options.frontend_stale_ms);
     for (auto& [id, a] : active) {
       SlotHeader& s = broker->slot(a.slot);
-      if (s.cancel.load(std::memory_order_acquire) != 0) {
-        gone.push_back(id);
-        broker->slot_finish(a.slot, SlotState::kCancelled, SlotFinish::kCancelled);
-        continue;
-      }
-      if (owner_state(a.owner, a.owner_pid, now) != Owner::kAlive) {
-        gone.push_back(id);
-        broker->slot_finish(a.slot, SlotState::kCancelled, SlotFinish::kCancelled);
+      const bool cancelled = s.cancel.load(std::memory_order_acquire) != 0;
+      const bool orphan = !cancelled && broker->owner_state(a.owner, a.owner_pid, stale, now) != OwnerState::kAlive;
+      if (!cancelled && !orphan) continue;
+      gone.push_back(id);
+      broker->header().stat_cancelled.fetch_add(1, std::memory_order_relaxed);  // counted before the owner sees it
+      broker->slot_finish(a.slot, SlotState::kCancelled, SlotFinish::kCancelled);
+      HEARTH_TEST_POINT("engine.reap.cancelled");  // finished as CANCELLED, still in the scheduler
+      if (orphan) {
         broker->slot_release(a.slot);  // nobody is left to read it
+        broker->header().stat_reclaimed.fetch_add(1, std::memory_order_relaxed);
       }
     }
     for (uint64_t id : gone) forget(id);
   }
 
-  // The frontend that owns a slot: alive; silent (registered, but its heartbeat is older
-  // than the stale bound: wedged, or gone without a trace); or exited (its registry entry
-  // was released or taken by another process, or its pid is gone).
-  enum class Owner { kAlive, kSilent, kExited };
-  Owner owner_state(int index, int32_t owner_pid, uint64_t now) const {
-    if (index < 0 || index >= kMaxFrontends) return Owner::kExited;
-    const FrontendEntry& f = broker->header().frontends[index];
-    const int32_t pid = f.pid.load(std::memory_order_acquire);
-    if (pid == 0 || pid != owner_pid || !process_alive(pid, f.start_time.load(std::memory_order_relaxed))) {
-      return Owner::kExited;
-    }
-    const uint64_t beat = f.heartbeat_ns.load(std::memory_order_acquire);
-    const bool fresh = now < beat || now - beat <= static_cast<uint64_t>(options.frontend_stale_ms) * 1000000ull;
-    return fresh ? Owner::kAlive : Owner::kSilent;
-  }
-
-  // Slots the engine is not running whose frontend is gone: finished ones nobody will
-  // read, queued ones nobody waits for, and (once the owner has surely exited) ones it
-  // was still filling. They go back to FREE, so a dead frontend leaks no slot.
+  // Slots the engine is not running whose frontend is gone go back to FREE, so a dead
+  // frontend leaks no slot (Broker::sweep_orphans).
   void sweep_orphans(uint64_t now) {
-    const uint64_t before = orphans_freed;
-    for (uint32_t i = 0; i < broker->n_slots(); ++i) {
-      if (by_slot[i] != 0) continue;  // running here: reap() handles it
-      SlotHeader& s = broker->slot(i);
-      uint32_t state = s.state.load(std::memory_order_acquire);
-      if (state == static_cast<uint32_t>(SlotState::kFree) || state == static_cast<uint32_t>(SlotState::kRunning)) {
-        continue;
-      }
-      const Owner owner = owner_state(s.owner, s.owner_pid, now);
-      if (owner == Owner::kAlive) continue;
-      // A silent owner might still be writing a slot it is filling; only an exited one
-      // surely is not.
-      if (state == static_cast<uint32_t>(SlotState::kFilling) && owner != Owner::kExited) continue;
-      if (s.state.compare_exchange_strong(state, static_cast<uint32_t>(SlotState::kFree), std::memory_order_acq_rel)) {
-        ++orphans_freed;
-      }
-    }
-    if (orphans_freed != before) {
-      HEARTH_LOG_INFO("freed {} slots of frontends that are gone ({} in all)", orphans_freed - before, orphans_freed);
-    }
+    const uint32_t freed =
+        broker->sweep_orphans(by_slot, filling_suspects, std::chrono::milliseconds(options.frontend_stale_ms), now);
+    orphans_freed += freed;
+    if (freed > 0) HEARTH_LOG_INFO("freed {} slots of frontends that are gone ({} in all)", freed, orphans_freed);
   }
 
   // One scheduler step through the model. Returns false when there was nothing to run.
@@ -293,7 +279,9 @@ struct EngineServer::Impl {
     }
     const size_t vocab = static_cast<size_t>(model->config().vocab_size);
     if (logits.size() < rows.size() * vocab) logits.resize(rows.size() * vocab);
+    HEARTH_TEST_POINT("engine.step.planned");
     HEARTH_RETURN_IF_ERROR(model->forward({tokens, positions, seqs, rows}, *cache, logits.data()));
+    HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet
 
     std::vector<uint64_t> finished;
     std::vector<bool> wake(kMaxFrontends, false);
@@ -317,6 +305,7 @@ struct EngineServer::Impl {
         finished.push_back(p.id);
       }
     }
+    HEARTH_TEST_POINT("engine.step.sampled");  // tokens published, owners not yet woken
     for (uint64_t id : finished) forget(id);
     for (int f = 0; f < kMaxFrontends; ++f) {
       if (wake[static_cast<size_t>(f)]) broker->wake_frontend(f);
@@ -407,6 +396,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                                 {options.slots, static_cast<uint32_t>(impl->context)}));
   impl->broker.emplace(std::move(broker));
   impl->by_slot.assign(impl->broker->n_slots(), 0);
+  impl->filling_suspects.assign(impl->broker->n_slots(), 0);
   std::unique_ptr<EngineServer> server(new EngineServer());
   server->impl_ = std::move(impl);
   return server;
@@ -448,6 +438,7 @@ Status EngineServer::run() {
     if (now - m.last_scan_ns > 200000000ull) {
       m.scan_slots(/*resume_running=*/false);
       m.sweep_orphans(now);
+      m.age_ring_holes(now);
       m.last_scan_ns = now;
     }
     m.reap();

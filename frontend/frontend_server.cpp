@@ -21,6 +21,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "common/test_point.h"
 #include "common/utf8.h"
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
@@ -461,6 +462,10 @@ void Session::handle_metrics() {
   render_metric(out, "hearth_kv_blocks_used", "gauge", "KV cache blocks in use", h.stat_kv_blocks_used.load());
   render_metric(out, "hearth_kv_blocks_total", "gauge", "KV cache blocks", h.stat_kv_blocks_total.load());
   render_metric(out, "hearth_engine_steps_total", "counter", "Engine steps", h.stat_steps.load());
+  render_metric(out, "hearth_engine_cancelled_total", "counter",
+                "Sequences the engine stopped early: cancelled, or their frontend was gone", h.stat_cancelled.load());
+  render_metric(out, "hearth_engine_slots_reclaimed_total", "counter",
+                "Request slots of gone frontends the engine returned to the free list", h.stat_reclaimed.load());
   s.time_to_first_token.render(out, "hearth_time_to_first_token_seconds",
                                "From a generation request's arrival to its first token");
   s.request_duration.render(out, "hearth_request_duration_seconds",
@@ -551,6 +556,7 @@ void Session::handle_generation(ApiEndpoint endpoint) {
       if (!g->choices.empty()) s.add(g);  // the pump releases them once the engine lets go
       return error(slot.status(), slot.status().code() == ErrorCode::kResourceExhausted ? "1" : "");
     }
+    HEARTH_TEST_POINT("frontend.submitted");  // queued; nothing follows it yet
     Generation::Choice c;
     c.slot = *slot;
     c.text.emplace(*s.tokenizer, req.stop, /*at_start=*/false);
@@ -688,6 +694,7 @@ void FrontendServer::Impl::advance(Generation& g) {
   if (stream && !gone && !out.empty() && session && !g.failed) {
     session->post_stream(std::move(out), false);
     out.clear();
+    HEARTH_TEST_POINT("frontend.streamed");  // part of a stream handed to the connection
   }
   if (!all_done) return;
   g.finished = true;

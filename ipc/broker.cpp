@@ -7,6 +7,7 @@
 #include <new>
 
 #include "common/process.h"
+#include "common/test_point.h"
 #include "ipc/futex.h"
 
 namespace hearth {
@@ -133,7 +134,8 @@ Result<Broker> Broker::open_or_create(const std::filesystem::path& path, const B
   h.created_unix_ms = static_cast<uint64_t>(::time(nullptr)) * 1000;
   ring_init(seg.data() + h.ring_offset, ring_capacity_for(config.n_slots));
   for (uint32_t i = 0; i < config.n_slots; ++i) {
-    new (seg.data() + h.slots_offset + i * h.slot_stride) SlotHeader{};
+    auto* s = new (seg.data() + h.slots_offset + i * h.slot_stride) SlotHeader{};
+    s->owner.store(-1, std::memory_order_relaxed);
   }
   std::atomic_thread_fence(std::memory_order_release);
   seg.publish();
@@ -176,11 +178,12 @@ std::optional<uint32_t> Broker::slot_claim(int frontend) const {
     if (s.state.load(std::memory_order_relaxed) != expected) continue;
     if (s.state.compare_exchange_strong(expected, static_cast<uint32_t>(SlotState::kFilling),
                                         std::memory_order_acq_rel)) {
+      HEARTH_TEST_POINT("broker.claim.filling");  // FILLING, owner not yet written
       s.generation.fetch_add(1, std::memory_order_relaxed);
       s.cancel.store(0, std::memory_order_relaxed);
       s.n_produced.store(0, std::memory_order_relaxed);
-      s.owner = frontend;
-      s.owner_pid = ::getpid();
+      s.owner.store(frontend, std::memory_order_relaxed);
+      s.owner_pid.store(::getpid(), std::memory_order_relaxed);
       s.request_id = header_->next_request_id.fetch_add(1, std::memory_order_relaxed);
       s.finish = static_cast<uint32_t>(SlotFinish::kNone);
       s.error_code = 0;
@@ -196,9 +199,11 @@ void Broker::slot_submit(uint32_t index) const {
   SlotHeader& s = slot(index);
   s.enqueued_ns = monotonic_ns();
   s.state.store(static_cast<uint32_t>(SlotState::kQueued), std::memory_order_release);
+  HEARTH_TEST_POINT("broker.submit.queued");  // QUEUED, not yet in the ring
   // The ring is the doorbell and keeps arrival order; a full ring is harmless because the
   // engine also finds QUEUED slots by scanning.
   ring().push(index);
+  HEARTH_TEST_POINT("broker.submit.pushed");  // in the ring, the engine not yet woken
   futex_signal(header_->engine_wake);
 }
 
@@ -208,7 +213,11 @@ void Broker::slot_cancel(uint32_t index) const {
 }
 
 void Broker::slot_release(uint32_t index) const {
-  slot(index).state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+  HEARTH_TEST_POINT("broker.release");
+  SlotHeader& s = slot(index);
+  s.owner.store(-1, std::memory_order_relaxed);
+  s.owner_pid.store(0, std::memory_order_relaxed);
+  s.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
 }
 
 bool Broker::engine_alive(std::chrono::milliseconds max_age) const {
@@ -220,6 +229,7 @@ bool Broker::engine_alive(std::chrono::milliseconds max_age) const {
 
 uint64_t Broker::engine_start() const {
   const uint64_t epoch = header_->engine_epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
+  HEARTH_TEST_POINT("broker.engine_start");  // a new epoch, the ring not yet repaired
   header_->engine_pid.store(::getpid(), std::memory_order_relaxed);
   header_->engine_start_time.store(process_start_time(::getpid()), std::memory_order_relaxed);
   // Cells a dead predecessor claimed but never released would block producers forever.
@@ -237,6 +247,7 @@ void Broker::engine_stop() const { header_->engine_heartbeat_ns.store(0, std::me
 void Broker::slot_publish(uint32_t index, int32_t n_produced) const {
   SlotHeader& s = slot(index);
   if (s.first_token_ns == 0) s.first_token_ns = monotonic_ns();
+  HEARTH_TEST_POINT("broker.publish");  // the token written, not yet published
   s.n_produced.store(n_produced, std::memory_order_release);
 }
 
@@ -246,16 +257,65 @@ void Broker::slot_finish(uint32_t index, SlotState state, SlotFinish finish, int
   s.finish = static_cast<uint32_t>(finish);
   s.error_code = error_code;
   const size_t n = std::min(error.size(), sizeof(s.error) - 1);
-  std::memcpy(s.error, error.data(), n);
+  if (n > 0) std::memcpy(s.error, error.data(), n);  // an empty view may have no data
   s.error[n] = '\0';
   s.finished_ns = monotonic_ns();
+  HEARTH_TEST_POINT("broker.finish");  // the outcome written, the state not yet terminal
   s.state.store(static_cast<uint32_t>(state), std::memory_order_release);
-  if (s.owner >= 0 && s.owner < kMaxFrontends) wake_frontend(s.owner);
+  wake_frontend(s.owner.load(std::memory_order_relaxed));
 }
 
 void Broker::wake_frontend(int frontend) const {
   if (frontend < 0 || frontend >= kMaxFrontends) return;
   futex_signal(header_->frontends[frontend].wake);
+}
+
+OwnerState Broker::owner_state(int index, int32_t owner_pid, std::chrono::milliseconds stale, uint64_t now) const {
+  if (index < 0 || index >= kMaxFrontends) return OwnerState::kExited;
+  const FrontendEntry& f = header_->frontends[index];
+  const int32_t pid = f.pid.load(std::memory_order_acquire);
+  if (pid == 0 || pid != owner_pid || !process_alive(pid, f.start_time.load(std::memory_order_relaxed))) {
+    return OwnerState::kExited;
+  }
+  const uint64_t beat = f.heartbeat_ns.load(std::memory_order_acquire);
+  const bool fresh = now < beat || now - beat <= static_cast<uint64_t>(stale.count()) * 1000000ull;
+  return fresh ? OwnerState::kAlive : OwnerState::kSilent;
+}
+
+uint32_t Broker::sweep_orphans(std::span<const uint64_t> engine_holds, std::span<uint64_t> filling_suspects,
+                               std::chrono::milliseconds stale, uint64_t now) const {
+  uint32_t freed = 0;
+  for (uint32_t i = 0; i < n_slots(); ++i) {
+    uint64_t no_suspect = 0;
+    uint64_t& suspect = i < filling_suspects.size() ? filling_suspects[i] : no_suspect;
+    const uint64_t seen = suspect;
+    suspect = 0;
+    if (i < engine_holds.size() && engine_holds[i] != 0) continue;  // the engine's own to finish
+    SlotHeader& s = slot(i);
+    uint32_t state = s.state.load(std::memory_order_acquire);
+    if (state == static_cast<uint32_t>(SlotState::kFree) || state == static_cast<uint32_t>(SlotState::kRunning)) {
+      continue;
+    }
+    const OwnerState owner =
+        owner_state(s.owner.load(std::memory_order_relaxed), s.owner_pid.load(std::memory_order_relaxed), stale, now);
+    if (owner == OwnerState::kAlive) continue;
+    if (state == static_cast<uint32_t>(SlotState::kFilling)) {
+      // A silent owner might still be writing. An exited one (or none yet: a claimer
+      // writes its name just after the claim) must look so twice, a sweep apart, with
+      // the same generation: a live claimer names itself long before that.
+      if (owner != OwnerState::kExited) continue;
+      const uint64_t mark = (uint64_t{1} << 32) | s.generation.load(std::memory_order_relaxed);
+      if (seen != mark) {
+        suspect = mark;
+        continue;
+      }
+    }
+    if (s.state.compare_exchange_strong(state, static_cast<uint32_t>(SlotState::kFree), std::memory_order_acq_rel)) {
+      ++freed;
+    }
+  }
+  if (freed > 0) header_->stat_reclaimed.fetch_add(freed, std::memory_order_relaxed);
+  return freed;
 }
 
 }  // namespace hearth

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 
 #include "common/status.h"
 #include "ipc/broker_layout.h"
@@ -28,6 +29,12 @@ struct BrokerConfig {
 
 // CLOCK_MONOTONIC in nanoseconds (the clock every heartbeat and timestamp uses).
 uint64_t monotonic_ns();
+
+// The frontend that owns a slot, as the engine judges it: alive; silent (registered, but
+// its heartbeat is older than the stale bound: wedged, or gone without a trace); or
+// exited (its registry entry was released or taken by another process, or its pid is
+// gone; a zombie counts as gone).
+enum class OwnerState { kAlive, kSilent, kExited };
 
 class Broker {
  public:
@@ -75,6 +82,18 @@ class Broker {
                    std::string_view error = {}) const;
   // Wakes every frontend with news (call once per step).
   void wake_frontend(int frontend) const;
+  // How the frontend at registry `index`, recorded as `owner_pid` by a slot, looks at
+  // `now_ns`: a heartbeat older than `stale` makes a live process silent.
+  OwnerState owner_state(int index, int32_t owner_pid, std::chrono::milliseconds stale, uint64_t now_ns) const;
+  // Returns to FREE the slots the engine is not running (`engine_holds[i] == 0`) whose
+  // owner is gone: QUEUED and terminal ones when it is silent or exited; FILLING ones only
+  // once it has surely exited (a silent owner might still be writing), seen so by two
+  // sweeps in a row: `filling_suspects` (one entry per slot, zeros at first) carries the
+  // first sighting from one call to the next. Each is a CAS from the state seen, so a
+  // slot that moved meanwhile is left alone. Returns how many it freed (also added to
+  // `stat_reclaimed`).
+  uint32_t sweep_orphans(std::span<const uint64_t> engine_holds, std::span<uint64_t> filling_suspects,
+                         std::chrono::milliseconds stale, uint64_t now_ns) const;
 
  private:
   Broker() = default;

@@ -19,7 +19,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
-inline constexpr uint32_t kBrokerLayoutVersion = 1;
+inline constexpr uint32_t kBrokerLayoutVersion = 2;
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr int kMaxFrontends = 16;
 inline constexpr int kMaxStopIds = 16;
@@ -74,6 +74,8 @@ struct BrokerHeader {
   std::atomic<uint32_t> stat_kv_blocks_used;
   std::atomic<uint64_t> stat_steps;
   std::atomic<uint64_t> stat_tokens;
+  std::atomic<uint64_t> stat_cancelled;       // sequences stopped by a cancel flag or a gone owner
+  std::atomic<uint64_t> stat_reclaimed;       // slots of gone frontends returned to FREE
   std::atomic<uint64_t> next_request_id;
   FrontendEntry frontends[kMaxFrontends];
 };
@@ -106,8 +108,11 @@ struct alignas(64) SlotHeader {
   std::atomic<uint32_t> generation;  // bumped by each claim: tells reuses of the slot apart
   std::atomic<uint32_t> cancel;      // set by the owner: stop at the next step
   std::atomic<int32_t> n_produced;   // produced tokens published so far
-  int32_t owner;                     // frontend index
-  int32_t owner_pid;
+  // The claiming frontend's registry index and pid, written right after the claim and
+  // cleared (-1, 0) by the release, so a FREE slot names nobody. Atomics because the
+  // engine's sweep reads them while a frontend may be writing them.
+  std::atomic<int32_t> owner;
+  std::atomic<int32_t> owner_pid;
   uint64_t request_id;
   SlotSampling sampling;
   int32_t max_tokens;

@@ -2,6 +2,8 @@
 
 #include <new>
 
+#include "common/test_point.h"
+
 namespace hearth {
 
 uint64_t ring_bytes(uint64_t capacity) { return sizeof(RingHeader) + capacity * sizeof(RingCell); }
@@ -28,6 +30,7 @@ bool Ring::push(uint64_t value) {
     const auto diff = static_cast<int64_t>(seq - pos);
     if (diff == 0) {
       if (header_->enqueue_pos.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        HEARTH_TEST_POINT("ring.push.claimed");  // a position taken, its cell not yet filled
         cell.value = value;
         cell.seq.store(pos + 1, std::memory_order_release);
         return true;
@@ -48,6 +51,7 @@ std::optional<uint64_t> Ring::pop() {
     const auto diff = static_cast<int64_t>(seq - (pos + 1));
     if (diff == 0) {
       if (header_->dequeue_pos.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+        HEARTH_TEST_POINT("ring.pop.claimed");  // a value taken, its cell not yet released
         const uint64_t value = cell.value;
         cell.seq.store(pos + header_->capacity, std::memory_order_release);
         return value;
@@ -74,6 +78,14 @@ bool Ring::skip_stalled_head() {
   if (!header_->dequeue_pos.compare_exchange_strong(pos, pos + 1, std::memory_order_acq_rel)) return false;
   cell.seq.store(pos + header_->capacity, std::memory_order_release);
   return true;
+}
+
+void Ring::unfilled_positions(std::vector<uint64_t>& out) const {
+  const uint64_t d = header_->dequeue_pos.load(std::memory_order_acquire);
+  const uint64_t e = header_->enqueue_pos.load(std::memory_order_acquire);
+  for (uint64_t pos = d; pos < e && pos - d < header_->capacity; ++pos) {
+    if (cells_[pos & header_->mask].seq.load(std::memory_order_acquire) == pos) out.push_back(pos);
+  }
 }
 
 void Ring::release_claimed() {

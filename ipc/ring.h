@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace hearth {
 
@@ -64,6 +65,11 @@ class Ring {
   // by a consumer that died) are marked consumed so producers can reuse them.
   bool skip_stalled_head();
   void release_claimed();
+  // The position the next pop takes, and the positions taken by producers whose cells
+  // are not filled yet (appended to `out`, oldest first): a consumer ages them to tell a
+  // dead producer's hole from a slow one.
+  uint64_t head_position() const { return header_->dequeue_pos.load(std::memory_order_acquire); }
+  void unfilled_positions(std::vector<uint64_t>& out) const;
 
  private:
   RingHeader* header_;

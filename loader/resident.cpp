@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/model_tensors.h"
 #include "common/process.h"
+#include "common/test_point.h"
 #include "ipc/weights_segment.h"
 #include "kernels/reference/reference.h"
 #include "loader/model.h"
@@ -351,6 +352,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   }
   HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, h.total_bytes));
   if (o.hugepages) seg.advise_hugepages();
+  HEARTH_TEST_POINT("loader.publish.reserved");  // the file exists, all zeros
 
   // The header, in place; state LOADING until every byte is written.
   auto* out = new (seg.data()) WeightsHeader{};
@@ -392,6 +394,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   std::memcpy(seg.data() + h.config_offset, config_json.data(), config_json.size());
   std::memcpy(seg.data() + h.tokenizer_offset, tokenizer_blob.data(), tokenizer_blob.size());
   std::memcpy(seg.data() + h.template_offset, chat_template.data(), chat_template.size());
+  HEARTH_TEST_POINT("loader.publish.loading");  // header and manifest written, LOADING
 
   // Tensor data, split over the cores: largest tensors first, handed out in turn.
   std::vector<size_t> order(plan.size());
@@ -400,15 +403,20 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   const unsigned n_threads = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < order.size();) write_tensor(plan[order[i]], seg.data());
+    for (size_t i; (i = next.fetch_add(1)) < order.size();) {
+      write_tensor(plan[order[i]], seg.data());
+      HEARTH_TEST_POINT("loader.publish.tensor");
+    }
   };
   std::vector<std::thread> threads;
   for (unsigned t = 1; t < n_threads; ++t) threads.emplace_back(work);
   work();
   for (auto& t : threads) t.join();
 
+  HEARTH_TEST_POINT("loader.publish.written");  // every byte written, still LOADING
   out->state.store(static_cast<uint32_t>(SegmentState::kReady), std::memory_order_release);
   seg.publish();
+  HEARTH_TEST_POINT("loader.publish.ready");
   HEARTH_LOG_INFO("published {} ({}, {}) as {}: {} in {:.2f} s", model.name, model_format_name(model.format),
                   o.quant ? (*o.quant == DType::kQ8_0 ? "int8" : "int4") : "as stored", path.string(),
                   human_bytes(h.total_bytes), elapsed());
