@@ -13,24 +13,45 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+namespace {
+
+// Every operation of these clients runs asynchronously under a deadline (a sync read
+// on a Beast stream ignores expires_after): a server that hangs fails the request with
+// "timeout" instead of hanging the test.
+constexpr auto kTimeout = std::chrono::seconds(120);
+
+// Runs `ioc` until its work is done; throws when an operation failed.
+void run_all(asio::io_context& ioc, const beast::error_code& ec) {
+  ioc.run();
+  if (ec) throw beast::system_error(ec);
+}
+
+}  // namespace
+
 HttpResponse http_request(uint16_t port, const std::string& method, const std::string& target,
                           const std::string& body, const std::string& content_type) {
   HttpResponse out;
   try {
     asio::io_context ioc;
     beast::tcp_stream stream(ioc);
-    stream.expires_after(std::chrono::seconds(120));
-    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
     http::request<http::string_body> req(http::string_to_verb(method), target, 11);
     req.set(http::field::host, "127.0.0.1");
     if (!body.empty()) req.set(http::field::content_type, content_type);
     req.body() = body;
     req.prepare_payload();
-    http::write(stream, req);
     beast::flat_buffer buffer;
     http::response_parser<http::string_body> parser;
     parser.body_limit(64u << 20);
-    http::read(stream, buffer, parser);
+    beast::error_code failed;
+    stream.expires_after(kTimeout);
+    stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
+      if (ec) return void(failed = ec);
+      http::async_write(stream, req, [&](beast::error_code wec, size_t) {
+        if (wec) return void(failed = wec);
+        http::async_read(stream, buffer, parser, [&](beast::error_code rec, size_t) { failed = rec; });
+      });
+    });
+    run_all(ioc, failed);
     const auto& res = parser.get();
     out.status = static_cast<int>(res.result_int());
     for (const auto& f : res) {
@@ -78,28 +99,37 @@ HttpResponse http_request_streamed(uint16_t port, const std::string& target, con
   try {
     asio::io_context ioc;
     beast::tcp_stream stream(ioc);
-    stream.expires_after(std::chrono::seconds(120));
-    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
     const std::string request = "POST " + target +
                                 " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                                 "Content-Type: application/json\r\nContent-Length: " +
                                 std::to_string(body.size()) + "\r\n\r\n" + body;
-    asio::write(stream, asio::buffer(request));
     char buf[8192];
-    while (true) {
-      beast::error_code ec;
-      stream.expires_after(std::chrono::seconds(120));
-      const size_t n = stream.read_some(asio::buffer(buf), ec);
-      if (n > 0) {
-        raw.append(buf, n);
-        if (on_data) on_data(raw);
-      }
-      if (ec == asio::error::eof) break;
-      if (ec) {
-        out.error = "read: " + ec.message();
-        break;
-      }
-    }
+    beast::error_code failed;
+    // Reads until the server closes; each read has the full timeout.
+    std::function<void()> read_more = [&] {
+      stream.expires_after(kTimeout);
+      stream.async_read_some(asio::buffer(buf), [&](beast::error_code ec, size_t n) {
+        if (n > 0) {
+          raw.append(buf, n);
+          if (on_data) on_data(raw);
+        }
+        if (ec == asio::error::eof) return;
+        if (ec) {
+          out.error = "read: " + ec.message();
+          return;
+        }
+        read_more();
+      });
+    };
+    stream.expires_after(kTimeout);
+    stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
+      if (ec) return void(failed = ec);
+      asio::async_write(stream, asio::buffer(request), [&](beast::error_code wec, size_t) {
+        if (wec) return void(failed = wec);
+        read_more();
+      });
+    });
+    run_all(ioc, failed);
   } catch (const std::exception& e) {
     out.error = e.what();
     return out;
@@ -145,8 +175,11 @@ std::vector<HttpResponse> http_posts_keep_alive(uint16_t port,
   try {
     asio::io_context ioc;
     beast::tcp_stream stream(ioc);
-    stream.expires_after(std::chrono::seconds(120));
-    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+    beast::error_code failed;
+    stream.expires_after(kTimeout);
+    stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port),
+                         [&](beast::error_code ec) { failed = ec; });
+    run_all(ioc, failed);
     beast::flat_buffer buffer;
     for (const auto& [target, body] : requests) {
       http::request<http::string_body> req(http::verb::post, target, 11);
@@ -155,10 +188,15 @@ std::vector<HttpResponse> http_posts_keep_alive(uint16_t port,
       req.keep_alive(true);
       req.body() = body;
       req.prepare_payload();
-      http::write(stream, req);
       http::response_parser<http::string_body> parser;
       parser.body_limit(64u << 20);
-      http::read(stream, buffer, parser);
+      ioc.restart();
+      stream.expires_after(kTimeout);
+      http::async_write(stream, req, [&](beast::error_code wec, size_t) {
+        if (wec) return void(failed = wec);
+        http::async_read(stream, buffer, parser, [&](beast::error_code rec, size_t) { failed = rec; });
+      });
+      run_all(ioc, failed);
       HttpResponse r;
       r.status = static_cast<int>(parser.get().result_int());
       r.body = parser.get().body();
@@ -187,22 +225,30 @@ std::vector<std::string> sse_events(const std::string& body) {
 
 std::string http_post_and_vanish(uint16_t port, const std::string& target, const std::string& body, size_t bytes) {
   asio::io_context ioc;
-  tcp::socket socket(ioc);
-  socket.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  beast::tcp_stream stream(ioc);
   const std::string request = "POST " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" +
                               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  asio::write(socket, asio::buffer(request));
   std::string got;
   char buf[4096];
-  while (got.size() < bytes) {
-    boost::system::error_code ec;
-    const size_t n = socket.read_some(asio::buffer(buf), ec);
-    if (ec) break;
-    got.append(buf, n);
-  }
+  std::function<void()> read_more = [&] {
+    stream.expires_after(kTimeout);
+    stream.async_read_some(asio::buffer(buf), [&](beast::error_code ec, size_t n) {
+      got.append(buf, n);
+      if (!ec && got.size() < bytes) read_more();
+    });
+  };
+  stream.expires_after(kTimeout);
+  stream.async_connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), [&](beast::error_code ec) {
+    if (ec) return;
+    asio::async_write(stream, asio::buffer(request), [&](beast::error_code wec, size_t) {
+      if (!wec) read_more();
+    });
+  });
+  ioc.run();
   // Abrupt close: RST instead of FIN.
-  socket.set_option(asio::socket_base::linger(true, 0));
-  socket.close();
+  beast::error_code ec;
+  stream.socket().set_option(asio::socket_base::linger(true, 0), ec);
+  stream.socket().close(ec);
   return got;
 }
 

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <optional>
+#include <vector>
+
 #include "tests/test_util.h"
 
 namespace hearth {
@@ -91,6 +94,101 @@ TEST(BrokerTest, DamagedBrokersAreRefused) {
   EXPECT_EQ(Broker::attach(dir.path() / "absent").status().code(), ErrorCode::kUnavailable);
   // The engine replaces it.
   EXPECT_TRUE(Broker::open_or_create(path, {2, 32}).is_ok());
+}
+
+// A broker with one registered "frontend" whose entry the test controls.
+class BrokerReclaimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto b = Broker::open_or_create(dir_.path() / "b", {6, 32});
+    ASSERT_TRUE(b.is_ok());
+    broker_.emplace(std::move(b).value());
+    frontend_ = broker_->frontend_register().value();
+  }
+  // A slot claimed by our frontend and left in `state`.
+  uint32_t slot_in(SlotState state) {
+    const auto s = broker_->slot_claim(frontend_);
+    EXPECT_TRUE(s.has_value());
+    broker_->slot(*s).state.store(static_cast<uint32_t>(state));
+    return *s;
+  }
+  OwnerState owner_of(uint32_t slot, uint64_t now = monotonic_ns()) {
+    const SlotHeader& s = broker_->slot(slot);
+    return broker_->owner_state(s.owner.load(), s.owner_pid.load(), kStale, now);
+  }
+  uint32_t sweep(std::vector<uint64_t> holds = {}) {
+    holds.resize(broker_->n_slots(), 0);
+    return broker_->sweep_orphans(holds, suspects_, kStale, monotonic_ns());
+  }
+  SlotState state(uint32_t slot) { return static_cast<SlotState>(broker_->slot(slot).state.load()); }
+  FrontendEntry& entry() { return broker_->header().frontends[frontend_]; }
+
+  static constexpr auto kStale = std::chrono::milliseconds(500);
+  TempDir dir_;
+  std::optional<Broker> broker_;
+  int frontend_ = -1;
+  std::vector<uint64_t> suspects_ = std::vector<uint64_t>(6, 0);
+};
+
+TEST_F(BrokerReclaimTest, OwnerStatesFromPidEntryAndHeartbeat) {
+  const uint32_t s = slot_in(SlotState::kQueued);
+  EXPECT_EQ(owner_of(s), OwnerState::kAlive);
+  // Silent: a live process whose heartbeat is older than the bound.
+  EXPECT_EQ(owner_of(s, monotonic_ns() + 600'000'000ull), OwnerState::kSilent);
+  // Exited: the entry released, reused by another process, or its pid gone.
+  entry().pid.store(0);
+  EXPECT_EQ(owner_of(s), OwnerState::kExited);
+  entry().pid.store(1);  // init: alive, but not the slot's owner
+  EXPECT_EQ(owner_of(s), OwnerState::kExited);
+  entry().pid.store(4194000);
+  broker_->slot(s).owner_pid.store(4194000);
+  EXPECT_EQ(owner_of(s), OwnerState::kExited) << "no such process";
+  EXPECT_EQ(broker_->owner_state(-1, 0, kStale, monotonic_ns()), OwnerState::kExited);
+  EXPECT_EQ(broker_->owner_state(kMaxFrontends, 0, kStale, monotonic_ns()), OwnerState::kExited);
+}
+
+TEST_F(BrokerReclaimTest, SweepFreesQueuedAndFinishedSlotsOfGoneOwnersOnly) {
+  const uint32_t queued = slot_in(SlotState::kQueued);
+  const uint32_t done = slot_in(SlotState::kDone);
+  const uint32_t running = slot_in(SlotState::kRunning);
+  const uint32_t held = slot_in(SlotState::kCancelled);
+  EXPECT_EQ(sweep(), 0u) << "the owner is alive";
+  entry().heartbeat_ns.store(monotonic_ns() - 2'000'000'000ull);  // silent
+  std::vector<uint64_t> holds(6, 0);
+  holds[held] = 7;  // the engine still runs it: not the sweep's to free
+  EXPECT_EQ(sweep(holds), 2u);
+  EXPECT_EQ(state(queued), SlotState::kFree);
+  EXPECT_EQ(state(done), SlotState::kFree);
+  EXPECT_EQ(state(running), SlotState::kRunning) << "RUNNING slots are the engine's (reap) to end";
+  EXPECT_EQ(state(held), SlotState::kCancelled);
+  EXPECT_EQ(broker_->header().stat_reclaimed.load(), 2u);
+}
+
+TEST_F(BrokerReclaimTest, AFillingSlotIsFreedOnlyWhenItsOwnerHasSurelyExited) {
+  const uint32_t filling = slot_in(SlotState::kFilling);
+  entry().heartbeat_ns.store(monotonic_ns() - 2'000'000'000ull);  // silent: might still be writing
+  EXPECT_EQ(sweep(), 0u);
+  EXPECT_EQ(sweep(), 0u);
+  EXPECT_EQ(state(filling), SlotState::kFilling);
+  entry().pid.store(0);  // exited: freed on the second sweep that sees it so
+  EXPECT_EQ(sweep(), 0u) << "first sighting";
+  EXPECT_EQ(sweep(), 1u);
+  EXPECT_EQ(state(filling), SlotState::kFree);
+}
+
+TEST_F(BrokerReclaimTest, ANewClaimBetweenTwoSweepsIsNotTaken) {
+  // A slot whose claimer died before naming itself: owner -1 (cleared by the release).
+  const uint32_t s = slot_in(SlotState::kDone);
+  broker_->slot_release(s);
+  EXPECT_EQ(broker_->slot(s).owner.load(), -1) << "a FREE slot names nobody";
+  EXPECT_EQ(broker_->slot(s).owner_pid.load(), 0);
+  broker_->slot(s).state.store(static_cast<uint32_t>(SlotState::kFilling));
+  EXPECT_EQ(sweep(), 0u) << "first sighting";
+  // Meanwhile a live frontend claims it properly (a new generation): not freed.
+  broker_->slot(s).state.store(static_cast<uint32_t>(SlotState::kFree));
+  ASSERT_EQ(broker_->slot_claim(frontend_), s);
+  EXPECT_EQ(sweep(), 0u);
+  EXPECT_EQ(state(s), SlotState::kFilling);
 }
 
 }  // namespace

@@ -1,0 +1,95 @@
+// One hearth instance started process by process for the multi-process tests: the
+// weights published by hearth-loader (which then exits), and hearth-engine and
+// hearth-frontend children with the flags and environment a test wants. Also the load
+// those tests send (requests of every kind with the answer each must give) and small
+// readers of /metrics and `hearth status`.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "tests/integration/hearth_bin.h"
+#include "tests/integration/http_client.h"
+#include "tests/test_util.h"
+
+namespace hearth::testing {
+
+// /dev/shm when writable (segments live there in production), else the temp directory.
+std::filesystem::path shm_parent();
+
+// A TCP port nobody listens on at the moment of the call.
+uint16_t free_port();
+
+// A listening TCP socket on 127.0.0.1 (port 0: any); -1 on failure. `port` gets its port.
+int listen_socket(uint16_t& port);
+
+// The value of an unlabelled sample in a Prometheus text body, or nullopt.
+std::optional<double> metric_value(const std::string& metrics, const std::string& name);
+
+// `hearth status --json` for one instance, by segment ("broker", "weights"); empty on failure.
+boost::json::object status_of(const std::filesystem::path& shm, const std::string& instance);
+
+class Instance {
+ public:
+  // Segments go to a fresh directory under shm_parent().
+  explicit Instance(std::string name);
+
+  const std::string& name() const { return name_; }
+  const std::filesystem::path& shm() const { return shm_.path(); }
+
+  // Publishes `model` with hearth-loader --exit-after-publish; "" on success, else what
+  // the loader said.
+  std::string load(const std::filesystem::path& model, const std::vector<std::string>& extra = {});
+
+  // hearth-engine with `--instance --shm-dir` and `extra` flags, waited for until it says
+  // it is ready. On failure: nullptr, and `failure` (when given) gets its stderr.
+  std::unique_ptr<ChildProcess> engine(const std::vector<std::string>& extra = {}, const Environment& env = {},
+                                       std::string* failure = nullptr);
+  // hearth-frontend on a port of its own (or on `pass_fd` with --listen-fd 3), waited for
+  // until it listens; `port` gets the port it reported.
+  std::unique_ptr<ChildProcess> frontend(uint16_t& port, const std::vector<std::string>& extra = {},
+                                         const Environment& env = {}, std::string* failure = nullptr,
+                                         int pass_fd = -1);
+
+  std::vector<std::string> engine_argv(const std::vector<std::string>& extra) const;
+  std::vector<std::string> frontend_argv(const std::vector<std::string>& extra, bool listen_fd) const;
+
+ private:
+  std::string name_;
+  TempDir shm_;
+};
+
+// Requests the load tests send, and how their answers are checked.
+struct Case {
+  bool chat = false;
+  bool stream = false;
+  boost::json::object body;
+};
+std::string target_of(const Case& c);
+
+// The generated text of a complete, successful response (with its completion token
+// count when the response carried usage, else -1), or an error saying what was wrong.
+struct Answer {
+  std::string text;
+  int completion_tokens = -1;
+  std::string error;
+};
+Answer answer_of(const Case& c, const HttpResponse& r);
+
+// Sixteen requests: completions and chat, streamed and not, greedy and seeded sampling
+// (a seed makes an answer as reproducible as greedy), several prompts and lengths.
+std::vector<Case> load_cases();
+// Greedy streams long enough to be cut by a kill (`max_tokens` 300 and more).
+std::vector<Case> long_streams(int n);
+
+// Each case's answer, asked once and not streamed; adds a failure for any error.
+std::vector<Answer> references(uint16_t port, const std::vector<Case>& cases);
+
+}  // namespace hearth::testing

@@ -1,0 +1,144 @@
+// sd_notify through a socket this test owns (as systemd's NOTIFY_SOCKET), the watchdog
+// interval, the signal wait, and parent-death for children of supervisors.
+#include "common/daemon.h"
+
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "tests/test_util.h"
+
+namespace hearth {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A datagram socket bound where NOTIFY_SOCKET points, for as long as it lives.
+class NotifySocket {
+ public:
+  NotifySocket() {
+    path_ = (dir_.path() / "notify").string();
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    path_.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ::setenv("NOTIFY_SOCKET", path_.c_str(), 1);
+  }
+  ~NotifySocket() {
+    ::unsetenv("NOTIFY_SOCKET");
+    ::close(fd_);
+  }
+  // The next message, or "" after `timeout`.
+  std::string next(std::chrono::milliseconds timeout = 2s) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return "";
+    char buf[4096];
+    const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  }
+
+ private:
+  testing::TempDir dir_;
+  std::string path_;
+  int fd_ = -1;
+};
+
+TEST(DaemonTest, NotificationsReachTheNotifySocket) {
+  NotifySocket socket;
+  daemon_notify_ready("serving on 8080");
+  EXPECT_EQ(socket.next(), "READY=1\nSTATUS=serving on 8080");
+  daemon_notify_status("draining");
+  EXPECT_EQ(socket.next(), "STATUS=draining");
+  daemon_notify_watchdog();
+  EXPECT_EQ(socket.next(), "WATCHDOG=1");
+  daemon_notify_stopping();
+  EXPECT_EQ(socket.next(), "STOPPING=1");
+  EXPECT_EQ(socket.next(50ms), "") << "nothing else was sent";
+}
+
+TEST(DaemonTest, NotificationsOutsideSystemdAreHarmless) {
+  ::unsetenv("NOTIFY_SOCKET");
+  daemon_notify_ready("x");
+  daemon_notify_watchdog();
+  daemon_notify_stopping();
+  SUCCEED();
+}
+
+TEST(DaemonTest, WatchdogIntervalIsHalfWhatSystemdAsked) {
+  ::unsetenv("WATCHDOG_PID");
+  ::setenv("WATCHDOG_USEC", "500000", 1);
+  EXPECT_EQ(daemon_watchdog_interval(7000ms), 250ms);
+  // For another process: not ours to ping.
+  ::setenv("WATCHDOG_PID", "1", 1);
+  EXPECT_EQ(daemon_watchdog_interval(7000ms), 7000ms);
+  ::unsetenv("WATCHDOG_PID");
+  ::unsetenv("WATCHDOG_USEC");
+  EXPECT_EQ(daemon_watchdog_interval(7000ms), 7000ms);
+}
+
+// Signal masks are per process: these run in a child (a death test) of their own.
+TEST(DaemonTest, BlockedSignalsAreReceivedByTheWait) {
+  EXPECT_EXIT(
+      {
+        daemon_block_signals();
+        const auto t0 = std::chrono::steady_clock::now();
+        const int none = daemon_wait_signal(50ms);
+        const bool waited = std::chrono::steady_clock::now() - t0 >= 40ms;
+        ::raise(SIGHUP);  // blocked: it waits for us instead of ending the process
+        const int hup = daemon_wait_signal(5000ms);
+        ::raise(SIGTERM);
+        const int term = daemon_wait_signal(5000ms);
+        std::exit(none == 0 && waited && hup == SIGHUP && term == SIGTERM ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(DaemonTest, AChildOfAKilledSupervisorGetsSigterm) {
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t supervisor = ::fork();
+  ASSERT_GE(supervisor, 0);
+  if (supervisor == 0) {
+    const pid_t daemon = ::fork();
+    if (daemon == 0) {
+      ::setenv("HEARTH_DIE_WITH_PARENT", "1", 1);
+      ::setenv("HEARTH_PARENT_PID", std::to_string(::getppid()).c_str(), 1);
+      daemon_block_signals();
+      const unsigned char ready = 1;
+      [[maybe_unused]] ssize_t w = ::write(pipe_fds[1], &ready, 1);
+      const auto sig = static_cast<unsigned char>(daemon_wait_signal(10000ms));
+      w = ::write(pipe_fds[1], &sig, 1);
+      ::_exit(0);
+    }
+    unsigned char ready = 0;
+    [[maybe_unused]] ssize_t r = ::read(pipe_fds[0], &ready, 1);
+    ::_exit(0);  // the supervisor dies; its child must hear of it
+  }
+  ::close(pipe_fds[1]);
+  int status = 0;
+  ::waitpid(supervisor, &status, 0);
+  unsigned char got[2] = {0, 0};
+  size_t n = 0;
+  while (n < 2) {
+    pollfd p{pipe_fds[0], POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) break;
+    const ssize_t r = ::read(pipe_fds[0], got + n, 2 - n);
+    if (r <= 0) break;
+    n += static_cast<size_t>(r);
+  }
+  ::close(pipe_fds[0]);
+  ASSERT_EQ(n, 2u) << "the daemon never reported";
+  EXPECT_EQ(got[1], SIGTERM);
+}
+
+}  // namespace
+}  // namespace hearth
