@@ -1,6 +1,7 @@
 #include "common/args.h"
 
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 
@@ -48,7 +49,8 @@ Result<std::optional<int64_t>> Args::get_int(const std::string& flag, int64_t mi
   errno = 0;
   char* end = nullptr;
   const long long n = std::strtoll(v->c_str(), &end, 10);
-  if (v->empty() || *end != '\0' || errno != 0 || n < min || n > max) {
+  if (v->empty() || std::isspace(static_cast<unsigned char>(v->front())) || *end != '\0' || errno != 0 || n < min ||
+      n > max) {
     return make_error(ErrorCode::kInvalidArgument, "--{} must be an integer in {}..{}, not \"{}\"", flag, min, max,
                       *v);
   }
@@ -61,7 +63,8 @@ Result<std::optional<double>> Args::get_double(const std::string& flag) const {
   errno = 0;
   char* end = nullptr;
   const double d = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0' || errno != 0 || !std::isfinite(d)) {
+  if (v->empty() || std::isspace(static_cast<unsigned char>(v->front())) || *end != '\0' || errno != 0 ||
+      !std::isfinite(d)) {
     return make_error(ErrorCode::kInvalidArgument, "--{} must be a number, not \"{}\"", flag, *v);
   }
   return std::optional<double>(d);

@@ -31,17 +31,17 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::run_tasks() {
-  const auto& fn = *fn_;
-  for (int64_t t; (t = next_task_.fetch_add(1, std::memory_order_relaxed)) < n_tasks_;) fn(t);
+  const TaskRef fn = fn_;
+  for (int64_t t; (t = next_task_.fetch_add(1, std::memory_order_relaxed)) < n_tasks_;) fn.call(fn.fn, t);
 }
 
-void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t)>& fn) {
+void ThreadPool::run_op(int64_t n_tasks, TaskRef fn) {
   if (n_tasks <= 0) return;
   if (workers_.empty() || n_tasks == 1) {
-    for (int64_t t = 0; t < n_tasks; ++t) fn(t);
+    for (int64_t t = 0; t < n_tasks; ++t) fn.call(fn.fn, t);
     return;
   }
-  fn_ = &fn;
+  fn_ = fn;
   n_tasks_ = n_tasks;
   next_task_.store(0, std::memory_order_relaxed);
   active_.store(static_cast<int>(workers_.size()), std::memory_order_relaxed);
@@ -53,7 +53,7 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t)
   for (int polls = 1; active_.load(std::memory_order_acquire) != 0; ++polls) {
     if ((polls & 255) == 0) std::this_thread::yield();
   }
-  fn_ = nullptr;
+  fn_ = TaskRef{nullptr, nullptr};
 }
 
 void ThreadPool::worker_loop(uint32_t seen) {

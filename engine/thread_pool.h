@@ -12,7 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 #include <thread>
 #include <vector>
 
@@ -31,14 +31,24 @@ class ThreadPool {
 
   // Runs fn(task) for every task in [0, n_tasks) and waits for all of them. Meant for
   // ops of at least tens of microseconds; smaller ones are cheaper run inline (see
-  // worth_splitting).
-  void parallel_for(int64_t n_tasks, const std::function<void(int64_t)>& fn);
+  // worth_splitting). `fn` is called through a reference, never copied: an op allocates
+  // nothing, whatever its lambda captures.
+  template <class Fn>
+  void parallel_for(int64_t n_tasks, Fn&& fn) {
+    run_op(n_tasks, TaskRef{&fn, [](void* f, int64_t t) { (*static_cast<std::remove_reference_t<Fn>*>(f))(t); }});
+  }
 
   // Whether an op of about `work` multiply-adds is worth handing to the other threads.
   bool worth_splitting(int64_t work) const { return !workers_.empty() && work >= kMinSplitWork; }
   static constexpr int64_t kMinSplitWork = int64_t{1} << 18;
 
  private:
+  // A callable not owned: the object and how to call it.
+  struct TaskRef {
+    void* fn;
+    void (*call)(void*, int64_t);
+  };
+  void run_op(int64_t n_tasks, TaskRef fn);
   void worker_loop(uint32_t seen);
   void run_tasks();
 
@@ -47,7 +57,7 @@ class ThreadPool {
   std::atomic<uint32_t> generation_{0};  // bumped for each op (and for shutdown)
   std::atomic<int64_t> next_task_{0};
   std::atomic<int> active_{0};           // workers still inside the current op
-  const std::function<void(int64_t)>* fn_ = nullptr;
+  TaskRef fn_{nullptr, nullptr};
   int64_t n_tasks_ = 0;
   std::atomic<bool> stop_{false};
 };

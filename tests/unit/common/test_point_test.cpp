@@ -72,8 +72,11 @@ TEST_F(TestPointTest, ClearReleasesAWaiter) {
 // process (a death test in the "threadsafe" style re-executes the test binary).
 TEST_F(TestPointTest, AKillPointSigkillsAtItsNthPassAndSaysWhere) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The child re-runs this test from the start: it takes the log's path from the parent.
   testing::TempDir dir;
-  const std::string log = (dir.path() / "kill.log").string();
+  const char* inherited = std::getenv("HEARTH_TEST_KILL_LOG");
+  const std::string log = inherited != nullptr ? inherited : (dir.path() / "kill.log").string();
+  ::setenv("HEARTH_TEST_KILL_LOG", log.c_str(), 1);
   EXPECT_EXIT(
       {
         ::setenv("HEARTH_KILL_POINT", "t.kill:3", 1);
@@ -87,6 +90,7 @@ TEST_F(TestPointTest, AKillPointSigkillsAtItsNthPassAndSaysWhere) {
         std::exit(0);
       },
       ::testing::KilledBySignal(SIGKILL), "alive after two passes");
+  ::unsetenv("HEARTH_TEST_KILL_LOG");
   std::ifstream in(log);
   std::string line;
   std::getline(in, line);

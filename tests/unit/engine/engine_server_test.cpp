@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "common/test_point.h"
 #include "engine/generate.h"
 #include "ipc/broker_client.h"
 #include "loader/model.h"
@@ -23,7 +24,9 @@ const auto kGguf = "models/stories260K/stories260K.gguf";
 class EngineServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(shared_path(kGguf))) GTEST_SKIP() << "stories260K is absent";
+    if (!std::filesystem::exists(shared_path(kGguf))) {
+      GTEST_SKIP() << "shared test file " << shared_path(kGguf).string() << " is absent (set HEARTH_SHARED)";
+    }
     ResidentOptions r;
     r.model = shared_path(kGguf);
     r.shm_dir = shm_.path();
@@ -39,7 +42,38 @@ class EngineServerTest : public ::testing::Test {
     client_.emplace(std::move(c).value());
   }
 
-  void TearDown() override { stop_engine(); }
+  void TearDown() override {
+    stop_engine();
+    test_point_clear();
+  }
+
+  // Waits until a slot has `n` tokens; false after `limit`.
+  bool wait_tokens(uint32_t slot, int32_t n, std::chrono::seconds limit = 10s) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (client_->progress(slot).n_produced < n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      const uint32_t seen = client_->news();
+      if (client_->progress(slot).n_produced >= n) break;
+      client_->wait(seen, 20ms);
+    }
+    return true;
+  }
+
+  // Waits until the engine's loop runs (its start-up scan is behind it).
+  void wait_engine_running() {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!client_->engine_alive(1000ms) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    ASSERT_TRUE(client_->engine_alive(1000ms));
+  }
+
+  // Stops the engine right after the step that published the `n`-th token of `slot`, as
+  // if it died there: deterministic, whatever the machine's speed.
+  void stop_engine_after_token(uint32_t slot, int32_t n) {
+    ASSERT_TRUE(test_points_compiled()) << "configure with HEARTH_TEST_POINTS=ON (the default with tests)";
+    test_point_set_callback("engine.step.sampled", [this, slot, n] {
+      if (client_->progress(slot).n_produced >= n) server_->stop();
+    });
+  }
 
   void start_engine() {
     auto s = EngineServer::create(options_);
@@ -136,18 +170,20 @@ TEST_F(EngineServerTest, CancelStopsTheRequestAndFreesItsBlocks) {
   r.ignore_stop = true;
   auto slot = client_->submit(r);
   ASSERT_TRUE(slot.is_ok());
-  while (client_->progress(*slot).n_produced < 5) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(wait_tokens(*slot, 5));
   client_->cancel(*slot);
   SlotProgress p;
   const auto ids = collect(*slot, &p, 10s);
   EXPECT_EQ(p.state, SlotState::kCancelled);
   EXPECT_LT(ids.size(), 450u);
+  // The stats are published after the step that cancelled it: one more loop at most.
   const auto deadline = std::chrono::steady_clock::now() + 2s;
   while (client_->broker().header().stat_kv_blocks_used.load() != 0 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(1ms);
   }
   EXPECT_EQ(client_->broker().header().stat_kv_blocks_used.load(), 0u);
   EXPECT_EQ(client_->broker().header().stat_running.load(), 0u);
+  EXPECT_EQ(client_->broker().header().stat_cancelled.load(), 1u);
 }
 
 TEST_F(EngineServerTest, StopsAtStopIdsAndRefusesBadRequests) {
@@ -175,11 +211,15 @@ TEST_F(EngineServerTest, ARestartedEngineResumesRequestsWithTheSameText) {
   SubmitRequest r = greedy({1, 403, 407, 261, 378}, 120);
   r.ignore_stop = true;
   const auto want = reference({1, 403, 407, 261, 378}, 120);
+  stop_engine_after_token(0, 30);  // the first free slot is 0
   auto slot = client_->submit(r);
   ASSERT_TRUE(slot.is_ok());
-  while (client_->progress(*slot).n_produced < 30) std::this_thread::sleep_for(1ms);
-  stop_engine();  // as if it died: the slot stays RUNNING with what it produced
+  ASSERT_EQ(*slot, 0u);
+  thread_.join();  // stopped after token 30, as if it died: the slot stays RUNNING
+  test_point_clear();
+  server_.reset();
   EXPECT_EQ(client_->progress(*slot).state, SlotState::kRunning);
+  EXPECT_EQ(client_->progress(*slot).n_produced, 30);
   EXPECT_FALSE(client_->engine_alive(1000ms));
   start_engine();
   const auto got = collect(*slot);
@@ -196,15 +236,81 @@ TEST_F(EngineServerTest, ARestartedEngineContinuesASeededSampleWithTheSameDraws)
   r.sampling.seed = 1234;
   const auto uninterrupted = collect(client_->submit(r).value());
   ASSERT_EQ(uninterrupted.size(), 100u);
+  stop_engine_after_token(0, 30);
   auto slot = client_->submit(r);
   ASSERT_TRUE(slot.is_ok());
-  while (client_->progress(*slot).n_produced < 30) std::this_thread::sleep_for(1ms);
-  stop_engine();
+  ASSERT_EQ(*slot, 0u);
+  thread_.join();
+  test_point_clear();
+  server_.reset();
+  ASSERT_EQ(client_->progress(*slot).n_produced, 30) << "stopped mid-request, so the resume is tested";
   start_engine();
   EXPECT_EQ(collect(*slot), uninterrupted);
   // A different seed gives a different text (the draws matter).
   r.sampling.seed = 99;
   EXPECT_NE(collect(client_->submit(r).value()), uninterrupted);
+}
+
+TEST_F(EngineServerTest, ASilentFrontendsRequestIsCancelledAndItsSlotFreed) {
+  // This test's client never heartbeats (a frontend's pump would): with a 300 ms bound it
+  // turns silent while its request runs. Steps are slowed so the request outlives that.
+  stop_engine();
+  options_.frontend_stale_ms = 300;
+  test_point_set_callback("engine.step.planned", [] { std::this_thread::sleep_for(5ms); });
+  start_engine();
+  client_->heartbeat();
+  SubmitRequest r = greedy({1, 403, 407}, 450);
+  r.ignore_stop = true;  // 450 steps of 5 ms: 2.25 s if nothing stopped it
+  auto slot = client_->submit(r);
+  ASSERT_TRUE(slot.is_ok());
+  const BrokerHeader& h = client_->broker().header();
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (h.stat_cancelled.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(2ms);
+  EXPECT_EQ(h.stat_cancelled.load(), 1u);
+  EXPECT_GE(h.stat_reclaimed.load(), 1u);
+  EXPECT_EQ(client_->progress(*slot).state, SlotState::kFree) << "nobody would read it: freed";
+  EXPECT_LT(client_->progress(*slot).n_produced, 450);
+}
+
+TEST_F(EngineServerTest, AQueuedSlotTheRingNeverDeliveredIsFoundByTheScan) {
+  // A frontend that stored QUEUED and died before pushing to the ring (its slot still
+  // names a live owner here, this process), after the engine's start-up scan.
+  wait_engine_running();
+  Broker& b = client_->broker();
+  const auto slot = b.slot_claim(client_->index());
+  ASSERT_TRUE(slot.has_value());
+  SlotHeader& s = b.slot(*slot);
+  s.sampling = greedy({}, 0).sampling;
+  s.max_tokens = 16;
+  s.n_prompt = 5;
+  const TokenId prompt[] = {1, 403, 407, 261, 378};
+  std::copy(std::begin(prompt), std::end(prompt), b.prompt(*slot));
+  s.n_stop_ids = 0;
+  s.state.store(static_cast<uint32_t>(SlotState::kQueued), std::memory_order_release);
+  SlotProgress p;
+  EXPECT_EQ(collect(*slot, &p, 10s),
+            (std::vector<TokenId>{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}));
+  EXPECT_EQ(p.state, SlotState::kDone);
+}
+
+TEST_F(EngineServerTest, ARingHoleIsSkippedAndWhatIsBehindItIsServed) {
+  // A producer that claimed a ring position and died before filling it.
+  wait_engine_running();
+  Ring ring = client_->broker().ring();
+  auto* header = reinterpret_cast<RingHeader*>(
+      reinterpret_cast<std::byte*>(&client_->broker().header()) + client_->broker().header().ring_offset);
+  header->enqueue_pos.fetch_add(1);
+  const auto t0 = std::chrono::steady_clock::now();
+  // A request behind it is served all the same (found by the slot scan).
+  SlotProgress p;
+  EXPECT_EQ(collect(client_->submit(greedy({1, 403, 407, 261, 378}, 16)).value(), &p, 10s).size(), 16u);
+  EXPECT_EQ(p.state, SlotState::kDone);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 1500ms) << "not held up by the hole's grace period";
+  // The hole is skipped once it is older than its grace period (2 s), and the ring drains.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (ring.size() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(ring.size(), 0u);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 1900ms) << "a live producer gets its grace period";
 }
 
 }  // namespace
