@@ -88,6 +88,9 @@ struct EngineServer::Impl {
   std::map<uint64_t, uint64_t> ring_holes;  // unfilled ring position -> first seen (ns)
   std::vector<uint64_t> hole_scratch;
   uint64_t last_watchdog_ns = 0;
+  // Half of what systemd asked for (WATCHDOG_USEC), at most a second.
+  uint64_t watchdog_interval_ns = static_cast<uint64_t>(
+      std::chrono::nanoseconds(daemon_watchdog_interval(std::chrono::milliseconds(1000))).count());
 
   void fail_slot(uint32_t slot, ErrorCode code, std::string_view message) {
     broker->slot_finish(slot, SlotState::kFailed, SlotFinish::kError, static_cast<int32_t>(code), message);
@@ -96,7 +99,6 @@ struct EngineServer::Impl {
   // Takes a QUEUED (or, on resume, RUNNING) slot into the scheduler.
   void admit(uint32_t index, bool resume) {
     SlotHeader& s = broker->slot(index);
-    const uint32_t generation = s.generation.load(std::memory_order_acquire);
     if (by_slot[index] != 0) return;  // already ours
     uint32_t expected = static_cast<uint32_t>(SlotState::kQueued);
     if (!resume && !s.state.compare_exchange_strong(expected, static_cast<uint32_t>(SlotState::kRunning),
@@ -107,45 +109,31 @@ struct EngineServer::Impl {
     HEARTH_TEST_POINT("engine.admit.running");  // RUNNING, not yet in the scheduler
     s.admitted_epoch = epoch;
     const ModelConfig& c = model->config();
-    // Everything in the slot was written by another process: check it before use.
-    const int32_t n_prompt = s.n_prompt;
-    const int32_t n_produced = resume ? s.n_produced.load(std::memory_order_acquire) : 0;
-    if (n_prompt < 1 || n_prompt + std::max(n_produced, 0) >= context || n_produced < 0) {
-      fail_slot(index, ErrorCode::kOutOfRange,
-                fmt::format("the prompt has {} tokens; the context holds {} (prompt plus output)", n_prompt, context));
+    auto request = broker->read_request(index, resume, context, c.vocab_size);
+    if (!request.is_ok()) {
+      fail_slot(index, request.status().code(), request.status().message());
       return;
     }
-    SamplingParams p{s.sampling.temperature, s.sampling.top_k, s.sampling.top_p, s.sampling.min_p,
-                     s.sampling.repetition_penalty, s.sampling.presence_penalty, s.sampling.frequency_penalty,
-                     s.sampling.seed};
+    SlotRequest& r = request.value();
+    const SlotSampling& q = r.sampling;
+    SamplingParams p{q.temperature,      q.top_k,          q.top_p, q.min_p, q.repetition_penalty,
+                     q.presence_penalty, q.frequency_penalty, q.seed};
     if (Status st = sampling_params_validate(p); !st.is_ok()) {
       fail_slot(index, ErrorCode::kInvalidArgument, st.message());
       return;
     }
-    if (s.max_tokens < 0 || s.n_stop_ids < 0 || s.n_stop_ids > kMaxStopIds || s.top_logprobs < 0 ||
-        s.top_logprobs > kMaxTopLogprobs) {
-      fail_slot(index, ErrorCode::kInvalidArgument, "the request in the slot is malformed");
-      return;
-    }
+    const int32_t n_produced = r.n_produced();
     Active a;
     a.slot = index;
-    a.generation = generation;
-    a.owner = s.owner.load(std::memory_order_relaxed);
-    a.owner_pid = s.owner_pid.load(std::memory_order_relaxed);
-    a.n_prompt = n_prompt;
-    a.max_tokens = s.max_tokens;
-    a.top_logprobs = s.top_logprobs;
-    a.ignore_stop = (s.flags & kSlotIgnoreStop) != 0;
-    a.stop_ids.assign(s.stop_ids, s.stop_ids + s.n_stop_ids);
-    a.tokens.assign(broker->prompt(index), broker->prompt(index) + n_prompt);
-    const ProducedToken* out = broker->produced(index);
-    for (int32_t i = 0; i < n_produced; ++i) a.tokens.push_back(out[i].id);
-    for (TokenId t : a.tokens) {
-      if (t < 0 || t >= c.vocab_size) {
-        fail_slot(index, ErrorCode::kOutOfRange, fmt::format("token id {} is outside the vocabulary", t));
-        return;
-      }
-    }
+    a.generation = r.generation;
+    a.owner = r.owner;
+    a.owner_pid = r.owner_pid;
+    a.n_prompt = r.n_prompt;
+    a.max_tokens = r.max_tokens;
+    a.top_logprobs = r.top_logprobs;
+    a.ignore_stop = r.ignore_stop;
+    a.stop_ids = std::move(r.stop_ids);
+    a.tokens = std::move(r.tokens);
     // A predecessor may have died between publishing a final token and finishing.
     if (n_produced > 0 && !a.ignore_stop &&
         std::find(a.stop_ids.begin(), a.stop_ids.end(), a.tokens.back()) != a.stop_ids.end()) {
@@ -430,7 +418,7 @@ Status EngineServer::run() {
     const uint32_t seen = m.broker->header().engine_wake.load(std::memory_order_acquire);
     m.broker->engine_heartbeat();
     const uint64_t now = monotonic_ns();
-    if (now - m.last_watchdog_ns > 1000000000ull) {
+    if (now - m.last_watchdog_ns > m.watchdog_interval_ns) {
       daemon_notify_watchdog();
       m.last_watchdog_ns = now;
     }

@@ -23,6 +23,7 @@
 #include "common/process.h"
 #include "common/test_point.h"
 #include "common/utf8.h"
+#include "frontend/http_limits.h"
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
 #include "frontend/text_stream.h"
@@ -195,7 +196,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_request() {
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
-    parser_->header_limit(64 * 1024);
+    parser_->header_limit(kMaxHeaderBytes);
     stream_.expires_after(std::chrono::seconds(300));
     awaiting_request_ = true;
     http::async_read(stream_, buffer_, *parser_,

@@ -3,6 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -268,6 +269,38 @@ void Broker::slot_finish(uint32_t index, SlotState state, SlotFinish finish, int
 void Broker::wake_frontend(int frontend) const {
   if (frontend < 0 || frontend >= kMaxFrontends) return;
   futex_signal(header_->frontends[frontend].wake);
+}
+
+Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t context, int32_t vocab_size) const {
+  const SlotHeader& s = slot(index);
+  SlotRequest r;
+  r.generation = s.generation.load(std::memory_order_acquire);
+  r.owner = s.owner.load(std::memory_order_relaxed);
+  r.owner_pid = s.owner_pid.load(std::memory_order_relaxed);
+  const int64_t n_prompt = s.n_prompt;
+  const int64_t n_produced = resume ? s.n_produced.load(std::memory_order_acquire) : 0;
+  const int64_t room = std::min<int64_t>(context, slot_tokens());
+  if (n_prompt < 1 || n_produced < 0 || n_prompt + n_produced >= room) {
+    return make_error(ErrorCode::kOutOfRange, "the prompt has {} tokens; the context holds {} (prompt plus output)",
+                      n_prompt, room);
+  }
+  if (s.max_tokens < 0 || s.n_stop_ids < 0 || s.n_stop_ids > kMaxStopIds || s.top_logprobs < 0 ||
+      s.top_logprobs > kMaxTopLogprobs || (s.flags & ~kSlotIgnoreStop) != 0) {
+    return make_error(ErrorCode::kInvalidArgument, "the request in the slot is malformed");
+  }
+  r.sampling = s.sampling;
+  r.n_prompt = static_cast<int32_t>(n_prompt);
+  r.max_tokens = s.max_tokens;
+  r.top_logprobs = s.top_logprobs;
+  r.ignore_stop = (s.flags & kSlotIgnoreStop) != 0;
+  r.stop_ids.assign(s.stop_ids, s.stop_ids + s.n_stop_ids);
+  r.tokens.assign(prompt(index), prompt(index) + n_prompt);
+  const ProducedToken* out = produced(index);
+  for (int64_t i = 0; i < n_produced; ++i) r.tokens.push_back(out[i].id);
+  for (const int32_t t : r.tokens) {
+    if (t < 0 || t >= vocab_size) return make_error(ErrorCode::kOutOfRange, "token id {} is outside the vocabulary", t);
+  }
+  return r;
 }
 
 OwnerState Broker::owner_state(int index, int32_t owner_pid, std::chrono::milliseconds stale, uint64_t now) const {

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "common/status.h"
 #include "ipc/broker_layout.h"
@@ -35,6 +36,22 @@ uint64_t monotonic_ns();
 // exited (its registry entry was released or taken by another process, or its pid is
 // gone; a zombie counts as gone).
 enum class OwnerState { kAlive, kSilent, kExited };
+
+// A slot's request as the engine reads it, every field checked: another process wrote
+// them. Sampling values are plain data here; their ranges are the sampler's to judge.
+struct SlotRequest {
+  uint32_t generation = 0;
+  int owner = -1;
+  int32_t owner_pid = 0;
+  SlotSampling sampling{};
+  int32_t n_prompt = 0;
+  int32_t max_tokens = 0;
+  int32_t top_logprobs = 0;
+  bool ignore_stop = false;
+  std::vector<int32_t> stop_ids;
+  std::vector<int32_t> tokens;  // the prompt, then the tokens produced before (on resume)
+  int32_t n_produced() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
+};
 
 class Broker {
  public:
@@ -80,6 +97,10 @@ class Broker {
   // RUNNING / QUEUED -> terminal; wakes the owner.
   void slot_finish(uint32_t index, SlotState state, SlotFinish finish, int32_t error_code = 0,
                    std::string_view error = {}) const;
+  // Reads slot `index`'s request (and, with `resume`, the tokens it has produced):
+  // kOutOfRange when prompt plus output do not fit `context` tokens or an id is not in
+  // 0..vocab_size-1, kInvalidArgument when a count or flag is malformed.
+  Result<SlotRequest> read_request(uint32_t index, bool resume, int32_t context, int32_t vocab_size) const;
   // Wakes every frontend with news (call once per step).
   void wake_frontend(int frontend) const;
   // How the frontend at registry `index`, recorded as `owner_pid` by a slot, looks at

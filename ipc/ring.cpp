@@ -38,7 +38,11 @@ bool Ring::push(uint64_t value) {
     } else if (diff < 0) {
       return false;  // full
     } else {
-      pos = header_->enqueue_pos.load(std::memory_order_relaxed);
+      // Another producer took `pos`: go on from where they are. No progress at all means
+      // a cell from a later lap than the counter (a corrupt segment): refuse, never spin.
+      const uint64_t now = header_->enqueue_pos.load(std::memory_order_relaxed);
+      if (now == pos) return false;
+      pos = now;
     }
   }
 }
@@ -59,7 +63,9 @@ std::optional<uint64_t> Ring::pop() {
     } else if (diff < 0) {
       return std::nullopt;  // empty, or the head is still being written
     } else {
-      pos = header_->dequeue_pos.load(std::memory_order_relaxed);
+      const uint64_t now = header_->dequeue_pos.load(std::memory_order_relaxed);
+      if (now == pos) return std::nullopt;  // as in push: a corrupt cell, not a race
+      pos = now;
     }
   }
 }

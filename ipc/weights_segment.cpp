@@ -95,6 +95,17 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
                       path.string(), h->fingerprint.hex(), options.expected_fingerprint->hex());
   }
 
+  // Each rank's region starts at the data alignment (2 MiB with huge pages); tensors in
+  // it are 64-byte aligned.
+  if (h->data_alignment != kTensorAlignment && h->data_alignment != kHugePageAlignment) {
+    return make_error(ErrorCode::kFormat, "{} has an invalid data alignment {}", path.string(), h->data_alignment);
+  }
+  for (uint32_t r = 0; r < h->tp_size; ++r) {
+    if (h->rank_offset[r] % h->data_alignment != 0) {
+      return make_error(ErrorCode::kFormat, "{}: rank {} data does not start on a {}-byte boundary", path.string(), r,
+                        h->data_alignment);
+    }
+  }
   const std::byte* base = w.segment.data();
   const auto* entries = reinterpret_cast<const WeightsEntry*>(base + h->manifest_offset);
   for (uint64_t i = 0; i < h->n_entries; ++i) {

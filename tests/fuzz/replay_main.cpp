@@ -1,12 +1,18 @@
 // A driver for fuzz targets when libFuzzer is not linked: runs LLVMFuzzerTestOneInput on
-// each file named on the command line (a missing file is skipped with a note), then on
+// each file named on the command line, or in a directory named there (a missing file is
+// skipped with a note; `--rounds N` sets the mutations per file, 400 by default), then on
 // deterministic mutations of it: truncations, bit flips, and overwrites of 8-byte words
-// with extreme values. Exits 0 when no input crashed the target.
+// with extreme values. Exits 0 when no input crashed the target, and 77 (CTest's skip)
+// when none of the files exists: a replay of nothing must not pass as one.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <string>
 #include <iterator>
 #include <random>
 #include <vector>
@@ -51,16 +57,41 @@ size_t mutate_and_run(const std::vector<uint8_t>& seed, unsigned rounds) {
 
 int main(int argc, char** argv) {
   unsigned rounds = 400;
+  std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
-    std::ifstream in(argv[i], std::ios::binary);
-    if (!in) {
-      std::printf("skip %s (absent)\n", argv[i]);
+    const std::string a = argv[i];
+    if (a == "--rounds" && i + 1 < argc) {
+      rounds = static_cast<unsigned>(std::strtoul(argv[++i], nullptr, 10));
       continue;
     }
+    std::error_code ec;
+    if (std::filesystem::is_directory(a, ec)) {
+      std::vector<std::string> in_dir;
+      for (const auto& e : std::filesystem::directory_iterator(a, ec)) {
+        if (e.is_regular_file()) in_dir.push_back(e.path().string());
+      }
+      std::sort(in_dir.begin(), in_dir.end());
+      files.insert(files.end(), in_dir.begin(), in_dir.end());
+      continue;
+    }
+    files.push_back(a);
+  }
+  int replayed = 0;
+  for (const std::string& name : files) {
+    std::ifstream in(name, std::ios::binary);
+    if (!in) {
+      std::printf("skip %s (absent)\n", name.c_str());
+      continue;
+    }
+    ++replayed;
     std::vector<uint8_t> seed((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     run(seed);
     const size_t runs = 1 + mutate_and_run(seed, rounds);
-    std::printf("%s: %zu inputs, no crash\n", argv[i], runs);
+    std::printf("%s: %zu inputs, no crash\n", name.c_str(), runs);
+  }
+  if (replayed == 0) {
+    std::printf("skipped: no seed file exists (the shared test files are absent?)\n");
+    return 77;
   }
   return 0;
 }

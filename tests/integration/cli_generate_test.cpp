@@ -58,7 +58,7 @@ TEST(CliGenerateTest, JsonReportsIdsTextAndSpeeds) {
   EXPECT_EQ(prompt.size(), 5u);
   EXPECT_EQ(prompt[0].as_int64(), 1);
   EXPECT_EQ(v.at("finish_reason").as_string(), "length");
-  EXPECT_EQ(std::string(v.at("text").as_string()), kGroundTruth.substr(16, v.at("text").as_string().size()));
+  EXPECT_EQ(std::string(v.at("text").as_string()), ", there was a little girl named Lily. She loved to play");
   EXPECT_GT(v.at("decode_tokens_per_second").as_double(), 0.0);
   EXPECT_GT(v.at("prefill_tokens_per_second").as_double(), 0.0);
 }
@@ -90,22 +90,23 @@ TEST(CliGenerateTest, SamplingFlagsAreSeededAndReproducible) {
 }
 
 TEST(CliGenerateTest, ClearErrorsForBadFilesAndFlags) {
+  const auto real = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(real);
   TempDir dir;
   auto r = generate({"--model", (dir.path() / "missing.gguf").string(), "--prompt", "x"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("ERR_NOT_FOUND"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("missing.gguf"), std::string::npos) << r.err;
 
-  const auto real = shared_path("models/stories260K/stories260K.gguf");
-  if (std::filesystem::exists(real)) {
+  {
     std::ifstream in(real, std::ios::binary);
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     std::ofstream(dir.path() / "cut.gguf", std::ios::binary).write(bytes.data(), 200000);
-    r = generate({"--model", (dir.path() / "cut.gguf").string(), "--prompt", "x"});
-    EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.err.find("ERR_FORMAT"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
   }
+  r = generate({"--model", (dir.path() / "cut.gguf").string(), "--prompt", "x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("ERR_FORMAT"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("truncated"), std::string::npos) << r.err;
   std::ofstream(dir.path() / "notes.txt") << "hello";
   r = generate({"--model", (dir.path() / "notes.txt").string(), "--prompt", "x"});
   EXPECT_EQ(r.exit_code, 1);

@@ -25,7 +25,6 @@ const std::string kGroundTruth =
     "a big, red ball. She wanted to play with it, but it was too high.\n"
     "Lily's mom said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. She said, \"I want "
     "to play with your ball, but I can't find it.\"\n";
-const std::string kFirstSentence = "Once upon a time, there was a little girl named Lily.";
 
 // A shared-memory directory of the test's own (on tmpfs when /dev/shm is writable).
 std::filesystem::path shm_parent() {
@@ -212,15 +211,21 @@ TEST_F(ResidentTest, DamagedOrStaleSegmentsAreRefusedClearly) {
 
 TEST_F(ResidentTest, QuantizedSegmentsStillTellTheStory) {
   ASSERT_EQ(run_process(loader_argv("q8", {"--quant", "int8", "--exit-after-publish"})).exit_code, 0);
+  // int8 keeps all 40 greedy tokens of the F32 ground truth (measured: 60 of 60).
   const auto q8 = generate_attached("q8", 40);
   ASSERT_EQ(q8.exit_code, 0) << q8.err;
-  EXPECT_EQ(q8.out.substr(0, kFirstSentence.size()), kFirstSentence) << q8.out;
+  ASSERT_GT(q8.out.size(), 150u) << q8.out;
+  EXPECT_EQ(q8.out.substr(0, q8.out.size() - 1), kGroundTruth.substr(0, q8.out.size() - 1)) << q8.out;
 
   ASSERT_EQ(run_process(loader_argv("q4", {"--quant", "int4", "--exit-after-publish"})).exit_code, 0);
   const auto q4 = generate_attached("q4", 60);
   ASSERT_EQ(q4.exit_code, 0) << q4.err;
-  std::printf("int4 stories260K: %s\n", q4.out.c_str());
-  EXPECT_GT(q4.out.size(), 100u);
+  // int4 (group-wise, the served row-interleaved layout, bit-identical on every CPU path)
+  // keeps the first 23 greedy tokens of the F32 ground truth, then tells its own story
+  // ("... in the sun. One day, she found a small box ...").
+  const std::string first_23 = "Once upon a time, there was a little girl named Lily. She loved to play outside in the";
+  EXPECT_EQ(q4.out.substr(0, first_23.size()), first_23) << q4.out;
+  EXPECT_GT(q4.out.size(), 200u) << "60 tokens of text";
   EXPECT_LT(std::filesystem::file_size(segment("q4")), std::filesystem::file_size(segment("q8")));
 }
 

@@ -35,12 +35,21 @@ TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentStream) {
 }
 
 TEST(SamplerTest, TopKKeepsOnlyTheKBest) {
-  Sampler s({.temperature = 1.0f, .top_k = 2, .seed = 1}, 5);
-  for (int i = 0; i < 200; ++i) {
-    auto l = logits_of({0.0f, 5.0f, 4.9f, 0.1f, 0.2f});
-    const TokenId id = s.sample(l, {}, {}).id;
-    EXPECT_TRUE(id == 1 || id == 2) << id;
+  // 1000 tokens, two of them barely ahead of the rest: without top-k a draw lands on one
+  // of the two with probability ~0.2%, so 500 draws all there cannot happen by chance.
+  constexpr int kVocab = 1000;
+  std::vector<float> base(kVocab, 0.9f);
+  base[7] = 1.0f;
+  base[500] = 1.0f;
+  Sampler s({.temperature = 1.0f, .top_k = 2, .seed = 1}, kVocab);
+  std::map<TokenId, int> counts;
+  for (int i = 0; i < 500; ++i) {
+    auto l = base;
+    ++counts[s.sample(l, {}, {}).id];
   }
+  EXPECT_EQ(counts.size(), 2u) << "only the two best, and both of them";
+  EXPECT_GT(counts[7], 150);
+  EXPECT_GT(counts[500], 150);
 }
 
 TEST(SamplerTest, TopPCutsTheTail) {

@@ -232,7 +232,7 @@ TEST(KernelsTest, RmsNormMatchesReference) {
   }
 }
 
-TEST(KernelsTest, FusedAddRmsNormEqualsAddThenRmsNorm) {
+TEST(KernelsTest, FusedAddRmsNormEqualsAddThenRmsNormAndTheReference) {
   std::mt19937 rng(9);
   for (int64_t dim : {8, 13, 64, 2051}) {
     const int64_t n = 3;
@@ -245,6 +245,14 @@ TEST(KernelsTest, FusedAddRmsNormEqualsAddThenRmsNorm) {
     cpu::add_rms_norm(xb.data(), out_b.data(), w.data(), n, dim, 1e-5f, out_b.data());  // out aliases delta
     EXPECT_EQ(xb, xa) << dim;
     EXPECT_EQ(out_b, out_a) << dim;
+    // Against the scalar reference written independently (the two above share code).
+    std::vector<float> sum(x0.size()), want(x0.size());
+    for (size_t i = 0; i < x0.size(); ++i) sum[i] = x0[i] + delta[i];
+    ref::rms_norm(sum.data(), w.data(), n, dim, 1e-5f, want.data());
+    for (size_t i = 0; i < sum.size(); ++i) {
+      ASSERT_EQ(xb[i], sum[i]) << "the residual, dim " << dim << " at " << i;
+      ASSERT_NEAR(out_b[i], want[i], 1e-5f * (1 + std::fabs(want[i]))) << "dim " << dim << " at " << i;
+    }
   }
 }
 

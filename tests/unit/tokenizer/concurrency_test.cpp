@@ -19,7 +19,7 @@ TEST(TokenizerConcurrency, ParallelEncodesMatchSerial) {
   ASSERT_FALSE(texts.empty());
   for (const char* path : {"tokenizers/qwen3/qwen3-4b.tokenizer.json", "models/llama2-tokenizer/tokenizer.model",
                            "tokenizers/llama2-spm/phi-3.tokenizer.json"}) {
-    if (!std::filesystem::exists(testing::shared_path(path))) continue;
+    HEARTH_REQUIRE_SHARED(testing::shared_path(path));
     auto tokenizer = testing::load_from_path(testing::shared_path(path));
     ASSERT_NE(tokenizer, nullptr);
     std::vector<std::vector<TokenId>> expected;

@@ -1,0 +1,156 @@
+// A stale or damaged weights segment is refused with a message that says what is wrong,
+// field by field (ipc/README.md "Readers check ..."): a real segment of stories260K,
+// published by resident_publish, damaged one field at a time.
+#include "ipc/weights_segment.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+#include "loader/resident.h"
+#include "tests/test_util.h"
+
+namespace hearth {
+namespace {
+
+using testing::shared_path;
+using testing::TempDir;
+
+class WeightsSegmentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto model = shared_path("models/stories260K/stories260K.gguf");
+    HEARTH_REQUIRE_SHARED(model);
+    ResidentOptions o;
+    o.model = model;
+    o.shm_dir = dir_.path();
+    o.instance = "good";
+    auto published = resident_publish(o);
+    ASSERT_TRUE(published.is_ok()) << published.status().to_string();
+    good_ = segment_path(dir_.path(), "good", "weights");
+  }
+
+  // A copy of the good segment with `damage` applied, as attach sees it.
+  Status attach_damaged(const std::function<void(WeightsHeader&, WeightsEntry*, std::byte*)>& damage) {
+    const auto path = dir_.path() / "hearth.bad.weights";
+    std::filesystem::copy_file(good_, path, std::filesystem::copy_options::overwrite_existing);
+    {
+      auto seg = ShmSegment::attach(path, /*writable=*/true);
+      EXPECT_TRUE(seg.is_ok());
+      auto* h = reinterpret_cast<WeightsHeader*>(seg->data());
+      damage(*h, reinterpret_cast<WeightsEntry*>(seg->data() + h->manifest_offset), seg->data());
+    }
+    return weights_attach(path).status();
+  }
+
+  TempDir dir_;
+  std::filesystem::path good_;
+};
+
+TEST_F(WeightsSegmentTest, TheUndamagedCopyAttaches) {
+  EXPECT_TRUE(attach_damaged([](WeightsHeader&, WeightsEntry*, std::byte*) {}).is_ok());
+}
+
+TEST_F(WeightsSegmentTest, EveryDamagedFieldIsNamed) {
+  struct Case {
+    const char* what;
+    std::function<void(WeightsHeader&, WeightsEntry*, std::byte*)> damage;
+    const char* says;
+  };
+  const std::vector<Case> cases = {
+      {"magic", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.magic ^= 1; }, "wrong magic"},
+      {"layout version", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.layout_version = 99; },
+       "layout version 99"},
+      {"total size", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.total_bytes += 64; }, "truncated or corrupt"},
+      {"tensor-parallel size", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.tp_size = 0; },
+       "invalid tensor-parallel size 0"},
+      {"manifest count", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.n_entries = uint64_t{1} << 40; },
+       "sections outside the file"},
+      {"config offset", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.config_offset = h.total_bytes; },
+       "sections outside the file"},
+      {"tokenizer bytes", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.tokenizer_bytes = h.total_bytes; },
+       "sections outside the file"},
+      {"rank region", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.rank_bytes[0] = h.total_bytes; },
+       "rank 0 data outside the file"},
+      {"state", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.state.store(7); }, "invalid state (7)"},
+      {"alignment", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.data_alignment = 48; },
+       "invalid data alignment 48"},
+      {"alignment the rank region lacks",
+       [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.data_alignment = static_cast<uint32_t>(kHugePageAlignment); },
+       "rank 0 data does not start on a 2097152-byte boundary"},
+      {"entry dtype", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].dtype = 99; }, "manifest entry 3 is corrupt"},
+      {"entry dimensions", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].n_dims = 0; },
+       "manifest entry 3 is corrupt"},
+      {"entry rank", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].rank = 1; }, "manifest entry 3 is corrupt"},
+      {"entry split", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].split = 9; }, "manifest entry 3 is corrupt"},
+      {"entry name", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].name[0] = '\0'; },
+       "manifest entry 3 is corrupt"},
+      {"entry shape", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].shape[0] = 0; }, "has a corrupt shape"},
+      {"entry huge shape", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].shape[0] = int64_t{1} << 41; },
+       "has a corrupt shape"},
+      {"entry bytes", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].bytes += 4; },
+       "outside its rank's data or has the wrong size"},
+      {"entry offset", [](WeightsHeader& h, WeightsEntry* e, std::byte*) { e[3].offset = h.total_bytes; },
+       "outside its rank's data or has the wrong size"},
+      {"entry misaligned", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].offset += 4; },
+       "outside its rank's data or has the wrong size"},
+      {"entry before its region", [](WeightsHeader& h, WeightsEntry* e, std::byte*) { e[3].offset = h.manifest_offset; },
+       "outside its rank's data or has the wrong size"},
+      {"row-interleaved vector",
+       [](WeightsHeader&, WeightsEntry* e, std::byte*) {
+         for (int i = 0;; ++i) {
+           if (e[i].n_dims == 1) {
+             e[i].dtype = static_cast<uint32_t>(DType::kQ8_0R16);
+             return;
+           }
+         }
+       },
+       "row-interleaved but its rows are not whole groups"},
+      {"config JSON", [](WeightsHeader& h, WeightsEntry*, std::byte* base) { base[h.config_offset] = std::byte{'#'}; },
+       "config"},
+      {"config values",
+       [](WeightsHeader& h, WeightsEntry*, std::byte* base) {
+         char* json = reinterpret_cast<char*>(base + h.config_offset);
+         char* n = std::strstr(json, "\"n_layers\":5");
+         ASSERT_NE(n, nullptr);
+         n[std::strlen("\"n_layers\":")] = '0';
+       },
+       "layer count is 0"},
+  };
+  for (const Case& c : cases) {
+    const Status st = attach_damaged(c.damage);
+    EXPECT_FALSE(st.is_ok()) << c.what << " was not noticed";
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << c.what << ": " << st.message();
+    EXPECT_NE(st.message().find("hearth.bad.weights"), std::string::npos) << c.what << " names the file: " << st.message();
+  }
+}
+
+TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
+  ResidentOptions o;
+  o.model = shared_path("models/stories260K/stories260K.gguf");
+  o.shm_dir = dir_.path();
+  o.instance = "huge";
+  o.hugepages = true;
+  auto published = resident_publish(o);
+  ASSERT_TRUE(published.is_ok()) << published.status().to_string();
+  auto w = weights_attach(segment_path(dir_.path(), "huge", "weights"));
+  ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+  // The tensor data starts on a huge page and fills whole ones; tensors inside it stay
+  // 64-byte aligned (a 2 MiB boundary each would waste up to 2 MiB per tensor).
+  EXPECT_EQ(w->header->data_alignment, kHugePageAlignment);
+  EXPECT_EQ(w->header->rank_offset[0] % kHugePageAlignment, 0u);
+  EXPECT_EQ(w->header->total_bytes % kHugePageAlignment, 0u);
+  for (const WeightsEntry& e : w->entries()) {
+    EXPECT_EQ(e.offset % kTensorAlignment, 0u) << e.name;
+    EXPECT_GE(e.offset, w->header->rank_offset[0]) << e.name;
+  }
+  // Without the flag the data starts right after the header sections, 64-byte aligned.
+  auto plain = weights_attach(good_);
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(plain->header->data_alignment, kTensorAlignment);
+  EXPECT_NE(plain->header->rank_offset[0] % kHugePageAlignment, 0u);
+}
+
+}  // namespace
+}  // namespace hearth
