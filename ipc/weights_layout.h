@@ -3,8 +3,9 @@
 //   [WeightsHeader, 4 KiB] [manifest: WeightsEntry x n_entries] [config JSON]
 //   [tokenizer blob] [chat template] [rank 0 tensor data] ... [rank tp-1 tensor data]
 //
-// Every offset is from the start of the segment; tensor data is 64-byte aligned (2 MiB
-// with huge pages) and each tensor-parallel rank's tensors form one contiguous region.
+// Every offset is from the start of the segment; tensors are 64-byte aligned and each
+// tensor-parallel rank's tensors form one contiguous region, which starts on a 2 MiB
+// boundary with huge pages (`data_alignment`).
 // The only field that changes after creation is `state` (LOADING -> READY), an
 // always-lock-free atomic. Readers check magic, version, sizes and state before
 // trusting anything (weights_segment.h). Plain layout; no pointers.

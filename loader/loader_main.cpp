@@ -28,7 +28,7 @@ resident. Prints one JSON line to stdout when the segment is ready.
   --shm-dir DIR       shared-memory directory (default $HEARTH_SHM_DIR or /dev/shm)
   --quant int8|int4   quantize the weight matrices (group-wise, 32 values per scale)
   --tp N              split for N tensor-parallel ranks (default 1)
-  --hugepages         align tensors to 2 MiB and ask for huge pages
+  --hugepages         start the tensor data on 2 MiB boundaries and ask for huge pages
   --remove-on-exit    remove the segment when stopped (default: leave it resident)
   --exit-after-publish  publish (or adopt), print the ready line and exit
 )";

@@ -6,7 +6,7 @@ if(NOT HEARTH_FUZZ)
   add_executable(fuzz_seeds fuzz_seeds.cpp)
   target_link_libraries(fuzz_seeds PRIVATE hearth_ipc hearth_loader hearth_test_util hearth_warnings)
   add_test(NAME fuzz_seeds COMMAND fuzz_seeds ${hearth_fuzz_seed_dir})
-  set_tests_properties(fuzz_seeds PROPERTIES FIXTURES_SETUP fuzz_seeds ENVIRONMENT "HEARTH_LOG_LEVEL=off")
+  set_tests_properties(fuzz_seeds PROPERTIES FIXTURES_SETUP fuzz_seeds LABELS fuzz ENVIRONMENT "HEARTH_LOG_LEVEL=off")
 endif()
 hearth_add_fuzz(fuzz_broker SOURCE fuzz_broker.cpp LIBS hearth_ipc
   SEEDS ${hearth_fuzz_seed_dir}/broker.seed)

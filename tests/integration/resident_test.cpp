@@ -35,7 +35,7 @@ class ResidentTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = shared_path("models/stories260K/stories260K.gguf");
-    if (!std::filesystem::exists(model_)) GTEST_SKIP() << model_ << " is absent";
+    if (!std::filesystem::exists(model_)) GTEST_SKIP() << "shared test file " << model_ << " is absent (set HEARTH_SHARED)";
   }
 
   std::vector<std::string> loader_argv(const std::string& instance, const std::vector<std::string>& extra = {}) {
@@ -255,6 +255,27 @@ TEST_F(ResidentTest, SplitSegmentsNeedATensorParallelEngine) {
   const auto bad = run_process(loader_argv("tp3", {"--tp", "3", "--exit-after-publish"}));
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("must divide"), std::string::npos) << bad.err;
+}
+
+TEST_F(ResidentTest, TheShmDirComesFromTheEnvironmentAndRemoveOnExitRemoves) {
+  // No --shm-dir: HEARTH_SHM_DIR says where (the default is /dev/shm).
+  ChildProcess loader({hearth_bin("hearth-loader"), "--model", model_.string(), "--instance", "env", "--remove-on-exit"},
+                      {"HEARTH_SHM_DIR=" + shm_.path().string()});
+  const auto line = loader.read_line(30s);
+  ASSERT_TRUE(line.has_value()) << loader.err();
+  EXPECT_TRUE(std::filesystem::exists(segment("env")));
+  const auto r = run_process({hearth_bin("hearth"), "generate", "--attach", "env", "--prompt", "Once upon a time",
+                              "--max-tokens", "8"},
+                             {"HEARTH_SHM_DIR=" + shm_.path().string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  loader.signal(SIGTERM);
+  EXPECT_EQ(loader.wait(30s), 0) << loader.err();
+  EXPECT_FALSE(std::filesystem::exists(segment("env"))) << "--remove-on-exit removes the segment at SIGTERM";
+  // Without the flag a stopped loader leaves its weights resident.
+  auto kept = start_loader("kept");
+  kept->signal(SIGTERM);
+  EXPECT_EQ(kept->wait(30s), 0);
+  EXPECT_TRUE(std::filesystem::exists(segment("kept")));
 }
 
 }  // namespace

@@ -345,5 +345,33 @@ TEST_F(ServeTest, AStopStringCancelsTheRestAtTheEngine) {
   EXPECT_EQ(cancelled() - before, 1) << "the engine stopped the sequence instead of running it to max_tokens";
 }
 
+TEST_F(ServeTest, ATokenIdPromptAndChatLogprobs) {
+  // The prompt as ids ("Once upon a time" with BOS) continues like the text.
+  const auto ids = post("/v1/completions", {{"prompt", {1, 403, 407, 261, 378}}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  const auto text = post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(completion_text(ids), completion_text(text));
+  EXPECT_EQ(completion_text(ids), kContinuation.substr(0, completion_text(ids).size()));
+  // Chat: logprobs for every token, with the top alternatives asked for.
+  const auto chat = post("/v1/chat/completions", {{"messages", {{{"role", "user"}, {"content", kPrompt}}}},
+                                                  {"max_tokens", 5},
+                                                  {"temperature", 0},
+                                                  {"logprobs", true},
+                                                  {"top_logprobs", 2}});
+  ASSERT_EQ(chat.status, 200) << chat.body;
+  const json::value parsed = json::parse(chat.body);
+  const auto& content = parsed.at("choices").at(0).at("logprobs").at("content").as_array();
+  ASSERT_EQ(content.size(), 5u) << chat.body;
+  std::string joined;
+  for (const auto& t : content) {
+    joined += t.at("token").as_string();
+    EXPECT_LE(t.at("logprob").to_number<double>(), 0.0);
+    ASSERT_EQ(t.at("top_logprobs").as_array().size(), 2u);
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(t.at("top_logprobs").at(0).at("token"), t.at("token"));
+  }
+  EXPECT_EQ(joined, std::string(parsed.at("choices").at(0).at("message").at("content").as_string()));
+}
+
 }  // namespace
 }  // namespace hearth::testing

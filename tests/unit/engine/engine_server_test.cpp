@@ -313,5 +313,32 @@ TEST_F(EngineServerTest, ARingHoleIsSkippedAndWhatIsBehindItIsServed) {
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 1900ms) << "a live producer gets its grace period";
 }
 
+// The engine's knobs from the environment (hearth-engine's flags override them).
+TEST(EngineOptionsTest, KnobsComeFromTheEnvironmentAndBadValuesAreRefused) {
+  const char* names[] = {"HEARTH_MAX_BATCH_SIZE", "HEARTH_MAX_BATCHED_TOKENS", "HEARTH_PREFETCH_BUFFER",
+                         "HEARTH_KV_BLOCKS"};
+  ::setenv("HEARTH_MAX_BATCH_SIZE", "7", 1);
+  ::setenv("HEARTH_MAX_BATCHED_TOKENS", "300", 1);
+  ::setenv("HEARTH_PREFETCH_BUFFER", "9", 1);
+  ::setenv("HEARTH_KV_BLOCKS", "1234", 1);
+  EngineOptions o;
+  ASSERT_TRUE(engine_options_from_env(o).is_ok());
+  EXPECT_EQ(o.scheduler.max_batch_size, 7);
+  EXPECT_EQ(o.scheduler.max_batched_tokens, 300);
+  EXPECT_EQ(o.prefetch, 9);
+  EXPECT_EQ(o.kv_blocks, 1234);
+  for (const char* bad : {"0", "x", "12k", "99999999999"}) {
+    ::setenv("HEARTH_MAX_BATCH_SIZE", bad, 1);
+    EngineOptions b;
+    const Status st = engine_options_from_env(b);
+    EXPECT_EQ(st.code(), ErrorCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("HEARTH_MAX_BATCH_SIZE"), std::string::npos) << st.message();
+  }
+  for (const char* n : names) ::unsetenv(n);
+  EngineOptions defaults;
+  ASSERT_TRUE(engine_options_from_env(defaults).is_ok());
+  EXPECT_EQ(defaults.scheduler.max_batch_size, EngineOptions{}.scheduler.max_batch_size);
+}
+
 }  // namespace
 }  // namespace hearth

@@ -1,7 +1,9 @@
 // Every CPU kernel against the scalar reference, on random inputs and ragged shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -198,6 +200,19 @@ TEST(KernelsTest, ActivationQuantizationIsBitIdenticalOnEveryPath) {
   }
 }
 
+// Every test that loops over available_cpu_paths() covers the paths printed here; a
+// path this CPU lacks is reported as a skip, not passed over in silence.
+TEST(CpuPaths, ThisRunCoversEveryPath) {
+  const std::string covered = testing::cpu_paths_covered();
+  std::printf("[isa] path tests in this run cover: %s (this CPU: %s)\n", covered.c_str(),
+              std::string(cpu::cpu_isa_name(cpu::cpu_isa_detected())).c_str());
+  RecordProperty("cpu_paths", covered);
+  if (cpu::cpu_isa_detected() != cpu::CpuIsa::kAvx512) {
+    GTEST_SKIP() << "the AVX-512 (VNNI) paths are not covered: this CPU lacks them (covered: " << covered
+                 << "); run the suite on one that has them too";
+  }
+}
+
 TEST(KernelsTest, IsaSelectionCanBeNarrowedButNotWidened) {
   IsaGuard guard;
   EXPECT_TRUE(cpu::cpu_isa_force(cpu::CpuIsa::kScalar));
@@ -206,6 +221,32 @@ TEST(KernelsTest, IsaSelectionCanBeNarrowedButNotWidened) {
     EXPECT_FALSE(cpu::cpu_isa_force(cpu::CpuIsa::kAvx512));
   }
   std::printf("this CPU: %s\n", std::string(cpu::cpu_isa_name(cpu::cpu_isa_detected())).c_str());
+}
+
+// HEARTH_CPU_ISA is read once per process: each value in a fresh one (a death test in
+// the "threadsafe" style re-executes the binary).
+TEST(KernelsTest, HearthCpuIsaNarrowsThePathButNeverWidensIt) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const int detected = static_cast<int>(cpu::cpu_isa_detected());
+  EXPECT_EXIT(
+      {
+        ::setenv("HEARTH_CPU_ISA", "scalar", 1);
+        std::exit(cpu::cpu_isa() == cpu::CpuIsa::kScalar ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        ::setenv("HEARTH_CPU_ISA", "avx512", 1);
+        std::exit(static_cast<int>(cpu::cpu_isa()) == std::min(detected, static_cast<int>(cpu::CpuIsa::kAvx512)) ? 0
+                                                                                                                 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        ::setenv("HEARTH_CPU_ISA", "avx2", 1);
+        std::exit(static_cast<int>(cpu::cpu_isa()) == std::min(detected, static_cast<int>(cpu::CpuIsa::kAvx2)) ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(KernelsTest, QuantizedReferenceDequantizesGgmlBlocksExactly) {

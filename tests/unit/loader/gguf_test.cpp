@@ -93,6 +93,12 @@ TEST(GgufTest, RefusesBrokenHeaders) {
   expect_refused("GGU", ErrorCode::kFormat);
   expect_refused("XXXX" + good.substr(4), ErrorCode::kFormat, "not a GGUF");
   expect_refused(patched<uint32_t>(good, 4, 1), ErrorCode::kUnsupported, "version 1");
+  expect_refused(patched<uint32_t>(good, 4, 4), ErrorCode::kUnsupported, "version 4");
+  // Version 2 has version 3's layout (3 only allows big-endian files): it parses.
+  const std::string v2_bytes = patched<uint32_t>(good, 4, 2);
+  auto v2 = gguf_parse(as_bytes(v2_bytes));
+  ASSERT_TRUE(v2.is_ok()) << v2.status().to_string();
+  EXPECT_EQ(v2->version, 2u);
   expect_refused(patched<uint64_t>(good, 8, uint64_t{1} << 40), ErrorCode::kFormat, "tensors");
   expect_refused(patched<uint64_t>(good, 16, uint64_t{1} << 40), ErrorCode::kFormat, "metadata");
   // The first key's length made huge.

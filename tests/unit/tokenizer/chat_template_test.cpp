@@ -642,6 +642,53 @@ struct ErrorCase {
   const char* message;  // the whole message, "line:column: what"
 };
 
+// Every construct tokenizer/README.md lists as not supported is refused, at parse or at
+// render time, with a message naming it: never rendered as something else.
+TEST(ChatTemplateErrors, EveryUnsupportedConstructIsNamed) {
+  struct Case {
+    const char* source;
+    const char* named;
+  };
+  const Case cases[] = {
+      {"{% block body %}x{% endblock %}", "block"},
+      {"{% import 'm.j2' as m %}", "import"},
+      {"{% from 'm.j2' import f %}", "from"},
+      {"{% do messages.append(1) %}", "do"},
+      {"{% autoescape true %}x{% endautoescape %}", "autoescape"},
+      {"{% trans %}x{% endtrans %}", "trans"},
+      {"{% for m in messages %}{{ loop.changed(m) }}{% endfor %}", "changed"},
+      {"{% macro f(*args) %}{% endmacro %}", "*"},
+      {"{{ f(**kwargs) }}", "**"},
+      {"{{ cycler('a', 'b') }}", "cycler"},
+      {"{{ joiner(', ') }}", "joiner"},
+      {"{{ lipsum() }}", "lipsum"},
+      {"{{ messages | batch(2) }}", "batch"},
+      {"{{ messages | slice(2) }}", "slice"},
+      {"{{ messages | groupby('role') }}", "groupby"},
+      {"{{ 'abc' | truncate(2) }}", "truncate"},
+      {"{{ 'abc' | wordwrap(2) }}", "wordwrap"},
+      {"{{ 'abc' | striptags }}", "striptags"},
+      {"{{ 'abc' | urlize }}", "urlize"},
+      {"{{ 'abc' | urlencode }}", "urlencode"},
+      {"{{ {'a': 1} | xmlattr }}", "xmlattr"},
+      {"{{ 'abc' | pprint }}", "pprint"},
+      {"{{ 1000 | filesizeformat }}", "filesizeformat"},
+      {"{{ messages | random }}", "random"},
+      {"{{ '\\N{BULLET}' }}", "\\N"},
+  };
+  ChatTemplateInputs inputs;
+  inputs.messages = {{"user", "hi", {}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.source);
+    auto tmpl = ChatTemplate::parse(c.source);
+    Status st = tmpl.status();
+    if (tmpl.is_ok()) st = tmpl->render(inputs).status();
+    ASSERT_FALSE(st.is_ok()) << "rendered: " << *tmpl->render(inputs);
+    EXPECT_TRUE(st.code() == ErrorCode::kUnsupported || st.code() == ErrorCode::kInvalidArgument) << st.to_string();
+    EXPECT_NE(st.message().find(c.named), std::string::npos) << st.message();
+  }
+}
+
 TEST(ChatTemplateErrors, ParseErrorsNameTheLineAndColumn) {
   const ErrorCase cases[] = {
       {"{% if x %}a", ErrorCode::kInvalidArgument,
