@@ -151,6 +151,7 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   }
   void begin_drain(std::chrono::milliseconds timeout);
   void watch_drain();
+  void release_handlers();
 };
 
 // ---------------------------------------------------------------- HTTP session
@@ -896,8 +897,36 @@ Status FrontendServer::run() {
   for (auto& t : threads) t.join();
   m.stopping.store(true);
   if (m.pump.joinable()) m.pump.join();
-  m.client->leave();  // at once: pending handlers may keep this object alive until exit
+  m.client->leave();  // at once, whatever happens below
+  m.release_handlers();
   return Status::ok();
+}
+
+// The io_context is stopped and its threads are gone, but handlers still queued in it
+// (a cancelled accept, reads of connections left open) hold shared pointers to the
+// server, which holds the io_context: a cycle nothing would break. Close what is left
+// and run those handlers, so that they complete with errors and let go.
+void FrontendServer::Impl::release_handlers() {
+  beast::error_code ec;
+  acceptor->close(ec);
+  if (drain_timer) drain_timer->cancel();
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lock(sessions_mutex);
+    for (auto& w : sessions) {
+      if (auto s = w.lock()) live.push_back(std::move(s));
+    }
+    sessions.clear();
+  }
+  for (auto& s : live) s->close();
+  live.clear();
+  {
+    std::lock_guard lock(mutex);
+    active.clear();
+  }
+  ioc.restart();
+  for (int round = 0; round < 1000 && ioc.poll() > 0; ++round) {
+  }
 }
 
 void FrontendServer::drain(std::chrono::milliseconds timeout) {

@@ -2,15 +2,12 @@
 // is): READY once serving, WATCHDOG at half the WATCHDOG_USEC systemd set, STOPPING on
 // SIGTERM, then a clean exit. Real processes: hearth-loader, hearth-engine, hearth-frontend.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 #include <chrono>
 
 #include "tests/integration/instance.h"
+#include "tests/notify_socket.h"
 
 namespace hearth::testing {
 namespace {
@@ -18,40 +15,10 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-class NotifySocket {
- public:
-  NotifySocket() {
-    path_ = (dir_.path() / "notify").string();
-    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    path_.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  }
-  ~NotifySocket() { ::close(fd_); }
-  // NOTIFY_SOCKET for the child, and a watchdog of 400 ms (pings every 200 ms).
-  Environment env() const { return {"NOTIFY_SOCKET=" + path_, "WATCHDOG_USEC=400000"}; }
-  // Messages until one containing `until` arrives (it included), or `timeout`.
-  std::vector<std::string> read_until(const std::string& until, std::chrono::milliseconds timeout) {
-    std::vector<std::string> out;
-    for (const auto deadline = Clock::now() + timeout; Clock::now() < deadline;) {
-      pollfd p{fd_, POLLIN, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (::poll(&p, 1, static_cast<int>(std::max<int64_t>(1, left.count()))) != 1) continue;
-      char buf[4096];
-      const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n <= 0) continue;
-      out.emplace_back(buf, static_cast<size_t>(n));
-      if (out.back().find(until) != std::string::npos) break;
-    }
-    return out;
-  }
-
- private:
-  TempDir dir_;
-  std::string path_;
-  int fd_ = -1;
-};
+// NOTIFY_SOCKET for a child, and a watchdog of 400 ms (pings every 200 ms).
+Environment notify_env(const NotifySocket& socket) {
+  return {"NOTIFY_SOCKET=" + socket.path(), "WATCHDOG_USEC=400000"};
+}
 
 int count(const std::vector<std::string>& messages, const std::string& what) {
   int n = 0;
@@ -62,7 +29,7 @@ int count(const std::vector<std::string>& messages, const std::string& what) {
 // Starts a daemon on the notify socket and checks the whole conversation.
 void check_daemon(const std::string& name, const std::vector<std::string>& argv) {
   NotifySocket socket;
-  ChildProcess child(argv, socket.env());
+  ChildProcess child(argv, notify_env(socket));
   const auto ready = socket.read_until("READY=1", 60s);
   ASSERT_EQ(count(ready, "READY=1"), 1) << name << " never said READY: " << child.err();
   // Pings at ~200 ms: at least four in 1.5 s (a daemon pinging every second would send one).

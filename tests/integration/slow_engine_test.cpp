@@ -62,6 +62,21 @@ class SlowEngineTest : public ::testing::Test {
     return f;
   }
 
+  // A long stream in the background, once its first 600 bytes (head and first events)
+  // have arrived; an invalid future when they did not within 10 s.
+  static std::future<HttpResponse> stream_some(uint16_t port) {
+    auto received = std::make_shared<std::atomic<size_t>>(0);
+    auto stream = std::async(std::launch::async, [port, received] {
+      return http_request_streamed(port, "/v1/completions", long_request(true),
+                                   [received](const std::string& raw) { received->store(raw.size()); });
+    });
+    for (auto deadline = Clock::now() + 10s; received->load() < 600 && Clock::now() < deadline;) {
+      std::this_thread::sleep_for(1ms);
+    }
+    if (received->load() < 600) return {};
+    return stream;
+  }
+
   static double metric(uint16_t port, const std::string& name) {
     return metric_value(http_request(port, "GET", "/metrics").body, name).value_or(-1);
   }
@@ -141,15 +156,8 @@ TEST_F(SlowEngineTest, AStreamWhoseEngineDiesAfterItsFirstTokensEndsWithAnErrorE
   uint16_t port = 0;
   auto f = frontend(port, {"--engine-wait", "300"});
   ASSERT_TRUE(f);
-  std::atomic<size_t> received{0};
-  auto stream = std::async(std::launch::async, [&] {
-    return http_request_streamed(port, "/v1/completions", long_request(true),
-                                 [&](const std::string& raw) { received.store(raw.size()); });
-  });
-  for (auto deadline = Clock::now() + 10s; received.load() < 600 && Clock::now() < deadline;) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_GE(received.load(), 600u) << "the stream did not start";
+  auto stream = stream_some(port);
+  ASSERT_TRUE(stream.valid()) << "the stream did not start";
   engine_->signal(SIGKILL);
   engine_->wait(5s);
   const HttpResponse r = stream.get();
@@ -194,15 +202,8 @@ TEST_F(SlowEngineTest, DrainAnswersReady503ThenEndsWhatIsLeftAfterTheTimeout) {
   auto f = frontend(port, {"--drain-timeout", "600"});
   ASSERT_TRUE(f);
   const double cancelled = metric(port, "hearth_engine_cancelled_total");
-  std::atomic<size_t> received{0};
-  auto stream = std::async(std::launch::async, [&] {
-    return http_request_streamed(port, "/v1/completions", long_request(true),
-                                 [&](const std::string& raw) { received.store(raw.size()); });
-  });
-  for (auto deadline = Clock::now() + 10s; received.load() < 600 && Clock::now() < deadline;) {
-    std::this_thread::sleep_for(1ms);
-  }
-  ASSERT_GE(received.load(), 600u) << "the stream did not start";
+  auto stream = stream_some(port);
+  ASSERT_TRUE(stream.valid()) << "the stream did not start";
   // The second slot: a non-streamed request, nothing sent back yet.
   auto plain = std::async(std::launch::async,
                           [&] { return http_request(port, "POST", "/v1/completions", long_request(false)); });

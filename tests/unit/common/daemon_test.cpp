@@ -5,8 +5,6 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,46 +12,23 @@
 #include <cstdlib>
 #include <string>
 
-#include "tests/test_util.h"
+#include "tests/notify_socket.h"
 
 namespace hearth {
 namespace {
 
 using namespace std::chrono_literals;
 
-// A datagram socket bound where NOTIFY_SOCKET points, for as long as it lives.
-class NotifySocket {
+// The test's own socket as this process's NOTIFY_SOCKET, while it lives.
+class NotifyingTo {
  public:
-  NotifySocket() {
-    path_ = (dir_.path() / "notify").string();
-    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    path_.copy(addr.sun_path, sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    ::setenv("NOTIFY_SOCKET", path_.c_str(), 1);
-  }
-  ~NotifySocket() {
-    ::unsetenv("NOTIFY_SOCKET");
-    ::close(fd_);
-  }
-  // The next message, or "" after `timeout`.
-  std::string next(std::chrono::milliseconds timeout = 2s) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return "";
-    char buf[4096];
-    const ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-  }
-
- private:
-  testing::TempDir dir_;
-  std::string path_;
-  int fd_ = -1;
+  explicit NotifyingTo(const testing::NotifySocket& socket) { ::setenv("NOTIFY_SOCKET", socket.path().c_str(), 1); }
+  ~NotifyingTo() { ::unsetenv("NOTIFY_SOCKET"); }
 };
 
 TEST(DaemonTest, NotificationsReachTheNotifySocket) {
-  NotifySocket socket;
+  testing::NotifySocket socket;
+  NotifyingTo notifying(socket);
   daemon_notify_ready("serving on 8080");
   EXPECT_EQ(socket.next(), "READY=1\nSTATUS=serving on 8080");
   daemon_notify_status("draining");
