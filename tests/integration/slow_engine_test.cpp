@@ -19,6 +19,8 @@
 #include <thread>
 
 #include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
 #include "common/test_point.h"
@@ -172,11 +174,22 @@ TEST_F(SlowEngineTest, AStreamWhoseEngineDiesAfterItsFirstTokensEndsWithAnErrorE
   EXPECT_EQ(http_request(port, "GET", "/ready").status, 503);
 }
 
-// A raw connection that sends its request in two parts, so a drain can begin between them.
+// A raw keep-alive connection that sends a request in two parts, so a drain can begin
+// between them. It is surely accepted first (one whole request answered on it: a
+// connection still in the listen queue would be reset when the drain closes the
+// listener), and the first part is in the server's socket buffer once write returns.
 class SplitRequest {
  public:
   SplitRequest(uint16_t port, const std::string& first) : socket_(ioc_) {
+    namespace http = boost::beast::http;
     socket_.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+    http::request<http::empty_body> health(http::verb::get, "/health", 11);
+    health.set(http::field::host, "127.0.0.1");
+    http::write(socket_, health);
+    boost::beast::flat_buffer buffer;
+    http::response<http::string_body> answer;
+    http::read(socket_, buffer, answer);
+    EXPECT_EQ(answer.result_int(), 200u);
     boost::asio::write(socket_, boost::asio::buffer(first));
   }
   // Sends the rest and returns the status line.
