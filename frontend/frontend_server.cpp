@@ -837,6 +837,7 @@ void FrontendServer::Impl::accept() {
 // next frontend, when the listening socket is shared), close idle connections, and
 // watch until every request has ended.
 void FrontendServer::Impl::begin_drain(std::chrono::milliseconds timeout) {
+  HEARTH_TEST_POINT("frontend.drain.begin");
   if (draining.exchange(true)) return;
   drain_deadline_ns.store((std::chrono::steady_clock::now() + timeout).time_since_epoch().count());
   HEARTH_LOG_INFO("draining: {} requests in flight, deadline in {} ms", active_count(), timeout.count());
