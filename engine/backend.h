@@ -2,10 +2,13 @@
 //
 // The model (model.h) is written once against this interface; the CPU backend is the
 // reference every other backend is tested against. A backend owns the memory it hands
-// out (activations, KV cache); all pointers passed to ops point into such memory or, for
-// weights, into the model's tensors as the backend can read them. Ops are called from
-// one thread (the engine's step loop); a backend may use its own threads inside an op.
-// Ops never fail on valid shapes: shapes are validated when the model is created.
+// out (activations, KV cache, a step's uploaded input) and the weights it binds
+// (bind_weights: pointers into the segment on the CPU, device copies elsewhere); every
+// pointer passed to an op points into such memory. Per-step metadata (token ids,
+// positions, KV slots, page tables, logit rows) reaches ops only through the StepInput
+// that upload() returns. Ops are called from one thread (the engine's step loop); a
+// backend may use its own threads inside an op. Ops never fail on valid shapes: shapes
+// are validated when the model is created, inputs when a step is.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +23,7 @@
 #include "common/status.h"
 #include "common/tensor.h"
 #include "common/token.h"
+#include "engine/model_input.h"
 #include "kernels/attention_params.h"
 
 namespace hearth {
@@ -73,18 +77,59 @@ class BackendBuffer {
   Deleter deleter_ = nullptr;
 };
 
-// Where one layer's K and V rows go: token t of the batch is stored at cache slot
-// slots[t] (= block * block_size + offset), in the layouts of kernels/attention_params.h.
+// One step's ModelInput as the backend reads it (in its own memory), valid until the
+// next upload. `host` is the same input in host memory, for what a backend decides on
+// the host (sizes, splitting work).
+struct StepInput {
+  const TokenId* tokens = nullptr;       // [n_tokens]
+  const int32_t* positions = nullptr;    // [n_tokens]
+  const int32_t* slots = nullptr;        // [n_tokens]
+  const int32_t* query_start = nullptr;  // [n_seqs + 1]
+  const int32_t* page_start = nullptr;   // [n_seqs + 1]
+  const int32_t* pages = nullptr;
+  const int32_t* logit_rows = nullptr;   // [n_logit_rows]
+  int32_t n_tokens = 0;
+  int32_t n_seqs = 0;
+  int32_t n_logit_rows = 0;
+  int32_t block_size = 0;
+  const ModelInput* host = nullptr;
+};
+
+// Where one layer's K and V rows go: token t of the step is stored at cache slot
+// step.slots[t] (= block * block_size + offset), in the layouts of kernels/attention_params.h.
 struct KvStoreParams {
   const float* k = nullptr;       // [n_tokens, n_kv_heads * head_dim]
   const float* v = nullptr;       // [n_tokens, n_kv_heads * head_dim]
   float* k_cache = nullptr;       // [n_blocks, n_kv_heads, head_dim, block_size] of this layer
   float* v_cache = nullptr;       // [n_blocks, n_kv_heads, block_size, head_dim]
-  const int32_t* slots = nullptr;  // [n_tokens]
-  int64_t n_tokens = 0;
+  const StepInput* step = nullptr;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
-  int32_t block_size = 0;
+};
+
+// Causal attention of every sequence of a step over its own KV blocks: the queries of
+// sequence s are rows [query_start[s], query_start[s + 1]) of q, its keys those at
+// positions up to each query's position in pages[page_start[s]..].
+struct AttentionBatch {
+  const float* q = nullptr;        // [n_tokens, n_heads, head_dim]
+  float* out = nullptr;            // [n_tokens, n_heads, head_dim]
+  const float* k_cache = nullptr;  // this layer's, as in KvStoreParams
+  const float* v_cache = nullptr;
+  const StepInput* step = nullptr;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 1.0f;
+  int32_t sliding_window = 0;      // 0: every earlier position
+};
+
+// Weights as a backend reads them, owned by the backend: views whose `data` is an
+// address the backend's kernels read (host or device), under the same names and shapes
+// as the tensors they were bound from.
+class BoundWeights {
+ public:
+  virtual ~BoundWeights() = default;
+  virtual std::span<const TensorView> tensors() const = 0;
 };
 
 // One matrix of a matmuls() call and where its product goes.
@@ -101,6 +146,14 @@ class Backend {
   virtual std::string_view name() const = 0;
   // Whether `op` is implemented (for weights of `type`, where the op reads weights).
   virtual bool supports(BackendOp op, DType type = DType::kF32) const = 0;
+
+  // Binds tensors laid out as `layout` (kLayoutPlain, kLayoutCpuR16: common/tensor.h)
+  // for this backend's kernels. kUnsupported for a layout it cannot read, naming the
+  // hearth-loader flag that writes one it can.
+  virtual Result<std::unique_ptr<BoundWeights>> bind_weights(std::span<const TensorView> tensors,
+                                                             std::string_view layout) = 0;
+  // Makes a step's input readable by the ops (a copy to device memory, or none).
+  virtual StepInput upload(const ModelInput& input) = 0;
 
   // Zeroed memory for activations and caches.
   virtual Result<BackendBuffer> alloc(size_t bytes) = 0;
@@ -123,12 +176,7 @@ class Backend {
   virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                     const float* inv_freq, RopeStyle style) = 0;
   virtual void kv_store(const KvStoreParams& p) = 0;
-  // Causal attention of p.n_tokens queries of one sequence over its cached keys.
-  virtual void attention(const kernels::AttentionParams& p) = 0;
-  // The same for several sequences of a batch at once (a backend may run them together).
-  virtual void attention_batch(std::span<const kernels::AttentionParams> ps) {
-    for (const auto& p : ps) attention(p);
-  }
+  virtual void attention(const AttentionBatch& p) = 0;
   // out = silu(gate) * up over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y += x over n values.
@@ -142,7 +190,8 @@ class Backend {
   }
   // x[t] += bias, x: [n, dim].
   virtual void add_bias(float* x, const float* bias, int64_t n, int64_t dim) = 0;
-  // out[i] = x[rows[i]] for i < n. x: [*, dim]; out: [n, dim]; rows: host memory.
+  // out[i] = x[rows[i]] for i < n. x: [*, dim]; out: [n, dim]; rows: backend memory
+  // (a StepInput's logit_rows).
   virtual void gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) = 0;
 };
 

@@ -32,6 +32,15 @@ int64_t rows_per_task(int64_t rows, int threads) {
   return std::max<int64_t>(16, (target + 15) / 16 * 16);
 }
 
+class HostWeights final : public BoundWeights {
+ public:
+  explicit HostWeights(std::span<const TensorView> tensors) : tensors_(tensors.begin(), tensors.end()) {}
+  std::span<const TensorView> tensors() const override { return tensors_; }
+
+ private:
+  std::vector<TensorView> tensors_;
+};
+
 class CpuBackend final : public Backend {
  public:
   static constexpr size_t kMaxTargets = 4;
@@ -42,6 +51,30 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
 
   bool supports(BackendOp, DType) const override { return true; }  // every op, every DType
+
+  // The kernels read plain and R16 layouts alike, in place: the views are the handles.
+  Result<std::unique_ptr<BoundWeights>> bind_weights(std::span<const TensorView> tensors,
+                                                     std::string_view layout) override {
+    if (layout != kLayoutPlain && layout != kLayoutCpuR16) {
+      return make_error(ErrorCode::kUnsupported,
+                        "the cpu backend cannot read weights laid out as \"{}\"; start hearth-loader with "
+                        "--layout cpu-r16 (or plain)", layout);
+    }
+    for (const TensorView& t : tensors) {
+      if (layout == kLayoutPlain && dtype_row_group(t.dtype) > 1) {
+        return make_error(ErrorCode::kFormat, "tensor {} is {}, which a plain layout never holds", t.name,
+                          dtype_name(t.dtype));
+      }
+    }
+    return std::unique_ptr<BoundWeights>(new HostWeights(tensors));
+  }
+
+  // Host memory already: the ops read the input where it is.
+  StepInput upload(const ModelInput& in) override {
+    return {in.tokens.data(),     in.positions.data(), in.slots.data(),      in.query_start.data(),
+            in.page_start.data(), in.pages.data(),     in.logit_rows.data(), in.n_tokens(),
+            in.n_seqs(),          static_cast<int32_t>(in.logit_rows.size()), in.block_size, &in};
+  }
 
   Result<BackendBuffer> alloc(size_t bytes) override {
     if (bytes >= kMapThreshold) {
@@ -165,26 +198,51 @@ class CpuBackend final : public Backend {
   void kv_store(const KvStoreParams& p) override {
     const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
     const size_t head_row = static_cast<size_t>(p.head_dim) * sizeof(float);
-    for (int64_t t = 0; t < p.n_tokens; ++t) {
-      const int64_t block = p.slots[t] / p.block_size;
-      const int32_t offset = p.slots[t] % p.block_size;
+    const int32_t bs = p.step->block_size;
+    for (int64_t t = 0; t < p.step->n_tokens; ++t) {
+      const int64_t block = p.step->slots[t] / bs;
+      const int32_t offset = p.step->slots[t] % bs;
       for (int32_t h = 0; h < p.n_kv_heads; ++h) {
         const float* k = p.k + t * kv_dim + static_cast<int64_t>(h) * p.head_dim;
-        float* kc = p.k_cache + kernels::kv_key_index(block, h, 0, offset, p.n_kv_heads, p.head_dim, p.block_size);
-        for (int32_t d = 0; d < p.head_dim; ++d) kc[static_cast<int64_t>(d) * p.block_size] = k[d];
-        std::memcpy(p.v_cache + kernels::kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, p.block_size),
+        float* kc = p.k_cache + kernels::kv_key_index(block, h, 0, offset, p.n_kv_heads, p.head_dim, bs);
+        for (int32_t d = 0; d < p.head_dim; ++d) kc[static_cast<int64_t>(d) * bs] = k[d];
+        std::memcpy(p.v_cache + kernels::kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, bs),
                     p.v + t * kv_dim + static_cast<int64_t>(h) * p.head_dim, head_row);
       }
     }
   }
 
-  void attention(const kernels::AttentionParams& p) override { attention_batch(std::span(&p, 1)); }
+  // The kernels' calling convention is one sequence at a time: one AttentionParams per
+  // sequence of the step, into scratch that grows to the largest batch once.
+  void attention(const AttentionBatch& b) override {
+    const StepInput& st = *b.step;
+    attention_params_.resize(static_cast<size_t>(st.n_seqs));
+    const int64_t q_row = static_cast<int64_t>(b.n_heads) * b.head_dim;
+    for (int32_t s = 0; s < st.n_seqs; ++s) {
+      kernels::AttentionParams& p = attention_params_[static_cast<size_t>(s)];
+      const int32_t r0 = st.query_start[s];
+      p.q = b.q + r0 * q_row;
+      p.out = b.out + r0 * q_row;
+      p.k_cache = b.k_cache;
+      p.v_cache = b.v_cache;
+      p.block_table = st.pages + st.page_start[s];
+      p.positions = st.positions + r0;
+      p.block_size = st.block_size;
+      p.n_tokens = st.query_start[s + 1] - r0;
+      p.n_heads = b.n_heads;
+      p.n_kv_heads = b.n_kv_heads;
+      p.head_dim = b.head_dim;
+      p.scale = b.scale;
+      p.sliding_window = b.sliding_window;
+    }
+    attention_batch(attention_params_);
+  }
 
   // Every sequence of a step in one op, split by (sequence, KV head: the query heads
   // that share one read its keys and values once) and, when that leaves the threads too
   // little to share, by ranges of query tokens. Each (token, head) is computed alone,
   // so no split changes a result.
-  void attention_batch(std::span<const kernels::AttentionParams> ps) override {
+  void attention_batch(std::span<const kernels::AttentionParams> ps) {
     if (reference_) {
       for (const auto& p : ps) kernels::ref::attention(p);
       return;
@@ -284,6 +342,7 @@ class CpuBackend final : public Backend {
   ThreadPool pool_;
   std::vector<std::byte> scratch_;  // quantized activations; grows to the largest matmul once
   std::vector<int64_t> attention_tasks_;  // first task of each sequence; grows to the largest batch once
+  std::vector<kernels::AttentionParams> attention_params_;  // one per sequence; the same
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "engine/engine_server.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,9 +14,10 @@
 #include "common/process.h"
 #include "common/test_point.h"
 #include "engine/backend.h"
+#include "engine/driver.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/model_runner.h"
 #include "ipc/broker.h"
 #include "ipc/futex.h"
 #include "ipc/weights_segment.h"
@@ -41,19 +43,13 @@ Status env_int(const char* name, int32_t& target, int32_t min, int32_t max) {
 // far longer than any producer takes between its claim and its fill.
 constexpr uint64_t kRingHoleGraceNs = 2000000000ull;
 
+// One request the engine is running: where its tokens go. The sequence itself (tokens,
+// sampler, limits) is the driver's, under the same id.
 struct Active {
   uint32_t slot = 0;
   uint32_t generation = 0;
   int owner = -1;
   int32_t owner_pid = 0;
-  std::vector<TokenId> tokens;  // prompt, then produced
-  int32_t n_prompt = 0;
-  int32_t max_tokens = 0;
-  int32_t top_logprobs = 0;
-  bool ignore_stop = false;
-  std::vector<TokenId> stop_ids;
-  std::unique_ptr<Sampler> sampler;
-  int32_t produced() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
 };
 
 }  // namespace
@@ -73,7 +69,9 @@ struct EngineServer::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<LlamaModel> model;
   std::optional<KvCache> cache;
-  std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<Driver> driver;
+  std::vector<StepEvent> events;
   std::unordered_map<uint64_t, Active> active;  // by sequence id
   std::vector<uint64_t> by_slot;                // slot -> sequence id (0: none)
   std::vector<uint64_t> filling_suspects;       // Broker::sweep_orphans' memory
@@ -81,8 +79,6 @@ struct EngineServer::Impl {
   uint64_t next_seq = 1;
   int32_t context = 0;
   std::atomic<bool> stopping{false};
-  std::vector<float> logits;
-  std::vector<float> scratch;
   uint64_t last_scan_ns = 0;
   uint64_t orphans_freed = 0;  // slots of gone frontends returned to FREE
   std::map<uint64_t, uint64_t> ring_holes;  // unfilled ring position -> first seen (ns)
@@ -93,7 +89,7 @@ struct EngineServer::Impl {
       std::chrono::nanoseconds(daemon_watchdog_interval(std::chrono::milliseconds(1000))).count());
 
   void fail_slot(uint32_t slot, ErrorCode code, std::string_view message) {
-    broker->slot_finish(slot, SlotState::kFailed, SlotFinish::kError, static_cast<int32_t>(code), message);
+    broker->slot_finish(slot, SlotState::kFailed, FinishReason::kError, static_cast<int32_t>(code), message);
   }
 
   // Takes a QUEUED (or, on resume, RUNNING) slot into the scheduler.
@@ -108,59 +104,38 @@ struct EngineServer::Impl {
     if (resume) s.state.store(static_cast<uint32_t>(SlotState::kRunning), std::memory_order_release);
     HEARTH_TEST_POINT("engine.admit.running");  // RUNNING, not yet in the scheduler
     s.admitted_epoch = epoch;
-    const ModelConfig& c = model->config();
-    auto request = broker->read_request(index, resume, context, c.vocab_size);
+    auto request = broker->read_request(index, resume, context, model->config().vocab_size);
     if (!request.is_ok()) {
       fail_slot(index, request.status().code(), request.status().message());
       return;
     }
     SlotRequest& r = request.value();
-    const SlotSampling& q = r.sampling;
-    SamplingParams p{q.temperature,      q.top_k,          q.top_p, q.min_p, q.repetition_penalty,
-                     q.presence_penalty, q.frequency_penalty, q.seed};
-    if (Status st = sampling_params_validate(p); !st.is_ok()) {
-      fail_slot(index, ErrorCode::kInvalidArgument, st.message());
-      return;
-    }
-    const int32_t n_produced = r.n_produced();
-    Active a;
-    a.slot = index;
-    a.generation = r.generation;
-    a.owner = r.owner;
-    a.owner_pid = r.owner_pid;
-    a.n_prompt = r.n_prompt;
-    a.max_tokens = r.max_tokens;
-    a.top_logprobs = r.top_logprobs;
-    a.ignore_stop = r.ignore_stop;
-    a.stop_ids = std::move(r.stop_ids);
-    a.tokens = std::move(r.tokens);
-    // A predecessor may have died between publishing a final token and finishing.
-    if (n_produced > 0 && !a.ignore_stop &&
-        std::find(a.stop_ids.begin(), a.stop_ids.end(), a.tokens.back()) != a.stop_ids.end()) {
-      broker->slot_finish(index, SlotState::kDone, SlotFinish::kStop);
-      return;
-    }
-    if (n_produced >= a.max_tokens) {
-      broker->slot_finish(index, SlotState::kDone, SlotFinish::kLength);
-      return;
-    }
-    a.sampler = std::make_unique<Sampler>(p, c.vocab_size);
-    a.sampler->set_position(static_cast<uint64_t>(n_produced));
     const uint64_t id = next_seq++;
-    if (Status st = scheduler->add(id, static_cast<int32_t>(a.tokens.size())); !st.is_ok()) {
-      fail_slot(index, st.code(), st.message());
+    auto added = driver->add(id, {.tokens = std::move(r.tokens),
+                                  .n_prompt = r.n_prompt,
+                                  .max_tokens = r.max_tokens,
+                                  .stop_ids = std::move(r.stop_ids),
+                                  .ignore_stop = r.ignore_stop,
+                                  .top_logprobs = r.top_logprobs,
+                                  .sampling = r.sampling});
+    if (!added.is_ok()) {
+      fail_slot(index, added.status().code(), added.status().message());
+      return;
+    }
+    if (*added != FinishReason::kNone) {  // over before it started (see Driver::add)
+      broker->slot_finish(index, SlotState::kDone, *added);
       return;
     }
     by_slot[index] = id;
-    active.emplace(id, std::move(a));
+    active.emplace(id, Active{index, r.generation, r.owner, r.owner_pid});
   }
 
-  // Drops a sequence: from the scheduler and our tables.
+  // Drops a sequence: from the driver and our tables.
   void forget(uint64_t id) {
     const auto it = active.find(id);
     if (it == active.end()) return;
     by_slot[it->second.slot] = 0;
-    scheduler->remove(id);
+    driver->remove(id);
     active.erase(it);
   }
 
@@ -218,7 +193,7 @@ struct EngineServer::Impl {
       if (!cancelled && !orphan) continue;
       gone.push_back(id);
       broker->header().stat_cancelled.fetch_add(1, std::memory_order_relaxed);  // counted before the owner sees it
-      broker->slot_finish(a.slot, SlotState::kCancelled, SlotFinish::kCancelled);
+      broker->slot_finish(a.slot, SlotState::kCancelled, FinishReason::kCancelled);
       HEARTH_TEST_POINT("engine.reap.cancelled");  // finished as CANCELLED, still in the scheduler
       if (orphan) {
         broker->slot_release(a.slot);  // nobody is left to read it
@@ -237,119 +212,55 @@ struct EngineServer::Impl {
     if (freed > 0) HEARTH_LOG_INFO("freed {} slots of frontends that are gone ({} in all)", freed, orphans_freed);
   }
 
-  // One scheduler step through the model. Returns false when there was nothing to run.
+  // One step of the driver; its tokens go to their slots, finished and failed
+  // sequences end there.
   Status step(bool& ran) {
-    StepPlan plan = scheduler->plan(static_cast<int64_t>(monotonic_ns() / 1000000));
-    for (uint64_t id : plan.unschedulable) {
-      const auto it = active.find(id);
+    HEARTH_RETURN_IF_ERROR(driver->step(events, ran, static_cast<int64_t>(monotonic_ns() / 1000000)));
+    std::array<bool, kMaxFrontends> wake{};
+    for (const StepEvent& e : events) {
+      const auto it = active.find(e.id);
       if (it == active.end()) continue;
-      fail_slot(it->second.slot, ErrorCode::kResourceExhausted,
-                "the request needs more KV cache than the engine has: lower max_tokens or raise --kv-blocks");
-      by_slot[it->second.slot] = 0;
-      active.erase(it);
-    }
-    ran = !plan.seqs.empty();
-    if (!ran) return Status::ok();
-
-    std::vector<TokenId> tokens;
-    std::vector<int32_t> positions, rows;
-    std::vector<BatchSequence> seqs;
-    tokens.reserve(static_cast<size_t>(plan.tokens));
-    for (const PlannedSeq& p : plan.seqs) {
-      const Active& a = active.at(p.id);
-      const auto begin = static_cast<int32_t>(tokens.size());
-      for (int32_t i = 0; i < p.count; ++i) {
-        tokens.push_back(a.tokens[static_cast<size_t>(p.begin + i)]);
-        positions.push_back(p.begin + i);
+      const Active& a = it->second;
+      if (e.finish == FinishReason::kError) {
+        fail_slot(a.slot, e.error.code(), e.error.message());
+        by_slot[a.slot] = 0;
+        active.erase(it);
+        continue;
       }
-      seqs.push_back({begin, p.count, scheduler->kv(p.id)});
-      if (p.sample) rows.push_back(begin + p.count - 1);
-    }
-    const size_t vocab = static_cast<size_t>(model->config().vocab_size);
-    if (logits.size() < rows.size() * vocab) logits.resize(rows.size() * vocab);
-    HEARTH_TEST_POINT("engine.step.planned");
-    HEARTH_RETURN_IF_ERROR(model->forward({tokens, positions, seqs, rows}, *cache, logits.data()));
-    HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet
-
-    std::vector<uint64_t> finished;
-    std::vector<bool> wake(kMaxFrontends, false);
-    size_t row = 0;
-    for (const PlannedSeq& p : plan.seqs) {
-      scheduler->advance(p);
-      if (!p.sample) continue;
-      Active& a = active.at(p.id);
-      float* l = logits.data() + row++ * vocab;
-      sample_into(a, l, vocab);
+      ProducedToken out{};
+      out.id = e.token.id;
+      out.logprob = e.token.logprob;
+      for (int32_t k = 0; k < e.token.n_top; ++k) {
+        out.top_ids[k] = e.token.top_ids[static_cast<size_t>(k)];
+        out.top_logprobs[k] = e.token.top_logprobs[static_cast<size_t>(k)];
+      }
+      broker->produced(a.slot)[e.n_produced - 1] = out;
+      broker->slot_publish(a.slot, e.n_produced);
       if (a.owner >= 0 && a.owner < kMaxFrontends) wake[static_cast<size_t>(a.owner)] = true;
-      const TokenId last = a.tokens.back();
-      SlotFinish finish = SlotFinish::kNone;
-      if (!a.ignore_stop && std::find(a.stop_ids.begin(), a.stop_ids.end(), last) != a.stop_ids.end()) {
-        finish = SlotFinish::kStop;
-      } else if (a.produced() >= a.max_tokens || static_cast<int32_t>(a.tokens.size()) >= context) {
-        finish = SlotFinish::kLength;
-      }
-      if (finish != SlotFinish::kNone) {
-        broker->slot_finish(a.slot, SlotState::kDone, finish);
-        finished.push_back(p.id);
+      if (e.finish != FinishReason::kNone) {
+        broker->slot_finish(a.slot, SlotState::kDone, e.finish);
+        by_slot[a.slot] = 0;
+        active.erase(it);
       }
     }
+    if (!ran) return Status::ok();
     HEARTH_TEST_POINT("engine.step.sampled");  // tokens published, owners not yet woken
-    for (uint64_t id : finished) forget(id);
     for (int f = 0; f < kMaxFrontends; ++f) {
       if (wake[static_cast<size_t>(f)]) broker->wake_frontend(f);
     }
     BrokerHeader& h = broker->header();
     h.stat_steps.fetch_add(1, std::memory_order_relaxed);
-    h.stat_tokens.fetch_add(static_cast<uint64_t>(plan.tokens), std::memory_order_relaxed);
+    h.stat_tokens.fetch_add(static_cast<uint64_t>(driver->last_step_tokens()), std::memory_order_relaxed);
     return Status::ok();
-  }
-
-  // Samples the next token of `a` from its logits row, records it with its log
-  // probabilities in the slot and publishes it.
-  void sample_into(Active& a, float* l, size_t vocab) {
-    // Log-probabilities come from the model's own distribution, before any penalty.
-    float max = l[0];
-    for (size_t i = 1; i < vocab; ++i) max = std::max(max, l[i]);
-    double sum = 0.0;
-    for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(l[i] - max));
-    const float log_z = max + static_cast<float>(std::log(sum));
-    ProducedToken out{};
-    if (a.top_logprobs > 0) {
-      std::vector<std::pair<float, int32_t>> top;
-      top.reserve(static_cast<size_t>(a.top_logprobs) + 1);
-      for (size_t i = 0; i < vocab; ++i) {
-        if (top.size() < static_cast<size_t>(a.top_logprobs) || l[i] > top.back().first) {
-          top.emplace_back(l[i], static_cast<int32_t>(i));
-          std::sort(top.begin(), top.end(), [](const auto& x, const auto& y) {
-            return x.first > y.first || (x.first == y.first && x.second < y.second);
-          });
-          if (top.size() > static_cast<size_t>(a.top_logprobs)) top.pop_back();
-        }
-      }
-      for (size_t k = 0; k < top.size(); ++k) {
-        out.top_ids[k] = top[k].second;
-        out.top_logprobs[k] = top[k].first - log_z;
-      }
-    }
-    const std::span<const TokenId> prompt(a.tokens.data(), static_cast<size_t>(a.n_prompt));
-    const std::span<const TokenId> output(a.tokens.data() + a.n_prompt, static_cast<size_t>(a.produced()));
-    std::vector<float>& row = scratch;
-    row.assign(l, l + vocab);  // the sampler modifies its input
-    const SampledToken t = a.sampler->sample(row, prompt, output);
-    out.id = t.id;
-    out.logprob = l[t.id] - log_z;
-    const int32_t n = a.produced();
-    broker->produced(a.slot)[n] = out;
-    a.tokens.push_back(t.id);
-    broker->slot_publish(a.slot, n + 1);
   }
 
   void publish_stats() {
     BrokerHeader& h = broker->header();
-    h.stat_running.store(static_cast<uint32_t>(scheduler->n_running()), std::memory_order_relaxed);
-    h.stat_waiting.store(static_cast<uint32_t>(scheduler->n_waiting()), std::memory_order_relaxed);
+    const Scheduler& sched = driver->scheduler();
+    h.stat_running.store(static_cast<uint32_t>(sched.n_running()), std::memory_order_relaxed);
+    h.stat_waiting.store(static_cast<uint32_t>(sched.n_waiting()), std::memory_order_relaxed);
     h.stat_kv_blocks_total.store(static_cast<uint32_t>(cache->config().n_blocks), std::memory_order_relaxed);
-    h.stat_kv_blocks_used.store(static_cast<uint32_t>(scheduler->blocks_used()), std::memory_order_relaxed);
+    h.stat_kv_blocks_used.store(static_cast<uint32_t>(sched.blocks_used()), std::memory_order_relaxed);
   }
 };
 
@@ -378,8 +289,10 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                           KvCache::create(*impl->backend, {c.n_layers, c.kv_dim(), options.block_size, blocks}));
   impl->cache.emplace(std::move(cache));
   HEARTH_ASSIGN_OR_RETURN(impl->model, LlamaModel::create(c, impl->weights.tensors(0), *impl->backend,
-                                                          options.scheduler.max_batched_tokens));
-  impl->scheduler = std::make_unique<Scheduler>(options.scheduler, impl->cache->blocks(), options.block_size);
+                                                          options.scheduler.max_batched_tokens,
+                                                          {.layout = impl->weights.layout}));
+  impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache);
+  impl->driver = std::make_unique<Driver>(*impl->runner, DriverConfig{options.scheduler, impl->context});
   HEARTH_ASSIGN_OR_RETURN(Broker broker, Broker::open_or_create(segment_path(dir, options.instance, "broker"),
                                                                 {options.slots, static_cast<uint32_t>(impl->context)}));
   impl->broker.emplace(std::move(broker));

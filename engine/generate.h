@@ -1,24 +1,23 @@
-// generate(): one sequence from prompt ids to finished output, in this process. The
-// building block of `hearth generate` and the reference the serving path is compared
-// with. Not thread-safe (uses the model and cache it is given).
+// generate(): one sequence from prompt ids to finished output, in this process, on the
+// same Driver and ModelRunner the engine serves with. The building block of `hearth
+// generate` and the reference the serving path is compared with. Not thread-safe (uses
+// the model and cache it is given).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
-#include <string_view>
 #include <vector>
 
+#include "common/finish_reason.h"
+#include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/token.h"
+#include "engine/driver.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
-#include "engine/sampler.h"
 
 namespace hearth {
-
-enum class FinishReason : uint8_t { kStop, kLength, kCancelled };
-std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "cancelled"
 
 struct GenerateOptions {
   int32_t max_tokens = 256;         // generated tokens at most
@@ -30,7 +29,7 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<TokenId> tokens;      // generated, including a final stop id
-  std::vector<float> logprobs;
+  std::vector<float> logprobs;      // of each token under the model's distribution
   FinishReason finish = FinishReason::kLength;
   int32_t prompt_tokens = 0;
   double prefill_seconds = 0.0;     // prompt evaluation up to the first sampled token
@@ -38,7 +37,7 @@ struct GenerateResult {
 };
 
 // Called after each token; returning false cancels generation.
-using TokenCallback = std::function<bool(const SampledToken&)>;
+using TokenCallback = std::function<bool(const TokenResult&)>;
 
 // Runs the prompt (in chunks of the model's max batch) and samples up to max_tokens.
 // The prompt must be non-empty and leave room for one token in the context; otherwise

@@ -1,5 +1,6 @@
 #include "engine/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -9,11 +10,35 @@
 
 namespace hearth {
 
+Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int size) {
+  if (size < 1 || rank < 0 || rank >= size) {
+    return make_error(ErrorCode::kInvalidArgument, "rank {} of {} is not a rank of a group", rank, size);
+  }
+  if (config.n_heads % size != 0 || config.n_kv_heads % size != 0 || config.hidden_dim % size != 0) {
+    return make_error(ErrorCode::kUnsupported,
+                      "{} query heads, {} KV heads and an FFN of {} do not split evenly over {} ranks", config.n_heads,
+                      config.n_kv_heads, config.hidden_dim, size);
+  }
+  ModelConfig c = config;
+  c.n_heads /= size;
+  c.n_kv_heads /= size;
+  c.hidden_dim /= size;
+  return c;
+}
+
 Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config, std::span<const TensorView> tensors,
-                                                       Backend& backend, int32_t max_batch_tokens) {
+                                                       Backend& backend, int32_t max_batch_tokens,
+                                                       const ModelOptions& options) {
   HEARTH_RETURN_IF_ERROR(model_config_validate(config));
+  std::unique_ptr<Communicator> own_comm;
+  Communicator* comm = options.comm;
+  if (comm == nullptr) {
+    own_comm = make_single_rank_communicator();
+    comm = own_comm.get();
+  }
+  HEARTH_ASSIGN_OR_RETURN(const ModelConfig rank_config, model_rank_config(config, comm->rank(), comm->size()));
   std::vector<TensorView> own(tensors.begin(), tensors.end());
-  HEARTH_RETURN_IF_ERROR(llama_check_tensors(config, own));
+  HEARTH_RETURN_IF_ERROR(llama_check_tensors(rank_config, own));
   if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
     return make_error(ErrorCode::kInvalidArgument, "max batch tokens {} is out of range", max_batch_tokens);
   }
@@ -28,15 +53,28 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
     }
   }
 
-  std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend));
+  std::string_view layout = options.layout;
+  if (layout.empty()) {
+    layout = std::any_of(own.begin(), own.end(), [](const TensorView& t) { return dtype_row_group(t.dtype) > 1; })
+                 ? kLayoutCpuR16
+                 : kLayoutPlain;
+  }
+
+  std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend, *comm));
+  m->own_comm_ = std::move(own_comm);
+  m->rank_config_ = rank_config;
   m->max_batch_tokens_ = max_batch_tokens;
-  m->tensors_ = std::move(own);
-  std::unordered_map<std::string_view, const TensorView*> by_name;
-  for (const TensorView& t : m->tensors_) by_name.emplace(t.name, &t);
-  auto find = [&](const std::string& name) -> const TensorView* {
+  HEARTH_ASSIGN_OR_RETURN(m->weights_, backend.bind_weights(own, layout));
+  // Matrices are read through the backend's handles, small vectors from the host views.
+  std::unordered_map<std::string_view, const TensorView*> bound, on_host;
+  for (const TensorView& t : m->weights_->tensors()) bound.emplace(t.name, &t);
+  for (const TensorView& t : own) on_host.emplace(t.name, &t);
+  auto lookup = [](const auto& by_name, const std::string& name) -> const TensorView* {
     const auto it = by_name.find(name);
     return it == by_name.end() ? nullptr : it->second;
   };
+  auto find = [&](const std::string& name) { return lookup(bound, name); };
+  auto find_host = [&](const std::string& name) { return lookup(on_host, name); };
 
   // Norms, biases and rope factors become float32 copies in one buffer.
   std::vector<float> host;
@@ -52,7 +90,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
   m->token_embd_ = find("token_embd.weight");
   m->output_ = find("output.weight");
   if (m->output_ == nullptr) m->output_ = m->token_embd_;  // tied embeddings
-  add_vector(find("output_norm.weight"), &m->output_norm_);
+  add_vector(find_host("output_norm.weight"), &m->output_norm_);
   m->layers_.resize(static_cast<size_t>(config.n_layers));
   for (int i = 0; i < config.n_layers; ++i) {
     Layer& l = m->layers_[static_cast<size_t>(i)];
@@ -64,14 +102,14 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
     l.ffn_gate = find(p + "ffn_gate.weight");
     l.ffn_up = find(p + "ffn_up.weight");
     l.ffn_down = find(p + "ffn_down.weight");
-    add_vector(find(p + "attn_norm.weight"), &l.attn_norm);
-    add_vector(find(p + "ffn_norm.weight"), &l.ffn_norm);
-    add_vector(find(p + "attn_q.bias"), &l.q_bias);
-    add_vector(find(p + "attn_k.bias"), &l.k_bias);
-    add_vector(find(p + "attn_v.bias"), &l.v_bias);
+    add_vector(find_host(p + "attn_norm.weight"), &l.attn_norm);
+    add_vector(find_host(p + "ffn_norm.weight"), &l.ffn_norm);
+    add_vector(find_host(p + "attn_q.bias"), &l.q_bias);
+    add_vector(find_host(p + "attn_k.bias"), &l.k_bias);
+    add_vector(find_host(p + "attn_v.bias"), &l.v_bias);
   }
   std::vector<float> freq_factors;
-  if (const TensorView* f = find("rope_freqs.weight")) {
+  if (const TensorView* f = find_host("rope_freqs.weight")) {
     freq_factors.resize(static_cast<size_t>(f->elements()));
     kernels::ref::dequantize_row(f->dtype, f->data, freq_factors.data(), f->elements());
     for (float v : freq_factors) {
@@ -88,82 +126,38 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
   HEARTH_ASSIGN_OR_RETURN(m->inv_freq_buf_, backend.alloc(m->inv_freq_.size() * sizeof(float)));
   backend.write(m->inv_freq_buf_, 0, m->inv_freq_.data(), m->inv_freq_.size() * sizeof(float));
 
+  const ModelConfig& rc = rank_config;
   const size_t n = static_cast<size_t>(max_batch_tokens);
   auto act = [&](int64_t width, BackendBuffer& buf) -> Status {
     HEARTH_ASSIGN_OR_RETURN(buf, backend.alloc(n * static_cast<size_t>(width) * sizeof(float)));
     return Status::ok();
   };
-  HEARTH_RETURN_IF_ERROR(act(config.dim, m->x_));
-  HEARTH_RETURN_IF_ERROR(act(std::max(config.dim, config.q_dim()), m->xn_));
-  HEARTH_RETURN_IF_ERROR(act(config.q_dim(), m->q_));
-  HEARTH_RETURN_IF_ERROR(act(config.kv_dim(), m->k_));
-  HEARTH_RETURN_IF_ERROR(act(config.kv_dim(), m->v_));
-  HEARTH_RETURN_IF_ERROR(act(config.q_dim(), m->att_));
-  HEARTH_RETURN_IF_ERROR(act(config.hidden_dim, m->gate_));
-  HEARTH_RETURN_IF_ERROR(act(config.hidden_dim, m->up_));
+  HEARTH_RETURN_IF_ERROR(act(rc.dim, m->x_));
+  HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), m->xn_));
+  HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), m->q_));
+  HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), m->k_));
+  HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), m->v_));
+  HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), m->att_));
+  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, m->gate_));
+  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, m->up_));
   HEARTH_ASSIGN_OR_RETURN(m->logits_in_, backend.alloc(kLogitChunk * static_cast<size_t>(config.dim) * sizeof(float)));
   HEARTH_ASSIGN_OR_RETURN(m->logits_, backend.alloc(kLogitChunk * static_cast<size_t>(config.vocab_size) * sizeof(float)));
-  m->slots_.resize(n);
-  m->attention_params_.reserve(n);  // at most one sequence per token
   return m;
 }
 
-Status LlamaModel::validate(const ForwardBatch& b, const KvCache& cache) const {
-  const auto n = static_cast<int64_t>(b.tokens.size());
-  if (n == 0) return make_error(ErrorCode::kInvalidArgument, "empty batch");
-  if (n > max_batch_tokens_) {
-    return make_error(ErrorCode::kInvalidArgument, "batch of {} tokens exceeds the model's limit of {}", n,
-                      max_batch_tokens_);
+Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logits) {
+  const KvCacheConfig& kc = cache.config();
+  HEARTH_RETURN_IF_ERROR(model_input_validate(
+      input, {config_.vocab_size, max_batch_tokens_, config_.max_context, kc.n_blocks, kc.block_size}));
+  if (kc.kv_dim != rank_config_.kv_dim() || kc.n_layers != rank_config_.n_layers) {
+    return make_error(ErrorCode::kInvalidArgument, "the KV cache holds {} layers of {} values, the model {} of {}",
+                      kc.n_layers, kc.kv_dim, rank_config_.n_layers, rank_config_.kv_dim());
   }
-  if (b.positions.size() != b.tokens.size()) {
-    return make_error(ErrorCode::kInvalidArgument, "batch has {} tokens but {} positions", n, b.positions.size());
-  }
-  for (TokenId t : b.tokens) {
-    if (t < 0 || t >= config_.vocab_size) {
-      return make_error(ErrorCode::kOutOfRange, "token id {} is outside the vocabulary (0..{})", t,
-                        config_.vocab_size - 1);
-    }
-  }
-  int64_t next_row = 0;
-  const int32_t bs = cache.config().block_size;
-  for (const BatchSequence& s : b.sequences) {
-    if (s.token_begin != next_row || s.n_tokens < 1 || s.kv == nullptr || s.token_begin + s.n_tokens > n) {
-      return make_error(ErrorCode::kInvalidArgument, "batch sequences must cover the tokens in order");
-    }
-    for (int32_t block : s.kv->blocks) {
-      if (block < 0 || block >= cache.config().n_blocks) {
-        return make_error(ErrorCode::kInvalidArgument, "KV block {} is not in the cache", block);
-      }
-    }
-    for (int32_t r = s.token_begin; r < s.token_begin + s.n_tokens; ++r) {
-      const int32_t pos = b.positions[static_cast<size_t>(r)];
-      if (pos < 0 || pos >= config_.max_context) {
-        return make_error(ErrorCode::kOutOfRange, "position {} is outside the model's context of {}", pos,
-                          config_.max_context);
-      }
-      if (static_cast<size_t>(pos / bs) >= s.kv->blocks.size()) {
-        return make_error(ErrorCode::kInvalidArgument, "position {} has no KV block", pos);
-      }
-    }
-    next_row = s.token_begin + s.n_tokens;
-  }
-  if (next_row != n) return make_error(ErrorCode::kInvalidArgument, "batch sequences must cover the tokens in order");
-  if (static_cast<int64_t>(b.logit_rows.size()) > n) {
-    return make_error(ErrorCode::kInvalidArgument, "more logit rows than tokens");
-  }
-  for (int32_t r : b.logit_rows) {
-    if (r < 0 || r >= n) return make_error(ErrorCode::kInvalidArgument, "logit row {} is not in the batch", r);
-  }
-  return Status::ok();
-}
-
-Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits) {
-  HEARTH_RETURN_IF_ERROR(validate(b, cache));
-  const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(b.tokens.size());
-  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.hidden_dim;
-  const int32_t bs = cache.config().block_size;
+  const ModelConfig& c = rank_config_;
   Backend& be = backend_;
+  const StepInput step = be.upload(input);
+  const int64_t n = step.n_tokens;
+  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.hidden_dim;
   float* x = x_.f32();
   float* xn = xn_.f32();
   float* q = q_.f32();
@@ -173,13 +167,7 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
   float* gate = gate_.f32();
   float* up = up_.f32();
 
-  for (const BatchSequence& s : b.sequences) {
-    for (int32_t r = s.token_begin; r < s.token_begin + s.n_tokens; ++r) {
-      slots_[static_cast<size_t>(r)] = s.kv->slot(b.positions[static_cast<size_t>(r)], bs);
-    }
-  }
-
-  be.embedding(*token_embd_, b.tokens.data(), n, x);
+  be.embedding(*token_embd_, step.tokens, n, x);
   be.rms_norm(x, layers_[0].attn_norm, n, dim, c.norm_eps, xn);
   for (int32_t li = 0; li < c.n_layers; ++li) {
     const Layer& l = layers_[static_cast<size_t>(li)];
@@ -191,34 +179,20 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
       be.add_bias(k, l.k_bias, n, kv_dim);
       be.add_bias(v, l.v_bias, n, kv_dim);
     }
-    be.rope(q, n, c.n_heads, c.head_dim, b.positions.data(), inv_freq_buf_.f32(), c.rope_style);
-    be.rope(k, n, c.n_kv_heads, c.head_dim, b.positions.data(), inv_freq_buf_.f32(), c.rope_style);
-    be.kv_store({k, v, cache.k(li), cache.v(li), slots_.data(), n, c.n_kv_heads, c.head_dim, bs});
-    attention_params_.clear();
-    for (const BatchSequence& s : b.sequences) {
-      kernels::AttentionParams& p = attention_params_.emplace_back();
-      p.q = q + static_cast<int64_t>(s.token_begin) * q_dim;
-      p.out = att + static_cast<int64_t>(s.token_begin) * q_dim;
-      p.k_cache = cache.k(li);
-      p.v_cache = cache.v(li);
-      p.block_table = s.kv->blocks.data();
-      p.positions = b.positions.data() + s.token_begin;
-      p.block_size = bs;
-      p.n_tokens = s.n_tokens;
-      p.n_heads = c.n_heads;
-      p.n_kv_heads = c.n_kv_heads;
-      p.head_dim = c.head_dim;
-      p.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-      p.sliding_window = c.sliding_window;
-    }
-    be.attention_batch(attention_params_);
-    be.matmul(*l.attn_output, att, n, xn);  // [n, dim]
+    be.rope(q, n, c.n_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
+    be.rope(k, n, c.n_kv_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
+    be.kv_store({k, v, cache.k(li), cache.v(li), &step, c.n_kv_heads, c.head_dim});
+    be.attention({q, att, cache.k(li), cache.v(li), &step, c.n_heads, c.n_kv_heads, c.head_dim,
+                  1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
+    be.matmul(*l.attn_output, att, n, xn);  // [n, dim], this rank's partial sum
+    comm_.all_reduce_sum(xn, n * dim);
     // Feed-forward block: the residual add fused with its norm.
     be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
     const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
     be.matmuls(xn, n, gate_up);
     be.swiglu(gate, up, n * ffn, gate);
-    be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim]
+    be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim], this rank's partial sum
+    comm_.all_reduce_sum(xn, n * dim);
     if (li + 1 < c.n_layers) {
       be.add_rms_norm(x, xn, layers_[static_cast<size_t>(li) + 1].attn_norm, n, dim, c.norm_eps, xn);
     } else {
@@ -226,14 +200,14 @@ Status LlamaModel::forward(const ForwardBatch& b, KvCache& cache, float* logits)
     }
   }
 
-  const auto n_logits = static_cast<int64_t>(b.logit_rows.size());
+  const auto n_logits = static_cast<int64_t>(step.n_logit_rows);
   // Gather the rows whose logits are wanted, normalise, project onto the vocabulary in
   // chunks of the logits buffer.
   const int64_t vocab = c.vocab_size;
   float* rows = logits_in_.f32();
   for (int64_t i0 = 0; i0 < n_logits; i0 += kLogitChunk) {
     const int64_t m = std::min<int64_t>(kLogitChunk, n_logits - i0);
-    be.gather_rows(x, b.logit_rows.data() + i0, m, dim, rows);
+    be.gather_rows(x, step.logit_rows + i0, m, dim, rows);
     be.rms_norm(rows, output_norm_, m, dim, c.norm_eps, rows);
     be.matmul(*output_, rows, m, logits_.f32());  // [m, vocab]
     be.read(logits_, 0, logits + i0 * vocab, static_cast<size_t>(m * vocab) * sizeof(float));

@@ -1,11 +1,14 @@
 // LlamaModel: the forward pass of the Llama family (Llama 2/3, Mistral, Qwen2,
 // TinyLlama, SmolLM), written once against the Backend interface.
 //
-// A forward call runs a batch of tokens from one or more sequences (prefill chunks and
-// decode steps alike): every matmul covers all tokens of the batch, attention runs per
-// sequence over its blocks of the paged KV cache. Weights are used in place (any DType
-// the backend supports; quantized ones are dequantized inside the matmul); only the
-// small vectors (norm weights, biases, RoPE frequencies) are kept as float32 copies.
+// A forward call runs one step's ModelInput: tokens of one or more sequences (prefill
+// chunks and decode steps alike); every matmul covers all tokens of the step, attention
+// runs per sequence over its blocks of the paged KV cache. The backend binds the weights
+// (bind_weights) and uploads the input; the model reads nothing else. Quantized weights
+// are dequantized inside the matmul; only the small vectors (norm weights, biases, RoPE
+// frequencies) are kept as float32 copies. A model is one rank's: its heads and FFN are
+// its share (model_rank_config), and the partial sums of the attention output and FFN
+// down projections are all-reduced over the group's Communicator.
 // Not thread-safe: one caller (the engine's step loop) at a time.
 #pragma once
 
@@ -19,39 +22,44 @@
 #include "common/tensor.h"
 #include "common/token.h"
 #include "engine/backend.h"
+#include "engine/communicator.h"
 #include "engine/kv_cache.h"
+#include "engine/model_input.h"
 
 namespace hearth {
 
-// The tokens of one sequence inside a batch.
-struct BatchSequence {
-  int32_t token_begin = 0;  // first row of this sequence in ForwardBatch::tokens
-  int32_t n_tokens = 0;
-  const KvSequence* kv = nullptr;  // blocks must cover every position written
+struct ModelOptions {
+  // How the tensors are laid out (kLayoutPlain, kLayoutCpuR16); empty: whichever their
+  // dtypes show (cpu-r16 when any is row-interleaved).
+  std::string_view layout;
+  // The group this rank belongs to; null: a single rank.
+  Communicator* comm = nullptr;
 };
 
-struct ForwardBatch {
-  std::span<const TokenId> tokens;          // [n_tokens]
-  std::span<const int32_t> positions;       // [n_tokens] absolute position of each token
-  std::span<const BatchSequence> sequences;  // cover the rows, in order
-  std::span<const int32_t> logit_rows;      // rows whose logits are wanted
-};
+// The config one rank of `size` computes: its share of the query and KV heads and of
+// the FFN (the hidden size and vocabulary are whole). kUnsupported when they do not
+// divide evenly.
+Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int size);
 
 class LlamaModel {
  public:
-  // Binds the weights (tensors under canonical names, checked against `config`) and
-  // allocates activations for up to `max_batch_tokens` tokens per forward call.
+  // Binds the weights (this rank's tensors under canonical names, checked against its
+  // share of `config`) and allocates activations for up to `max_batch_tokens` tokens per
+  // forward call.
   static Result<std::unique_ptr<LlamaModel>> create(const ModelConfig& config, std::span<const TensorView> tensors,
-                                                    Backend& backend, int32_t max_batch_tokens);
+                                                    Backend& backend, int32_t max_batch_tokens,
+                                                    const ModelOptions& options = {});
 
+  // The whole model's config; rank_config() is this rank's share.
   const ModelConfig& config() const { return config_; }
+  const ModelConfig& rank_config() const { return rank_config_; }
   int32_t max_batch_tokens() const { return max_batch_tokens_; }
 
-  // Runs the batch, writes K/V of every token into `cache` and the logits of
-  // batch.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory).
-  // Fails on malformed batches (ids out of the vocabulary, too many tokens, positions
-  // past the blocks) without touching the cache.
-  Status forward(const ForwardBatch& batch, KvCache& cache, float* logits);
+  // Runs the step, writes K/V of every token into `cache` and the logits of
+  // input.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory).
+  // Fails on malformed inputs (model_input_validate: ids out of the vocabulary, too
+  // many tokens, positions past the blocks) without touching the cache.
+  Status forward(const ModelInput& input, KvCache& cache, float* logits);
 
   // The per-pair inverse RoPE frequencies ([head_dim / 2]) this model uses.
   const std::vector<float>& inv_freq() const { return inv_freq_; }
@@ -72,13 +80,16 @@ class LlamaModel {
     const float* v_bias = nullptr;
   };
 
-  LlamaModel(const ModelConfig& config, Backend& backend) : config_(config), backend_(backend) {}
-  Status validate(const ForwardBatch& batch, const KvCache& cache) const;
+  LlamaModel(const ModelConfig& config, Backend& backend, Communicator& comm)
+      : config_(config), backend_(backend), comm_(comm) {}
 
   ModelConfig config_;
+  ModelConfig rank_config_;
   Backend& backend_;
+  Communicator& comm_;
+  std::unique_ptr<Communicator> own_comm_;  // the single-rank one, when none was given
   int32_t max_batch_tokens_ = 0;
-  std::vector<TensorView> tensors_;  // own copies of the views (names, shapes); data is borrowed
+  std::unique_ptr<BoundWeights> weights_;  // the backend's handles; tensors below point into it
   const TensorView* token_embd_ = nullptr;
   const TensorView* output_ = nullptr;
   const float* output_norm_ = nullptr;
@@ -91,8 +102,6 @@ class LlamaModel {
   // Final-norm rows and logits, kLogitChunk rows at a time.
   static constexpr int64_t kLogitChunk = 16;
   BackendBuffer logits_in_, logits_;
-  std::vector<int32_t> slots_;
-  std::vector<kernels::AttentionParams> attention_params_;  // one per sequence of the batch
 };
 
 }  // namespace hearth

@@ -16,26 +16,6 @@ uint64_t splitmix64(uint64_t& state) {
 
 }  // namespace
 
-Status sampling_params_validate(const SamplingParams& p) {
-  auto bad = [](std::string_view name, double value, std::string_view range) {
-    return make_error(ErrorCode::kInvalidArgument, "{} is {}, but must be {}", name, value, range);
-  };
-  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) return bad("temperature", p.temperature, ">= 0");
-  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p", p.top_p, "in (0, 1]");
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p", p.min_p, "in [0, 1]");
-  if (p.top_k < 0) return bad("top_k", p.top_k, ">= 0");
-  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
-    return bad("repetition_penalty", p.repetition_penalty, "> 0");
-  }
-  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
-    return bad("presence_penalty", p.presence_penalty, "in [-2, 2]");
-  }
-  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
-    return bad("frequency_penalty", p.frequency_penalty, "in [-2, 2]");
-  }
-  return Status::ok();
-}
-
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
     : params_(params), vocab_size_(vocab_size) {
   counts_.assign(static_cast<size_t>(vocab_size), 0);

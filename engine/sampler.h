@@ -12,25 +12,12 @@
 #include <span>
 #include <vector>
 
+#include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/token.h"
 
 namespace hearth {
 
-struct SamplingParams {
-  float temperature = 1.0f;         // 0: greedy
-  int32_t top_k = 0;                // 0: off
-  float top_p = 1.0f;               // 1: off
-  float min_p = 0.0f;               // 0: off
-  float repetition_penalty = 1.0f;  // 1: off; > 1 discourages repeats (prompt and output)
-  float presence_penalty = 0.0f;    // subtracted once from every token already in the output
-  float frequency_penalty = 0.0f;   // subtracted per occurrence in the output
-  uint64_t seed = 0;
-};
-
-// Checks ranges (temperature >= 0, 0 < top_p <= 1, 0 <= min_p <= 1, top_k >= 0,
-// repetition_penalty > 0, penalties in [-2, 2]); the message names the parameter.
-Status sampling_params_validate(const SamplingParams& params);
 
 struct SampledToken {
   TokenId id = -1;

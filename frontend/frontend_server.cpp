@@ -547,8 +547,8 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   if (sub.stop_ids.size() > static_cast<size_t>(kMaxStopIds)) sub.stop_ids.resize(kMaxStopIds);
   const uint64_t base_seed = req.seed.value_or(std::random_device{}());
   for (int32_t i = 0; i < req.n; ++i) {
-    sub.sampling = SlotSampling{req.temperature,       req.top_p, req.min_p, req.repetition_penalty,
-                                req.presence_penalty,  req.frequency_penalty, req.top_k, 0, base_seed + static_cast<uint64_t>(i)};
+    sub.sampling = req.sampling;
+    sub.sampling.seed = base_seed + static_cast<uint64_t>(i);
     auto slot = s.client->submit(sub);
     if (!slot.is_ok()) {
       for (auto& c : g->choices) {  // give back what this request already took
@@ -588,7 +588,7 @@ ApiTokenLogprob token_logprob(const Tokenizer& t, const ProducedToken& p, int32_
   return out;
 }
 
-std::string finish_reason_of(SlotFinish f) { return f == SlotFinish::kLength ? "length" : "stop"; }
+std::string finish_reason_of(FinishReason f) { return f == FinishReason::kLength ? "length" : "stop"; }
 
 }  // namespace
 

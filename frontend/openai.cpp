@@ -127,16 +127,11 @@ Result<std::optional<double>> opt_number(const json::object& obj, std::string_vi
 }
 
 // A number field in [lo, hi] (or (lo, hi] when lo_open) stored into `out` when given.
-Status read_float(const json::object& obj, std::string_view key, double lo, bool lo_open, double hi, float& out) {
-  HEARTH_ASSIGN_OR_RETURN(const auto v, opt_number(obj, key));
+// A sampling parameter: a number inside its range (common/sampling_params.h).
+Status read_float(const json::object& obj, const SamplingRange& range, float& out) {
+  HEARTH_ASSIGN_OR_RETURN(const auto v, opt_number(obj, range.name));
   if (!v) return Status::ok();
-  const bool low_ok = lo_open ? *v > lo : *v >= lo;
-  if (!low_ok || *v > hi) {
-    if (lo_open) {
-      return make_error(ErrorCode::kOutOfRange, "{} must be greater than {} and at most {}, not {}", key, lo, hi, *v);
-    }
-    return make_error(ErrorCode::kOutOfRange, "{} must be between {} and {}, not {}", key, lo, hi, *v);
-  }
+  HEARTH_RETURN_IF_ERROR(sampling_range_check(range, *v));
   out = static_cast<float>(*v);
   return Status::ok();
 }
@@ -289,13 +284,13 @@ Status parse_stop(const json::object& obj, ApiRequest& req) {
 
 Status parse_logprobs(const json::object& obj, ApiRequest& req) {
   if (req.endpoint == ApiEndpoint::kCompletions) {
-    HEARTH_ASSIGN_OR_RETURN(const auto n, opt_integer_in(obj, "logprobs", 0, kApiMaxLogprobs));
+    HEARTH_ASSIGN_OR_RETURN(const auto n, opt_integer_in(obj, "logprobs", 0, kMaxTopLogprobs));
     req.logprobs = n ? static_cast<int32_t>(*n) : -1;
     return Status::ok();
   }
   bool want = false;
   HEARTH_RETURN_IF_ERROR(read_bool(obj, "logprobs", want));
-  HEARTH_ASSIGN_OR_RETURN(const auto top, opt_integer_in(obj, "top_logprobs", 0, kApiMaxLogprobs));
+  HEARTH_ASSIGN_OR_RETURN(const auto top, opt_integer_in(obj, "top_logprobs", 0, kMaxTopLogprobs));
   if (top && !want) return make_error(ErrorCode::kInvalidArgument, "top_logprobs requires logprobs to be true");
   req.logprobs = want ? static_cast<int32_t>(top.value_or(0)) : -1;
   return Status::ok();
@@ -313,14 +308,15 @@ Status parse_max_tokens(const json::object& obj, ApiRequest& req) {
 }
 
 Status parse_sampling(const json::object& obj, ApiRequest& req) {
-  HEARTH_RETURN_IF_ERROR(read_float(obj, "temperature", 0.0, false, 2.0, req.temperature));
-  HEARTH_RETURN_IF_ERROR(read_float(obj, "top_p", 0.0, true, 1.0, req.top_p));
-  HEARTH_RETURN_IF_ERROR(read_float(obj, "min_p", 0.0, false, 1.0, req.min_p));
-  HEARTH_RETURN_IF_ERROR(read_float(obj, "presence_penalty", -2.0, false, 2.0, req.presence_penalty));
-  HEARTH_RETURN_IF_ERROR(read_float(obj, "frequency_penalty", -2.0, false, 2.0, req.frequency_penalty));
-  HEARTH_RETURN_IF_ERROR(read_float(obj, "repetition_penalty", 0.0, true, 2.0, req.repetition_penalty));
+  SamplingParams& p = req.sampling;
+  HEARTH_RETURN_IF_ERROR(read_float(obj, kTemperatureRange, p.temperature));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, kTopPRange, p.top_p));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, kMinPRange, p.min_p));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, kPresencePenaltyRange, p.presence_penalty));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, kFrequencyPenaltyRange, p.frequency_penalty));
+  HEARTH_RETURN_IF_ERROR(read_float(obj, kRepetitionPenaltyRange, p.repetition_penalty));
   HEARTH_ASSIGN_OR_RETURN(const auto top_k, opt_integer_in(obj, "top_k", -1, kInt32Max));
-  if (top_k) req.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);
+  if (top_k) p.top_k = *top_k < 0 ? 0 : static_cast<int32_t>(*top_k);
   if (const json::value* seed = field(obj, "seed"); seed != nullptr) {
     if (seed->is_uint64()) {
       req.seed = seed->as_uint64();

@@ -17,6 +17,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/sampling_params.h"
 #include "common/status.h"
 
 namespace hearth {
@@ -35,14 +36,8 @@ struct ApiRequest {
   std::vector<int32_t> prompt_tokens;    // completions: prompt given as token ids
   std::vector<ApiMessage> messages;      // chat
   std::optional<int32_t> max_tokens;     // max_tokens / max_completion_tokens; nullopt: to the context
-  float temperature = 1.0f;              // 0..2
-  float top_p = 1.0f;                    // (0, 1]
-  int32_t top_k = 0;                     // 0 or -1: off
-  float min_p = 0.0f;                    // [0, 1]
-  float presence_penalty = 0.0f;         // [-2, 2]
-  float frequency_penalty = 0.0f;        // [-2, 2]
-  float repetition_penalty = 1.0f;       // (0, 2]
-  std::optional<uint64_t> seed;
+  SamplingParams sampling;               // common/sampling_params.h: defaults and ranges
+  std::optional<uint64_t> seed;          // absent: a random seed per request (sampling.seed unused)
   std::vector<std::string> stop;         // up to 4 non-empty strings
   int32_t n = 1;                         // 1..8
   bool stream = false;
@@ -52,9 +47,6 @@ struct ApiRequest {
   bool ignore_eos = false;               // vLLM's extension, for benchmarks
   std::optional<std::string> user;
 };
-
-// Largest top-logprob count accepted (what a broker slot stores).
-inline constexpr int32_t kApiMaxLogprobs = 8;
 
 // Parses and validates a request body for `endpoint`. Unknown fields are ignored; known
 // fields of the wrong type, out-of-range values and missing required fields are errors.

@@ -186,7 +186,7 @@ std::optional<uint32_t> Broker::slot_claim(int frontend) const {
       s.owner.store(frontend, std::memory_order_relaxed);
       s.owner_pid.store(::getpid(), std::memory_order_relaxed);
       s.request_id = header_->next_request_id.fetch_add(1, std::memory_order_relaxed);
-      s.finish = static_cast<uint32_t>(SlotFinish::kNone);
+      s.finish = static_cast<uint32_t>(FinishReason::kNone);
       s.error_code = 0;
       s.error[0] = '\0';
       s.enqueued_ns = s.first_token_ns = s.finished_ns = 0;
@@ -252,7 +252,7 @@ void Broker::slot_publish(uint32_t index, int32_t n_produced) const {
   s.n_produced.store(n_produced, std::memory_order_release);
 }
 
-void Broker::slot_finish(uint32_t index, SlotState state, SlotFinish finish, int32_t error_code,
+void Broker::slot_finish(uint32_t index, SlotState state, FinishReason finish, int32_t error_code,
                          std::string_view error) const {
   SlotHeader& s = slot(index);
   s.finish = static_cast<uint32_t>(finish);

@@ -38,12 +38,12 @@ uint64_t monotonic_ns();
 enum class OwnerState { kAlive, kSilent, kExited };
 
 // A slot's request as the engine reads it, every field checked: another process wrote
-// them. Sampling values are plain data here; their ranges are the sampler's to judge.
+// them. Sampling values are plain data here; sampling_params_validate judges them.
 struct SlotRequest {
   uint32_t generation = 0;
   int owner = -1;
   int32_t owner_pid = 0;
-  SlotSampling sampling{};
+  SamplingParams sampling;
   int32_t n_prompt = 0;
   int32_t max_tokens = 0;
   int32_t top_logprobs = 0;
@@ -95,7 +95,7 @@ class Broker {
   // Publishes produced token `n` of a slot (already written) and wakes its owner later.
   void slot_publish(uint32_t index, int32_t n_produced) const;
   // RUNNING / QUEUED -> terminal; wakes the owner.
-  void slot_finish(uint32_t index, SlotState state, SlotFinish finish, int32_t error_code = 0,
+  void slot_finish(uint32_t index, SlotState state, FinishReason finish, int32_t error_code = 0,
                    std::string_view error = {}) const;
   // Reads slot `index`'s request (and, with `resume`, the tokens it has produced):
   // kOutOfRange when prompt plus output do not fit `context` tokens or an id is not in

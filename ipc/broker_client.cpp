@@ -53,7 +53,7 @@ SlotProgress BrokerClient::progress(uint32_t slot) const {
   p.state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
   p.n_produced = s.n_produced.load(std::memory_order_acquire);
   if (p.terminal()) {
-    p.finish = static_cast<SlotFinish>(s.finish);
+    p.finish = static_cast<FinishReason>(s.finish);
     p.error_code = static_cast<ErrorCode>(s.error_code);
     p.error = std::string(s.error, strnlen(s.error, sizeof(s.error)));
   }

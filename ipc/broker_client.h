@@ -20,7 +20,7 @@ namespace hearth {
 
 struct SubmitRequest {
   std::vector<int32_t> prompt;
-  SlotSampling sampling{1.0f, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0, 0, 0};
+  SamplingParams sampling;
   int32_t max_tokens = 16;
   std::vector<int32_t> stop_ids;
   bool ignore_stop = false;
@@ -31,7 +31,7 @@ struct SubmitRequest {
 struct SlotProgress {
   int32_t n_produced = 0;
   SlotState state = SlotState::kQueued;
-  SlotFinish finish = SlotFinish::kNone;
+  FinishReason finish = FinishReason::kNone;
   ErrorCode error_code = ErrorCode::kOk;
   std::string error;
   bool terminal() const {

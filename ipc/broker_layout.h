@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/finish_reason.h"
+#include "common/sampling_params.h"
 #include "ipc/ring.h"
 
 namespace hearth {
@@ -23,7 +25,6 @@ inline constexpr uint32_t kBrokerLayoutVersion = 2;
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr int kMaxFrontends = 16;
 inline constexpr int kMaxStopIds = 16;
-inline constexpr int kMaxTopLogprobs = 8;
 
 // A slot's life: FREE -> FILLING (a frontend claimed it and writes the request) -> QUEUED
 // (published, in the ring) -> RUNNING (the engine admitted it) -> DONE / CANCELLED /
@@ -38,8 +39,6 @@ enum class SlotState : uint32_t {
   kFailed = 6,
 };
 std::string_view slot_state_name(uint32_t state);
-
-enum class SlotFinish : uint32_t { kNone = 0, kStop = 1, kLength = 2, kCancelled = 3, kError = 4 };
 
 // A registered frontend process.
 struct alignas(64) FrontendEntry {
@@ -82,19 +81,6 @@ struct BrokerHeader {
 static_assert(sizeof(BrokerHeader) <= kBrokerHeaderBytes);
 static_assert(std::is_standard_layout_v<BrokerHeader>);
 
-// The sampling parameters of a request, as plain data.
-struct SlotSampling {
-  float temperature;
-  float top_p;
-  float min_p;
-  float repetition_penalty;
-  float presence_penalty;
-  float frequency_penalty;
-  int32_t top_k;
-  uint32_t reserved;
-  uint64_t seed;
-};
-
 struct ProducedToken {
   int32_t id;
   float logprob;                          // of `id` under the model's distribution
@@ -114,14 +100,14 @@ struct alignas(64) SlotHeader {
   std::atomic<int32_t> owner;
   std::atomic<int32_t> owner_pid;
   uint64_t request_id;
-  SlotSampling sampling;
+  SamplingParams sampling;  // common/sampling_params.h, as the request gave it
   int32_t max_tokens;
   int32_t n_prompt;
   int32_t top_logprobs;   // 0..kMaxTopLogprobs
   uint32_t flags;         // kSlotIgnoreStop
   int32_t n_stop_ids;
   int32_t stop_ids[kMaxStopIds];
-  uint32_t finish;        // SlotFinish, valid in a terminal state
+  uint32_t finish;        // FinishReason (common/finish_reason.h), valid in a terminal state
   int32_t error_code;     // ErrorCode, with FAILED
   char error[256];
   uint64_t enqueued_ns, first_token_ns, finished_ns;  // CLOCK_MONOTONIC

@@ -18,7 +18,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kWeightsMagic = 0x5354484757525448ull;  // "HTRWGHTS" little-endian
-inline constexpr uint32_t kWeightsLayoutVersion = 2;  // 2: row-interleaved (R16) tensors
+inline constexpr uint32_t kWeightsLayoutVersion = 3;  // 2: row-interleaved (R16) tensors; 3: names its layout
 inline constexpr uint32_t kWeightsHeaderBytes = 4096;
 inline constexpr int kMaxTensorParallel = 16;
 inline constexpr uint64_t kTensorAlignment = 64;
@@ -72,6 +72,7 @@ struct WeightsHeader {
   char model_format[16];                       // "gguf", "safetensors", "llama2c"
   char source_path[512];                       // where the model was read from
   char quant[16];                              // "" or "int8" / "int4"
+  char layout[16];                             // kLayoutPlain or kLayoutCpuR16 (common/tensor.h)
 };
 static_assert(sizeof(WeightsHeader) <= kWeightsHeaderBytes);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);

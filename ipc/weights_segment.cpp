@@ -106,6 +106,10 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
                         h->data_alignment);
     }
   }
+  const std::string layout = fixed_string(h->layout, sizeof(h->layout));
+  if (layout != kLayoutPlain && layout != kLayoutCpuR16) {
+    return make_error(ErrorCode::kFormat, "{} names an unknown tensor layout \"{}\"", path.string(), layout);
+  }
   const std::byte* base = w.segment.data();
   const auto* entries = reinterpret_cast<const WeightsEntry*>(base + h->manifest_offset);
   for (uint64_t i = 0; i < h->n_entries; ++i) {
@@ -127,6 +131,9 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
       elements = static_cast<int64_t>(*product);
     }
     const auto dtype = static_cast<DType>(e.dtype);
+    if (dtype_row_group(dtype) > 1 && layout == kLayoutPlain) {
+      return make_error(ErrorCode::kFormat, "{}: tensor {} is row-interleaved in a plain layout", path.string(), name);
+    }
     if (dtype_row_group(dtype) > 1 && (e.n_dims != 2 || e.shape[0] % dtype_row_group(dtype) != 0)) {
       return make_error(ErrorCode::kFormat, "{}: tensor {} is row-interleaved but its rows are not whole groups",
                         path.string(), name);
@@ -146,6 +153,7 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
   w.header = h;
   w.model_name = fixed_string(h->model_name, sizeof(h->model_name));
   w.model_format = fixed_string(h->model_format, sizeof(h->model_format));
+  w.layout = layout;
   w.tokenizer_blob = {reinterpret_cast<const char*>(base + h->tokenizer_offset), h->tokenizer_bytes};
   w.chat_template = {reinterpret_cast<const char*>(base + h->template_offset), h->template_bytes};
   return w;

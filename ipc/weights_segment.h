@@ -28,6 +28,7 @@ struct AttachedWeights {
   ModelConfig config;
   std::string model_name;
   std::string model_format;
+  std::string layout;  // how the tensors are laid out: kLayoutPlain, kLayoutCpuR16
   std::string_view tokenizer_blob;  // decode with tokenizer_source_decode
   std::string_view chat_template;
 

@@ -28,6 +28,8 @@ resident. Prints one JSON line to stdout when the segment is ready.
   --shm-dir DIR       shared-memory directory (default $HEARTH_SHM_DIR or /dev/shm)
   --quant int8|int4   quantize the weight matrices (group-wise, 32 values per scale)
   --tp N              split for N tensor-parallel ranks (default 1)
+  --layout cpu-r16|plain  tensor layout: cpu-r16 (default) row-interleaves quantized
+                      matrices for the CPU kernels; plain keeps them as quantized
   --hugepages         start the tensor data on 2 MiB boundaries and ask for huge pages
   --remove-on-exit    remove the segment when stopped (default: leave it resident)
   --exit-after-publish  publish (or adopt), print the ready line and exit
@@ -45,7 +47,7 @@ int main(int argc, char** argv) {
   daemon_block_signals();
   log_init("loader");
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"model", "tokenizer", "instance", "shm-dir", "quant", "tp"},
+                          {"model", "tokenizer", "instance", "shm-dir", "quant", "tp", "layout"},
                           {"hugepages", "remove-on-exit", "exit-after-publish", "help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -59,6 +61,10 @@ int main(int argc, char** argv) {
   o.instance = args->get("instance").value_or("default");
   o.shm_dir = args->get("shm-dir").value_or("");
   o.hugepages = args->has("hugepages");
+  if (auto layout = args->get("layout")) {
+    if (Status st = layout_check_name(*layout); !st.is_ok()) return usage_error(st.message());
+    o.layout = *layout;
+  }
   if (auto q = args->get("quant")) {
     auto quant = quant_from_name(*q);
     if (!quant.is_ok()) return usage_error(quant.status().message());

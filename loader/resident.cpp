@@ -137,7 +137,8 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
       }
       // Quantized matrices take the row-interleaved layout the CPU kernels stream fastest;
       // the embedding table stays plain because it is read a row at a time.
-      if (spec.name != "token_embd.weight" && e.n_dims == 2 && kernels::cpu::repack_supported(type, e.shape[0], cols)) {
+      if (o.layout == kLayoutCpuR16 && spec.name != "token_embd.weight" && e.n_dims == 2 &&
+          kernels::cpu::repack_supported(type, e.shape[0], cols)) {
         type = type == DType::kQ8_0 ? DType::kQ8_0R16 : DType::kQ4_0R16;
       }
       e.dtype = static_cast<uint32_t>(type);
@@ -261,10 +262,15 @@ Result<DType> quant_from_name(std::string_view name) {
   return make_error(ErrorCode::kInvalidArgument, "--quant must be int8 or int4, not \"{}\"", name);
 }
 
+Status layout_check_name(std::string_view name) {
+  if (name == kLayoutCpuR16 || name == kLayoutPlain) return Status::ok();
+  return make_error(ErrorCode::kInvalidArgument, "--layout must be cpu-r16 or plain, not \"{}\"", name);
+}
+
 Result<Fingerprint> resident_fingerprint(const ResidentOptions& o) {
   Fnv a{0xcbf29ce484222325ull}, b{0x84222325cbf29ce4ull};
-  const std::string opts = fmt::format("layout {}|quant {}|tp {}|huge {}", kWeightsLayoutVersion,
-                                       o.quant ? dtype_name(*o.quant) : "none", o.tp, o.hugepages);
+  const std::string opts = fmt::format("layout {}|quant {}|tp {}|huge {}|tensors {}", kWeightsLayoutVersion,
+                                       o.quant ? dtype_name(*o.quant) : "none", o.tp, o.hugepages, o.layout);
   a.add(opts);
   b.add(opts);
   std::vector<std::filesystem::path> files;
@@ -321,6 +327,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   open_options.tokenizer_path = o.tokenizer;
   HEARTH_ASSIGN_OR_RETURN(LoadedModel model, model_open(o.model, open_options));
   HEARTH_RETURN_IF_ERROR(check_tp(model.config, o.tp));
+  HEARTH_RETURN_IF_ERROR(layout_check_name(o.layout));
   // The tokenizer must load, here and not in every engine later.
   HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, tokenizer_load(model.tokenizer));
   const std::string config_json = model_config_to_json(model.config);
@@ -386,6 +393,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   copy_name(out->source_path, sizeof(out->source_path),
             std::filesystem::absolute(o.model).lexically_normal().string());
   copy_name(out->quant, sizeof(out->quant), !o.quant ? "" : *o.quant == DType::kQ8_0 ? "int8" : "int4");
+  copy_name(out->layout, sizeof(out->layout), o.layout);
   out->state.store(static_cast<uint32_t>(SegmentState::kLoading), std::memory_order_release);
   set_owner(seg);
 

@@ -15,6 +15,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "common/tensor.h"
 #include "ipc/segment.h"
 #include "ipc/weights_layout.h"
 
@@ -28,6 +29,9 @@ struct ResidentOptions {
   std::optional<DType> quant;       // kQ8_0 for --quant int8, kQ4_0 for --quant int4
   int tp = 1;
   bool hugepages = false;           // 2 MiB alignment and MADV_HUGEPAGE
+  // The tensor layout to write (kLayoutCpuR16: quantized matrices row-interleaved for
+  // the CPU kernels, by kernels/cpu/repack; kLayoutPlain: as quantized).
+  std::string layout{kLayoutCpuR16};
 };
 
 struct ResidentSegment {
@@ -45,5 +49,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& options);
 
 // "int8" -> kQ8_0, "int4" -> kQ4_0.
 Result<DType> quant_from_name(std::string_view name);
+// kInvalidArgument unless `name` is a layout the loader writes ("cpu-r16", "plain").
+Status layout_check_name(std::string_view name);
 
 }  // namespace hearth

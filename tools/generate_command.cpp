@@ -136,7 +136,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
                                           (context + kBlockSize - 1) / kBlockSize});
   if (!cache.is_ok()) return fail(cache.status());
-  auto llama = LlamaModel::create(config, model.tensors, *backend, std::min(context, 512));
+  auto llama = LlamaModel::create(config, model.tensors, *backend, std::min(context, 512), {.layout = model.layout});
   if (!llama.is_ok()) return fail(llama.status());
   const double ready_seconds = monotonic_seconds() - started_at;
 
@@ -152,7 +152,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
     std::fflush(stdout);
   }
   double first_token_seconds = 0.0;
-  auto on_token = [&](const SampledToken& t) {
+  auto on_token = [&](const TokenResult& t) {
     if (first_token_seconds == 0.0) first_token_seconds = monotonic_seconds() - started_at;
     std::string piece = detok.push(t.id);
     text += piece;

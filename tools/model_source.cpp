@@ -48,6 +48,7 @@ Result<RunnableModel> attach_instance(const std::string& instance, const std::fi
   m.name = w.model_name;
   m.config = w.config;
   m.tensors = w.tensors(0);
+  m.layout = w.layout;
   m.attached.emplace(std::move(w));
   HEARTH_RETURN_IF_ERROR(check_vocab(m));
   return m;

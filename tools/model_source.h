@@ -22,6 +22,7 @@ struct RunnableModel {
   std::string name;
   ModelConfig config;
   std::vector<TensorView> tensors;
+  std::string layout{kLayoutPlain};        // the segment's, when attached
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<LoadedModel> file;        // set when read from files
   std::optional<AttachedWeights> attached;  // set when attached to a segment

@@ -56,7 +56,7 @@ int write_broker(const std::filesystem::path& dir) {
       b->produced(*i)[0].id = 9;
       b->slot_publish(*i, 1);
     }
-    if (st == SlotState::kDone) b->slot_finish(*i, SlotState::kDone, SlotFinish::kLength);
+    if (st == SlotState::kDone) b->slot_finish(*i, SlotState::kDone, FinishReason::kLength);
   }
   return copy_segment(tmp.path() / "b", dir / "broker.seed") ? 1 : 0;
 }

@@ -143,7 +143,7 @@ TEST_F(EngineServerTest, GreedyRequestGivesTheGroundTruthIds) {
   const auto ids = collect(*slot, &p);
   EXPECT_EQ(ids, (std::vector<TokenId>{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}));
   EXPECT_EQ(p.state, SlotState::kDone);
-  EXPECT_EQ(p.finish, SlotFinish::kLength);
+  EXPECT_EQ(p.finish, FinishReason::kLength);
 }
 
 TEST_F(EngineServerTest, ThirtyTwoConcurrentRequestsEqualTheirSoloAnswers) {
@@ -191,7 +191,7 @@ TEST_F(EngineServerTest, StopsAtStopIdsAndRefusesBadRequests) {
   stop.stop_ids = {286};  // the third greedy token
   SlotProgress p;
   EXPECT_EQ(collect(client_->submit(stop).value(), &p), (std::vector<TokenId>{432, 383, 286}));
-  EXPECT_EQ(p.finish, SlotFinish::kStop);
+  EXPECT_EQ(p.finish, FinishReason::kStop);
 
   SubmitRequest bad = greedy({1, 403}, 5);
   bad.sampling.temperature = -1.0f;

@@ -79,7 +79,7 @@ TEST(GenerateTest, CallbackCanCancel) {
   GenerateOptions o;
   o.max_tokens = 50;
   int calls = 0;
-  auto r = generate(*f.llama, *f.cache, std::vector<TokenId>{1, 403}, o, [&](const SampledToken&) {
+  auto r = generate(*f.llama, *f.cache, std::vector<TokenId>{1, 403}, o, [&](const TokenResult&) {
     return ++calls < 3;
   });
   ASSERT_TRUE(r.is_ok());

@@ -246,11 +246,12 @@ void check_against_oracle(const Spec& spec, std::string_view what) {
   for (int i = 0; i < 40; ++i) ids.push_back(static_cast<TokenId>(rng() % spec.vocab));
   KvSequence seq;
   ASSERT_TRUE(kv_sequence_reserve(*cache, seq, static_cast<int32_t>(ids.size())).is_ok());
-  std::vector<int32_t> positions(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
-  const BatchSequence bs{0, static_cast<int32_t>(ids.size()), &seq};
+  ModelInput in;
+  in.clear(cache->config().block_size);
+  ASSERT_TRUE(in.add_sequence(ids, 0, seq.blocks, false).is_ok());
+  in.want_every_row();
   std::vector<float> got(ids.size() * static_cast<size_t>(spec.vocab));
-  ASSERT_TRUE((*llama)->forward({ids, positions, std::span(&bs, 1), positions}, *cache, got.data()).is_ok());
+  ASSERT_TRUE((*llama)->forward(in, *cache, got.data()).is_ok());
   const auto want = oracle_logits(spec, w, ids);
   double worst = 0.0;
   for (size_t t = 0; t < ids.size(); ++t) {

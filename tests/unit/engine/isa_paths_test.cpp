@@ -48,12 +48,11 @@ std::vector<std::vector<TokenId>> greedy_on_every_path(const ModelConfig& c, std
   auto last_logits = [&](const std::vector<TokenId>& ids) {
     KvSequence seq;
     EXPECT_TRUE(kv_sequence_reserve(*cache, seq, static_cast<int32_t>(ids.size())).is_ok());
-    std::vector<int32_t> positions(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) positions[i] = static_cast<int32_t>(i);
-    const int32_t row = static_cast<int32_t>(ids.size()) - 1;
-    const BatchSequence bs{0, static_cast<int32_t>(ids.size()), &seq};
+    ModelInput in;
+    in.clear(cache->config().block_size);
+    EXPECT_TRUE(in.add_sequence(ids, 0, seq.blocks, true).is_ok());
     std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-    EXPECT_TRUE((*llama)->forward({ids, positions, std::span(&bs, 1), std::span(&row, 1)}, *cache, logits.data()).is_ok());
+    EXPECT_TRUE((*llama)->forward(in, *cache, logits.data()).is_ok());
     kv_sequence_release(*cache, seq);
     return logits;
   };

@@ -43,11 +43,12 @@ struct Runner {
   std::vector<float> all_logits(const std::vector<TokenId>& ids) {
     KvSequence seq;
     EXPECT_TRUE(kv_sequence_reserve(*cache, seq, static_cast<int32_t>(ids.size())).is_ok());
-    std::vector<int32_t> positions(ids.size()), rows(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) positions[i] = rows[i] = static_cast<int32_t>(i);
-    const BatchSequence bs{0, static_cast<int32_t>(ids.size()), &seq};
+    ModelInput in;
+    in.clear(cache->config().block_size);
+    EXPECT_TRUE(in.add_sequence(ids, 0, seq.blocks, false).is_ok());
+    in.want_every_row();
     std::vector<float> logits(ids.size() * static_cast<size_t>(model.config.vocab_size));
-    const Status st = llama->forward({ids, positions, std::span(&bs, 1), rows}, *cache, logits.data());
+    const Status st = llama->forward(in, *cache, logits.data());
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     kv_sequence_release(*cache, seq);
     return logits;
@@ -130,11 +131,10 @@ TEST(ModelTest, BatchedPrefillEqualsTokenByToken) {
   ASSERT_TRUE(kv_sequence_reserve(*r.cache, seq, static_cast<int32_t>(ids.size())).is_ok());
   std::vector<float> logits(512);
   for (size_t i = 0; i < ids.size(); ++i) {
-    const int32_t pos = static_cast<int32_t>(i), row = 0;
-    const BatchSequence bs{0, 1, &seq};
-    ASSERT_TRUE(r.llama->forward({std::span(&ids[i], 1), std::span(&pos, 1), std::span(&bs, 1), std::span(&row, 1)},
-                                 *r.cache, logits.data())
-                    .is_ok());
+    ModelInput in;
+    in.clear(r.cache->config().block_size);
+    ASSERT_TRUE(in.add_sequence(std::span(&ids[i], 1), static_cast<int32_t>(i), seq.blocks, true).is_ok());
+    ASSERT_TRUE(r.llama->forward(in, *r.cache, logits.data()).is_ok());
     for (size_t v = 0; v < 512; ++v) ASSERT_NEAR(logits[v], batched[i * 512 + v], 1e-4f) << i << " " << v;
   }
 }
@@ -148,13 +148,13 @@ TEST(ModelTest, TwoSequencesInOneBatchMatchEachAlone) {
   KvSequence sa, sb;
   ASSERT_TRUE(kv_sequence_reserve(*r.cache, sa, 5).is_ok());
   ASSERT_TRUE(kv_sequence_reserve(*r.cache, sb, 4).is_ok());
-  std::vector<TokenId> tokens(a);
-  tokens.insert(tokens.end(), b.begin(), b.end());
-  const std::vector<int32_t> positions = {0, 1, 2, 3, 4, 0, 1, 2, 3};
-  const BatchSequence seqs[] = {{0, 5, &sa}, {5, 4, &sb}};
-  const std::vector<int32_t> rows = {4, 8};
+  ModelInput in;
+  in.clear(r.cache->config().block_size);
+  ASSERT_TRUE(in.add_sequence(a, 0, sa.blocks, true).is_ok());
+  ASSERT_TRUE(in.add_sequence(b, 0, sb.blocks, true).is_ok());
+  EXPECT_EQ(in.logit_rows, (std::vector<int32_t>{4, 8}));
   std::vector<float> logits(2 * 512);
-  ASSERT_TRUE(r.llama->forward({tokens, positions, seqs, rows}, *r.cache, logits.data()).is_ok());
+  ASSERT_TRUE(r.llama->forward(in, *r.cache, logits.data()).is_ok());
   for (size_t v = 0; v < 512; ++v) {
     ASSERT_NEAR(logits[v], la[4 * 512 + v], 1e-4f);
     ASSERT_NEAR(logits[512 + v], lb[3 * 512 + v], 1e-4f);
@@ -168,22 +168,31 @@ TEST(ModelTest, MalformedBatchesAreRefused) {
   KvSequence seq;
   ASSERT_TRUE(kv_sequence_reserve(*r.cache, seq, 16).is_ok());
   std::vector<float> logits(512);
-  const BatchSequence bs{0, 1, &seq};
-  const int32_t row = 0, pos = 0, far = 16;
   const TokenId bad = 512, good = 1;
-  EXPECT_EQ(r.llama->forward({std::span(&bad, 1), std::span(&pos, 1), std::span(&bs, 1), std::span(&row, 1)},
-                             *r.cache, logits.data())
-                .code(),
-            ErrorCode::kOutOfRange);
-  EXPECT_EQ(r.llama->forward({std::span(&good, 1), std::span(&far, 1), std::span(&bs, 1), std::span(&row, 1)},
-                             *r.cache, logits.data())
-                .code(),
-            ErrorCode::kInvalidArgument);
-  std::vector<TokenId> many(9, 1);
-  std::vector<int32_t> positions(9, 0);
-  const BatchSequence big{0, 9, &seq};
-  EXPECT_EQ(r.llama->forward({many, positions, std::span(&big, 1), {}}, *r.cache, logits.data()).code(),
-            ErrorCode::kInvalidArgument);
+  auto one = [&](TokenId id, int32_t pos) {
+    ModelInput in;
+    in.clear(r.cache->config().block_size);
+    in.tokens = {id};
+    in.positions = {pos};
+    in.slots = {seq.blocks[0] * 16 + pos % 16};
+    in.query_start = {0, 1};
+    in.page_start = {0, 1};
+    in.pages = {seq.blocks[0]};
+    in.logit_rows = {0};
+    return in;
+  };
+  EXPECT_EQ(r.llama->forward(one(bad, 0), *r.cache, logits.data()).code(), ErrorCode::kOutOfRange);
+  EXPECT_EQ(r.llama->forward(one(good, 16), *r.cache, logits.data()).code(), ErrorCode::kInvalidArgument);  // no block
+  ModelInput wrong_slot = one(good, 3);
+  wrong_slot.slots[0] += 1;
+  EXPECT_EQ(r.llama->forward(wrong_slot, *r.cache, logits.data()).code(), ErrorCode::kInvalidArgument);
+  ModelInput uncovered = one(good, 0);
+  uncovered.query_start = {0, 0};
+  EXPECT_EQ(r.llama->forward(uncovered, *r.cache, logits.data()).code(), ErrorCode::kInvalidArgument);
+  ModelInput too_many;
+  too_many.clear(16);
+  ASSERT_TRUE(too_many.add_sequence(std::vector<TokenId>(9, 1), 0, seq.blocks, false).is_ok());
+  EXPECT_EQ(r.llama->forward(too_many, *r.cache, logits.data()).code(), ErrorCode::kInvalidArgument);
 }
 
 // Copies of the F32 GGUF with every matrix in another type: same file format paths the

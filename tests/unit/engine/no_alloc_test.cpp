@@ -78,26 +78,21 @@ TEST_P(NoAllocTest, ForwardStepsAllocateNothing) {
   std::vector<KvSequence> seqs(kSeqs);
   for (auto& s : seqs) ASSERT_TRUE(kv_sequence_reserve(*cache, s, 200).is_ok());
   std::vector<TokenId> tokens(kMaxTokens);
-  std::vector<int32_t> positions(kMaxTokens), rows(kMaxTokens);
-  std::vector<BatchSequence> batch(kSeqs);
   std::vector<float> logits(static_cast<size_t>(kMaxTokens) * static_cast<size_t>(c.vocab_size));
   int32_t next_pos[kSeqs] = {0, 0, 0, 0};
+  // The driver's way: one ModelInput, cleared and refilled every step (capacity kept).
+  ModelInput input;
   // One step: `per_seq` tokens for each of the first `n` sequences, logits for their last.
   auto step = [&](int n, int per_seq) {
-    int32_t row = 0, n_rows = 0;
+    input.clear(cache->config().block_size);
     for (int s = 0; s < n; ++s) {
-      batch[static_cast<size_t>(s)] = {row, per_seq, &seqs[static_cast<size_t>(s)]};
-      for (int i = 0; i < per_seq; ++i, ++row) {
-        tokens[static_cast<size_t>(row)] = (row * 7 + s) % c.vocab_size;
-        positions[static_cast<size_t>(row)] = next_pos[s]++;
-      }
-      rows[static_cast<size_t>(n_rows++)] = row - 1;
+      for (int i = 0; i < per_seq; ++i) tokens[static_cast<size_t>(i)] = (i * 7 + s) % c.vocab_size;
+      const Status st = input.add_sequence(std::span(tokens).first(static_cast<size_t>(per_seq)), next_pos[s],
+                                           seqs[static_cast<size_t>(s)].blocks, true);
+      if (!st.is_ok()) return st;
+      next_pos[s] += per_seq;
     }
-    return (*model)->forward({std::span(tokens).first(static_cast<size_t>(row)),
-                              std::span(positions).first(static_cast<size_t>(row)),
-                              std::span(batch).first(static_cast<size_t>(n)),
-                              std::span(rows).first(static_cast<size_t>(n_rows))},
-                             *cache, logits.data());
+    return (*model)->forward(input, *cache, logits.data());
   };
   ASSERT_TRUE(step(kSeqs, kMaxTokens / kSeqs).is_ok());  // warm-up at the largest shape
   const uint64_t before = g_allocations.load();

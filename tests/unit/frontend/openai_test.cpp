@@ -60,11 +60,11 @@ TEST(ApiParse, CompletionDefaults) {
   EXPECT_TRUE(r->prompt_tokens.empty());
   EXPECT_EQ(r->model, "");
   EXPECT_FALSE(r->max_tokens.has_value());
-  EXPECT_EQ(r->temperature, 1.0f);
-  EXPECT_EQ(r->top_p, 1.0f);
-  EXPECT_EQ(r->top_k, 0);
-  EXPECT_EQ(r->min_p, 0.0f);
-  EXPECT_EQ(r->repetition_penalty, 1.0f);
+  EXPECT_EQ(r->sampling.temperature, 1.0f);
+  EXPECT_EQ(r->sampling.top_p, 1.0f);
+  EXPECT_EQ(r->sampling.top_k, 0);
+  EXPECT_EQ(r->sampling.min_p, 0.0f);
+  EXPECT_EQ(r->sampling.repetition_penalty, 1.0f);
   EXPECT_FALSE(r->seed.has_value());
   EXPECT_TRUE(r->stop.empty());
   EXPECT_EQ(r->n, 1);
@@ -85,13 +85,13 @@ TEST(ApiParse, EveryFieldAtOnce) {
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->model, "stories");
   EXPECT_EQ(r->max_tokens, 32);
-  EXPECT_FLOAT_EQ(r->temperature, 0.5f);
-  EXPECT_FLOAT_EQ(r->top_p, 0.9f);
-  EXPECT_EQ(r->top_k, 40);
-  EXPECT_FLOAT_EQ(r->min_p, 0.05f);
-  EXPECT_FLOAT_EQ(r->presence_penalty, 0.5f);
-  EXPECT_FLOAT_EQ(r->frequency_penalty, -0.5f);
-  EXPECT_FLOAT_EQ(r->repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(r->sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(r->sampling.top_p, 0.9f);
+  EXPECT_EQ(r->sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(r->sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r->sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r->sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(r->sampling.repetition_penalty, 1.1f);
   EXPECT_EQ(r->seed, 7u);
   EXPECT_EQ(r->stop, (std::vector<std::string>{"\n", "The end"}));
   EXPECT_EQ(r->n, 3);
@@ -109,7 +109,7 @@ TEST(ApiParse, NullMeansNotGiven) {
          "stop": null, "n": null, "stream": null, "stream_options": null, "echo": null, "logprobs": null,
          "user": null, "ignore_eos": null)");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  EXPECT_EQ(r->temperature, 1.0f);
+  EXPECT_EQ(r->sampling.temperature, 1.0f);
   EXPECT_EQ(r->n, 1);
   EXPECT_EQ(r->logprobs, -1);
   EXPECT_FALSE(r->max_tokens.has_value());
@@ -119,7 +119,7 @@ TEST(ApiParse, NullMeansNotGiven) {
 TEST(ApiParse, UnknownFieldsAreIgnored) {
   auto r = completion(R"("best_of": 3, "suffix": null, "metadata": {"a": [1, {"b": null}]}, "Temperature": "hot")");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  EXPECT_EQ(r->temperature, 1.0f);
+  EXPECT_EQ(r->sampling.temperature, 1.0f);
 }
 
 TEST(ApiParse, PromptShapes) {
@@ -270,11 +270,11 @@ TEST(ApiParse, NumericFieldsRangesAndTypes) {
 TEST(ApiParse, NumericValuesAreStored) {
   auto r = completion(R"("top_k": -1, "seed": 18446744073709551615, "n": 2.0, "max_tokens": 0, "temperature": 0)");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
-  EXPECT_EQ(r->top_k, 0);  // -1 means off
+  EXPECT_EQ(r->sampling.top_k, 0);  // -1 means off
   EXPECT_EQ(r->seed, std::numeric_limits<uint64_t>::max());
   EXPECT_EQ(r->n, 2);
   EXPECT_EQ(r->max_tokens, 0);
-  EXPECT_EQ(r->temperature, 0.0f);
+  EXPECT_EQ(r->sampling.temperature, 0.0f);
 }
 
 TEST(ApiParse, WrongTypesAreInvalidArgumentNamingTheField) {
@@ -385,7 +385,7 @@ TEST(ApiParse, ChatLogprobs) {
   EXPECT_EQ(r->logprobs, -1);
   r = chat(R"("logprobs": true, "top_logprobs": 8)");
   ASSERT_TRUE(r.is_ok());
-  EXPECT_EQ(r->logprobs, kApiMaxLogprobs);
+  EXPECT_EQ(r->logprobs, kMaxTopLogprobs);
   EXPECT_TRUE(rejected(chat(R"("logprobs": 5)"), "logprobs"));
   EXPECT_TRUE(rejected(chat(R"("logprobs": "true")"), "logprobs"));
   EXPECT_TRUE(rejected(chat(R"("top_logprobs": 2)"), "top_logprobs"));

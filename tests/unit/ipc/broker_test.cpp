@@ -42,7 +42,7 @@ TEST(BrokerTest, SlotLifecycleAndPersistenceAcrossEngines) {
   engine->slot_publish(*slot, 1);
   EXPECT_EQ(frontend->slot(*slot).n_produced.load(), 1);
   EXPECT_EQ(frontend->produced(*slot)[0].id, 42);
-  engine->slot_finish(*slot, SlotState::kDone, SlotFinish::kLength);
+  engine->slot_finish(*slot, SlotState::kDone, FinishReason::kLength);
   EXPECT_EQ(s.state.load(), static_cast<uint32_t>(SlotState::kDone));
   frontend->slot_release(*slot);
 

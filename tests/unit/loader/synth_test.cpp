@@ -39,11 +39,12 @@ void check(const std::filesystem::path& path, const Oracle& oracle, const char* 
   const std::vector<TokenId> ids(kIds.begin(), kIds.begin() + static_cast<long>(n));
   KvSequence seq;
   ASSERT_TRUE(kv_sequence_reserve(*cache, seq, static_cast<int32_t>(n)).is_ok());
-  std::vector<int32_t> pos(n);
-  for (size_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i);
-  const BatchSequence bs{0, static_cast<int32_t>(n), &seq};
+  ModelInput in;
+  in.clear(cache->config().block_size);
+  ASSERT_TRUE(in.add_sequence(ids, 0, seq.blocks, false).is_ok());
+  in.want_every_row();
   std::vector<float> logits(n * static_cast<size_t>(model->config.vocab_size));
-  ASSERT_TRUE((*llama)->forward({ids, pos, std::span(&bs, 1), pos}, *cache, logits.data()).is_ok());
+  ASSERT_TRUE((*llama)->forward(in, *cache, logits.data()).is_ok());
   int compared = 0;
   for (size_t t = 0; t < n; ++t) {
     const float* row = logits.data() + t * static_cast<size_t>(model->config.vocab_size);

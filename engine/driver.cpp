@@ -1,0 +1,168 @@
+#include "engine/driver.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/test_point.h"
+
+namespace hearth {
+
+Driver::Driver(ModelRunner& runner, const DriverConfig& config)
+    : runner_(runner),
+      config_(config),
+      scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size) {
+  row_.reserve(static_cast<size_t>(runner.vocab_size()));
+  top_.reserve(kMaxTopLogprobs + 1);
+}
+
+int32_t Driver::blocks_total() const { return runner_.cache().config().n_blocks; }
+
+Result<FinishReason> Driver::add(uint64_t id, SequenceRequest r) {
+  HEARTH_RETURN_IF_ERROR(sampling_params_validate(r.sampling));
+  const auto n_tokens = static_cast<int32_t>(r.tokens.size());
+  if (r.n_prompt < 1 || r.n_prompt > n_tokens) {
+    return make_error(ErrorCode::kInvalidArgument, "a sequence needs a prompt of 1..{} tokens, not {}", n_tokens,
+                      r.n_prompt);
+  }
+  if (r.max_tokens < 0) return make_error(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
+    return make_error(ErrorCode::kInvalidArgument, "top_logprobs must be in 0..{}", kMaxTopLogprobs);
+  }
+  const int32_t vocab = runner_.vocab_size();
+  for (TokenId t : r.tokens) {
+    if (t < 0 || t >= vocab) return make_error(ErrorCode::kOutOfRange, "token {} is outside the vocabulary", t);
+  }
+  if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already running", id);
+  const int32_t produced = n_tokens - r.n_prompt;
+  if (produced == 0 && n_tokens >= config_.max_sequence_tokens) {
+    return make_error(ErrorCode::kOutOfRange,
+                      "the prompt has {} tokens, but the context holds {} (prompt plus at least one generated token)",
+                      n_tokens, config_.max_sequence_tokens - 1);
+  }
+  // A predecessor may have stopped between producing a final token and saying so.
+  if (produced > 0 && !r.ignore_stop &&
+      std::find(r.stop_ids.begin(), r.stop_ids.end(), r.tokens.back()) != r.stop_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (produced >= r.max_tokens || n_tokens >= config_.max_sequence_tokens) return FinishReason::kLength;
+  HEARTH_RETURN_IF_ERROR(scheduler_.add(id, n_tokens));
+  Sampler sampler(r.sampling, vocab);
+  sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
+  seqs_.emplace(id, Seq{std::move(r), std::move(sampler)});
+  return FinishReason::kNone;
+}
+
+void Driver::remove(uint64_t id) {
+  scheduler_.remove(id);
+  seqs_.erase(id);
+}
+
+FinishReason Driver::finish_of(const Seq& s) const {
+  const SequenceRequest& r = s.request;
+  if (!r.ignore_stop && std::find(r.stop_ids.begin(), r.stop_ids.end(), r.tokens.back()) != r.stop_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (s.produced() >= r.max_tokens || static_cast<int32_t>(r.tokens.size()) >= config_.max_sequence_tokens) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+// Samples the next token of `s` from its row of logits and appends it.
+void Driver::sample(Seq& s, const float* l, TokenResult& out) {
+  const auto vocab = static_cast<size_t>(runner_.vocab_size());
+  float max = l[0];
+  for (size_t i = 1; i < vocab; ++i) max = std::max(max, l[i]);
+  double sum = 0.0;
+  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(l[i] - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  const auto k = static_cast<size_t>(s.request.top_logprobs);
+  out = TokenResult{};
+  if (k > 0) {
+    top_.clear();
+    for (size_t i = 0; i < vocab; ++i) {
+      if (top_.size() < k || l[i] > top_.back().first) {
+        top_.emplace_back(l[i], static_cast<int32_t>(i));
+        std::sort(top_.begin(), top_.end(), [](const auto& x, const auto& y) {
+          return x.first > y.first || (x.first == y.first && x.second < y.second);
+        });
+        if (top_.size() > k) top_.pop_back();
+      }
+    }
+    out.n_top = static_cast<int32_t>(top_.size());
+    for (size_t i = 0; i < top_.size(); ++i) {
+      out.top_ids[i] = top_[i].second;
+      out.top_logprobs[i] = top_[i].first - log_z;
+    }
+  }
+  const std::vector<TokenId>& tokens = s.request.tokens;
+  const std::span<const TokenId> prompt(tokens.data(), static_cast<size_t>(s.request.n_prompt));
+  const std::span<const TokenId> output(tokens.data() + s.request.n_prompt, static_cast<size_t>(s.produced()));
+  row_.assign(l, l + vocab);
+  const SampledToken t = s.sampler.sample(row_, prompt, output);
+  out.id = t.id;
+  out.logprob = l[t.id] - log_z;
+  s.request.tokens.push_back(t.id);
+}
+
+Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
+  events.clear();
+  const StepPlan plan = scheduler_.plan(now_ms);
+  for (uint64_t id : plan.unschedulable) {
+    if (seqs_.erase(id) == 0) continue;
+    StepEvent& e = events.emplace_back();
+    e.id = id;
+    e.finish = FinishReason::kError;
+    e.error = make_error(ErrorCode::kResourceExhausted,
+                         "the request needs more KV cache than the engine has: lower max_tokens or raise --kv-blocks");
+  }
+  ran = !plan.seqs.empty();
+  last_step_tokens_ = plan.tokens;
+  if (!ran) return Status::ok();
+
+  input_.clear(runner_.cache().config().block_size);
+  for (const PlannedSeq& p : plan.seqs) {
+    const std::vector<TokenId>& tokens = seqs_.at(p.id).request.tokens;
+    HEARTH_RETURN_IF_ERROR(input_.add_sequence(
+        std::span(tokens).subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.count)), p.begin,
+        scheduler_.kv(p.id)->blocks, p.sample));
+  }
+  HEARTH_TEST_POINT("engine.step.planned");
+  HEARTH_ASSIGN_OR_RETURN(const std::span<const float> logits, runner_.run(input_));
+  HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet
+
+  const auto vocab = static_cast<size_t>(runner_.vocab_size());
+  size_t row = 0;
+  finished_.clear();
+  for (const PlannedSeq& p : plan.seqs) {
+    scheduler_.advance(p);
+    if (!p.sample) continue;
+    Seq& s = seqs_.at(p.id);
+    StepEvent& e = events.emplace_back();
+    e.id = p.id;
+    sample(s, logits.data() + row++ * vocab, e.token);
+    e.n_produced = s.produced();
+    e.finish = finish_of(s);
+    if (e.finish != FinishReason::kNone) finished_.push_back(p.id);
+  }
+  for (uint64_t id : finished_) remove(id);
+  return Status::ok();
+}
+
+Status Driver::run_until_idle(const std::function<bool(const StepEvent&)>& on_event) {
+  std::vector<StepEvent> events;
+  while (!idle()) {
+    bool ran = false;
+    HEARTH_RETURN_IF_ERROR(step(events, ran));
+    if (!ran && events.empty()) {  // waiting for blocks nobody will give back
+      return make_error(ErrorCode::kResourceExhausted, "{} sequences wait for KV blocks, {} of {} are free",
+                        seqs_.size(), runner_.cache().blocks_free(), blocks_total());
+    }
+    for (const StepEvent& e : events) {
+      if (!on_event(e) && e.finish == FinishReason::kNone) remove(e.id);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace hearth
