@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 
+#include "engine/generate.h"
 #include "loader/resident.h"
 #include "tests/test_util.h"
 
@@ -107,6 +108,20 @@ TEST_F(WeightsSegmentTest, EveryDamagedFieldIsNamed) {
          }
        },
        "row-interleaved but its rows are not whole groups"},
+      {"layout name",
+       [](WeightsHeader& h, WeightsEntry*, std::byte*) { std::strncpy(h.layout, "gpu-tiles", sizeof(h.layout)); },
+       "unknown tensor layout \"gpu-tiles\""},
+      {"row-interleaved matrix in a plain layout",
+       [](WeightsHeader& h, WeightsEntry* e, std::byte*) {
+         std::strncpy(h.layout, "plain", sizeof(h.layout));
+         for (int i = 0;; ++i) {
+           if (e[i].n_dims == 2 && e[i].shape[0] % 16 == 0) {
+             e[i].dtype = static_cast<uint32_t>(DType::kQ8_0R16);
+             return;
+           }
+         }
+       },
+       "row-interleaved in a plain layout"},
       {"config JSON", [](WeightsHeader& h, WeightsEntry*, std::byte* base) { base[h.config_offset] = std::byte{'#'}; },
        "config"},
       {"config values",
@@ -150,6 +165,50 @@ TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
   ASSERT_TRUE(plain.is_ok());
   EXPECT_EQ(plain->header->data_alignment, kTensorAlignment);
   EXPECT_NE(plain->header->rank_offset[0] % kHugePageAlignment, 0u);
+}
+
+// The loader writes the layout it is asked for and names it; a model runs the same
+// tokens from either.
+TEST_F(WeightsSegmentTest, TheLoaderWritesTheLayoutItIsAskedForAndNamesIt) {
+  std::vector<std::vector<TokenId>> outputs;
+  for (const char* layout : {"cpu-r16", "plain"}) {
+    ResidentOptions o;
+    o.model = shared_path("models/stories260K/stories260K.gguf");
+    o.shm_dir = dir_.path();
+    o.instance = std::string("q8-") + layout;
+    o.quant = DType::kQ8_0;
+    o.layout = layout;
+    auto published = resident_publish(o);
+    ASSERT_TRUE(published.is_ok()) << published.status().to_string();
+    auto w = weights_attach(segment_path(dir_.path(), o.instance, "weights"));
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    EXPECT_EQ(w->layout, layout);
+    int interleaved = 0;
+    for (const TensorView& t : w->tensors(0)) interleaved += dtype_row_group(t.dtype) > 1;
+    if (o.layout == kLayoutPlain) {
+      EXPECT_EQ(interleaved, 0);
+    } else {
+      EXPECT_GT(interleaved, 0);
+    }
+    auto backend = make_cpu_backend();
+    const auto tensors = w->tensors(0);
+    auto llama = LlamaModel::create(w->config, tensors, *backend, 16, {.layout = w->layout});
+    ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+    auto cache = KvCache::create(*backend, {w->config.n_layers, w->config.kv_dim(), 16, 8});
+    ASSERT_TRUE(cache.is_ok());
+    GenerateOptions g;
+    g.max_tokens = 24;
+    g.sampling.temperature = 0.0f;
+    auto r = generate(**llama, *cache, std::vector<TokenId>{1, 403, 407, 261, 378}, g);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    outputs.push_back(r->tokens);
+  }
+  EXPECT_EQ(outputs[0], outputs[1]);
+  ResidentOptions bad;
+  bad.model = shared_path("models/stories260K/stories260K.gguf");
+  bad.shm_dir = dir_.path();
+  bad.layout = "cuda";
+  EXPECT_EQ(resident_publish(bad).status().code(), ErrorCode::kInvalidArgument);
 }
 
 }  // namespace

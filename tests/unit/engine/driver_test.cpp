@@ -1,0 +1,156 @@
+// The Driver: the one generation loop, shared by the engine and `hearth generate`.
+#include "engine/driver.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/generate.h"
+#include "loader/model.h"
+#include "tests/test_util.h"
+
+namespace hearth {
+namespace {
+
+using testing::shared_path;
+
+struct Fixture {
+  LoadedModel model;
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<LlamaModel> llama;
+  std::optional<KvCache> cache;
+  std::unique_ptr<ModelRunner> runner;
+
+  Fixture() {
+    model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
+    llama = std::move(LlamaModel::create(model.config, model.tensors, *backend, 64)).value();
+    cache.emplace(std::move(KvCache::create(*backend, {model.config.n_layers, model.config.kv_dim(), 16, 64})).value());
+    runner = std::make_unique<ModelRunner>(*llama, *cache);
+  }
+
+  std::vector<TokenId> alone(const std::vector<TokenId>& prompt, int max_tokens, const SamplingParams& sampling) {
+    GenerateOptions o;
+    o.max_tokens = max_tokens;
+    o.sampling = sampling;
+    return generate(*llama, *cache, prompt, o)->tokens;
+  }
+};
+
+#define REQUIRE_STORIES() HEARTH_REQUIRE_SHARED(shared_path("models/stories260K/stories260K.gguf"))
+
+// Sequences batched together get what each gets alone, and one resumed with tokens it
+// produced before continues exactly where it stopped (its sampler's draws included).
+TEST(DriverTest, BatchedAndResumedSequencesGetTheTokensOfAnUninterruptedRun) {
+  REQUIRE_STORIES();
+  Fixture f;
+  const std::vector<TokenId> p1 = {1, 403, 407, 261, 378}, p2 = {1, 346, 306, 414};
+  const SamplingParams seeded{.temperature = 0.9f, .top_p = 0.95f, .seed = 77};
+  const auto want1 = f.alone(p1, 30, {.temperature = 0.0f});
+  const auto want2 = f.alone(p2, 30, seeded);
+  ASSERT_EQ(want2.size(), 30u);
+
+  Driver driver(*f.runner, {.scheduler = {.max_batch_size = 8, .max_batched_tokens = 64}, .max_sequence_tokens = 512});
+  std::vector<TokenId> resumed(p2);
+  resumed.insert(resumed.end(), want2.begin(), want2.begin() + 12);  // 12 produced before a restart
+  ASSERT_EQ(*driver.add(1, {.tokens = p1, .n_prompt = 5, .max_tokens = 30, .sampling = {.temperature = 0.0f}}),
+            FinishReason::kNone);
+  ASSERT_EQ(*driver.add(2, {.tokens = resumed, .n_prompt = 4, .max_tokens = 30, .sampling = seeded}),
+            FinishReason::kNone);
+  std::vector<TokenId> got1, got2(want2.begin(), want2.begin() + 12);
+  std::vector<FinishReason> finished;
+  ASSERT_TRUE(driver
+                  .run_until_idle([&](const StepEvent& e) {
+                    (e.id == 1 ? got1 : got2).push_back(e.token.id);
+                    if (e.finish != FinishReason::kNone) finished.push_back(e.finish);
+                    return true;
+                  })
+                  .is_ok());
+  EXPECT_EQ(got1, want1);
+  EXPECT_EQ(got2, want2);
+  EXPECT_EQ(finished, (std::vector<FinishReason>{FinishReason::kLength, FinishReason::kLength}));
+  EXPECT_EQ(f.cache->blocks_free(), 64);
+}
+
+TEST(DriverTest, ASequenceAlreadyOverOrMalformedIsAnsweredAtOnce) {
+  REQUIRE_STORIES();
+  Fixture f;
+  Driver driver(*f.runner, {.max_sequence_tokens = 16});
+  // A predecessor produced the stop id (or max_tokens) and died before saying so.
+  EXPECT_EQ(*driver.add(1, {.tokens = {1, 403, 2}, .n_prompt = 2, .max_tokens = 9, .stop_ids = {2}}),
+            FinishReason::kStop);
+  EXPECT_EQ(*driver.add(2, {.tokens = {1, 403, 7}, .n_prompt = 2, .max_tokens = 1}), FinishReason::kLength);
+  EXPECT_EQ(*driver.add(3, {.tokens = std::vector<TokenId>(16, 1), .n_prompt = 8, .max_tokens = 99}),
+            FinishReason::kLength);  // the context is full
+  EXPECT_TRUE(driver.idle());
+  const auto hot = driver.add(4, {.tokens = {1}, .n_prompt = 1, .max_tokens = 4, .sampling = {.temperature = 3.0f}});
+  EXPECT_EQ(hot.status().code(), ErrorCode::kOutOfRange);
+  EXPECT_NE(hot.status().message().find("temperature"), std::string::npos) << hot.status().message();
+  EXPECT_EQ(driver.add(5, {.tokens = {1, 600}, .n_prompt = 2, .max_tokens = 4}).status().code(),
+            ErrorCode::kOutOfRange);  // outside the vocabulary
+  EXPECT_EQ(driver.add(6, {.tokens = std::vector<TokenId>(16, 1), .n_prompt = 16, .max_tokens = 4}).status().code(),
+            ErrorCode::kOutOfRange);  // no room for one token
+  EXPECT_EQ(driver.add(7, {.tokens = {1}, .n_prompt = 1, .max_tokens = 4, .top_logprobs = kMaxTopLogprobs + 1})
+                .status()
+                .code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(driver.idle());
+}
+
+TEST(DriverTest, TopLogprobsAreTheModelsOwnMostLikelyTokens) {
+  REQUIRE_STORIES();
+  Fixture f;
+  Driver driver(*f.runner, {.max_sequence_tokens = 64});
+  ASSERT_TRUE(driver.add(1, {.tokens = {1, 403, 407}, .n_prompt = 3, .max_tokens = 3, .top_logprobs = 4,
+                             .sampling = {.temperature = 0.0f}})
+                  .is_ok());
+  int events = 0;
+  ASSERT_TRUE(driver
+                  .run_until_idle([&](const StepEvent& e) {
+                    ++events;
+                    EXPECT_EQ(e.token.n_top, 4);
+                    EXPECT_EQ(e.token.top_ids[0], e.token.id);  // greedy: the best is the one taken
+                    EXPECT_FLOAT_EQ(e.token.top_logprobs[0], e.token.logprob);
+                    for (int k = 1; k < 4; ++k) EXPECT_LE(e.token.top_logprobs[k], e.token.top_logprobs[k - 1]);
+                    EXPECT_LT(e.token.logprob, 0.0f);
+                    return true;
+                  })
+                  .is_ok());
+  EXPECT_EQ(events, 3);
+}
+
+TEST(ModelRankConfigTest, EachRankTakesItsShareOrTheSplitIsRefused) {
+  ModelConfig c;
+  c.dim = 2048;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.head_dim = 64;
+  c.hidden_dim = 8192;
+  auto r = model_rank_config(c, 1, 4);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->n_heads, 8);
+  EXPECT_EQ(r->n_kv_heads, 2);
+  EXPECT_EQ(r->hidden_dim, 2048);
+  EXPECT_EQ(r->dim, 2048);
+  EXPECT_EQ(model_rank_config(c, 0, 3).status().code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(model_rank_config(c, 4, 4).status().code(), ErrorCode::kInvalidArgument);
+  auto one = make_single_rank_communicator();
+  EXPECT_EQ(one->rank(), 0);
+  EXPECT_EQ(one->size(), 1);
+  float x[2] = {1.5f, -2.0f};
+  one->all_reduce_sum(x, 2);  // the sum over one rank is itself
+  EXPECT_EQ(x[0], 1.5f);
+  EXPECT_EQ(x[1], -2.0f);
+}
+
+TEST(BindWeightsTest, ALayoutTheBackendCannotReadIsRefusedNamingTheLoaderFlag) {
+  auto backend = make_cpu_backend();
+  auto bound = backend->bind_weights({}, "cuda-tiles");
+  EXPECT_EQ(bound.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(bound.status().message().find("--layout"), std::string::npos) << bound.status().message();
+  TensorView r16;
+  r16.name = "blk.0.attn_q.weight";
+  r16.dtype = DType::kQ8_0R16;
+  EXPECT_EQ(backend->bind_weights(std::span(&r16, 1), kLayoutPlain).status().code(), ErrorCode::kFormat);
+  EXPECT_TRUE(backend->bind_weights(std::span(&r16, 1), kLayoutCpuR16).is_ok());
+}
+
+}  // namespace
+}  // namespace hearth
