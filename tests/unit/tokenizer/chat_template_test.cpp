@@ -1,7 +1,7 @@
 // ChatTemplate: llama.cpp's chat-template cases, the real templates in the shared folder,
 // Jinja2 semantics (expected strings are what Jinja2 with Hugging Face's settings
 // renders), error reporting and hostile templates.
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <gtest/gtest.h>
 
