@@ -642,7 +642,7 @@ struct ErrorCase {
   const char* message;  // the whole message, "line:column: what"
 };
 
-// Every construct tokenizer/README.md lists as not supported is refused, at parse or at
+// Every construct chat/README.md lists as not supported is refused, at parse or at
 // render time, with a message naming it: never rendered as something else.
 TEST(ChatTemplateErrors, EveryUnsupportedConstructIsNamed) {
   struct Case {
