@@ -18,6 +18,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
+#include "chat/chat_template.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -29,7 +30,6 @@
 #include "frontend/text_stream.h"
 #include "ipc/broker_client.h"
 #include "ipc/weights_segment.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/source_codec.h"
 #include "tokenizer/tokenizer.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto t = hearth::ChatTemplate::parse(std::string_view(reinterpret_cast<const char*>(data), size));

@@ -15,7 +15,7 @@ hearth_add_fuzz(fuzz_weights SOURCE fuzz_weights.cpp LIBS hearth_ipc
 hearth_add_fuzz(fuzz_http_request SOURCE fuzz_http_request.cpp LIBS hearth_frontend
   SEEDS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/completion.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/chat_chunked.txt
         ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/token_prompt.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/get.txt)
-hearth_add_fuzz(fuzz_chat_template SOURCE fuzz_chat_template.cpp LIBS hearth_tokenizer
+hearth_add_fuzz(fuzz_chat_template SOURCE fuzz_chat_template.cpp LIBS hearth_chat
   SEEDS --rounds 200 ${hearth_fuzz_seed_dir}/templates)
 if(NOT HEARTH_FUZZ)
   foreach(t fuzz_broker fuzz_weights fuzz_chat_template)

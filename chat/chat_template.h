@@ -4,7 +4,7 @@
 // Templates are Jinja2 as transformers runs them: trim_blocks and lstrip_blocks on, one
 // trailing newline dropped, no autoescaping, an immutable sandbox (lists and dicts cannot
 // be changed; namespace() can), loop controls, `{% generation %}`, and the globals
-// raise_exception(msg) and strftime_now(fmt). tokenizer/README.md lists the supported
+// raise_exception(msg) and strftime_now(fmt). chat/README.md lists the supported
 // subset. Values follow Python: truthiness, str()/repr(), int/float arithmetic, code point
 // indexing of strings.
 //
@@ -25,7 +25,7 @@
 namespace hearth {
 
 namespace jinja {
-struct Template;  // tokenizer/jinja_ast.h
+struct Template;  // chat/jinja_ast.h
 }  // namespace jinja
 
 struct ChatMessage {

@@ -1,4 +1,4 @@
-// Values of the chat-template interpreter (internal to tokenizer/): a Python-like dynamic
+// Values of the chat-template interpreter (internal to chat/): a Python-like dynamic
 // type with Jinja's Undefined, and the Python semantics templates rely on (truthiness,
 // str()/repr(), ==, <, json.dumps). Strings are UTF-8; lengths, indexes and slices count
 // code points as Python does.

@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "chat/jinja_builtins.h"
+#include "chat/jinja_interpreter.h"
 #include "common/utf8.h"
-#include "tokenizer/jinja_builtins.h"
-#include "tokenizer/jinja_interpreter.h"
 
 namespace hearth::jinja {
 namespace {

@@ -1,9 +1,9 @@
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <utility>
 
-#include "tokenizer/jinja_interpreter.h"
-#include "tokenizer/jinja_parser.h"
+#include "chat/jinja_interpreter.h"
+#include "chat/jinja_parser.h"
 
 namespace hearth {
 namespace {

@@ -1,9 +1,9 @@
-#include "tokenizer/jinja_parser.h"
+#include "chat/jinja_parser.h"
 
 #include <algorithm>
 #include <initializer_list>
 
-#include "tokenizer/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 namespace hearth::jinja {
 namespace {

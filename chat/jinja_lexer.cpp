@@ -1,11 +1,11 @@
-#include "tokenizer/jinja_lexer.h"
+#include "chat/jinja_lexer.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
+#include "chat/jinja_value.h"
 #include "common/utf8.h"
-#include "tokenizer/jinja_value.h"
 
 namespace hearth::jinja {
 namespace {

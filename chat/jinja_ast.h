@@ -1,4 +1,4 @@
-// Syntax tree of a parsed chat template (internal to tokenizer/). Built once by
+// Syntax tree of a parsed chat template (internal to chat/). Built once by
 // jinja_parse(), then only read: a Template is immutable and may be rendered from many
 // threads at once.
 #pragma once
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja_lexer.h"
-#include "tokenizer/jinja_value.h"
+#include "chat/jinja_lexer.h"
+#include "chat/jinja_value.h"
 
 namespace hearth::jinja {
 

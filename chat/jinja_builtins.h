@@ -1,4 +1,4 @@
-// Built-ins of the chat-template interpreter (internal to tokenizer/): Jinja filters and
+// Built-ins of the chat-template interpreter (internal to chat/): Jinja filters and
 // tests, Python methods of str/dict/list, and the globals Hugging Face provides (range,
 // namespace, dict, raise_exception, strftime_now). jinja_builtins.cpp holds filters,
 // tests and globals; jinja_methods.cpp the methods and Python string operations. The
@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/jinja_value.h"
 #include "common/status.h"
-#include "tokenizer/jinja_value.h"
 
 namespace hearth::jinja {
 

@@ -1,12 +1,12 @@
-// Parser of the chat-template Jinja subset (internal to tokenizer/): tokens -> Template.
+// Parser of the chat-template Jinja subset (internal to chat/): tokens -> Template.
 // Pure function; thread-safe.
 #pragma once
 
 #include <memory>
 #include <string_view>
 
+#include "chat/jinja_ast.h"
 #include "common/status.h"
-#include "tokenizer/jinja_ast.h"
 
 namespace hearth::jinja {
 

@@ -1,9 +1,9 @@
-#include "tokenizer/jinja_interpreter.h"
+#include "chat/jinja_interpreter.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "tokenizer/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 namespace hearth::jinja {
 

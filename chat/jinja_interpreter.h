@@ -1,4 +1,4 @@
-// Renders a parsed chat template (internal to tokenizer/). One Interpreter is one render:
+// Renders a parsed chat template (internal to chat/). One Interpreter is one render:
 // it owns the variable scopes, the output buffer and the budgets that stop runaway
 // templates (steps, bytes built, output size, call depth). Not thread-safe; each render
 // makes its own, so one Template may be rendered from many threads at once.
@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "chat/jinja_ast.h"
+#include "chat/jinja_value.h"
 #include "common/status.h"
-#include "tokenizer/jinja_ast.h"
-#include "tokenizer/jinja_value.h"
 
 namespace hearth::jinja {
 

@@ -1,5 +1,5 @@
 // Jinja filters and tests, and the globals of Hugging Face's chat-template environment.
-#include "tokenizer/jinja_builtins.h"
+#include "chat/jinja_builtins.h"
 
 #include <unicode/uchar.h>
 
@@ -9,7 +9,7 @@
 #include <ctime>
 #include <unordered_map>
 
-#include "tokenizer/jinja_interpreter.h"
+#include "chat/jinja_interpreter.h"
 
 namespace hearth::jinja {
 namespace {

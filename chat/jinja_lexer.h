@@ -1,4 +1,4 @@
-// Tokenizer for the chat-template Jinja subset (internal to tokenizer/). Applies Hugging
+// Tokenizer for the chat-template Jinja subset (internal to chat/). Applies Hugging
 // Face's environment while lexing, as Jinja2 does: newlines normalized to "\n", one
 // trailing newline dropped, trim_blocks and lstrip_blocks, "-"/"+" whitespace control,
 // comments removed and {% raw %} bodies passed through as text. Pure functions; thread-safe.

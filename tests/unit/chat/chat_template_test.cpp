@@ -1,7 +1,7 @@
 // ChatTemplate: llama.cpp's chat-template cases, the real templates in the shared folder,
 // Jinja2 semantics (expected strings are what Jinja2 with Hugging Face's settings
 // renders), error reporting and hostile templates.
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <gtest/gtest.h>
 
@@ -642,7 +642,7 @@ struct ErrorCase {
   const char* message;  // the whole message, "line:column: what"
 };
 
-// Every construct tokenizer/README.md lists as not supported is refused, at parse or at
+// Every construct chat/README.md lists as not supported is refused, at parse or at
 // render time, with a message naming it: never rendered as something else.
 TEST(ChatTemplateErrors, EveryUnsupportedConstructIsNamed) {
   struct Case {
