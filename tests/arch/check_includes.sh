@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The dependency rules of DESIGN.md ("Layout"), checked on the sources' #include lines:
+# each folder includes only the folders below it. Exits 1 listing every include that
+# points the wrong way.
+#   tests/arch/check_includes.sh [ROOT]
+set -euo pipefail
+ROOT=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
+declare -A allowed=(
+  [common]="common"
+  [ipc]="common ipc"
+  [tokenizer]="common tokenizer"
+  [chat]="common chat"
+  [kernels]="common kernels"
+  [loader]="common ipc kernels loader tokenizer"
+  [engine]="common engine ipc kernels"
+  [frontend]="common ipc tokenizer chat frontend"
+  [tools]="common ipc tokenizer chat loader kernels engine frontend tools"
+)
+bad=0
+for dir in "${!allowed[@]}"; do
+  [ -d "$ROOT/$dir" ] || continue
+  while IFS= read -r line; do
+    file=${line%%:*}
+    target=$(sed -E 's/.*#include "([a-z_]+)\/.*/\1/' <<<"$line")
+    if ! grep -qw -- "$target" <<<"${allowed[$dir]}"; then
+      echo "${file#"$ROOT"/}: includes $target/, which $dir/ must not depend on"
+      bad=1
+    fi
+  done < <(grep -rHE '^#include "[a-z_]+/' "$ROOT/$dir" --include='*.h' --include='*.cpp' --include='*.cu' || true)
+done
+# The engine's model code knows no IPC: only the serving loop and the daemon do.
+while IFS= read -r file; do
+  case $(basename "$file") in
+    engine_server.cpp | engine_server.h | engine_main.cpp) ;;
+    *) echo "${file#"$ROOT"/}: engine model code includes ipc/"; bad=1 ;;
+  esac
+done < <(grep -rlE '^#include "ipc/' "$ROOT/engine" || true)
+exit $bad
