@@ -45,6 +45,7 @@ running. The OpenAI API is then at http://HOST:PORT/v1.
   --shm-dir DIR            shared-memory directory (default $HEARTH_SHM_DIR or /dev/shm)
   --tokenizer PATH         tokenizer for containers that keep it apart
   --quant int8|int4        quantize the weights when loading them
+  --layout cpu-r16|plain   tensor layout the loader writes (default cpu-r16)
   --slots N, --ctx N, --kv-blocks N, --max-batch-size N, --max-batched-tokens N,
   --threads N              passed to hearth-engine
   --drain-timeout MS       how long a replaced or stopped frontend may finish its requests
@@ -132,7 +133,7 @@ Status start(Child& c, std::chrono::seconds timeout) {
 
 int serve_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
-                          {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "slots", "ctx",
+                          {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "layout", "slots", "ctx",
                            "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "drain-timeout"},
                           {"help"});
   if (!args.is_ok()) {
@@ -156,6 +157,7 @@ int serve_command(const std::vector<std::string>& argv) {
   Child loader{"hearth-loader", {sibling("hearth-loader"), "--model", *args->get("model")}};
   if (auto t = args->get("tokenizer")) loader.argv.insert(loader.argv.end(), {"--tokenizer", *t});
   if (auto q = args->get("quant")) loader.argv.insert(loader.argv.end(), {"--quant", *q});
+  if (auto l = args->get("layout")) loader.argv.insert(loader.argv.end(), {"--layout", *l});
   Child engine{"hearth-engine", {sibling("hearth-engine"), "--wait-weights", "60"}};
   for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads"}) {
     if (auto v = args->get(flag)) engine.argv.insert(engine.argv.end(), {std::string("--") + flag, *v});

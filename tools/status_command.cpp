@@ -112,6 +112,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
   o["model"] = fixed(h->model_name, sizeof(h->model_name));
   o["format"] = fixed(h->model_format, sizeof(h->model_format));
   o["quant"] = fixed(h->quant, sizeof(h->quant));
+  o["layout"] = fixed(h->layout, sizeof(h->layout));
   o["source"] = fixed(h->source_path, sizeof(h->source_path));
   o["source_bytes"] = h->source_bytes;
   o["fingerprint"] = h->fingerprint.hex();
@@ -167,8 +168,8 @@ void print_text(const std::map<std::string, std::vector<boost::json::object>>& i
         std::printf("    model        %s (%s%s) from %s\n", o.at("model").as_string().c_str(),
                     o.at("format").as_string().c_str(), quant.empty() ? "" : (", " + quant).c_str(),
                     o.at("source").as_string().c_str());
-        std::printf("    fingerprint  %s, tensor parallel %lld\n", o.at("fingerprint").as_string().c_str(),
-                    static_cast<long long>(o.at("tp").to_number<int64_t>()));
+        std::printf("    fingerprint  %s, tensor parallel %lld, layout %s\n", o.at("fingerprint").as_string().c_str(),
+                    static_cast<long long>(o.at("tp").to_number<int64_t>()), o.at("layout").as_string().c_str());
         std::printf("    created      %s by pid %lld (%s)\n", o.at("created").as_string().c_str(),
                     static_cast<long long>(o.at("creator_pid").to_number<int64_t>()),
                     o.at("creator_running").as_bool() ? "running" : "exited");
