@@ -1,5 +1,6 @@
-// Parameters of attention over a paged KV cache, shared by every implementation
-// (reference, CPU, future CUDA). Plain data; no dependencies beyond the standard library.
+// Parameters of attention over a paged KV cache and of the store that fills it, shared
+// by every implementation (reference, CPU, future CUDA). Plain data; no dependencies
+// beyond the standard library.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,22 @@ struct AttentionParams {
   float scale = 1.0f;              // usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;      // 0: attend to every earlier position
   KvDType kv_dtype = KvDType::kF32;  // element type of k_cache and v_cache
+};
+
+// Where one layer's K and V rows go: token t of the batch is stored at cache slot
+// slots[t] (= block * block_size + offset), in the layouts below, converted to kv_dtype
+// (rounded to nearest even). Field order is the engine's: it may be built positionally.
+struct KvStoreParams {
+  const float* k = nullptr;        // [n_tokens, n_kv_heads * head_dim]
+  const float* v = nullptr;        // [n_tokens, n_kv_heads * head_dim]
+  void* k_cache = nullptr;         // [n_blocks, n_kv_heads, head_dim, block_size] of kv_dtype, this layer
+  void* v_cache = nullptr;         // [n_blocks, n_kv_heads, block_size, head_dim] of kv_dtype
+  const int32_t* slots = nullptr;  // [n_tokens]
+  int64_t n_tokens = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  KvDType kv_dtype = KvDType::kF32;
 };
 
 // Where the cache keeps position `offset` of block `block` for one KV head, in elements

@@ -173,7 +173,33 @@ float kv_load(const void* cache, KvDType type, int64_t i) {
   return 0.0f;
 }
 
+// Stores x as element `i` of a cache of `type`.
+void kv_put(void* cache, KvDType type, int64_t i, float x) {
+  switch (type) {
+    case KvDType::kF32: static_cast<float*>(cache)[i] = x; return;
+    case KvDType::kF16: static_cast<uint16_t*>(cache)[i] = f32_to_fp16(x); return;
+    case KvDType::kBF16: static_cast<uint16_t*>(cache)[i] = f32_to_bf16(x); return;
+  }
+  HEARTH_CHECK(false) << "unsupported KV cache dtype " << static_cast<int>(type);
+}
+
 }  // namespace
+
+void kv_store(const KvStoreParams& p) {
+  const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    const int64_t block = p.slots[t] / p.block_size;
+    const int32_t offset = p.slots[t] % p.block_size;
+    for (int32_t h = 0; h < p.n_kv_heads; ++h) {
+      for (int32_t d = 0; d < p.head_dim; ++d) {
+        const int64_t x = t * kv_dim + static_cast<int64_t>(h) * p.head_dim + d;
+        kv_put(p.k_cache, p.kv_dtype, kv_key_index(block, h, d, offset, p.n_kv_heads, p.head_dim, p.block_size), p.k[x]);
+        kv_put(p.v_cache, p.kv_dtype, kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, p.block_size) + d,
+               p.v[x]);
+      }
+    }
+  }
+}
 
 void attention(const AttentionParams& p) {
   const int32_t group = p.n_heads / p.n_kv_heads;
