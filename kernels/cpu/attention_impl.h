@@ -11,10 +11,12 @@
 // split of heads across threads, so a token's output does not depend on its neighbours.
 //
 // The cache's element type (KvDType) is a template parameter. f16 and bf16 elements are
-// widened to float exactly, a row of keys or values at a time into a small stack tile
-// (vcvtph2ps where the path has F16C, a 16-bit shift for bf16), and then go through the
-// very float operations the f32 cache does: an f16 or bf16 cache gives bit for bit what
-// an f32 cache holding the widened values gives, on every path.
+// widened to float exactly (vcvtph2ps where the path has F16C, a 16-bit shift for bf16):
+// a block of one KV head at a time into stack tiles shared by its query heads when
+// head_dim * keys fits kWidenTile (the usual blocks of 16), else a row at a time per
+// head. Either way they go through the very float operations the f32 cache does, so an
+// f16 or bf16 cache gives bit for bit what an f32 cache of the widened values gives, on
+// every path.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -35,6 +37,7 @@ constexpr int kMaxHeadDim = 1024;  // ModelConfig validation bounds head_dim
 constexpr int kMaxBlockSize = 256;
 constexpr int kKeyTile = 16;       // keys per vector of scores (the usual block size)
 constexpr int kMaxHeads = 8;       // query heads of one KV head computed together
+constexpr int kWidenTile = 4096;   // floats of a narrow cache's block widened at once (16 KiB)
 
 using hearth::kernels::KvDType;
 
@@ -158,13 +161,49 @@ inline void accumulate_values(const KvElem<D>* values, const float* w, int32_t n
   }
 }
 
+// One cache block's update of one query head: scores of the block's n keys (keys[d *
+// key_stride + j]), one rescale of the running sum and output `ac` (online softmax),
+// then the block's values (rows of hd) weighted into `ac`. sc: n floats of scratch.
+template <KvDType D>
+inline void block_update(const float* q, const KvElem<D>* keys, int64_t key_stride, const KvElem<D>* values,
+                         int32_t n, int32_t hd, float scale, float* sc, float* ac, float& running_max,
+                         float& running_sum) {
+  // Scores of every key of the block at once (vectorized over keys): four partial sums
+  // over d mod 4, each in increasing d, then (p0 + p1) + (p2 + p3).
+  if (n == kKeyTile) {
+    block_scores<kKeyTile, D>(q, keys, key_stride, hd, kKeyTile, scale, sc);  // fixed size: kept in registers
+  } else {
+    block_scores<kMaxBlockSize, D>(q, keys, key_stride, hd, n, scale, sc);
+  }
+  float block_max = -INFINITY;
+  for (int32_t j = 0; j < n; ++j) block_max = std::max(block_max, sc[j]);
+  if (block_max > running_max) {
+    // ~1e-38 on the first block, where the sum and output are still 0.
+    const float correction = exp_nonpositive(running_max - block_max);
+    running_sum *= correction;
+    for (int32_t i = 0; i < hd; ++i) ac[i] *= correction;
+    running_max = block_max;
+  }
+  for (int32_t j = 0; j < n; ++j) sc[j] = exp_nonpositive(sc[j] - running_max);
+  for (int32_t j = 0; j < n; ++j) running_sum += sc[j];
+  switch (hd) {  // common head sizes: the output row stays in registers across the keys
+    case 64: accumulate_values<64, D>(values, sc, n, 64, ac); break;
+    case 128: accumulate_values<128, D>(values, sc, n, 128, ac); break;
+    default: accumulate_values<0, D>(values, sc, n, hd, ac); break;
+  }
+}
+
 template <KvDType D>
 void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_begin, int32_t head_end) {
+  constexpr bool kWiden = D != KvDType::kF32;
   const int32_t group = p.n_heads / p.n_kv_heads;
   const int32_t hd = p.head_dim;
   alignas(64) float acc[kMaxHeads][kMaxHeadDim];
   float score[kMaxHeads][kMaxBlockSize];
   float running_max[kMaxHeads], running_sum[kMaxHeads];
+  // A narrow cache's block, widened once for all the query heads that read it.
+  alignas(64) float key_tile[kWiden ? kWidenTile : 1];    // [hd, n]
+  alignas(64) float value_tile[kWiden ? kWidenTile : 1];  // [n, hd]
   for (int32_t t = 0; t < p.n_tokens; ++t) {
     const int32_t pos = p.positions[t];
     const int32_t first = hearth::kernels::attention_first_key(pos, p.sliding_window);
@@ -179,6 +218,7 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
         running_sum[g] = 0.0f;
         for (int32_t i = 0; i < hd; ++i) acc[g][i] = 0.0f;
       }
+      const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h0) * hd;  // [nh, hd]
       for (int32_t k0 = first; k0 <= pos;) {
         // Keys k0..k1-1 lie in one cache block.
         const int32_t in_block = k0 % p.block_size;
@@ -193,32 +233,24 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
             hearth::kernels::kv_value_index(block, kv_head, in_block, p.n_kv_heads, hd, p.block_size);
         const int32_t n = k1 - k0;
         const int64_t bs = p.block_size;
-        for (int32_t g = 0; g < nh; ++g) {
-          const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h0 + g) * hd;
-          float* sc = score[g];
-          float* ac = acc[g];
-          // Scores of every key of the block at once (vectorized over keys): four
-          // partial sums over d mod 4, each in increasing d, then (p0 + p1) + (p2 + p3).
-          if (n == kKeyTile) {
-            block_scores<kKeyTile, D>(q, keys, bs, hd, kKeyTile, p.scale, sc);  // fixed size: kept in registers
-          } else {
-            block_scores<kMaxBlockSize, D>(q, keys, bs, hd, n, p.scale, sc);
+        bool widened = false;
+        if constexpr (kWiden) {
+          if (static_cast<int64_t>(hd) * n <= kWidenTile) {
+            // Widened once into tiles laid out like an f32 cache's block (keys at stride
+            // n), then the f32 update itself for each head.
+            for (int32_t d = 0; d < hd; ++d) kv_widen<D>(keys + d * bs, n, key_tile + static_cast<int64_t>(d) * n);
+            kv_widen<D>(values, n * hd, value_tile);  // the block's rows k0..k1-1 are contiguous
+            for (int32_t g = 0; g < nh; ++g) {
+              block_update<KvDType::kF32>(q + static_cast<int64_t>(g) * hd, key_tile, n, value_tile, n, hd, p.scale,
+                                          score[g], acc[g], running_max[g], running_sum[g]);
+            }
+            widened = true;
           }
-          float block_max = -INFINITY;
-          for (int32_t j = 0; j < n; ++j) block_max = std::max(block_max, sc[j]);
-          if (block_max > running_max[g]) {
-            // ~1e-38 on the first block, where the sum and output are still 0.
-            const float correction = exp_nonpositive(running_max[g] - block_max);
-            running_sum[g] *= correction;
-            for (int32_t i = 0; i < hd; ++i) ac[i] *= correction;
-            running_max[g] = block_max;
-          }
-          for (int32_t j = 0; j < n; ++j) sc[j] = exp_nonpositive(sc[j] - running_max[g]);
-          for (int32_t j = 0; j < n; ++j) running_sum[g] += sc[j];
-          switch (hd) {  // common head sizes: the output row stays in registers across the keys
-            case 64: accumulate_values<64, D>(values, sc, n, 64, ac); break;
-            case 128: accumulate_values<128, D>(values, sc, n, 128, ac); break;
-            default: accumulate_values<0, D>(values, sc, n, hd, ac); break;
+        }
+        if (!widened) {  // f32, or a block too large for the tiles: widened a row at a time per head
+          for (int32_t g = 0; g < nh; ++g) {
+            block_update<D>(q + static_cast<int64_t>(g) * hd, keys, bs, values, n, hd, p.scale, score[g], acc[g],
+                            running_max[g], running_sum[g]);
           }
         }
         k0 = k1;
