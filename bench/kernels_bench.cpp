@@ -1,7 +1,7 @@
 // Micro-benchmarks of the CPU kernels: matrix-vector (decode) and matrix-matrix
-// (prefill) products per weight format, and paged attention, with achieved bandwidth
-// (GB/s) and GFLOP/s, one thread, on the instruction-set path this CPU gets (HEARTH_CPU_ISA narrows
-// it). Run: build/bin/kernels_bench [--benchmark_filter=...]
+// (prefill) products per weight format, and paged attention per KV cache dtype, with
+// achieved bandwidth (GB/s) and GFLOP/s, one thread, on the instruction-set path this
+// CPU gets (HEARTH_CPU_ISA narrows it). Run: build/bin/kernels_bench [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -11,6 +11,7 @@
 #include "common/half.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/repack.h"
 
@@ -89,28 +90,54 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 
 // Attention over a paged KV cache, 1B shape (32 query heads, 8 KV heads, head_dim 64,
-// blocks of 16): args = query tokens, context. Decode is 1 query at a deep context,
-// prefill a chunk of queries from position 0. GB/s counts the K and V rows read once.
-void BM_Attention(benchmark::State& state) {
+// blocks of 16), per KV cache dtype: args = query tokens, context, layers. Decode is 1
+// query at a deep context, prefill a chunk of queries from position 0. Each iteration is
+// one call on the next of `layers` caches, each filled by kv_store: with 1 the cache
+// stays in L2/L3 between calls, with 16 (the 1B model's layers) a call's keys and values
+// come from memory, as in a decode step. KV_bytes is what one call reads (each K and V
+// row of the context once); GB/s is that per second.
+void BM_Attention(benchmark::State& state, hearth::kernels::KvDType kv_dtype) {
   const int32_t n = static_cast<int32_t>(state.range(0)), context = static_cast<int32_t>(state.range(1));
+  const auto layers = static_cast<int32_t>(state.range(2));
   constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kBlock = 16;
   const int32_t n_blocks = (context + kBlock - 1) / kBlock;
   const int64_t kv_dim = kKvHeads * kHeadDim;
+  const int64_t n_slots = static_cast<int64_t>(n_blocks) * kBlock;
+  const auto cache_bytes = static_cast<size_t>(n_slots * kv_dim * hearth::kernels::kv_dtype_bytes(kv_dtype));
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> k(static_cast<size_t>(n_blocks * kBlock * kv_dim)), v(k.size());
+  std::vector<float> k_rows(static_cast<size_t>(n_slots * kv_dim)), v_rows(k_rows.size());
   std::vector<float> q(static_cast<size_t>(n * kHeads * kHeadDim)), out(q.size());
-  for (auto* vec : {&k, &v, &q}) {
+  for (auto* vec : {&k_rows, &v_rows, &q}) {
     for (float& f : *vec) f = dist(rng);
   }
   std::vector<int32_t> table(static_cast<size_t>(n_blocks)), positions(static_cast<size_t>(n));
   for (int32_t i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 5 + 1) % n_blocks;
+  std::vector<int32_t> slots(static_cast<size_t>(n_slots));  // token t in its block of the table
+  for (int64_t t = 0; t < n_slots; ++t) {
+    slots[static_cast<size_t>(t)] = table[static_cast<size_t>(t / kBlock)] * kBlock + static_cast<int32_t>(t % kBlock);
+  }
   for (int32_t i = 0; i < n; ++i) positions[static_cast<size_t>(i)] = context - n + i;
+  std::vector<std::vector<std::byte>> k_cache(static_cast<size_t>(layers)), v_cache(k_cache.size());
+  for (int32_t l = 0; l < layers; ++l) {
+    k_cache[static_cast<size_t>(l)].resize(cache_bytes);
+    v_cache[static_cast<size_t>(l)].resize(cache_bytes);
+    hearth::kernels::KvStoreParams st{.k = k_rows.data(),
+                                      .v = v_rows.data(),
+                                      .k_cache = k_cache[static_cast<size_t>(l)].data(),
+                                      .v_cache = v_cache[static_cast<size_t>(l)].data(),
+                                      .slots = slots.data(),
+                                      .n_tokens = n_slots,
+                                      .n_kv_heads = kKvHeads,
+                                      .head_dim = kHeadDim,
+                                      .block_size = kBlock,
+                                      .kv_dtype = kv_dtype};
+    hearth::kernels::cpu::kv_store(st);
+  }
   hearth::kernels::AttentionParams p;
   p.q = q.data();
   p.out = out.data();
-  p.k_cache = k.data();
-  p.v_cache = v.data();
+  p.kv_dtype = kv_dtype;
   p.block_table = table.data();
   p.positions = positions.data();
   p.block_size = kBlock;
@@ -119,20 +146,34 @@ void BM_Attention(benchmark::State& state) {
   p.n_kv_heads = kKvHeads;
   p.head_dim = kHeadDim;
   p.scale = 0.125f;
+  int32_t layer = 0;
   for (auto _ : state) {
+    p.k_cache = k_cache[static_cast<size_t>(layer)].data();
+    p.v_cache = v_cache[static_cast<size_t>(layer)].data();
     hearth::kernels::cpu::attention(p, 0, kHeads);
     benchmark::DoNotOptimize(out.data());
+    layer = layer + 1 == layers ? 0 : layer + 1;
   }
   double keys = 0;  // query-key pairs
   for (int32_t i = 0; i < n; ++i) keys += positions[static_cast<size_t>(i)] + 1;
   const auto iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(2.0 * context * static_cast<double>(kv_dim) * 4 * iters,
-                                              benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  const double kv_bytes = 2.0 * context * static_cast<double>(kv_dim) * hearth::kernels::kv_dtype_bytes(kv_dtype);
+  state.counters["KV_bytes"] = benchmark::Counter(kv_bytes, benchmark::Counter::kDefaults, benchmark::Counter::kIs1024);
+  state.counters["GB/s"] =
+      benchmark::Counter(kv_bytes * iters, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
   state.counters["GFLOP/s"] =
       benchmark::Counter(4.0 * kHeads * kHeadDim * keys * iters / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(hearth::kernels::cpu::cpu_isa_name(hearth::kernels::cpu::cpu_isa())) + ", 1 thread");
+  state.SetLabel(std::string(hearth::kernels::cpu::cpu_isa_name(hearth::kernels::cpu::cpu_isa())) + ", 1 thread, " +
+                 hearth::kernels::kv_dtype_name(kv_dtype) + " KV");
 }
-BENCHMARK(BM_Attention)->Args({1, 128})->Args({1, 1024})->Args({1, 4096})->Args({128, 128})->Unit(benchmark::kMicrosecond);
+
+void attention_shapes(benchmark::internal::Benchmark* b) {
+  b->Args({1, 128, 1})->Args({1, 1024, 1})->Args({1, 4096, 1})->Args({1, 4096, 16})->Args({128, 128, 1});
+  b->ArgNames({"tokens", "context", "layers"})->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_CAPTURE(BM_Attention, f32, hearth::kernels::KvDType::kF32)->Apply(attention_shapes);
+BENCHMARK_CAPTURE(BM_Attention, f16, hearth::kernels::KvDType::kF16)->Apply(attention_shapes);
+BENCHMARK_CAPTURE(BM_Attention, bf16, hearth::kernels::KvDType::kBF16)->Apply(attention_shapes);
 
 BENCHMARK_CAPTURE(BM_Matmul, f32, DType::kF32)->Apply(shapes);
 BENCHMARK_CAPTURE(BM_Matmul, f16, DType::kF16)->Apply(shapes);

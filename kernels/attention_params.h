@@ -1,16 +1,42 @@
-// Parameters of attention over a paged KV cache, shared by every implementation.
-// Plain data; no dependencies beyond the standard library.
+// Parameters of attention over a paged KV cache and of the store that fills it, shared
+// by every implementation (reference, CPU, future CUDA). Plain data; no dependencies
+// beyond the standard library.
 #pragma once
 
 #include <cstdint>
 
 namespace hearth::kernels {
 
+// How the cache stores each key and value element. Attention always computes in float32:
+// f16 (IEEE binary16) and bf16 elements are widened exactly on load, so a narrower cache
+// halves the bytes read and changes only what kv_store rounded away (to nearest even).
+enum class KvDType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+// Bytes of one element; 0 for a value outside the enum.
+constexpr int32_t kv_dtype_bytes(KvDType t) {
+  switch (t) {
+    case KvDType::kF32: return 4;
+    case KvDType::kF16: return 2;
+    case KvDType::kBF16: return 2;
+  }
+  return 0;
+}
+
+// "f32", "f16", "bf16"; "unsupported" for a value outside the enum.
+constexpr const char* kv_dtype_name(KvDType t) {
+  switch (t) {
+    case KvDType::kF32: return "f32";
+    case KvDType::kF16: return "f16";
+    case KvDType::kBF16: return "bf16";
+  }
+  return "unsupported";
+}
+
 struct AttentionParams {
   const float* q = nullptr;        // [n_tokens, n_heads, head_dim]
   float* out = nullptr;            // [n_tokens, n_heads, head_dim]
-  const float* k_cache = nullptr;  // [n_blocks, n_kv_heads, head_dim, block_size] of this layer
-  const float* v_cache = nullptr;  // [n_blocks, n_kv_heads, block_size, head_dim]
+  const void* k_cache = nullptr;   // [n_blocks, n_kv_heads, head_dim, block_size] of kv_dtype, this layer
+  const void* v_cache = nullptr;   // [n_blocks, n_kv_heads, block_size, head_dim] of kv_dtype
   const int32_t* block_table = nullptr;  // the sequence's blocks, in order
   const int32_t* positions = nullptr;    // [n_tokens] absolute position of each query
   int32_t block_size = 16;
@@ -20,12 +46,30 @@ struct AttentionParams {
   int32_t head_dim = 0;
   float scale = 1.0f;              // usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;      // 0: attend to every earlier position
+  KvDType kv_dtype = KvDType::kF32;  // element type of k_cache and v_cache
 };
 
-// Where the cache keeps position `offset` of block `block` for one KV head. Keys are
-// stored transposed within a block (a head's block is [head_dim, block_size]), so a
-// query's scores against a block are one vector over its keys; values are rows
-// ([block_size, head_dim]), so the weighted sum runs along head_dim.
+// Where one layer's K and V rows go: token t of the batch is stored at cache slot
+// slots[t] (= block * block_size + offset), in the layouts below, converted to kv_dtype
+// (rounded to nearest even). Field order is the engine's: it may be built positionally.
+struct KvStoreParams {
+  const float* k = nullptr;        // [n_tokens, n_kv_heads * head_dim]
+  const float* v = nullptr;        // [n_tokens, n_kv_heads * head_dim]
+  void* k_cache = nullptr;         // [n_blocks, n_kv_heads, head_dim, block_size] of kv_dtype, this layer
+  void* v_cache = nullptr;         // [n_blocks, n_kv_heads, block_size, head_dim] of kv_dtype
+  const int32_t* slots = nullptr;  // [n_tokens]
+  int64_t n_tokens = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  KvDType kv_dtype = KvDType::kF32;
+};
+
+// Where the cache keeps position `offset` of block `block` for one KV head, in elements
+// (of kv_dtype) from the layer's base. Keys are stored transposed within a block (a
+// head's block is [head_dim, block_size]), so a query's scores against a block are one
+// vector over its keys; values are rows ([block_size, head_dim]), so the weighted sum
+// runs along head_dim.
 inline int64_t kv_key_index(int64_t block, int32_t kv_head, int32_t d, int32_t offset, int32_t n_kv_heads,
                             int32_t head_dim, int32_t block_size) {
   return ((block * n_kv_heads + kv_head) * head_dim + d) * block_size + offset;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "common/check.h"
 #include "common/half.h"
 #include "kernels/cpu/repack.h"
 
@@ -159,6 +160,47 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+namespace {
+
+// Element `i` of a cache of `type`, as float.
+float kv_load(const void* cache, KvDType type, int64_t i) {
+  switch (type) {
+    case KvDType::kF32: return static_cast<const float*>(cache)[i];
+    case KvDType::kF16: return fp16_to_f32(static_cast<const uint16_t*>(cache)[i]);
+    case KvDType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(cache)[i]);
+  }
+  HEARTH_CHECK(false) << "unsupported KV cache dtype " << static_cast<int>(type);
+  return 0.0f;
+}
+
+// Stores x as element `i` of a cache of `type`.
+void kv_put(void* cache, KvDType type, int64_t i, float x) {
+  switch (type) {
+    case KvDType::kF32: static_cast<float*>(cache)[i] = x; return;
+    case KvDType::kF16: static_cast<uint16_t*>(cache)[i] = f32_to_fp16(x); return;
+    case KvDType::kBF16: static_cast<uint16_t*>(cache)[i] = f32_to_bf16(x); return;
+  }
+  HEARTH_CHECK(false) << "unsupported KV cache dtype " << static_cast<int>(type);
+}
+
+}  // namespace
+
+void kv_store(const KvStoreParams& p) {
+  const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+  for (int64_t t = 0; t < p.n_tokens; ++t) {
+    const int64_t block = p.slots[t] / p.block_size;
+    const int32_t offset = p.slots[t] % p.block_size;
+    for (int32_t h = 0; h < p.n_kv_heads; ++h) {
+      for (int32_t d = 0; d < p.head_dim; ++d) {
+        const int64_t x = t * kv_dim + static_cast<int64_t>(h) * p.head_dim + d;
+        kv_put(p.k_cache, p.kv_dtype, kv_key_index(block, h, d, offset, p.n_kv_heads, p.head_dim, p.block_size), p.k[x]);
+        kv_put(p.v_cache, p.kv_dtype, kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, p.block_size) + d,
+               p.v[x]);
+      }
+    }
+  }
+}
+
 void attention(const AttentionParams& p) {
   const int32_t group = p.n_heads / p.n_kv_heads;
   for (int32_t t = 0; t < p.n_tokens; ++t) {
@@ -173,7 +215,8 @@ void attention(const AttentionParams& p) {
         const int64_t block = p.block_table[k / p.block_size];
         float s = 0.0f;
         for (int32_t i = 0; i < p.head_dim; ++i) {
-          s += q[i] * p.k_cache[kv_key_index(block, kvh, i, k % p.block_size, p.n_kv_heads, p.head_dim, p.block_size)];
+          s += q[i] * kv_load(p.k_cache, p.kv_dtype,
+                              kv_key_index(block, kvh, i, k % p.block_size, p.n_kv_heads, p.head_dim, p.block_size));
         }
         s *= p.scale;
         scores[k - first] = s;
@@ -187,10 +230,10 @@ void attention(const AttentionParams& p) {
       float* out = p.out + (static_cast<int64_t>(t) * p.n_heads + h) * p.head_dim;
       for (int32_t i = 0; i < p.head_dim; ++i) out[i] = 0.0f;
       for (int32_t k = first; k <= pos; ++k) {
-        const float* value = p.v_cache + kv_value_index(p.block_table[k / p.block_size], kvh, k % p.block_size,
-                                                        p.n_kv_heads, p.head_dim, p.block_size);
+        const int64_t value = kv_value_index(p.block_table[k / p.block_size], kvh, k % p.block_size, p.n_kv_heads,
+                                             p.head_dim, p.block_size);
         const float w = scores[k - first] / sum;
-        for (int32_t i = 0; i < p.head_dim; ++i) out[i] += w * value[i];
+        for (int32_t i = 0; i < p.head_dim; ++i) out[i] += w * kv_load(p.v_cache, p.kv_dtype, value + i);
       }
     }
   }

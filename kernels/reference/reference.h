@@ -32,7 +32,12 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
 // out = silu(gate) * up, elementwise over n values.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
-// Causal attention of each query over the cached keys 0..position (softmax in two passes).
+// Stores token t's K and V rows at cache slot p.slots[t], each element converted to
+// p.kv_dtype with common/half.h (round to nearest even; f32 copied).
+void kv_store(const KvStoreParams& p);
+
+// Causal attention of each query over the cached keys 0..position (softmax in two passes),
+// reading cache elements of p.kv_dtype widened to float (f32 read as is).
 void attention(const AttentionParams& p);
 
 }  // namespace hearth::kernels::ref

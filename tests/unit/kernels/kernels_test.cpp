@@ -2,16 +2,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/half.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/repack.h"
 #include "kernels/cpu/ops.h"
@@ -418,6 +422,255 @@ TEST(KernelsTest, AttentionOverOneKeyReturnsItsValue) {
   cpu::attention(p, 0, 1);
   EXPECT_FLOAT_EQ(out[0], 3.0f);
   EXPECT_FLOAT_EQ(out[1], -4.0f);
+}
+
+
+// ---- KV cache dtypes -------------------------------------------------------------
+
+// A shape of attention tests: ragged head sizes (not multiples of any vector), GQA and
+// MHA, small and large blocks, sliding windows that start inside a block.
+struct AttentionShape {
+  int32_t heads, kv_heads, hd, bs, window;
+};
+constexpr AttentionShape kAttentionShapes[] = {{6, 2, 10, 4, 0},   {6, 2, 10, 4, 5},  {8, 2, 64, 16, 0},
+                                               {4, 4, 67, 16, 0},  {4, 1, 128, 16, 37}, {3, 3, 33, 7, 0},
+                                               {8, 8, 128, 32, 0}, {2, 1, 20, 300, 0}};
+
+// A cache of `n` elements of `type` (bytes).
+std::vector<std::byte> kv_cache_bytes(KvDType type, size_t n) {
+  return std::vector<std::byte>(n * static_cast<size_t>(kv_dtype_bytes(type)));
+}
+
+// Element i of a cache of `type`, widened to float.
+float kv_element(const std::vector<std::byte>& cache, KvDType type, size_t i) {
+  if (type == KvDType::kF32) return reinterpret_cast<const float*>(cache.data())[i];
+  const uint16_t h = reinterpret_cast<const uint16_t*>(cache.data())[i];
+  return type == KvDType::kF16 ? fp16_to_f32(h) : bf16_to_f32(h);
+}
+
+// Random K and V rows of every slot of a cache of n_blocks blocks, stored by kv_store in
+// a scattered slot order; returns the f32 rows (slot-major) it stored.
+struct StoredCache {
+  std::vector<std::byte> k, v;
+};
+StoredCache store_random_kv(KvDType type, const AttentionShape& s, int32_t n_blocks, std::mt19937& rng,
+                            std::vector<float>* k_rows = nullptr, std::vector<float>* v_rows = nullptr) {
+  const int32_t n_slots = n_blocks * s.bs;
+  const int64_t kv_dim = static_cast<int64_t>(s.kv_heads) * s.hd;
+  const auto k = random_floats(static_cast<size_t>(n_slots * kv_dim), rng);
+  const auto v = random_floats(k.size(), rng);
+  std::vector<int32_t> slots(static_cast<size_t>(n_slots));
+  for (int32_t i = 0; i < n_slots; ++i) slots[static_cast<size_t>(i)] = (i * 11 + 3) % n_slots;  // a permutation: no n_slots here is a multiple of 11
+  StoredCache c{kv_cache_bytes(type, k.size()), kv_cache_bytes(type, k.size())};
+  KvStoreParams st{.k = k.data(),
+                   .v = v.data(),
+                   .k_cache = c.k.data(),
+                   .v_cache = c.v.data(),
+                   .slots = slots.data(),
+                   .n_tokens = n_slots,
+                   .n_kv_heads = s.kv_heads,
+                   .head_dim = s.hd,
+                   .block_size = s.bs,
+                   .kv_dtype = type};
+  cpu::kv_store(st);
+  if (k_rows != nullptr) *k_rows = k;
+  if (v_rows != nullptr) *v_rows = v;
+  return c;
+}
+
+// Attention parameters of shape `s` over `c` for queries at `positions`.
+AttentionParams attention_params(const AttentionShape& s, KvDType type, const StoredCache& c, const float* q,
+                                 const std::vector<int32_t>& table, const std::vector<int32_t>& positions) {
+  AttentionParams p;
+  p.q = q;
+  p.k_cache = c.k.data();
+  p.v_cache = c.v.data();
+  p.kv_dtype = type;
+  p.block_table = table.data();
+  p.positions = positions.data();
+  p.block_size = s.bs;
+  p.n_tokens = static_cast<int32_t>(positions.size());
+  p.n_heads = s.heads;
+  p.n_kv_heads = s.kv_heads;
+  p.head_dim = s.hd;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+  p.sliding_window = s.window;
+  return p;
+}
+
+TEST(KvDTypeTest, SizesAndNames) {
+  EXPECT_EQ(kv_dtype_bytes(KvDType::kF32), 4);
+  EXPECT_EQ(kv_dtype_bytes(KvDType::kF16), 2);
+  EXPECT_EQ(kv_dtype_bytes(KvDType::kBF16), 2);
+  EXPECT_EQ(kv_dtype_bytes(static_cast<KvDType>(7)), 0);
+  EXPECT_STREQ(kv_dtype_name(KvDType::kF32), "f32");
+  EXPECT_STREQ(kv_dtype_name(KvDType::kF16), "f16");
+  EXPECT_STREQ(kv_dtype_name(KvDType::kBF16), "bf16");
+  EXPECT_STREQ(kv_dtype_name(static_cast<KvDType>(7)), "unsupported");
+  EXPECT_EQ(AttentionParams{}.kv_dtype, KvDType::kF32);
+  EXPECT_EQ(KvStoreParams{}.kv_dtype, KvDType::kF32);
+}
+
+class KvStoreTest : public ::testing::TestWithParam<KvDType> {};
+
+// The CPU store writes the reference's bytes, rounding specials included, into the slots
+// it is given and nowhere else.
+TEST_P(KvStoreTest, MatchesTheReferenceBitForBit) {
+  const KvDType type = GetParam();
+  std::mt19937 rng(21);
+  for (const AttentionShape& s : kAttentionShapes) {
+    const int32_t n_blocks = 5, n_slots = n_blocks * s.bs;
+    const int64_t kv_dim = static_cast<int64_t>(s.kv_heads) * s.hd;
+    const int64_t n_tokens = std::min(n_slots, 9);
+    auto k = random_floats(static_cast<size_t>(n_tokens * kv_dim), rng, 3.0f);
+    auto v = random_floats(k.size(), rng, 3.0f);
+    // Values every conversion must round alike: ties (f16 and bf16), f16 subnormals and
+    // underflow, overflow to infinity, infinities, NaN, signed zero.
+    const float specials[] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f,
+                              0x1p-20f,        -0x1.8p-24f,         0x1p-26f,       65504.0f,
+                              65520.0f,        -1e30f,              INFINITY,       -INFINITY,
+                              NAN,             -0.0f,               3e38f,          1e-40f};
+    for (size_t i = 0; i < std::size(specials) && i < k.size(); ++i) {
+      k[i * 3 % k.size()] = specials[i];
+      v[(i * 5 + 1) % v.size()] = specials[i];
+    }
+    std::vector<int32_t> slots(static_cast<size_t>(n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) slots[static_cast<size_t>(t)] = static_cast<int32_t>((t * 11 + 2) % n_slots);
+    const size_t elems = static_cast<size_t>(n_slots * kv_dim);
+    auto want_k = kv_cache_bytes(type, elems), want_v = want_k;
+    for (size_t i = 0; i < want_k.size(); ++i) want_k[i] = want_v[i] = static_cast<std::byte>(i * 37 + 5);
+    auto got_k = want_k, got_v = want_v;
+    KvStoreParams p{.k = k.data(),
+                    .v = v.data(),
+                    .k_cache = want_k.data(),
+                    .v_cache = want_v.data(),
+                    .slots = slots.data(),
+                    .n_tokens = n_tokens,
+                    .n_kv_heads = s.kv_heads,
+                    .head_dim = s.hd,
+                    .block_size = s.bs,
+                    .kv_dtype = type};
+    ref::kv_store(p);
+    p.k_cache = got_k.data();
+    p.v_cache = got_v.data();
+    cpu::kv_store(p);
+    ASSERT_EQ(got_k, want_k) << kv_dtype_name(type) << " hd " << s.hd << " bs " << s.bs;
+    ASSERT_EQ(got_v, want_v) << kv_dtype_name(type) << " hd " << s.hd << " bs " << s.bs;
+    // Where each element went: the layouts of attention_params.h, converted as half.h does.
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const int64_t block = slots[static_cast<size_t>(t)] / s.bs;
+      const int32_t offset = slots[static_cast<size_t>(t)] % s.bs;
+      for (int32_t h = 0; h < s.kv_heads; ++h) {
+        for (int32_t d = 0; d < s.hd; ++d) {
+          const float x = k[static_cast<size_t>(t * kv_dim + h * s.hd + d)];
+          const float want = type == KvDType::kF32   ? x
+                             : type == KvDType::kF16 ? fp16_to_f32(f32_to_fp16(x))
+                                                     : bf16_to_f32(f32_to_bf16(x));
+          const float got = kv_element(got_k, type,
+                                       static_cast<size_t>(kv_key_index(block, h, d, offset, s.kv_heads, s.hd, s.bs)));
+          if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(got));
+          } else {
+            ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << x;
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllKvDTypes, KvStoreTest, ::testing::Values(KvDType::kF32, KvDType::kF16, KvDType::kBF16),
+                         [](const auto& p) { return std::string(kv_dtype_name(p.param)); });
+
+// Attention over an f16 or bf16 cache on one instruction-set path.
+class KvDTypeAttentionTest : public ::testing::TestWithParam<std::tuple<cpu::CpuIsa, KvDType>> {};
+
+// Given the same cache bytes, every path matches the reference as closely as the f32
+// cache does (PagedAttentionMatchesReferenceOnEveryPath), and gives exactly what the f32
+// kernel gives on the widened values, so every path is bit-identical to every other.
+TEST_P(KvDTypeAttentionTest, MatchesTheReferenceAndTheF32KernelOnTheWidenedValues) {
+  const auto [isa, type] = GetParam();
+  IsaGuard guard;
+  if (!cpu::cpu_isa_force(isa)) {
+    GTEST_SKIP() << "this CPU lacks the " << cpu::cpu_isa_name(isa) << " path (has: " << testing::cpu_paths_covered()
+                 << ")";
+  }
+  std::mt19937 rng(31 + static_cast<int>(type));
+  for (const AttentionShape& s : kAttentionShapes) {
+    const int32_t n_blocks = s.bs > 100 ? 3 : 16;
+    const StoredCache c = store_random_kv(type, s, n_blocks, rng);
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    for (int32_t i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 7 + 3) % n_blocks;
+    const int32_t last = n_blocks * s.bs - 1;
+    const std::vector<int32_t> positions = {0, 3, s.bs, last / 2, last - 1, last};
+    const auto q = random_floats(positions.size() * static_cast<size_t>(s.heads * s.hd), rng, 2.0f);
+    std::vector<float> want(q.size()), got(q.size()), widened_out(q.size());
+    AttentionParams p = attention_params(s, type, c, q.data(), table, positions);
+    p.out = want.data();
+    ref::attention(p);
+    p.out = got.data();
+    cpu::attention(p, 0, 1);
+    cpu::attention(p, 1, s.heads);
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-5f) << kv_dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << " hd "
+                                          << s.hd << " bs " << s.bs << " window " << s.window << " at " << i;
+    }
+    StoredCache widened{kv_cache_bytes(KvDType::kF32, c.k.size() / 2), kv_cache_bytes(KvDType::kF32, c.v.size() / 2)};
+    for (size_t i = 0; i < c.k.size() / 2; ++i) {
+      reinterpret_cast<float*>(widened.k.data())[i] = kv_element(c.k, type, i);
+      reinterpret_cast<float*>(widened.v.data())[i] = kv_element(c.v, type, i);
+    }
+    AttentionParams f32 = attention_params(s, KvDType::kF32, widened, q.data(), table, positions);
+    f32.out = widened_out.data();
+    cpu::attention(f32, 0, s.heads);
+    ASSERT_EQ(got, widened_out) << kv_dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << " hd " << s.hd;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    PathsAndNarrowTypes, KvDTypeAttentionTest,
+    ::testing::Combine(::testing::Values(cpu::CpuIsa::kScalar, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512),
+                       ::testing::Values(KvDType::kF16, KvDType::kBF16)),
+    [](const auto& p) {
+      return std::string(cpu::cpu_isa_name(std::get<0>(p.param))) + "_" + kv_dtype_name(std::get<1>(p.param));
+    });
+
+// What storing the cache narrower costs: attention over the f16 (bf16) cache stays
+// within a stated distance of attention over the f32 cache of the same K and V rows.
+// Elements in [-1, 1] round by at most 2^-12 (bf16: 2^-9), half a unit in the last
+// place; the output, a convex combination of value rows, moves by about that much plus
+// what the rounded keys do to the weights. The tolerances are 4x the worst cases
+// measured over these shapes (f16 2.4e-4, bf16 2.1e-3).
+TEST(KvDTypeTest, NarrowCachesStayCloseToTheF32Cache) {
+  IsaGuard guard;
+  for (const KvDType type : {KvDType::kF16, KvDType::kBF16}) {
+    const float tolerance = type == KvDType::kF16 ? 1e-3f : 8e-3f;
+    for (const AttentionShape& s : kAttentionShapes) {
+      const int32_t n_blocks = s.bs > 100 ? 3 : 16;
+      std::mt19937 rng(41);
+      const StoredCache exact = store_random_kv(KvDType::kF32, s, n_blocks, rng);
+      rng.seed(41);  // the same K and V rows
+      const StoredCache narrow = store_random_kv(type, s, n_blocks, rng);
+      std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+      for (int32_t i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 5 + 1) % n_blocks;
+      const int32_t last = n_blocks * s.bs - 1;
+      const std::vector<int32_t> positions = {0, 5, last / 3, last};
+      const auto q = random_floats(positions.size() * static_cast<size_t>(s.heads * s.hd), rng, 2.0f);
+      std::vector<float> want(q.size()), got(q.size());
+      AttentionParams p = attention_params(s, KvDType::kF32, exact, q.data(), table, positions);
+      p.out = want.data();
+      cpu::attention(p, 0, s.heads);
+      p = attention_params(s, type, narrow, q.data(), table, positions);
+      p.out = got.data();
+      cpu::attention(p, 0, s.heads);
+      float worst = 0.0f;
+      for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+      EXPECT_LE(worst, tolerance) << kv_dtype_name(type) << " hd " << s.hd << " bs " << s.bs;
+      RecordProperty(std::string("worst_") + kv_dtype_name(type) + "_hd" + std::to_string(s.hd) + "_bs" +
+                         std::to_string(s.bs),
+                     std::to_string(worst));
+    }
+  }
 }
 
 }  // namespace
