@@ -5,11 +5,11 @@
 // single-token steps (EOS does not stop them); one untimed warm-up run (prompt plus
 // two steps) first.
 //
-//   model_bench --model M.gguf [--threads N] [--prompt 128] [--gen 64] [--ctx 512]
+//   model_bench --model M.gguf [--threads N] [--prompt 128] [--gen 64] [--ctx 512] [--kv-dtype f16]
 //   model_bench --attach INSTANCE ...   (the resident weights of a running hearth-loader)
 //
-// prints {"model":..., "harness":"hearth", "threads":N, "prefill_tok_s":..., "decode_tok_s":...,
-// "weight_bytes_per_token":..., "load_s":..., "first_ids":[16 ids]}.
+// prints {"model":..., "harness":"hearth", "threads":N, "kv_dtype":..., "prefill_tok_s":..., "decode_tok_s":...,
+// "weight_bytes_per_token":..., "kv_bytes_last_token":..., "load_s":..., "first_ids":[16 ids]}.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -39,13 +39,13 @@ int fail(const hearth::Status& s) {
 int main(int argc, char** argv) {
   using namespace hearth;
   std::vector<std::string> argv_strings(argv + 1, argv + argc);
-  auto args = Args::parse(argv_strings, {"model", "attach", "shm-dir", "threads", "prompt", "gen", "ctx"}, {});
+  auto args = Args::parse(argv_strings, {"model", "attach", "shm-dir", "threads", "prompt", "gen", "ctx", "kv-dtype"}, {});
   if (!args.is_ok()) return fail(args.status());
   const std::string model_path = args->get("model").value_or("");
   const std::string attach = args->get("attach").value_or("");
   if (model_path.empty() == attach.empty()) {
     std::fprintf(stderr, "usage: model_bench (--model PATH | --attach INSTANCE) [--threads N] [--prompt 128] "
-                         "[--gen 64] [--ctx 512]\n");
+                         "[--gen 64] [--ctx 512] [--kv-dtype f32|f16|bf16]\n");
     return 2;
   }
   auto threads = args->get_int("threads", 1, 256);
@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   for (const auto* r : {&threads, &n_prompt, &n_gen, &ctx}) {
     if (!r->is_ok()) return fail(r->status());
   }
+  auto kv_dtype = kv_dtype_from_name(args->get("kv-dtype").value_or("f16"));
+  if (!kv_dtype.is_ok()) return fail(kv_dtype.status());
 
   const double t0 = now();
   auto source = attach.empty() ? cli::open_model_files(model_path, {})
@@ -75,9 +77,9 @@ int main(int argc, char** argv) {
   auto backend = make_cpu_backend(backend_options);
   constexpr int32_t kBlockSize = 16;
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
-                                          (context + kBlockSize - 1) / kBlockSize});
+                                          (context + kBlockSize - 1) / kBlockSize, *kv_dtype});
   if (!cache.is_ok()) return fail(cache.status());
-  auto model = LlamaModel::create(config, source->tensors, *backend, prompt_len);
+  auto model = LlamaModel::create(config, source->tensors, *backend, prompt_len, {.layout = source->layout});
   if (!model.is_ok()) return fail(model.status());
 
   std::vector<TokenId> prompt(static_cast<size_t>(prompt_len));
@@ -102,12 +104,17 @@ int main(int argc, char** argv) {
     if (t.name != "token_embd.weight") weight_bytes += t.bytes;
   }
   std::string name = attach.empty() ? std::filesystem::path(model_path).filename().string() : attach;
+  // KV a decode step reads at the end of the run: every layer's K and V of every position.
+  const uint64_t kv_bytes = static_cast<uint64_t>(prompt_len + gen) * 2 * static_cast<uint64_t>(config.n_layers) *
+                            static_cast<uint64_t>(config.kv_dim()) * static_cast<uint64_t>(kernels::kv_dtype_bytes(*kv_dtype));
   std::printf("{\"model\":\"%s\",\"harness\":\"hearth\",\"isa\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,"
-              "\"weight_bytes_per_token\":%llu,\"prefill_tok_s\":%.2f,\"decode_tok_s\":%.3f,\"load_s\":%.3f,"
-              "\"first_ids\":[",
+              "\"kv_dtype\":\"%s\",\"weight_bytes_per_token\":%llu,\"kv_bytes_last_token\":%llu,\"prefill_tok_s\":%.2f,"
+              "\"decode_tok_s\":%.3f,\"load_s\":%.3f,\"first_ids\":[",
               name.c_str(), std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(),
               backend_options.threads == 0 ? default_thread_count() : backend_options.threads, prompt_len, gen,
-              static_cast<unsigned long long>(weight_bytes), prompt_len / run->prefill_seconds, gen / run->decode_seconds, load_s);
+              kernels::kv_dtype_name(*kv_dtype), static_cast<unsigned long long>(weight_bytes),
+              static_cast<unsigned long long>(kv_bytes), prompt_len / run->prefill_seconds, gen / run->decode_seconds,
+              load_s);
   for (size_t i = 0; i < 16 && i < run->tokens.size(); ++i) std::printf("%s%d", i ? "," : "", run->tokens[i]);
   std::printf("]}\n");
   return 0;

@@ -96,12 +96,14 @@ struct StepInput {
 };
 
 // Where one layer's K and V rows go: token t of the step is stored at cache slot
-// step.slots[t] (= block * block_size + offset), in the layouts of kernels/attention_params.h.
+// step.slots[t] (= block * block_size + offset), in the layouts and element types of
+// kernels/attention_params.h.
 struct KvStoreParams {
   const float* k = nullptr;       // [n_tokens, n_kv_heads * head_dim]
   const float* v = nullptr;       // [n_tokens, n_kv_heads * head_dim]
-  float* k_cache = nullptr;       // [n_blocks, n_kv_heads, head_dim, block_size] of this layer
-  float* v_cache = nullptr;       // [n_blocks, n_kv_heads, block_size, head_dim]
+  void* k_cache = nullptr;        // [n_blocks, n_kv_heads, head_dim, block_size] of this layer
+  void* v_cache = nullptr;        // [n_blocks, n_kv_heads, block_size, head_dim]
+  kernels::KvDType dtype = kernels::KvDType::kF32;
   const StepInput* step = nullptr;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
@@ -113,8 +115,9 @@ struct KvStoreParams {
 struct AttentionBatch {
   const float* q = nullptr;        // [n_tokens, n_heads, head_dim]
   float* out = nullptr;            // [n_tokens, n_heads, head_dim]
-  const float* k_cache = nullptr;  // this layer's, as in KvStoreParams
-  const float* v_cache = nullptr;
+  const void* k_cache = nullptr;  // this layer's, as in KvStoreParams
+  const void* v_cache = nullptr;
+  kernels::KvDType dtype = kernels::KvDType::kF32;
   const StepInput* step = nullptr;
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;

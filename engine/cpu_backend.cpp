@@ -14,6 +14,7 @@
 #include "engine/backend.h"
 #include "engine/thread_pool.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/kv_store.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/reference/reference.h"
@@ -196,19 +197,14 @@ class CpuBackend final : public Backend {
   }
 
   void kv_store(const KvStoreParams& p) override {
-    const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
-    const size_t head_row = static_cast<size_t>(p.head_dim) * sizeof(float);
-    const int32_t bs = p.step->block_size;
-    for (int64_t t = 0; t < p.step->n_tokens; ++t) {
-      const int64_t block = p.step->slots[t] / bs;
-      const int32_t offset = p.step->slots[t] % bs;
-      for (int32_t h = 0; h < p.n_kv_heads; ++h) {
-        const float* k = p.k + t * kv_dim + static_cast<int64_t>(h) * p.head_dim;
-        float* kc = p.k_cache + kernels::kv_key_index(block, h, 0, offset, p.n_kv_heads, p.head_dim, bs);
-        for (int32_t d = 0; d < p.head_dim; ++d) kc[static_cast<int64_t>(d) * bs] = k[d];
-        std::memcpy(p.v_cache + kernels::kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, bs),
-                    p.v + t * kv_dim + static_cast<int64_t>(h) * p.head_dim, head_row);
-      }
+    const kernels::KvStoreParams k{p.k,          p.v,       p.k_cache,
+                                   p.v_cache,    p.step->slots, p.step->n_tokens,
+                                   p.n_kv_heads, p.head_dim, p.step->block_size,
+                                   p.dtype};
+    if (reference_) {
+      kernels::ref::kv_store(k);
+    } else {
+      kernels::cpu::kv_store(k);
     }
   }
 
@@ -234,6 +230,7 @@ class CpuBackend final : public Backend {
       p.head_dim = b.head_dim;
       p.scale = b.scale;
       p.sliding_window = b.sliding_window;
+      p.kv_dtype = b.dtype;
     }
     attention_batch(attention_params_);
   }

@@ -31,6 +31,7 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --max-batched-tokens N   tokens per step, prefill chunks included (default 512; HEARTH_MAX_BATCHED_TOKENS)
   --prefetch N             queued requests taken per step (default 64; HEARTH_PREFETCH_BUFFER)
   --threads N              CPU threads (default: every core; HEARTH_THREADS)
+  --kv-dtype f32|f16|bf16  how the KV cache stores keys and values (default f16)
   --wait-weights SECONDS   wait this long for the weights segment to appear (default 0)
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
 )";
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
   log_init("engine[0]");
   auto args = Args::parse({argv + 1, argv + argc},
                           {"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens",
-                           "prefetch", "threads", "wait-weights", "static-batching"},
+                           "prefetch", "threads", "wait-weights", "static-batching", "kv-dtype"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -77,6 +78,11 @@ int main(int argc, char** argv) {
     if (*v) *f.target = static_cast<int32_t>(**v);
   }
   o.slots = static_cast<uint32_t>(slots);
+  if (auto name = args->get("kv-dtype")) {
+    auto dtype = kv_dtype_from_name(*name);
+    if (!dtype.is_ok()) return usage_error(dtype.status().message());
+    o.kv_dtype = *dtype;
+  }
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_seconds);
   auto server = EngineServer::create(o);

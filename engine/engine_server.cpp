@@ -286,7 +286,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
   }
   impl->backend = make_cpu_backend({false, options.threads});
   HEARTH_ASSIGN_OR_RETURN(auto cache,
-                          KvCache::create(*impl->backend, {c.n_layers, c.kv_dim(), options.block_size, blocks}));
+                          KvCache::create(*impl->backend, {c.n_layers, c.kv_dim(), options.block_size, blocks, options.kv_dtype}));
   impl->cache.emplace(std::move(cache));
   HEARTH_ASSIGN_OR_RETURN(impl->model, LlamaModel::create(c, impl->weights.tensors(0), *impl->backend,
                                                           options.scheduler.max_batched_tokens,
@@ -311,9 +311,10 @@ uint64_t EngineServer::epoch() const { return impl_->epoch; }
 
 std::string EngineServer::describe() const {
   const Impl& m = *impl_;
-  return fmt::format("{} on {}: context {}, {} slots, {} KV blocks of {}, batch {} sequences / {} tokens",
+  return fmt::format("{} on {}: context {}, {} slots, {} KV blocks of {} ({}, {} MiB), batch {} sequences / {} tokens",
                      m.weights.model_name, m.backend->name(), m.context, m.broker->n_slots(), m.cache->config().n_blocks,
-                     m.cache->config().block_size, m.options.scheduler.max_batch_size,
+                     m.cache->config().block_size, kernels::kv_dtype_name(m.cache->config().dtype),
+                     m.cache->bytes() >> 20, m.options.scheduler.max_batch_size,
                      m.options.scheduler.max_batched_tokens);
 }
 

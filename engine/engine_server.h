@@ -18,6 +18,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "engine/kv_cache.h"
 #include "engine/scheduler.h"
 
 namespace hearth {
@@ -29,6 +30,7 @@ struct EngineOptions {
   int32_t context = 0;            // tokens per sequence; 0: the model's, at most 4096
   int32_t kv_blocks = 0;          // 0: enough for `slots / 4` full contexts, at least 4
   int32_t block_size = 16;
+  KvDType kv_dtype = KvDType::kF16;  // how K and V are stored (--kv-dtype)
   SchedulerConfig scheduler;
   int32_t prefetch = 64;          // queued requests taken from the ring per iteration
   int threads = 0;                // CPU threads (0: every core)

@@ -4,14 +4,23 @@
 
 namespace hearth {
 
+Result<KvDType> kv_dtype_from_name(std::string_view name) {
+  for (KvDType t : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
+    if (name == kernels::kv_dtype_name(t)) return t;
+  }
+  return make_error(ErrorCode::kInvalidArgument, "the KV cache dtype must be f32, f16 or bf16, not \"{}\"", name);
+}
+
 Result<KvCache> KvCache::create(Backend& backend, const KvCacheConfig& config) {
   if (config.n_layers <= 0 || config.kv_dim <= 0 || config.block_size <= 0 || config.n_blocks <= 0) {
     return make_error(ErrorCode::kInvalidArgument, "KV cache needs positive layers, kv_dim, block size and blocks");
   }
+  const int32_t element = kernels::kv_dtype_bytes(config.dtype);
+  if (element == 0) return make_error(ErrorCode::kInvalidArgument, "unknown KV cache dtype {}", static_cast<int>(config.dtype));
   KvCache cache;
   cache.config_ = config;
-  cache.layer_stride_ = static_cast<int64_t>(config.n_blocks) * config.block_size * config.kv_dim;
-  const auto bytes = checked_mul(static_cast<uint64_t>(cache.layer_stride_) * sizeof(float), config.n_layers);
+  cache.layer_bytes_ = static_cast<int64_t>(config.n_blocks) * config.block_size * config.kv_dim * element;
+  const auto bytes = checked_mul(static_cast<uint64_t>(cache.layer_bytes_), config.n_layers);
   if (!bytes || *bytes > (uint64_t{1} << 46)) {
     return make_error(ErrorCode::kInvalidArgument, "KV cache of {} blocks is too large", config.n_blocks);
   }

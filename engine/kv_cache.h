@@ -1,8 +1,8 @@
 // KvCache: the paged key/value cache of one engine, and the block allocator over it.
 //
 // Memory is `n_blocks` fixed-size blocks per layer, each holding `block_size` token
-// positions of K and V (n_layers x n_blocks x block_size x kv_dim float32, one buffer
-// each for K and V, owned by the backend; within a layer the layouts of
+// positions of K and V (n_layers x n_blocks x block_size x kv_dim elements of the cache's
+// dtype: f32, f16 or bf16; one buffer each for K and V, owned by the backend; within a layer the layouts of
 // kernels/attention_params.h: keys transposed per block and KV head). A sequence owns a
 // list of blocks (its block table); position p lives in block table[p / block_size] at
 // offset p % block_size.
@@ -11,10 +11,12 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
 #include "engine/backend.h"
+#include "kernels/attention_params.h"
 
 namespace hearth {
 
@@ -34,11 +36,17 @@ class BlockAllocator {
   std::vector<int32_t> free_;
 };
 
+using kernels::KvDType;
+
+// "f32", "f16", "bf16" -> the dtype; kInvalidArgument naming the choices otherwise.
+Result<KvDType> kv_dtype_from_name(std::string_view name);
+
 struct KvCacheConfig {
   int32_t n_layers = 0;
   int32_t kv_dim = 0;
   int32_t block_size = 16;
   int32_t n_blocks = 0;
+  KvDType dtype = KvDType::kF32;  // what each K and V element is stored as
 };
 
 class KvCache {
@@ -47,9 +55,11 @@ class KvCache {
   static Result<KvCache> create(Backend& backend, const KvCacheConfig& config);
 
   const KvCacheConfig& config() const { return config_; }
-  // Layer `layer` of the cache: n_blocks * block_size * kv_dim floats each.
-  float* k(int32_t layer) const { return k_.f32() + layer_stride_ * layer; }
-  float* v(int32_t layer) const { return v_.f32() + layer_stride_ * layer; }
+  // Layer `layer` of the cache: n_blocks * block_size * kv_dim elements of config().dtype each.
+  void* k(int32_t layer) const { return static_cast<std::byte*>(k_.data()) + layer_bytes_ * layer; }
+  void* v(int32_t layer) const { return static_cast<std::byte*>(v_.data()) + layer_bytes_ * layer; }
+  // Bytes of K and V together.
+  uint64_t bytes() const { return 2 * static_cast<uint64_t>(layer_bytes_) * static_cast<uint64_t>(config_.n_layers); }
 
   // The cache's blocks: taken by sequences, returned when they finish.
   BlockAllocator& blocks() { return blocks_; }
@@ -61,7 +71,7 @@ class KvCache {
   KvCache() = default;
 
   KvCacheConfig config_;
-  int64_t layer_stride_ = 0;
+  int64_t layer_bytes_ = 0;
   BackendBuffer k_;
   BackendBuffer v_;
   BlockAllocator blocks_;

@@ -181,8 +181,8 @@ Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logit
     }
     be.rope(q, n, c.n_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
     be.rope(k, n, c.n_kv_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
-    be.kv_store({k, v, cache.k(li), cache.v(li), &step, c.n_kv_heads, c.head_dim});
-    be.attention({q, att, cache.k(li), cache.v(li), &step, c.n_heads, c.n_kv_heads, c.head_dim,
+    be.kv_store({k, v, cache.k(li), cache.v(li), kc.dtype, &step, c.n_kv_heads, c.head_dim});
+    be.attention({q, att, cache.k(li), cache.v(li), kc.dtype, &step, c.n_heads, c.n_kv_heads, c.head_dim,
                   1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
     be.matmul(*l.attn_output, att, n, xn);  // [n, dim], this rank's partial sum
     comm_.all_reduce_sum(xn, n * dim);

@@ -37,6 +37,7 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --frequency-penalty X   subtracted per occurrence in the output (default 0)
   --seed S                random seed for sampling (default 0)
   --ctx N                 context length to allocate (default: the model's, at most 4096)
+  --kv-dtype f32|f16|bf16 how the KV cache stores keys and values (default f16)
   --ignore-eos            keep generating past end-of-sequence tokens (benchmarks)
   --no-special            do not add BOS/EOS to the prompt
   --json                  print one JSON object (ids, text, finish reason, speeds) instead
@@ -59,6 +60,7 @@ struct Options {
   std::string prompt;
   std::string tokenizer;
   int32_t context = 0;
+  KvDType kv_dtype = KvDType::kF16;
   bool json = false;
   bool add_special = true;
   GenerateOptions gen;
@@ -68,7 +70,7 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   HEARTH_ASSIGN_OR_RETURN(
       Args args, Args::parse(argv,
                              {"model", "attach", "shm-dir", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                              "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx"},
+                              "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx", "kv-dtype"},
                              {"ignore-eos", "json", "no-special", "help"}));
   Options o;
   if (args.has("help")) return make_error(ErrorCode::kInvalidArgument, "help");
@@ -89,6 +91,9 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   o.gen.max_tokens = static_cast<int32_t>(max_tokens.value_or(256));
   HEARTH_ASSIGN_OR_RETURN(auto ctx, args.get_int("ctx", 1, 1 << 24));
   o.context = static_cast<int32_t>(ctx.value_or(0));
+  if (auto name = args.get("kv-dtype")) {
+    HEARTH_ASSIGN_OR_RETURN(o.kv_dtype, kv_dtype_from_name(*name));
+  }
   HEARTH_ASSIGN_OR_RETURN(auto top_k, args.get_int("top-k", 0, 1 << 22));
   o.gen.sampling.top_k = static_cast<int32_t>(top_k.value_or(0));
   HEARTH_ASSIGN_OR_RETURN(auto seed, args.get_int("seed", 0, INT64_MAX));
@@ -134,7 +139,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   const int32_t context = std::min(config.max_context, o.context > 0 ? o.context : 4096);
   constexpr int32_t kBlockSize = 16;
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
-                                          (context + kBlockSize - 1) / kBlockSize});
+                                          (context + kBlockSize - 1) / kBlockSize, o.kv_dtype});
   if (!cache.is_ok()) return fail(cache.status());
   auto llama = LlamaModel::create(config, model.tensors, *backend, std::min(context, 512), {.layout = model.layout});
   if (!llama.is_ok()) return fail(llama.status());

@@ -47,7 +47,8 @@ running. The OpenAI API is then at http://HOST:PORT/v1.
   --quant int8|int4        quantize the weights when loading them
   --layout cpu-r16|plain   tensor layout the loader writes (default cpu-r16)
   --slots N, --ctx N, --kv-blocks N, --max-batch-size N, --max-batched-tokens N,
-  --threads N              passed to hearth-engine
+  --threads N, --kv-dtype f32|f16|bf16
+                           passed to hearth-engine
   --drain-timeout MS       how long a replaced or stopped frontend may finish its requests
                            (default 30000)
 
@@ -134,7 +135,7 @@ Status start(Child& c, std::chrono::seconds timeout) {
 int serve_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "layout", "slots", "ctx",
-                           "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "drain-timeout"},
+                           "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype", "drain-timeout"},
                           {"help"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "hearth serve: %s\n\n%s", args.status().message().c_str(), kUsage);
@@ -159,7 +160,7 @@ int serve_command(const std::vector<std::string>& argv) {
   if (auto q = args->get("quant")) loader.argv.insert(loader.argv.end(), {"--quant", *q});
   if (auto l = args->get("layout")) loader.argv.insert(loader.argv.end(), {"--layout", *l});
   Child engine{"hearth-engine", {sibling("hearth-engine"), "--wait-weights", "60"}};
-  for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads"}) {
+  for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype"}) {
     if (auto v = args->get(flag)) engine.argv.insert(engine.argv.end(), {std::string("--") + flag, *v});
   }
   auto drain_ms = args->get_int("drain-timeout", 0, 3600000);

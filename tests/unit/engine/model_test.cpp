@@ -24,7 +24,8 @@ struct Runner {
   std::unique_ptr<LlamaModel> llama;
   std::optional<KvCache> cache;
 
-  static Runner open(const std::filesystem::path& path, bool reference = false, int32_t max_batch = 64) {
+  static Runner open(const std::filesystem::path& path, bool reference = false, int32_t max_batch = 64,
+                     KvDType kv_dtype = KvDType::kF32) {
     Runner r;
     auto m = model_open(path);
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
@@ -33,7 +34,7 @@ struct Runner {
     auto l = LlamaModel::create(r.model.config, r.model.tensors, *r.backend, max_batch);
     EXPECT_TRUE(l.is_ok()) << l.status().to_string();
     r.llama = std::move(l).value();
-    auto c = KvCache::create(*r.backend, {r.model.config.n_layers, r.model.config.kv_dim(), 16, 32});
+    auto c = KvCache::create(*r.backend, {r.model.config.n_layers, r.model.config.kv_dim(), 16, 32, kv_dtype});
     EXPECT_TRUE(c.is_ok());
     r.cache.emplace(std::move(c).value());
     return r;
@@ -71,6 +72,27 @@ TEST(ModelTest, GreedyFirstIdsMatchGroundTruthInEveryContainer) {
     ASSERT_TRUE(result.is_ok()) << result.status().to_string();
     EXPECT_EQ(result->tokens, kFirstIds) << path;
     EXPECT_EQ(r.cache->blocks_free(), 32) << "generate must release its blocks";
+  }
+}
+
+// The default cache of hearth generate and hearth-engine stores keys and values as f16:
+// the ground truth holds with it (and with bf16), in every container, on every path the
+// reference and the CPU kernels take.
+TEST(ModelTest, GreedyFirstIdsMatchGroundTruthWithHalfPrecisionKv) {
+  for (const auto& path : containers()) {
+    HEARTH_REQUIRE_SHARED(path);
+    for (KvDType dtype : {KvDType::kF16, KvDType::kBF16}) {
+      for (bool reference : {false, true}) {
+        Runner r = Runner::open(path, reference, 64, dtype);
+        EXPECT_EQ(r.cache->bytes(), 2u * 5 * 32 * 16 * r.model.config.kv_dim() * 2);  // half of f32's
+        GenerateOptions options;
+        options.max_tokens = static_cast<int32_t>(kFirstIds.size());
+        options.sampling.temperature = 0.0f;
+        auto result = generate(*r.llama, *r.cache, kPrompt, options);
+        ASSERT_TRUE(result.is_ok()) << result.status().to_string();
+        EXPECT_EQ(result->tokens, kFirstIds) << path << " " << kernels::kv_dtype_name(dtype) << (reference ? " reference" : "");
+      }
+    }
   }
 }
 
