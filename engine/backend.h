@@ -205,4 +205,9 @@ struct CpuBackendOptions {
 
 std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options = {});
 
+// The backend named `name` ("cpu"; "cpu-reference": the scalar reference kernels), the
+// engine's one place to choose a device kind. kUnsupported naming the ones this build
+// has for any other.
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const CpuBackendOptions& cpu = {});
+
 }  // namespace hearth

@@ -14,6 +14,7 @@
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "engine/backend.h"
 #include "engine/engine_server.h"
 
 namespace {
@@ -32,6 +33,7 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --prefetch N             queued requests taken per step (default 64; HEARTH_PREFETCH_BUFFER)
   --threads N              CPU threads (default: every core; HEARTH_THREADS)
   --kv-dtype f32|f16|bf16  how the KV cache stores keys and values (default f16)
+  --backend cpu|cpu-reference  the device kind the model runs on (default cpu)
   --wait-weights SECONDS   wait this long for the weights segment to appear (default 0)
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
 )";
@@ -49,7 +51,7 @@ int main(int argc, char** argv) {
   log_init("engine[0]");
   auto args = Args::parse({argv + 1, argv + argc},
                           {"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens",
-                           "prefetch", "threads", "wait-weights", "static-batching", "kv-dtype"},
+                           "prefetch", "threads", "wait-weights", "static-batching", "kv-dtype", "backend"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -78,6 +80,8 @@ int main(int argc, char** argv) {
     if (*v) *f.target = static_cast<int32_t>(**v);
   }
   o.slots = static_cast<uint32_t>(slots);
+  o.backend = args->get("backend").value_or("cpu");
+  if (auto b = make_backend(o.backend, {.threads = 1}); !b.is_ok()) return usage_error(b.status().message());
   if (auto name = args->get("kv-dtype")) {
     auto dtype = kv_dtype_from_name(*name);
     if (!dtype.is_ok()) return usage_error(dtype.status().message());

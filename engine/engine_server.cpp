@@ -284,7 +284,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
     const int32_t per_seq = (impl->context + options.block_size - 1) / options.block_size;
     blocks = std::max<int32_t>(4, per_seq * std::max<int32_t>(1, static_cast<int32_t>(options.slots) / 4));
   }
-  impl->backend = make_cpu_backend({false, options.threads});
+  HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
   HEARTH_ASSIGN_OR_RETURN(auto cache,
                           KvCache::create(*impl->backend, {c.n_layers, c.kv_dim(), options.block_size, blocks, options.kv_dtype}));
   impl->cache.emplace(std::move(cache));

@@ -33,6 +33,7 @@ struct EngineOptions {
   KvDType kv_dtype = KvDType::kF16;  // how K and V are stored (--kv-dtype)
   SchedulerConfig scheduler;
   int32_t prefetch = 64;          // queued requests taken from the ring per iteration
+  std::string backend = "cpu";    // make_backend's name (--backend)
   int threads = 0;                // CPU threads (0: every core)
   int frontend_stale_ms = 5000;   // a frontend whose heartbeat is older is gone
 };

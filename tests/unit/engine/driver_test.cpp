@@ -150,6 +150,13 @@ TEST(BindWeightsTest, ALayoutTheBackendCannotReadIsRefusedNamingTheLoaderFlag) {
   r16.dtype = DType::kQ8_0R16;
   EXPECT_EQ(backend->bind_weights(std::span(&r16, 1), kLayoutPlain).status().code(), ErrorCode::kFormat);
   EXPECT_TRUE(backend->bind_weights(std::span(&r16, 1), kLayoutCpuR16).is_ok());
+  EXPECT_TRUE(make_backend("cpu").is_ok());
+  auto reference = make_backend("cpu-reference");
+  ASSERT_TRUE(reference.is_ok());
+  EXPECT_EQ((*reference)->name(), "cpu-reference");
+  const auto cuda = make_backend("cuda");
+  EXPECT_EQ(cuda.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(cuda.status().message().find("cpu-reference"), std::string::npos) << cuda.status().message();
 }
 
 }  // namespace
