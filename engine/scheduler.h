@@ -8,8 +8,9 @@
 // sequence cannot get one, the most recently admitted running sequence is preempted: its
 // blocks are freed and it goes back to the front of the queue, to be recomputed from its
 // tokens later. A sequence longer than the whole cache can never run and is reported so
-// its request can fail. The result is a StepPlan of plain data, which is what the model
-// runs and what rank 0 sends to the other ranks. Not thread-safe (the engine loop).
+// its request can fail. The result is a StepPlan of plain data (which sequences, which
+// positions); the driver turns it into the step's ModelInput. Not thread-safe (the
+// driver's step loop).
 #pragma once
 
 #include <cstdint>
