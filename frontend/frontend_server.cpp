@@ -59,6 +59,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+// How long a draining frontend waits for the first request of a connection it accepted.
+constexpr std::chrono::milliseconds kFirstRequestGrace{2000};
+
 }  // namespace
 
 class Session;
@@ -166,15 +169,21 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void start() { read_request(); }
 
-  // The server is draining: a connection waiting for its next request, with no byte of
-  // it received, is closed now; one in the middle of a request closes after answering.
+  // The server is draining: a keep-alive connection waiting for its next request, with no
+  // byte of it received, is closed now; one in the middle of a request closes after
+  // answering. A connection that has not sent its first request yet was accepted to be
+  // served: its client may be about to write (or its bytes still be on the way), so it
+  // gets kFirstRequestGrace for them before it is closed.
   void post_drain() {
     asio::post(stream_.get_executor(), [self = shared_from_this()] {
       self->keep_alive_ = false;
-      beast::error_code ec;
-      const bool bytes_waiting = self->buffer_.size() > 0 || self->stream_.socket().available(ec) > 0 ||
-                                 (self->parser_ && self->parser_->got_some());
-      if (self->awaiting_request_ && !bytes_waiting) self->close();
+      if (!self->idle_with_nothing_waiting()) return;
+      if (self->requests_ > 0) return self->close();
+      self->drain_grace_.emplace(self->stream_.get_executor());
+      self->drain_grace_->expires_after(kFirstRequestGrace);
+      self->drain_grace_->async_wait([self](beast::error_code ec) {
+        if (!ec && self->idle_with_nothing_waiting()) self->close();
+      });
     });
   }
 
@@ -204,8 +213,16 @@ class Session : public std::enable_shared_from_this<Session> {
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
+  bool idle_with_nothing_waiting() {
+    beast::error_code ec;
+    const bool bytes_waiting =
+        buffer_.size() > 0 || stream_.socket().available(ec) > 0 || (parser_ && parser_->got_some());
+    return awaiting_request_ && !bytes_waiting;
+  }
+
   void on_read(beast::error_code ec) {
     awaiting_request_ = false;
+    ++requests_;
     head_sent_ = false;
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
@@ -352,6 +369,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool stream_done_ = false;
   bool keep_alive_ = true;
   bool awaiting_request_ = false;  // a read of the next request is pending
+  int64_t requests_ = 0;           // reads completed on this connection
+  std::optional<asio::steady_timer> drain_grace_;  // a draining connection's wait for its first request
   bool watching_ = false;          // watch_disconnect's read is pending
   std::function<void()> after_watch_;
   bool head_sent_ = false;         // this response's stream head went out
