@@ -265,5 +265,40 @@ TEST_F(SlowEngineTest, DrainAnswersReady503ThenEndsWhatIsLeftAfterTheTimeout) {
   EXPECT_EQ(metric(next, "hearth_engine_cancelled_total") - cancelled, 2) << "both were cancelled at the engine";
 }
 
+// A connection the frontend accepted before its drain, whose client has not written its
+// first request yet, is still served when the request comes (with Connection: close),
+// not closed as idle: its client cannot know a drain began.
+TEST_F(SlowEngineTest, ADrainServesTheFirstRequestOfAConnectionAcceptedBeforeIt) {
+  uint16_t port = 0;
+  auto f = frontend(port, {"--drain-timeout", "5000"}, {"HEARTH_DELAY_POINT=frontend.drain.begin:300"});
+  ASSERT_TRUE(f);
+  boost::asio::io_context ioc;
+  boost::asio::ip::tcp::socket socket(ioc);
+  socket.connect({boost::asio::ip::make_address("127.0.0.1"), port});
+  // Accepting takes the server microseconds; 200 ms (and the drain's 300 ms hold) leave
+  // it no chance to be still in the listen queue, which the drain would close with the
+  // listener.
+  std::this_thread::sleep_for(200ms);
+  f->signal(SIGTERM);
+  const std::string begun = "requests in flight, deadline in";
+  for (auto deadline = Clock::now() + 10s; f->err().find(begun) == std::string::npos && Clock::now() < deadline;) {
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_NE(f->err().find(begun), std::string::npos) << f->err();
+  std::this_thread::sleep_for(500ms);  // well into the drain, inside its 2 s grace for a first request
+  const std::string request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+  boost::system::error_code ec;
+  boost::asio::write(socket, boost::asio::buffer(request), ec);
+  ASSERT_FALSE(ec) << ec.message();
+  boost::asio::streambuf buf;
+  boost::asio::read_until(socket, buf, "\r\n\r\n", ec);
+  ASSERT_FALSE(ec) << "the connection was closed unanswered: " << ec.message() << "\n" << f->err();
+  const std::string head(boost::asio::buffers_begin(buf.data()), boost::asio::buffers_end(buf.data()));
+  EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
+  EXPECT_NE(head.find("Connection: close"), std::string::npos) << head;
+  socket.close(ec);
+  EXPECT_EQ(f->wait(10s), 0) << f->err();
+}
+
 }  // namespace
 }  // namespace hearth::testing
