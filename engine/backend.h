@@ -209,5 +209,7 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options = {})
 // engine's one place to choose a device kind. kUnsupported naming the ones this build
 // has for any other.
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const CpuBackendOptions& cpu = {});
+// make_backend's check of `name` alone, without creating anything (flag parsing).
+Status backend_check_name(std::string_view name);
 
 }  // namespace hearth

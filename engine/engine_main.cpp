@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
   }
   o.slots = static_cast<uint32_t>(slots);
   o.backend = args->get("backend").value_or("cpu");
-  if (auto b = make_backend(o.backend, {.threads = 1}); !b.is_ok()) return usage_error(b.status().message());
+  if (Status st = backend_check_name(o.backend); !st.is_ok()) return usage_error(st.message());
   if (auto name = args->get("kv-dtype")) {
     auto dtype = kv_dtype_from_name(*name);
     if (!dtype.is_ok()) return usage_error(dtype.status().message());
