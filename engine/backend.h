@@ -141,12 +141,21 @@ struct MatmulTarget {
   float* y = nullptr;
 };
 
+// The queue a backend's ops run on, in order: a cudaStream_t on CUDA, null on the CPU
+// (whose ops finish before they return). Collectives are ordered on it too.
+struct DeviceQueue {
+  void* handle = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
+  virtual DeviceQueue queue() const { return {}; }
 
   // "cpu", "cuda:0".
   virtual std::string_view name() const = 0;
+  // Host threads its ops compute on.
+  virtual int threads() const { return 1; }
   // Whether `op` is implemented (for weights of `type`, where the op reads weights).
   virtual bool supports(BackendOp op, DType type = DType::kF32) const = 0;
 

@@ -50,6 +50,7 @@ class CpuBackend final : public Backend {
       : reference_(options.use_reference), pool_(options.use_reference ? 1 : options.threads) {}
 
   std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
+  int threads() const override { return pool_.size(); }
 
   bool supports(BackendOp, DType) const override { return true; }  // every op, every DType
 

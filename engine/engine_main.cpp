@@ -7,15 +7,20 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <functional>
 #include <thread>
+#include <type_traits>
 
 #include <boost/json.hpp>
 
 #include "common/args.h"
+#include "common/cpu_set.h"
 #include "common/daemon.h"
 #include "common/log.h"
 #include "engine/backend.h"
 #include "engine/engine_server.h"
+#include "engine/shard_server.h"
+#include "ipc/weights_layout.h"
 
 namespace {
 
@@ -35,6 +40,14 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --kv-dtype f32|f16|bf16  how the KV cache stores keys and values (default f16)
   --backend cpu|cpu-reference  the device kind the model runs on (default cpu)
   --wait-weights SECONDS   wait this long for the weights segment to appear (default 0)
+  --rank R                 this process's rank in its tensor-parallel group (default 0); rank 0
+                           serves the broker and samples, ranks 1..tp-1 run their shard of each step
+  --tp N                   ranks in the group (default 1; HEARTH_TENSOR_PARALLEL); the weights must be
+                           split for as many (hearth-loader --tp N)
+  --cpus auto|LIST         pin this rank: "auto" takes its share of the CPUs it may use, LIST such as
+                           0-3,8 names them (default: not pinned); threads default to their number
+  --collective-timeout MS  a collective that waits longer ends the group's epoch (default 30000)
+  --rank-timeout MS        a rank whose heartbeat is older is taken as hung (default 30000)
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
 )";
 
@@ -43,15 +56,47 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
+// Runs `server` until SIGTERM / SIGINT, which arrive on a thread of their own; the
+// serving loop stops at its next iteration.
+template <typename Server>
+int serve(Server& server, const std::function<void()>& on_serving) {
+  using namespace hearth;
+  std::atomic<bool> done{false};
+  std::thread signals([&server, &done] {
+    while (!done.load()) {
+      const int sig = daemon_wait_signal(std::chrono::milliseconds(200));
+      if (sig == SIGTERM || sig == SIGINT) {
+        daemon_notify_stopping();
+        server.stop();
+        return;
+      }
+    }
+  });
+  HEARTH_LOG_INFO("{}", server.describe());
+  Status st;
+  if constexpr (std::is_same_v<Server, EngineServer>) {
+    st = server.run(on_serving);
+  } else {
+    st = server.run();
+  }
+  done.store(true);
+  signals.join();
+  if (!st.is_ok()) {
+    std::fprintf(stderr, "hearth-engine: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace hearth;
   daemon_block_signals();
-  log_init("engine[0]");
   auto args = Args::parse({argv + 1, argv + argc},
                           {"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens",
-                           "prefetch", "threads", "wait-weights", "static-batching", "kv-dtype", "backend"},
+                           "prefetch", "threads", "wait-weights", "static-batching", "kv-dtype", "backend", "rank", "tp",
+                           "cpus", "collective-timeout", "rank-timeout"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -67,19 +112,36 @@ int main(int argc, char** argv) {
     int64_t min, max;
     int32_t* target;
   };
-  int32_t slots = static_cast<int32_t>(o.slots), wait_seconds = 0;
+  int32_t slots = static_cast<int32_t>(o.slots), wait_seconds = 0, rank = 0, tp = o.tp;
+  int32_t collective_ms = o.collective_timeout_ms, stale_ms = o.rank_stale_ms;
   for (const IntFlag& f : {IntFlag{"slots", 1, 65536, &slots}, IntFlag{"ctx", 16, 1 << 24, &o.context},
                            IntFlag{"kv-blocks", 1, 1 << 24, &o.kv_blocks},
                            IntFlag{"max-batch-size", 1, 4096, &o.scheduler.max_batch_size},
                            IntFlag{"max-batched-tokens", 1, 1 << 20, &o.scheduler.max_batched_tokens},
                            IntFlag{"prefetch", 1, 65536, &o.prefetch}, IntFlag{"threads", 1, 1024, &o.threads},
                            IntFlag{"wait-weights", 0, 86400, &wait_seconds},
-                           IntFlag{"static-batching", 1, 600000, &o.scheduler.static_batch_timeout_ms}}) {
+                           IntFlag{"static-batching", 1, 600000, &o.scheduler.static_batch_timeout_ms},
+                           IntFlag{"rank", 0, 1 << 20, &rank}, IntFlag{"tp", 1, 1 << 20, &tp},
+                           IntFlag{"collective-timeout", 100, 3600000, &collective_ms},
+                           IntFlag{"rank-timeout", 100, 3600000, &stale_ms}}) {
     auto v = args->get_int(f.name, f.min, f.max);
     if (!v.is_ok()) return usage_error(v.status().message());
     if (*v) *f.target = static_cast<int32_t>(**v);
   }
   o.slots = static_cast<uint32_t>(slots);
+  o.rank = rank;
+  o.tp = tp;
+  o.collective_timeout_ms = collective_ms;
+  o.rank_stale_ms = stale_ms;
+  o.cpus = args->get("cpus").value_or("");
+  log_init(fmt::format("engine[{}]", o.rank));
+  if (o.tp > kMaxTensorParallel) return usage_error(fmt::format("--tp {} is out of range 1..{}", o.tp, kMaxTensorParallel));
+  if (o.rank >= o.tp) {
+    return usage_error(fmt::format("--rank {} is not a rank of a group of {} (ranks 0..{})", o.rank, o.tp, o.tp - 1));
+  }
+  if (!o.cpus.empty() && o.cpus != "auto") {
+    if (auto cpus = cpu_set_parse(o.cpus); !cpus.is_ok()) return usage_error(cpus.status().message());
+  }
   o.backend = args->get("backend").value_or("cpu");
   if (Status st = backend_check_name(o.backend); !st.is_ok()) return usage_error(st.message());
   if (auto name = args->get("kv-dtype")) {
@@ -89,39 +151,36 @@ int main(int argc, char** argv) {
   }
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_seconds);
-  auto server = EngineServer::create(o);
-  while (!server.is_ok() && server.status().code() != ErrorCode::kInvalidArgument &&
-         std::chrono::steady_clock::now() < deadline) {
-    if (daemon_wait_signal(std::chrono::milliseconds(200)) != 0) return 0;
-    server = EngineServer::create(o);
+  // Waits for the weights (a loader still publishing) as long as --wait-weights says.
+  auto create = [&](auto make) {
+    auto server = make(o);
+    while (!server.is_ok() && server.status().code() != ErrorCode::kInvalidArgument &&
+           std::chrono::steady_clock::now() < deadline) {
+      if (daemon_wait_signal(std::chrono::milliseconds(200)) != 0) break;
+      server = make(o);
+    }
+    return server;
+  };
+  if (o.rank == 0) {
+    auto server = create([](const EngineOptions& options) { return EngineServer::create(options); });
+    if (!server.is_ok()) {
+      std::fprintf(stderr, "hearth-engine: %s\n", server.status().to_string().c_str());
+      return 1;
+    }
+    return serve(**server, [&engine = **server] {
+      std::printf("%s\n", boost::json::serialize(boost::json::object{{"event", "ready"}, {"rank", 0}}).c_str());
+      std::fflush(stdout);
+      daemon_notify_ready(engine.describe());
+    });
   }
+  auto server = create([](const EngineOptions& options) { return ShardServer::create(options); });
   if (!server.is_ok()) {
     std::fprintf(stderr, "hearth-engine: %s\n", server.status().to_string().c_str());
     return 1;
   }
-  EngineServer& engine = **server;
-  // Signals arrive on a thread of their own; the serving loop stops at its next iteration.
-  std::atomic<bool> done{false};
-  std::thread signals([&engine, &done] {
-    while (!done.load()) {
-      const int sig = daemon_wait_signal(std::chrono::milliseconds(200));
-      if (sig == SIGTERM || sig == SIGINT) {
-        daemon_notify_stopping();
-        engine.stop();
-        return;
-      }
-    }
-  });
-  HEARTH_LOG_INFO("{}", engine.describe());
-  std::printf("%s\n", boost::json::serialize(boost::json::object{{"event", "ready"}}).c_str());
+  // A shard is ready once it has its weights: it waits for rank 0's group from there.
+  std::printf("%s\n", boost::json::serialize(boost::json::object{{"event", "ready"}, {"rank", o.rank}}).c_str());
   std::fflush(stdout);
-  daemon_notify_ready(engine.describe());
-  const Status st = engine.run();
-  done.store(true);
-  signals.join();
-  if (!st.is_ok()) {
-    std::fprintf(stderr, "hearth-engine: %s\n", st.to_string().c_str());
-    return 1;
-  }
-  return 0;
+  daemon_notify_ready((*server)->describe());
+  return serve(**server, [] {});
 }

@@ -18,6 +18,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
+#include "engine/tp_group.h"
 #include "ipc/broker.h"
 #include "ipc/futex.h"
 #include "ipc/weights_segment.h"
@@ -59,7 +60,44 @@ Status engine_options_from_env(EngineOptions& o) {
   HEARTH_RETURN_IF_ERROR(env_int("HEARTH_MAX_BATCHED_TOKENS", o.scheduler.max_batched_tokens, 1, 1 << 20));
   HEARTH_RETURN_IF_ERROR(env_int("HEARTH_PREFETCH_BUFFER", o.prefetch, 1, 65536));
   HEARTH_RETURN_IF_ERROR(env_int("HEARTH_KV_BLOCKS", o.kv_blocks, 1, 1 << 24));
+  int32_t tp = o.tp;
+  HEARTH_RETURN_IF_ERROR(env_int("HEARTH_TENSOR_PARALLEL", tp, 1, kMaxTensorParallel));
+  o.tp = tp;
   return Status::ok();
+}
+
+Result<RankStart> engine_rank_start(const EngineOptions& o) {
+  HEARTH_RETURN_IF_ERROR(instance_name_check(o.instance));
+  if (o.tp < 1 || o.tp > kMaxTensorParallel) {
+    return make_error(ErrorCode::kInvalidArgument, "--tp {} is out of range 1..{}", o.tp, kMaxTensorParallel);
+  }
+  if (o.rank < 0 || o.rank >= o.tp) {
+    return make_error(ErrorCode::kInvalidArgument, "--rank {} is not a rank of a group of {} (ranks 0..{})", o.rank,
+                      o.tp, o.tp - 1);
+  }
+  RankStart start;
+  start.cpus = cpu_set_current();
+  if (!o.cpus.empty()) {
+    CpuSet want;
+    if (o.cpus == "auto") {
+      HEARTH_ASSIGN_OR_RETURN(want, cpu_set_share(start.cpus, o.rank, o.tp));
+    } else {
+      HEARTH_ASSIGN_OR_RETURN(want, cpu_set_parse(o.cpus));
+    }
+    HEARTH_RETURN_IF_ERROR(cpu_set_pin(want));
+    start.cpus = want;
+  }
+  const auto dir = o.shm_dir.empty() ? shm_dir_default() : o.shm_dir;
+  HEARTH_ASSIGN_OR_RETURN(start.weights, weights_attach(segment_path(dir, o.instance, "weights")));
+  const uint32_t split = start.weights.header->tp_size;
+  if (split != static_cast<uint32_t>(o.tp)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the weights are split for {} rank{} (hearth-loader --tp {}), this engine was started with "
+                      "--tp {}: start every rank with --tp {}, or load the weights again with --tp {}",
+                      split, split == 1 ? "" : "s", split, o.tp, split, o.tp);
+  }
+  HEARTH_RETURN_IF_ERROR(model_rank_config(start.weights.config, o.rank, o.tp).status());
+  return start;
 }
 
 struct EngineServer::Impl {
@@ -71,6 +109,7 @@ struct EngineServer::Impl {
   std::optional<KvCache> cache;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Driver> driver;
+  std::unique_ptr<TpGroup> group;
   std::vector<StepEvent> events;
   std::unordered_map<uint64_t, Active> active;  // by sequence id
   std::vector<uint64_t> by_slot;                // slot -> sequence id (0: none)
@@ -254,6 +293,16 @@ struct EngineServer::Impl {
     return Status::ok();
   }
 
+  // The group broke: what ran is dropped (the broker keeps every request's tokens) and
+  // the KV cache starts empty; the requests resume when the group is back.
+  void drop_sequences() {
+    driver.reset();
+    active.clear();
+    std::fill(by_slot.begin(), by_slot.end(), 0);
+    cache->blocks() = BlockAllocator(cache->config().n_blocks);
+    driver = std::make_unique<Driver>(*runner, DriverConfig{options.scheduler, context});
+  }
+
   void publish_stats() {
     BrokerHeader& h = broker->header();
     const Scheduler& sched = driver->scheduler();
@@ -265,15 +314,14 @@ struct EngineServer::Impl {
 };
 
 Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& options) {
-  HEARTH_RETURN_IF_ERROR(instance_name_check(options.instance));
+  if (options.rank != 0) {
+    return make_error(ErrorCode::kInternal, "rank {} runs a ShardServer, not the serving loop", options.rank);
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  HEARTH_ASSIGN_OR_RETURN(RankStart start, engine_rank_start(options));
+  impl->weights = std::move(start.weights);
   const auto dir = options.shm_dir.empty() ? shm_dir_default() : options.shm_dir;
-  HEARTH_ASSIGN_OR_RETURN(impl->weights, weights_attach(segment_path(dir, options.instance, "weights")));
-  if (impl->weights.header->tp_size != 1) {
-    return make_error(ErrorCode::kUnsupported, "the weights are split for {} ranks; this engine runs tensor parallel 1",
-                      impl->weights.header->tp_size);
-  }
   const ModelConfig& c = impl->weights.config;
   impl->context = std::min(c.max_context, options.context > 0 ? options.context : 4096);
   if (options.block_size < 1 || options.slots < 1) {
@@ -284,14 +332,36 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
     const int32_t per_seq = (impl->context + options.block_size - 1) / options.block_size;
     blocks = std::max<int32_t>(4, per_seq * std::max<int32_t>(1, static_cast<int32_t>(options.slots) / 4));
   }
+  // The group: this rank's entry in the instance's tp segment, with the geometry every
+  // rank builds its share of the KV cache and activations from.
+  const int32_t max_tokens = options.scheduler.max_batched_tokens;
+  TpSegmentConfig tp{};
+  tp.tp_size = static_cast<uint32_t>(options.tp);
+  tp.weights = impl->weights.header->fingerprint;
+  tp.geometry = {impl->context, blocks, options.block_size, static_cast<uint32_t>(options.kv_dtype), max_tokens,
+                 c.n_heads, c.n_kv_heads, 0};
+  tp.step_capacity = model_input_max_bytes(max_tokens, options.scheduler.max_batch_size,
+                                           (impl->context + options.block_size - 1) / options.block_size + 1);
+  tp.reduce_floats = options.tp > 1 ? static_cast<uint64_t>(max_tokens) * static_cast<uint64_t>(c.dim) : 1;
+  HEARTH_ASSIGN_OR_RETURN(TpSegment segment, TpSegment::open_or_create(segment_path(dir, options.instance, "tp"), tp));
+  HEARTH_RETURN_IF_ERROR(segment.register_rank(0));
+  impl->group = std::make_unique<TpGroup>(std::move(segment), TpGroupOptions{
+                                                                  .rank = 0,
+                                                                  .collective_timeout = std::chrono::milliseconds(options.collective_timeout_ms),
+                                                                  .rank_stale = std::chrono::milliseconds(options.rank_stale_ms),
+                                                              });
   HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
+  impl->group->note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
+                         static_cast<uint32_t>(impl->backend->threads()));
   HEARTH_ASSIGN_OR_RETURN(auto cache,
-                          KvCache::create(*impl->backend, {c.n_layers, c.kv_dim(), options.block_size, blocks, options.kv_dtype}));
+                          KvCache::create(*impl->backend, {c.n_layers, c.kv_dim() / options.tp, options.block_size,
+                                                           blocks, options.kv_dtype}));
   impl->cache.emplace(std::move(cache));
-  HEARTH_ASSIGN_OR_RETURN(impl->model, LlamaModel::create(c, impl->weights.tensors(0), *impl->backend,
-                                                          options.scheduler.max_batched_tokens,
-                                                          {.layout = impl->weights.layout}));
-  impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache);
+  HEARTH_ASSIGN_OR_RETURN(impl->model, LlamaModel::create(c, impl->weights.tensors(0), *impl->backend, max_tokens,
+                                                          {.layout = impl->weights.layout,
+                                                           .comm = &impl->group->communicator()}));
+  impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache,
+                                               options.tp > 1 ? impl->group.get() : nullptr);
   impl->driver = std::make_unique<Driver>(*impl->runner, DriverConfig{options.scheduler, impl->context});
   HEARTH_ASSIGN_OR_RETURN(Broker broker, Broker::open_or_create(segment_path(dir, options.instance, "broker"),
                                                                 {options.slots, static_cast<uint32_t>(impl->context)}));
@@ -311,8 +381,10 @@ uint64_t EngineServer::epoch() const { return impl_->epoch; }
 
 std::string EngineServer::describe() const {
   const Impl& m = *impl_;
-  return fmt::format("{} on {}: context {}, {} slots, {} KV blocks of {} ({}, {} MiB), batch {} sequences / {} tokens",
-                     m.weights.model_name, m.backend->name(), m.context, m.broker->n_slots(), m.cache->config().n_blocks,
+  return fmt::format("{} on {}{}: context {}, {} slots, {} KV blocks of {} ({}, {} MiB), batch {} sequences / {} tokens",
+                     m.weights.model_name, m.backend->name(),
+                     m.options.tp > 1 ? fmt::format(" (rank 0 of {})", m.options.tp) : std::string(), m.context,
+                     m.broker->n_slots(), m.cache->config().n_blocks,
                      m.cache->config().block_size, kernels::kv_dtype_name(m.cache->config().dtype),
                      m.cache->bytes() >> 20, m.options.scheduler.max_batch_size,
                      m.options.scheduler.max_batched_tokens);
@@ -323,19 +395,47 @@ void EngineServer::stop() {
   futex_signal(impl_->broker->header().engine_wake);
 }
 
-Status EngineServer::run() {
+Status EngineServer::run(const std::function<void()>& on_serving) {
   Impl& m = *impl_;
-  m.epoch = m.broker->engine_start();
-  m.scan_slots(/*resume_running=*/true);  // requests a previous engine left in flight
-  HEARTH_LOG_INFO("engine epoch {}: {} requests in flight at start", m.epoch, m.active.size());
+  TpGroup& group = *m.group;
+  bool serving = false, announced = false;
+  uint64_t waiting_since = 0;
   while (!m.stopping.load(std::memory_order_acquire)) {
-    const uint32_t seen = m.broker->header().engine_wake.load(std::memory_order_acquire);
-    m.broker->engine_heartbeat();
-    const uint64_t now = monotonic_ns();
+    uint64_t now = monotonic_ns();
     if (now - m.last_watchdog_ns > m.watchdog_interval_ns) {
       daemon_notify_watchdog();
       m.last_watchdog_ns = now;
     }
+    if (!group.active()) {
+      if (serving) {  // the group broke: frontends see no engine until it is back
+        m.broker->engine_stop();
+        HEARTH_LOG_WARN("{}; {} requests wait for the group to form again", group.broken_message(), m.active.size());
+        m.drop_sequences();
+        serving = false;
+        waiting_since = now;
+      }
+      HEARTH_ASSIGN_OR_RETURN(const bool formed, group.form(std::chrono::milliseconds(200)));
+      if (!formed) {
+        if (waiting_since == 0) waiting_since = now;
+        if (now - waiting_since > 5000000000ull) {
+          HEARTH_LOG_INFO("waiting for {} more rank(s) of the group to start", group.size() - 1);
+          waiting_since = now;
+        }
+        continue;
+      }
+      waiting_since = 0;
+      m.epoch = m.broker->engine_start();
+      m.scan_slots(/*resume_running=*/true);  // requests a previous engine or epoch left in flight
+      HEARTH_LOG_INFO("engine epoch {}, group epoch {} of {} rank(s): {} requests in flight at start", m.epoch,
+                      group.epoch(), group.size(), m.active.size());
+      serving = true;
+      if (!announced && on_serving) on_serving();
+      announced = true;
+    }
+    const uint32_t seen = m.broker->header().engine_wake.load(std::memory_order_acquire);
+    m.broker->engine_heartbeat();
+    group.heartbeat();
+    now = monotonic_ns();
     m.take_new_requests(now);
     if (now - m.last_scan_ns > 200000000ull) {
       m.scan_slots(/*resume_running=*/false);
@@ -344,8 +444,13 @@ Status EngineServer::run() {
       m.last_scan_ns = now;
     }
     m.reap();
+    if (!group.check_members().is_ok()) continue;  // the top of the loop waits for the group again
     bool ran = false;
-    HEARTH_RETURN_IF_ERROR(m.step(ran));
+    if (Status st = m.step(ran); !st.is_ok()) {
+      if (!group.active()) continue;
+      return st;
+    }
+    if (ran) group.note_step(m.runner->last_step_ns());
     m.publish_stats();
     // Idle: sleep until a request comes (static batching also wakes to check its timeout).
     if (!ran) {
@@ -354,6 +459,7 @@ Status EngineServer::run() {
     }
   }
   m.broker->engine_stop();
+  group.leave(TpBreak::kStopped);
   return Status::ok();
 }
 

@@ -145,7 +145,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
   return m;
 }
 
-Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logits) {
+Status LlamaModel::check(const ModelInput& input, const KvCache& cache) const {
   const KvCacheConfig& kc = cache.config();
   HEARTH_RETURN_IF_ERROR(model_input_validate(
       input, {config_.vocab_size, max_batch_tokens_, config_.max_context, kc.n_blocks, kc.block_size}));
@@ -153,6 +153,12 @@ Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logit
     return make_error(ErrorCode::kInvalidArgument, "the KV cache holds {} layers of {} values, the model {} of {}",
                       kc.n_layers, kc.kv_dim, rank_config_.n_layers, rank_config_.kv_dim());
   }
+  return Status::ok();
+}
+
+Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logits) {
+  HEARTH_RETURN_IF_ERROR(check(input, cache));
+  const KvCacheConfig& kc = cache.config();
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
   const StepInput step = be.upload(input);
@@ -185,14 +191,14 @@ Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logit
     be.attention({q, att, cache.k(li), cache.v(li), kc.dtype, &step, c.n_heads, c.n_kv_heads, c.head_dim,
                   1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
     be.matmul(*l.attn_output, att, n, xn);  // [n, dim], this rank's partial sum
-    comm_.all_reduce_sum(xn, n * dim);
+    HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
     // Feed-forward block: the residual add fused with its norm.
     be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
     const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
     be.matmuls(xn, n, gate_up);
     be.swiglu(gate, up, n * ffn, gate);
     be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim], this rank's partial sum
-    comm_.all_reduce_sum(xn, n * dim);
+    HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
     if (li + 1 < c.n_layers) {
       be.add_rms_norm(x, xn, layers_[static_cast<size_t>(li) + 1].attn_norm, n, dim, c.norm_eps, xn);
     } else {
@@ -200,6 +206,7 @@ Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logit
     }
   }
 
+  if (logits == nullptr) return Status::ok();  // a rank that does not sample
   const auto n_logits = static_cast<int64_t>(step.n_logit_rows);
   // Gather the rows whose logits are wanted, normalise, project onto the vocabulary in
   // chunks of the logits buffer.

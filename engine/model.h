@@ -59,7 +59,11 @@ class LlamaModel {
   // input.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory).
   // Fails on malformed inputs (model_input_validate: ids out of the vocabulary, too
   // many tokens, positions past the blocks) without touching the cache.
+  // Without `logits` (null) the step stops after the last layer: ranks 1..tp-1 of a
+  // group, which do not sample, run no LM head.
   Status forward(const ModelInput& input, KvCache& cache, float* logits);
+  // forward's checks alone: whether `input` can run on `cache`.
+  Status check(const ModelInput& input, const KvCache& cache) const;
 
   // The per-pair inverse RoPE frequencies ([head_dim / 2]) this model uses.
   const std::vector<float>& inv_freq() const { return inv_freq_; }

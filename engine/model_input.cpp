@@ -1,5 +1,6 @@
 #include "engine/model_input.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/byte_reader.h"
@@ -98,6 +99,15 @@ Status ModelInput::deserialize(std::span<const std::byte> bytes, ModelInput& out
   }
   if (in.remaining() != 0) return make_error(ErrorCode::kFormat, "{} bytes follow a model input", in.remaining());
   return Status::ok();
+}
+
+size_t model_input_max_bytes(int32_t max_tokens, int32_t max_seqs, int32_t max_pages_per_seq) {
+  const auto t = static_cast<size_t>(std::max(max_tokens, 1));
+  const size_t s = std::min(static_cast<size_t>(std::max(max_seqs, 1)), t);
+  const size_t pages = s * static_cast<size_t>(std::max(max_pages_per_seq, 1));
+  // magic, version, block size, 7 counts; tokens, positions, slots and logit rows per
+  // token, two starts per sequence (and one more), the pages.
+  return 10 * sizeof(uint32_t) + sizeof(int32_t) * (4 * t + 2 * (s + 1) + pages);
 }
 
 Status model_input_validate(const ModelInput& in, const ModelInputLimits& lim) {

@@ -51,6 +51,10 @@ struct ModelInput {
   static Status deserialize(std::span<const std::byte> bytes, ModelInput& out);
 };
 
+// The most bytes serialize writes for a step of up to `max_tokens` tokens in
+// `max_seqs` sequences of up to `max_pages_per_seq` KV blocks each.
+size_t model_input_max_bytes(int32_t max_tokens, int32_t max_seqs, int32_t max_pages_per_seq);
+
 // What a model can run: the bounds validate checks an input against.
 struct ModelInputLimits {
   int32_t vocab_size = 0;

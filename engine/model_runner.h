@@ -1,7 +1,9 @@
 // ModelRunner: runs one step's ModelInput through a rank's model and KV cache and
-// returns the logits rows it asked for. What the driver calls once per step; on the
-// other ranks of a group (later) it is all there is, fed the input rank 0 broadcast.
-// Borrows the model and cache; not thread-safe (the step loop's).
+// returns the logits rows it asked for. What the driver calls once per step. In a
+// tensor-parallel group, rank 0's runner hands each checked step to a StepSink (the
+// group's step channel) before running it, and ranks 1..tp-1 run what they receive
+// with run_shard (no logits: only rank 0 samples).
+// Borrows the model, cache and sink; not thread-safe (the step loop's).
 #pragma once
 
 #include <span>
@@ -14,23 +16,38 @@
 
 namespace hearth {
 
+// Where rank 0 sends every step before it runs it.
+class StepSink {
+ public:
+  virtual ~StepSink() = default;
+  virtual Status publish(const ModelInput& input) = 0;
+};
+
 class ModelRunner {
  public:
-  ModelRunner(LlamaModel& model, KvCache& cache) : model_(model), cache_(cache) {}
+  ModelRunner(LlamaModel& model, KvCache& cache, StepSink* sink = nullptr)
+      : model_(model), cache_(cache), sink_(sink) {}
 
   // The logits of input.logit_rows, [logit_rows.size(), vocab_size], valid until the
-  // next run. A bad input fails alone (model_input_validate) and leaves the cache as it was.
+  // next run. A bad input fails alone (model_input_validate), before it is published,
+  // and leaves the cache as it was.
   Result<std::span<const float>> run(const ModelInput& input);
+  // A step of ranks 1..tp-1: the forward pass on this rank's shard, no LM head.
+  Status run_shard(const ModelInput& input);
 
   LlamaModel& model() { return model_; }
   KvCache& cache() { return cache_; }
   int32_t vocab_size() const { return model_.config().vocab_size; }
   int32_t max_batch_tokens() const { return model_.max_batch_tokens(); }
+  // The latest step's forward pass (collectives included), in nanoseconds.
+  uint64_t last_step_ns() const { return last_step_ns_; }
 
  private:
   LlamaModel& model_;
   KvCache& cache_;
+  StepSink* sink_;
   std::vector<float> logits_;  // grows to the largest step once
+  uint64_t last_step_ns_ = 0;
 };
 
 }  // namespace hearth

@@ -29,6 +29,7 @@
 #include "frontend/openai.h"
 #include "frontend/text_stream.h"
 #include "ipc/broker_client.h"
+#include "ipc/tp_segment.h"
 #include "ipc/weights_segment.h"
 #include "tokenizer/source_codec.h"
 #include "tokenizer/tokenizer.h"
@@ -469,6 +470,55 @@ void Session::handle_detokenize() {
           "application/json");
 }
 
+// The tensor-parallel group of the instance, read from its tp segment at each scrape
+// (rank 0 may have replaced it since the last one); nothing when there is none.
+void render_tp_metrics(std::string& out, const FrontendOptions& o) {
+  const auto dir = o.shm_dir.empty() ? shm_dir_default() : o.shm_dir;
+  auto tp = TpSegment::attach(segment_path(dir, o.instance, "tp"), /*writable=*/false);
+  if (!tp.is_ok()) return;
+  const TpHeader& h = tp->header();
+  const uint64_t epoch = h.epoch.load(std::memory_order_acquire);
+  const bool up = h.group_state.load(std::memory_order_acquire) == static_cast<uint32_t>(TpGroupState::kActive);
+  render_metric(out, "hearth_tp_ranks", "gauge", "Ranks of the tensor-parallel engine group", h.tp_size);
+  render_metric(out, "hearth_tp_group_up", "gauge", "1 while every rank of the group is in its current epoch",
+                up ? 1 : 0);
+  render_metric(out, "hearth_tp_group_epoch", "gauge", "Epoch of the engine group (bumped by every formation)", epoch);
+  render_metric(out, "hearth_tp_group_restarts_total", "counter",
+                "Times the engine group formed again after it broke or rank 0 restarted", h.restarts.load());
+  struct Family {
+    const char* name;
+    const char* type;
+    const char* help;
+  };
+  const Family families[] = {
+      {"hearth_tp_rank_up", "gauge", "1 when the rank runs and has joined the group's current epoch"},
+      {"hearth_tp_rank_steps_total", "counter", "Forward steps the rank ran"},
+      {"hearth_tp_rank_step_seconds_total", "counter", "Time the rank spent in forward steps, collectives included"},
+      {"hearth_tp_rank_last_step_seconds", "gauge", "The rank's latest forward step"},
+  };
+  for (const Family& f : families) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
+    for (int r = 0; r < tp->tp_size(); ++r) {
+      const TpRankEntry& e = tp->rank(r);
+      double v = 0;
+      if (f.name == families[0].name) {
+        const int32_t pid = e.pid.load(std::memory_order_relaxed);
+        v = up && e.epoch.load() == epoch && e.state.load() == static_cast<uint32_t>(TpRankState::kJoined) &&
+                    pid != 0 && process_alive(pid, e.start_time.load())
+                ? 1
+                : 0;
+      } else if (f.name == families[1].name) {
+        v = static_cast<double>(e.steps.load(std::memory_order_relaxed));
+      } else if (f.name == families[2].name) {
+        v = static_cast<double>(e.step_ns.load(std::memory_order_relaxed)) / 1e9;
+      } else {
+        v = static_cast<double>(e.last_step_ns.load(std::memory_order_relaxed)) / 1e9;
+      }
+      out += fmt::format("{}{{rank=\"{}\"}} {}\n", f.name, r, v);
+    }
+  }
+}
+
 void Session::handle_metrics() {
   const FrontendServer::Impl& s = *server_;
   const BrokerHeader& h = s.client->broker().header();
@@ -487,6 +537,7 @@ void Session::handle_metrics() {
                 "Sequences the engine stopped early: cancelled, or their frontend was gone", h.stat_cancelled.load());
   render_metric(out, "hearth_engine_slots_reclaimed_total", "counter",
                 "Request slots of gone frontends the engine returned to the free list", h.stat_reclaimed.load());
+  render_tp_metrics(out, s.options);
   s.time_to_first_token.render(out, "hearth_time_to_first_token_seconds",
                                "From a generation request's arrival to its first token");
   s.request_duration.render(out, "hearth_request_duration_seconds",

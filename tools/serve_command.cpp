@@ -1,5 +1,6 @@
-// `hearth serve`: one command that runs a whole instance: hearth-loader, hearth-engine and
-// hearth-frontend as child processes, each started once the previous one is ready. A
+// `hearth serve`: one command that runs a whole instance: hearth-loader, hearth-engine (one
+// per tensor-parallel rank, --tp) and hearth-frontend as child processes, each started
+// once the previous one is ready. A
 // child that dies is started again (the loader's weights stay resident, so an engine
 // comes back in milliseconds); SIGTERM / SIGINT stop the children, frontend first.
 //
@@ -48,7 +49,10 @@ running. The OpenAI API is then at http://HOST:PORT/v1.
   --layout cpu-r16|plain   tensor layout the loader writes (default cpu-r16)
   --slots N, --ctx N, --kv-blocks N, --max-batch-size N, --max-batched-tokens N,
   --threads N, --kv-dtype f32|f16|bf16
-                           passed to hearth-engine
+                           passed to hearth-engine (every rank)
+  --tp N                   tensor parallel: the loader splits the weights for N ranks and N
+                           hearth-engine processes serve them as one, each pinned to its share
+                           of the CPUs (default 1)
   --drain-timeout MS       how long a replaced or stopped frontend may finish its requests
                            (default 30000)
 
@@ -135,7 +139,8 @@ Status start(Child& c, std::chrono::seconds timeout) {
 int serve_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "layout", "slots", "ctx",
-                           "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype", "drain-timeout"},
+                           "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype", "drain-timeout",
+                           "tp"},
                           {"help"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "hearth serve: %s\n\n%s", args.status().message().c_str(), kUsage);
@@ -159,9 +164,25 @@ int serve_command(const std::vector<std::string>& argv) {
   if (auto t = args->get("tokenizer")) loader.argv.insert(loader.argv.end(), {"--tokenizer", *t});
   if (auto q = args->get("quant")) loader.argv.insert(loader.argv.end(), {"--quant", *q});
   if (auto l = args->get("layout")) loader.argv.insert(loader.argv.end(), {"--layout", *l});
-  Child engine{"hearth-engine", {sibling("hearth-engine"), "--wait-weights", "60"}};
-  for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype"}) {
-    if (auto v = args->get(flag)) engine.argv.insert(engine.argv.end(), {std::string("--") + flag, *v});
+  auto tp_flag = args->get_int("tp", 1, 16);
+  if (!tp_flag.is_ok()) {
+    std::fprintf(stderr, "hearth serve: %s\n\n%s", tp_flag.status().message().c_str(), kUsage);
+    return 2;
+  }
+  const int tp = static_cast<int>(tp_flag->value_or(1));
+  loader.argv.insert(loader.argv.end(), {"--tp", std::to_string(tp)});
+  // Ranks 1..tp-1 start before rank 0, which is ready once they have joined its group.
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (int r = tp - 1; r >= 0; --r) {
+    auto engine = std::make_unique<Child>(
+        Child{tp == 1 ? "hearth-engine" : fmt::format("hearth-engine rank {}", r), {sibling("hearth-engine"), "--wait-weights", "60"}});
+    for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype"}) {
+      if (auto v = args->get(flag)) engine->argv.insert(engine->argv.end(), {std::string("--") + flag, *v});
+    }
+    if (tp > 1) {
+      engine->argv.insert(engine->argv.end(), {"--rank", std::to_string(r), "--tp", std::to_string(tp), "--cpus", "auto"});
+    }
+    ranks.push_back(std::move(engine));
   }
   auto drain_ms = args->get_int("drain-timeout", 0, 3600000);
   if (!drain_ms.is_ok()) {
@@ -178,7 +199,9 @@ int serve_command(const std::vector<std::string>& argv) {
   Child frontend{"hearth-frontend",
                  {sibling("hearth-frontend"), "--listen-fd", "3", "--drain-timeout", std::to_string(drain_timeout_ms)}};
   frontend.pass_fds = {*listen_fd};
-  std::vector<Child*> children = {&loader, &engine, &frontend};
+  std::vector<Child*> children = {&loader};
+  for (auto& r : ranks) children.push_back(r.get());
+  children.push_back(&frontend);
   for (Child* c : children) c->argv.insert(c->argv.end(), common.begin(), common.end());
 
   for (Child* c : children) {
@@ -251,10 +274,12 @@ int serve_command(const std::vector<std::string>& argv) {
     if (!d.process->wait(drain_bound)) d.process->signal(SIGKILL);
   }
   if (!frontend.process->wait(drain_bound)) frontend.process->signal(SIGKILL);
-  for (Child* c : {&engine, &loader}) {
-    c->process->signal(SIGTERM);
-    if (!c->process->wait(std::chrono::seconds(30))) c->process->signal(SIGKILL);
+  for (auto& r : ranks) r->process->signal(SIGTERM);
+  for (auto& r : ranks) {
+    if (!r->process->wait(std::chrono::seconds(30))) r->process->signal(SIGKILL);
   }
+  loader.process->signal(SIGTERM);
+  if (!loader.process->wait(std::chrono::seconds(30))) loader.process->signal(SIGKILL);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "common/process.h"
 #include "ipc/broker.h"
 #include "ipc/segment.h"
+#include "ipc/tp_segment.h"
 #include "ipc/weights_segment.h"
 #include "tools/commands.h"
 
@@ -81,6 +82,75 @@ boost::json::object describe_broker(const std::filesystem::path& path, boost::js
   return o;
 }
 
+std::string_view rank_state_name(uint32_t s) {
+  switch (static_cast<TpRankState>(s)) {
+    case TpRankState::kAbsent: return "absent";
+    case TpRankState::kWaiting: return "waiting";
+    case TpRankState::kJoined: return "joined";
+  }
+  return "invalid";
+}
+
+std::string cpu_list(uint64_t mask) {
+  std::string out;
+  for (int c = 0; c < 64;) {
+    if ((mask >> c & 1) == 0) {
+      ++c;
+      continue;
+    }
+    int e = c;
+    while (e + 1 < 64 && (mask >> (e + 1) & 1)) ++e;
+    out += fmt::format("{}{}", out.empty() ? "" : ",", c == e ? std::to_string(c) : fmt::format("{}-{}", c, e));
+    c = e + 1;
+  }
+  return out;
+}
+
+boost::json::object describe_tp(const std::filesystem::path& path, boost::json::object o) {
+  auto tp = TpSegment::attach(path, /*writable=*/false);
+  if (!tp.is_ok()) {
+    o["error"] = tp.status().to_string();
+    return o;
+  }
+  const TpHeader& h = tp->header();
+  const uint64_t now = monotonic_ns();
+  o["tp"] = h.tp_size;
+  o["group_epoch"] = h.epoch.load();
+  o["group_state"] = std::string(tp_group_state_name(h.group_state.load()));
+  o["groups_formed"] = h.formed.load();
+  o["group_restarts"] = h.restarts.load();
+  o["last_break"] = std::string(tp_break_name(h.broken_why.load()));
+  o["last_break_rank"] = h.broken_rank.load();
+  o["weights_fingerprint"] = h.weights.hex();
+  o["retired"] = h.retired.load() != 0;
+  const TpGeometry& g = h.geometry;
+  boost::json::array ranks;
+  for (int r = 0; r < tp->tp_size(); ++r) {
+    const TpRankEntry& e = tp->rank(r);
+    const int32_t pid = e.pid.load();
+    const uint64_t beat = e.heartbeat_ns.load();
+    const uint64_t steps = e.steps.load();
+    const int heads = g.n_heads / tp->tp_size(), kv = g.n_kv_heads / tp->tp_size();
+    ranks.push_back(boost::json::object{
+        {"rank", r},
+        {"pid", pid},
+        {"running", pid != 0 && process_alive(pid, e.start_time.load())},
+        {"state", std::string(rank_state_name(e.state.load()))},
+        {"epoch", e.epoch.load()},
+        {"heartbeat_ms_ago", beat == 0 || beat > now ? -1 : static_cast<int64_t>((now - beat) / 1000000)},
+        {"shard", fmt::format("heads {}-{} of {}, KV heads {}-{} of {}", r * heads, (r + 1) * heads - 1, g.n_heads,
+                              r * kv, (r + 1) * kv - 1, g.n_kv_heads)},
+        {"steps", steps},
+        {"step_ms_mean", steps == 0 ? 0.0 : static_cast<double>(e.step_ns.load()) / 1e6 / static_cast<double>(steps)},
+        {"step_ms_last", static_cast<double>(e.last_step_ns.load()) / 1e6},
+        {"cpus", cpu_list(e.cpu_mask.load())},
+        {"threads", e.threads.load()},
+    });
+  }
+  o["ranks"] = std::move(ranks);
+  return o;
+}
+
 boost::json::object describe(const std::filesystem::path& path, const std::string& what) {
   boost::json::object o;
   o["segment"] = what;
@@ -94,6 +164,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
   }
   o["attached"] = std::move(attached);
   if (what == "broker") return describe_broker(path, std::move(o));
+  if (what == "tp") return describe_tp(path, std::move(o));
   if (what != "weights") return o;
 
   auto seg = ShmSegment::attach(path, /*writable=*/false);
@@ -162,6 +233,29 @@ void print_text(const std::map<std::string, std::vector<boost::json::object>>& i
                                 f.at("running").as_bool() ? "running" : "gone");
         }
         std::printf("    frontends    %s\n", fronts.empty() ? "none" : fronts.c_str());
+      } else if (o.contains("group_epoch")) {
+        std::printf("\n    group        %lld rank(s), epoch %lld, %s; formed %lld times, %lld restarts (last break: %s)\n",
+                    static_cast<long long>(o.at("tp").to_number<int64_t>()),
+                    static_cast<long long>(o.at("group_epoch").to_number<int64_t>()),
+                    o.at("group_state").as_string().c_str(),
+                    static_cast<long long>(o.at("groups_formed").to_number<int64_t>()),
+                    static_cast<long long>(o.at("group_restarts").to_number<int64_t>()),
+                    o.at("last_break").as_string().c_str());
+        for (const auto& rv : o.at("ranks").as_array()) {
+          const auto& r = rv.as_object();
+          const std::string cpus(r.at("cpus").as_string());
+          std::printf("    rank %lld       pid %lld (%s), %s epoch %lld, heartbeat %lld ms ago; %s; %lld steps, "
+                      "%.2f ms mean, %.2f ms last; %lld threads%s%s\n",
+                      static_cast<long long>(r.at("rank").to_number<int64_t>()),
+                      static_cast<long long>(r.at("pid").to_number<int64_t>()),
+                      r.at("running").as_bool() ? "running" : "not running", r.at("state").as_string().c_str(),
+                      static_cast<long long>(r.at("epoch").to_number<int64_t>()),
+                      static_cast<long long>(r.at("heartbeat_ms_ago").to_number<int64_t>()),
+                      r.at("shard").as_string().c_str(), static_cast<long long>(r.at("steps").to_number<int64_t>()),
+                      r.at("step_ms_mean").to_number<double>(), r.at("step_ms_last").to_number<double>(),
+                      static_cast<long long>(r.at("threads").to_number<int64_t>()), cpus.empty() ? "" : " on CPUs ",
+                      cpus.c_str());
+        }
       } else if (o.contains("state")) {
         std::printf("  %s\n", o.at("state").as_string().c_str());
         const std::string quant(o.at("quant").as_string());
