@@ -250,6 +250,69 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
   EXPECT_EQ(serve.wait(60s), 0) << serve.err();
 }
 
+// A tensor-parallel group of two ranks under hearth serve --tp 2: one rank killed with
+// SIGKILL in the middle of 16 streams. The survivor sees its partner gone, the epoch
+// ends, hearth serve restarts the dead rank, the group forms again (epoch 2) and rank 0
+// resumes every stream from the broker: each ends with the text it would have had.
+class TensorParallelRestartTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentically) {
+  const int victim = GetParam();
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  TempDir shm(shm_parent());
+  ChildProcess serve({hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", "tp",
+                      "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "32", "--tp", "2"});
+  const auto line = serve.read_line(60s);
+  ASSERT_TRUE(line.has_value()) << serve.err();
+  const size_t colon = line->rfind(':', line->find("/v1"));
+  const auto port = static_cast<uint16_t>(std::stoi(line->substr(colon + 1)));
+  auto rank_pid = [&](int r) -> int64_t {
+    const auto s = status_of(shm.path(), "tp");
+    if (!s.contains("tp")) return -1;
+    return s.at("tp").at("ranks").at(static_cast<size_t>(r)).at("pid").to_number<int64_t>();
+  };
+
+  const auto cases = long_streams(16);
+  std::vector<std::string> refs;
+  {
+    ConcurrentStreams uninterrupted(port, cases);
+    uninterrupted.join();
+    for (const auto& a : uninterrupted.answers) {
+      ASSERT_EQ(a.error, "") << serve.err();
+      refs.push_back(a.text);
+    }
+  }
+  const int64_t pid = rank_pid(victim);
+  ASSERT_GT(pid, 0);
+  ConcurrentStreams streams(port, cases);
+  ASSERT_TRUE(streams.all_midway(600, 30s)) << "the streams did not start";
+  const int cut = streams.unfinished();
+  ::kill(static_cast<pid_t>(pid), SIGKILL);
+  streams.join();
+  EXPECT_EQ(cut, 16) << "streams that were still running when rank " << victim << " died";
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(streams.answers[i].error, "") << "stream " << i;
+    EXPECT_EQ(streams.answers[i].text, refs[i]) << "stream " << i;
+  }
+  const auto after = status_of(shm.path(), "tp");
+  ASSERT_TRUE(after.contains("tp"));
+  const auto& group = after.at("tp").as_object();
+  EXPECT_EQ(group.at("group_epoch").to_number<int64_t>(), 2);
+  EXPECT_EQ(group.at("group_restarts").to_number<int64_t>(), 1);
+  EXPECT_EQ(group.at("group_state").as_string(), "active");
+  EXPECT_NE(rank_pid(victim), pid) << "a new process serves rank " << victim;
+  // /metrics says so too.
+  const auto metrics = http_request(port, "GET", "/metrics", "");
+  EXPECT_EQ(metric_value(metrics.body, "hearth_tp_group_restarts_total"), 1.0) << metrics.body;
+  EXPECT_NE(metrics.body.find("hearth_tp_rank_up{rank=\"1\"} 1"), std::string::npos) << metrics.body;
+  serve.signal(SIGTERM);
+  EXPECT_EQ(serve.wait(60s), 0) << serve.err();
+}
+
+INSTANTIATE_TEST_SUITE_P(Rank, TensorParallelRestartTest, ::testing::Values(1, 0),
+                         [](const auto& p) { return "rank" + std::to_string(p.param); });
+
 const std::vector<std::string> kEngineFlags = {"--ctx", "512", "--slots", "32", "--threads", "1"};
 
 TEST(RestartTest, AKilledFrontendLeavesTheOtherAloneAndItsSlotsComeBack) {

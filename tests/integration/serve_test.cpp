@@ -1,5 +1,8 @@
 // Serving with real processes and real HTTP: hearth-loader, hearth-engine and
-// hearth-frontend on the stories260K model.
+// hearth-frontend on the stories260K model. Built twice: serve_test runs one engine,
+// serve_tp_test (HEARTH_SERVE_TP=2) a tensor-parallel group of two engine ranks, each
+// pinned to its share of the CPUs, behind the same frontend, and compares the greedy
+// answers of its concurrency test with those of a one-rank instance.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,8 +15,14 @@
 
 #include "tests/integration/instance.h"
 
+#ifndef HEARTH_SERVE_TP
+#define HEARTH_SERVE_TP 1
+#endif
+
 namespace hearth::testing {
 namespace {
+
+constexpr int kTp = HEARTH_SERVE_TP;
 
 using namespace std::chrono_literals;
 namespace json = boost::json;
@@ -37,11 +46,20 @@ class ServeTest : public ::testing::Test {
       return;
     }
     instance_ = new Instance("srv");
-    if (std::string e = instance_->load(model); !e.empty()) {
+    if (std::string e = instance_->load(model, {"--tp", std::to_string(kTp)}); !e.empty()) {
       failure_ = e;
       return;
     }
-    engine_ = instance_->engine({"--slots", "96", "--ctx", "512", "--kv-blocks", "2048"}, {}, &failure_).release();
+    std::vector<std::string> flags = {"--slots", "96", "--ctx", "512", "--kv-blocks", "2048"};
+    if (kTp > 1) flags.insert(flags.end(), {"--tp", std::to_string(kTp), "--cpus", "auto"});
+    for (int r = kTp - 1; r >= 1; --r) {  // ranks 1..tp-1 wait for rank 0's group
+      std::vector<std::string> rank = flags;
+      rank.insert(rank.end(), {"--rank", std::to_string(r)});
+      auto shard = instance_->engine(rank, {}, &failure_);
+      if (shard == nullptr) return;
+      shards_.push_back(std::move(shard));
+    }
+    engine_ = instance_->engine(flags, {}, &failure_).release();
     if (engine_ == nullptr) return;
     frontend_ = instance_->frontend(port_, {"--threads", "2"}, {}, &failure_).release();
   }
@@ -49,6 +67,7 @@ class ServeTest : public ::testing::Test {
   static void TearDownTestSuite() {
     delete frontend_;
     delete engine_;
+    shards_.clear();
     delete instance_;
     frontend_ = nullptr;
     engine_ = nullptr;
@@ -92,6 +111,7 @@ class ServeTest : public ::testing::Test {
   static inline std::string skip_, failure_;
   static inline Instance* instance_ = nullptr;
   static inline ChildProcess* engine_ = nullptr;
+  static inline std::vector<std::unique_ptr<ChildProcess>> shards_;  // ranks 1..tp-1
   static inline ChildProcess* frontend_ = nullptr;
   static inline uint16_t port_ = 0;
 };
@@ -178,12 +198,30 @@ TEST_F(ServeTest, SixtyFourConcurrentClientsGetCompleteAnswers) {
     texts.push_back(jobs[i].stream ? streamed_text(r, false) : completion_text(r));
     EXPECT_FALSE(texts.back().empty()) << i;
   }
-  // Greedy answers equal the same request alone.
+  // Greedy answers equal the same request alone, and with tensor parallelism, the
+  // same request to one rank.
+  std::unique_ptr<Instance> one;
+  std::unique_ptr<ChildProcess> one_engine, one_frontend;
+  uint16_t one_port = 0;
+  if (kTp > 1) {
+    one = std::make_unique<Instance>("one");
+    ASSERT_EQ(one->load(shared_path("models/stories260K/stories260K.gguf")), "");
+    std::string failure;
+    one_engine = one->engine({"--slots", "8", "--ctx", "512"}, {}, &failure);
+    ASSERT_NE(one_engine, nullptr) << failure;
+    one_frontend = one->frontend(one_port, {}, {}, &failure);
+    ASSERT_NE(one_frontend, nullptr) << failure;
+  }
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (!jobs[i].greedy) continue;
     json::object solo = jobs[i].body;
     solo["stream"] = false;
     EXPECT_EQ(completion_text(post("/v1/completions", solo)), texts[i]) << "client " << i;
+    if (kTp > 1) {
+      const HttpResponse r = http_request(one_port, "POST", "/v1/completions", json::serialize(solo));
+      ASSERT_EQ(r.status, 200) << r.body;
+      EXPECT_EQ(completion_text(r), texts[i]) << "client " << i << " at TP " << kTp << " vs TP 1";
+    }
   }
 }
 
