@@ -72,13 +72,18 @@ void form_all(std::vector<std::unique_ptr<TpGroup>>& groups) {
   EXPECT_TRUE(groups[0]->active());
 }
 
+// A new segment at `path` and every rank of it, formed.
+std::vector<std::unique_ptr<TpGroup>> formed_group(const std::filesystem::path& path, const TpSegmentConfig& config) {
+  std::vector<std::unique_ptr<TpGroup>> groups;
+  EXPECT_TRUE(TpSegment::open_or_create(path, config).is_ok());
+  for (int r = 0; r < static_cast<int>(config.tp_size); ++r) groups.push_back(member(path, r, fast(r)));
+  form_all(groups);
+  return groups;
+}
+
 TEST(TpGroupTest, AllReduceGivesEveryRankTheRankOrderSumInChunks) {
   TempDir dir;
-  const auto path = dir.path() / "hearth.t.tp";
-  ASSERT_TRUE(TpSegment::open_or_create(path, small_config(3, 1000)).is_ok());
-  std::vector<std::unique_ptr<TpGroup>> groups;
-  for (int r = 0; r < 3; ++r) groups.push_back(member(path, r, fast(r)));
-  form_all(groups);
+  auto groups = formed_group(dir.path() / "hearth.t.tp", small_config(3, 1000));
   const int64_t n = 2500;  // three chunks of the 1000-float buffers
   std::vector<std::vector<float>> data(3, std::vector<float>(n));
   std::mt19937 rng(7);
@@ -111,11 +116,7 @@ TEST(TpGroupTest, AllReduceGivesEveryRankTheRankOrderSumInChunks) {
 
 TEST(TpGroupTest, ACollectiveWithoutItsPartnerTimesOutEndsTheEpochAndTheGroupFormsAgain) {
   TempDir dir;
-  const auto path = dir.path() / "hearth.t.tp";
-  ASSERT_TRUE(TpSegment::open_or_create(path, small_config(2)).is_ok());
-  std::vector<std::unique_ptr<TpGroup>> groups;
-  for (int r = 0; r < 2; ++r) groups.push_back(member(path, r, fast(r)));
-  form_all(groups);
+  auto groups = formed_group(dir.path() / "hearth.t.tp", small_config(2));
   ASSERT_EQ(groups[0]->epoch(), 1u);
   // Rank 1 never arrives: rank 0's all-reduce gives up after the timeout, not never.
   float x[4] = {1, 2, 3, 4};
@@ -138,11 +139,7 @@ TEST(TpGroupTest, ACollectiveWithoutItsPartnerTimesOutEndsTheEpochAndTheGroupFor
 
 TEST(TpGroupTest, StepsReachTheOtherRanksInOrderAsBytes) {
   TempDir dir;
-  const auto path = dir.path() / "hearth.t.tp";
-  ASSERT_TRUE(TpSegment::open_or_create(path, small_config(2)).is_ok());
-  std::vector<std::unique_ptr<TpGroup>> groups;
-  for (int r = 0; r < 2; ++r) groups.push_back(member(path, r, fast(r)));
-  form_all(groups);
+  auto groups = formed_group(dir.path() / "hearth.t.tp", small_config(2));
   std::vector<int32_t> seen;
   std::thread follower([&] {
     ModelInput in;
