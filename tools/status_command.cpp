@@ -12,6 +12,7 @@
 #include <boost/json.hpp>
 
 #include "common/args.h"
+#include "common/cpu_set.h"
 #include "common/process.h"
 #include "ipc/broker.h"
 #include "ipc/segment.h"
@@ -91,19 +92,13 @@ std::string_view rank_state_name(uint32_t s) {
   return "invalid";
 }
 
+// The CPUs of a rank entry's 64-bit mask, as a list such as "0-3,8".
 std::string cpu_list(uint64_t mask) {
-  std::string out;
-  for (int c = 0; c < 64;) {
-    if ((mask >> c & 1) == 0) {
-      ++c;
-      continue;
-    }
-    int e = c;
-    while (e + 1 < 64 && (mask >> (e + 1) & 1)) ++e;
-    out += fmt::format("{}{}", out.empty() ? "" : ",", c == e ? std::to_string(c) : fmt::format("{}-{}", c, e));
-    c = e + 1;
+  CpuSet set;
+  for (int c = 0; c < 64; ++c) {
+    if (mask >> c & 1) set.cpus.push_back(c);
   }
-  return out;
+  return set.describe();
 }
 
 boost::json::object describe_tp(const std::filesystem::path& path, boost::json::object o) {
