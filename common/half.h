@@ -1,15 +1,18 @@
 // IEEE fp16 and bfloat16 conversions, exact and portable (no F16C needed).
 //
 // fp16_to_f32 is exact; f32_to_fp16 and f32_to_bf16 round to nearest even, keep NaN a
-// NaN and saturate to infinity like the hardware conversions. Header-only, thread-safe.
+// NaN and saturate to infinity like the hardware conversions. Header-only, thread-safe;
+// the same functions run in CUDA kernels (HEARTH_HD), so a device KV store or weight
+// read gives the host's bits.
 #pragma once
 
-#include <bit>
 #include <cstdint>
+
+#include "common/hd.h"
 
 namespace hearth {
 
-inline float fp16_to_f32(uint16_t h) {
+HEARTH_HD float fp16_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
@@ -31,11 +34,11 @@ inline float fp16_to_f32(uint16_t h) {
   } else {
     bits = sign | ((exp + (127 - 15)) << 23) | (mant << 13);
   }
-  return std::bit_cast<float>(bits);
+  return hd_bits_float(bits);
 }
 
-inline uint16_t f32_to_fp16(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
+HEARTH_HD uint16_t f32_to_fp16(float f) {
+  const uint32_t x = hd_float_bits(f);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
@@ -58,10 +61,10 @@ inline uint16_t f32_to_fp16(float f) {
   return static_cast<uint16_t>(sign | (r >> 13));
 }
 
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+HEARTH_HD float bf16_to_f32(uint16_t h) { return hd_bits_float(static_cast<uint32_t>(h) << 16); }
 
-inline uint16_t f32_to_bf16(float f) {
-  uint32_t x = std::bit_cast<uint32_t>(f);
+HEARTH_HD uint16_t f32_to_bf16(float f) {
+  uint32_t x = hd_float_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
   x += 0x7fffu + ((x >> 16) & 1u);
   return static_cast<uint16_t>(x >> 16);

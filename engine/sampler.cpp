@@ -4,17 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/sampling_math.h"
+
 namespace hearth {
-namespace {
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
     : params_(params), vocab_size_(vocab_size) {
@@ -24,11 +16,7 @@ Sampler::Sampler(const SamplingParams& params, int32_t vocab_size)
   touched_.reserve(1024);
 }
 
-// The n-th value of the splitmix64 stream that starts at the seed, computed directly.
-double Sampler::uniform_at(uint64_t n) const {
-  uint64_t state = params_.seed + n * 0x9E3779B97F4A7C15ull;
-  return static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
-}
+double Sampler::uniform_at(uint64_t n) const { return kernels::dev::sampling_uniform_at(params_.seed, n); }
 
 SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> prompt,
                              std::span<const TokenId> output) {
@@ -50,11 +38,8 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
     }
     for (int32_t id : touched_) {
       float& l = logits[static_cast<size_t>(id)];
-      if (p.repetition_penalty != 1.0f && seen_[static_cast<size_t>(id)]) {
-        l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-      }
-      const int32_t count = counts_[static_cast<size_t>(id)];
-      if (count > 0) l -= p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+      l = kernels::dev::sampling_penalize(l, seen_[static_cast<size_t>(id)] != 0, counts_[static_cast<size_t>(id)],
+                                          p.repetition_penalty, p.presence_penalty, p.frequency_penalty);
     }
     for (int32_t id : touched_) {
       counts_[static_cast<size_t>(id)] = 0;
@@ -84,7 +69,9 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
     candidates_.emplace_back(l * inv_t, i);
   }
   if (candidates_.empty()) return {0, -std::numeric_limits<float>::infinity()};
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return kernels::dev::sampling_before(a.first, a.second, b.first, b.second);
+  };
   size_t keep = candidates_.size();
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
     keep = static_cast<size_t>(p.top_k);
@@ -111,7 +98,7 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
     // Keep tokens whose probability is at least min_p times the top token's.
     const double threshold = std::log(static_cast<double>(p.min_p));
     size_t cut = 1;
-    while (cut < keep && static_cast<double>(candidates_[cut].first - max) >= threshold) ++cut;
+    while (cut < keep && kernels::dev::sampling_min_p_keeps(candidates_[cut].first, max, threshold)) ++cut;
     keep = cut;
   }
   double kept_total = 0.0;

@@ -1,9 +1,11 @@
 // Parameters of attention over a paged KV cache and of the store that fills it, shared
-// by every implementation (reference, CPU, future CUDA). Plain data; no dependencies
-// beyond the standard library.
+// by every implementation (reference, CPU, CUDA). Plain data; the index functions are
+// HEARTH_HD, so kernels on either side compute the same addresses.
 #pragma once
 
 #include <cstdint>
+
+#include "common/hd.h"
 
 namespace hearth::kernels {
 
@@ -70,17 +72,17 @@ struct KvStoreParams {
 // head's block is [head_dim, block_size]), so a query's scores against a block are one
 // vector over its keys; values are rows ([block_size, head_dim]), so the weighted sum
 // runs along head_dim.
-inline int64_t kv_key_index(int64_t block, int32_t kv_head, int32_t d, int32_t offset, int32_t n_kv_heads,
+HEARTH_HD int64_t kv_key_index(int64_t block, int32_t kv_head, int32_t d, int32_t offset, int32_t n_kv_heads,
                             int32_t head_dim, int32_t block_size) {
   return ((block * n_kv_heads + kv_head) * head_dim + d) * block_size + offset;
 }
-inline int64_t kv_value_index(int64_t block, int32_t kv_head, int32_t offset, int32_t n_kv_heads, int32_t head_dim,
+HEARTH_HD int64_t kv_value_index(int64_t block, int32_t kv_head, int32_t offset, int32_t n_kv_heads, int32_t head_dim,
                               int32_t block_size) {
   return ((block * n_kv_heads + kv_head) * block_size + offset) * static_cast<int64_t>(head_dim);
 }
 
 // The first key position query position `pos` attends to.
-inline int32_t attention_first_key(int32_t pos, int32_t sliding_window) {
+HEARTH_HD int32_t attention_first_key(int32_t pos, int32_t sliding_window) {
   return (sliding_window > 0 && pos >= sliding_window) ? pos - sliding_window + 1 : 0;
 }
 

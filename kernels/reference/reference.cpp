@@ -53,6 +53,22 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
   }
 }
 
+void dequantize_group_quant(const dev::GroupQuantView& m, float* out) {
+  const int64_t per_word = 32 / m.bits;
+  const uint32_t mask = (1u << m.bits) - 1u;
+  for (int64_t c = 0; c < m.cols; ++c) {
+    const int64_t g = m.g_idx != nullptr ? m.g_idx[c] : c / m.group_size;
+    for (int64_t r = 0; r < m.rows; ++r) {
+      const auto word = static_cast<uint32_t>(m.qweight[(c / per_word) * m.rows + r]);
+      const auto q = static_cast<int32_t>((word >> ((c % per_word) * m.bits)) & mask);
+      const auto zword = static_cast<uint32_t>(m.qzeros[g * (m.rows / per_word) + r / per_word]);
+      const auto z = static_cast<int32_t>((zword >> ((r % per_word) * m.bits)) & mask);
+      const float scale = fp16_to_f32(m.scales[g * m.rows + r]);
+      out[r * m.cols + c] = scale * static_cast<float>(q - z - m.zero_offset);
+    }
+  }
+}
+
 namespace {
 
 // x quantized per 32 values, as integers and one scale per block.

@@ -8,11 +8,16 @@
 #include "common/dtype.h"
 #include "common/model_config.h"
 #include "kernels/attention_params.h"
+#include "kernels/device_math.h"
 
 namespace hearth::kernels::ref {
 
 // dst[n] = the n values of a row of `type` (n a multiple of the type's block size).
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+
+// out[r, c] = w[r, c] of a group-quantized (GPTQ-layout) matrix as float, read from its
+// packed words bit by bit ([rows, cols]; the format: dev::GroupQuantView).
+void dequantize_group_quant(const dev::GroupQuantView& m, float* out);
 
 // y[t, r] = sum_c W[r, c] * x[t, c] for r < rows, t < n_tokens.
 // w: [rows, cols] of `type`; x: [n_tokens, cols]; y: [n_tokens, rows].

@@ -1,0 +1,67 @@
+// Launch geometry of the CUDA kernels (kernels/cuda/*.cu): grid and block sizes and
+// shared memory, computed on the host from the op's shape, and the limits of the
+// architectures the build targets to check them against. Plain C++ with no CUDA
+// headers, built in every configuration, so the geometry is unit-tested on machines
+// without nvcc or a GPU (launch_test). The kernels loop over what a capped grid does
+// not cover, so every shape of any size gets a launch that fits.
+// Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace hearth::kernels::cuda {
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+struct LaunchShape {
+  Dim3 grid;
+  Dim3 block;
+  uint32_t shared_bytes = 0;  // dynamic shared memory per block
+};
+
+// What one architecture allows a launch (CUDA C++ Programming Guide, "Technical
+// Specifications per Compute Capability").
+struct DeviceLimits {
+  int32_t compute_capability = 0;      // major * 10 + minor
+  uint32_t max_threads_per_block = 0;
+  uint32_t max_block_x = 0, max_block_y = 0, max_block_z = 0;
+  uint32_t max_grid_x = 0, max_grid_y = 0, max_grid_z = 0;
+  uint32_t shared_per_block = 0;       // without opting in
+  uint32_t shared_per_block_optin = 0;
+};
+
+// The limits of compute capability `cc` (80, 86, 89, 90, ...); those of the nearest
+// lower one this table knows for a newer minor; compute_capability 0 for one below 8.0,
+// which the build does not target.
+DeviceLimits device_limits(int32_t cc);
+
+// Null when `shape` fits `limits` (every dimension positive and within bounds, shared
+// memory within the default per-block size), else what does not.
+const char* launch_misfit(const LaunchShape& shape, const DeviceLimits& limits);
+
+// The grids' caps: a kernel's grid-stride loops cover any remainder.
+inline constexpr uint32_t kMaxGridY = 65535;
+inline constexpr uint32_t kElementwiseBlock = 256;
+inline constexpr uint32_t kElementwiseMaxBlocks = 65535;
+inline constexpr uint32_t kRowBlock = 256;       // rms_norm: one block per row
+inline constexpr uint32_t kMatvecWarps = 4;      // matmul: one warp per output row
+inline constexpr uint32_t kAttentionBlock = 128;  // attention: one block per (token, head), keys a tile at a time
+inline constexpr int32_t kAttentionMaxHeadDim = 256;
+
+// n independent elements, grid-stride.
+LaunchShape elementwise_launch(int64_t n);
+// One block per row of [n_rows, dim] (norms, embedding lookups, row gathers).
+LaunchShape rows_launch(int64_t n_rows);
+// y[n_tokens, rows]: a warp per output row, blocks of kMatvecWarps rows, grid.y over
+// tokens (capped at kMaxGridY).
+LaunchShape matvec_launch(int64_t rows, int64_t n_tokens);
+// The activations of a Q8_0/Q4_0 product quantized a block of 32 per warp.
+LaunchShape act_quant_launch(int64_t n_tokens, int64_t cols);
+// Attention of a step: grid (n_tokens, n_heads), shared memory for the query, a tile of
+// scores and the block reduction.
+LaunchShape attention_launch(int64_t n_tokens, int32_t n_heads, int32_t head_dim);
+uint32_t attention_shared_bytes(int32_t head_dim);
+
+}  // namespace hearth::kernels::cuda

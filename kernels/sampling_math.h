@@ -1,0 +1,43 @@
+// The sampler's arithmetic, shared by the CPU sampler (engine/sampler.cpp) and the
+// device sampling kernels: one definition of the seeded random stream, the penalties
+// and the draw, so a seed gives the same token on either side. HEARTH_HD functions over
+// plain values; header-only, pure; C++17.
+#pragma once
+
+#include <cstdint>
+
+#include "common/hd.h"
+
+namespace hearth::kernels::dev {
+
+// The n-th value in [0, 1) of the splitmix64 stream that starts at `seed`, computed
+// directly (a sequence resumed after a restart continues its stream).
+HEARTH_HD double sampling_uniform_at(uint64_t seed, uint64_t n) {
+  uint64_t z = seed + n * 0x9E3779B97F4A7C15ull + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<double>(z >> 11) * 0x1.0p-53;
+}
+
+// A logit after the repetition penalty (when the id is in prompt or output: `seen`),
+// then the presence and frequency penalties (over its `count` in the output).
+HEARTH_HD float sampling_penalize(float logit, bool seen, int32_t count, float repetition, float presence,
+                                  float frequency) {
+  if (repetition != 1.0f && seen) logit = logit > 0.0f ? logit / repetition : logit * repetition;
+  if (count > 0) logit -= presence + frequency * static_cast<float>(count);
+  return logit;
+}
+
+// The candidates' order: higher logit first, lower id on ties.
+HEARTH_HD bool sampling_before(float logit_a, int32_t id_a, float logit_b, int32_t id_b) {
+  return logit_a > logit_b || (logit_a == logit_b && id_a < id_b);
+}
+
+// Whether min-p keeps a candidate of scaled logit `logit` when the top one's is `max`:
+// its probability is at least min_p times the top's. `log_min_p` = log(min_p).
+HEARTH_HD bool sampling_min_p_keeps(float logit, float max, double log_min_p) {
+  return static_cast<double>(logit - max) >= log_min_p;
+}
+
+}  // namespace hearth::kernels::dev

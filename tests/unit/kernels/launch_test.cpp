@@ -1,0 +1,90 @@
+// The CUDA kernels' launch geometry (kernels/cuda/launch.h) against the limits of the
+// architectures the build targets, on ragged and extreme shapes: every launch fits, and
+// with the kernels' grid-stride loops covers its work.
+#include "kernels/cuda/launch.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace hearth::kernels::cuda {
+namespace {
+
+const std::vector<int32_t> kTargets = {80, 86, 89, 90};
+const std::vector<int64_t> kSizes = {1, 2, 31, 32, 33, 255, 256, 257, 4095, 65535, 65536, 1 << 20, int64_t{1} << 33};
+
+void expect_fits(const LaunchShape& s, const char* what, int64_t size) {
+  for (int32_t cc : kTargets) {
+    const char* misfit = launch_misfit(s, device_limits(cc));
+    EXPECT_EQ(misfit, nullptr) << what << " of " << size << " on sm_" << cc << ": " << misfit;
+  }
+}
+
+TEST(LaunchTest, LimitsOfTheTargetedArchitectures) {
+  EXPECT_EQ(device_limits(90).shared_per_block_optin, 227u << 10);
+  EXPECT_EQ(device_limits(80).shared_per_block_optin, 163u << 10);
+  EXPECT_EQ(device_limits(86).shared_per_block_optin, 99u << 10);
+  for (int32_t cc : kTargets) {
+    const DeviceLimits l = device_limits(cc);
+    EXPECT_EQ(l.compute_capability, cc);
+    EXPECT_EQ(l.max_threads_per_block, 1024u);
+    EXPECT_EQ(l.max_grid_y, 65535u);
+    EXPECT_EQ(l.shared_per_block, 48u << 10);
+  }
+  EXPECT_EQ(device_limits(75).compute_capability, 0) << "below sm_80: not a target";
+  EXPECT_NE(launch_misfit(elementwise_launch(1), device_limits(75)), nullptr);
+}
+
+TEST(LaunchTest, MisfitsAreNamed) {
+  const DeviceLimits l = device_limits(90);
+  LaunchShape s;
+  s.block.x = 2048;
+  EXPECT_STREQ(launch_misfit(s, l), "a block too large");
+  s.block.x = 512;
+  s.block.y = 4;
+  EXPECT_STREQ(launch_misfit(s, l), "too many threads per block");
+  s.block.y = 1;
+  s.grid.y = 70000;
+  EXPECT_STREQ(launch_misfit(s, l), "a grid too large");
+  s.grid.y = 1;
+  s.shared_bytes = 49u << 10;
+  EXPECT_NE(launch_misfit(s, l), nullptr);
+  s.shared_bytes = 0;
+  s.grid.x = 0;
+  EXPECT_STREQ(launch_misfit(s, l), "an empty grid");
+}
+
+TEST(LaunchTest, EveryShapeGetsALaunchThatFits) {
+  for (int64_t n : kSizes) {
+    expect_fits(elementwise_launch(n), "elementwise", n);
+    expect_fits(rows_launch(n), "rows", n);
+    const LaunchShape e = elementwise_launch(n);
+    EXPECT_GE(static_cast<int64_t>(e.grid.x) * e.block.x, std::min<int64_t>(n, int64_t{kElementwiseMaxBlocks} * kElementwiseBlock));
+    for (int64_t tokens : {int64_t{1}, int64_t{7}, int64_t{512}, int64_t{70000}}) {
+      const LaunchShape m = matvec_launch(n, tokens);
+      expect_fits(m, "matvec", n);
+      EXPECT_EQ(m.block.x, 32 * kMatvecWarps);
+      EXPECT_GE(static_cast<int64_t>(m.grid.x) * kMatvecWarps, std::min<int64_t>(n, 0x7fffffffLL)) << "a warp per row";
+      EXPECT_EQ(m.grid.y, static_cast<uint32_t>(std::min<int64_t>(tokens, kMaxGridY)));
+      expect_fits(act_quant_launch(tokens, 32 * (n % 4096 + 1)), "act_quant", n);
+    }
+  }
+}
+
+TEST(LaunchTest, AttentionFitsEveryHeadDimWithoutOptingIn) {
+  for (int32_t head_dim = 2; head_dim <= kAttentionMaxHeadDim; head_dim += 2) {
+    for (int32_t heads : {1, 7, 32, 128, 70000}) {
+      const LaunchShape s = attention_launch(4097, heads, head_dim);
+      expect_fits(s, "attention", head_dim);
+      EXPECT_EQ(s.block.x, kAttentionBlock);
+      EXPECT_EQ(s.shared_bytes, attention_shared_bytes(head_dim));
+      EXPECT_GE(s.shared_bytes, (head_dim + kAttentionBlock) * sizeof(float)) << "q and a tile of scores";
+    }
+  }
+  EXPECT_EQ(kAttentionBlock % 32, 0u) << "block reductions need whole warps";
+  EXPECT_EQ(kRowBlock % 32, 0u);
+}
+
+}  // namespace
+}  // namespace hearth::kernels::cuda
