@@ -349,16 +349,4 @@ std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(options);
 }
 
-Status backend_check_name(std::string_view name) {
-  if (name == "cpu" || name == "cpu-reference") return Status::ok();
-  return make_error(ErrorCode::kUnsupported, "no backend \"{}\" in this build: it has cpu and cpu-reference", name);
-}
-
-Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const CpuBackendOptions& cpu) {
-  HEARTH_RETURN_IF_ERROR(backend_check_name(name));
-  CpuBackendOptions o = cpu;
-  o.use_reference = name == "cpu-reference";
-  return make_cpu_backend(o);
-}
-
 }  // namespace hearth

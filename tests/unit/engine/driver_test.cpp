@@ -1,4 +1,5 @@
 // The Driver: the one generation loop, shared by the engine and `hearth generate`.
+#include "engine/cuda_backend.h"
 #include "engine/driver.h"
 
 #include <gtest/gtest.h>
@@ -154,9 +155,23 @@ TEST(BindWeightsTest, ALayoutTheBackendCannotReadIsRefusedNamingTheLoaderFlag) {
   auto reference = make_backend("cpu-reference");
   ASSERT_TRUE(reference.is_ok());
   EXPECT_EQ((*reference)->name(), "cpu-reference");
+  EXPECT_EQ(make_backend("cuda:x").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(make_backend("cuda:").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(make_backend("tpu").status().code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(cuda_device_from_name("cuda:3").value(), 3);
+  EXPECT_EQ(cuda_device_from_name("cuda").value(), 0);
+  EXPECT_FALSE(cuda_device_from_name("cuda:-1").is_ok());
   const auto cuda = make_backend("cuda");
+#if HEARTH_HAVE_CUDA
+  // Built with the CUDA backend: a device, or a clear "none visible".
+  if (!cuda.is_ok()) {
+    EXPECT_EQ(cuda.status().code(), ErrorCode::kUnavailable) << cuda.status().message();
+    EXPECT_NE(cuda.status().message().find("no CUDA device"), std::string::npos) << cuda.status().message();
+  }
+#else
   EXPECT_EQ(cuda.status().code(), ErrorCode::kUnsupported);
-  EXPECT_NE(cuda.status().message().find("cpu-reference"), std::string::npos) << cuda.status().message();
+  EXPECT_NE(cuda.status().message().find("-DHEARTH_CUDA=ON"), std::string::npos) << cuda.status().message();
+#endif
 }
 
 }  // namespace

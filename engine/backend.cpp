@@ -1,0 +1,49 @@
+// make_backend: the engine's one place to choose a device kind.
+#include <charconv>
+
+#include "engine/backend.h"
+#include "engine/cuda_backend.h"
+
+namespace hearth {
+
+Result<int> cuda_device_from_name(std::string_view name) {
+  if (name == "cuda") return 0;
+  int device = -1;
+  const std::string_view digits = name.substr(std::min<size_t>(name.size(), 5));
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), device);
+  if (name.substr(0, 5) != "cuda:" || digits.empty() || ec != std::errc() || end != digits.data() + digits.size() ||
+      device < 0 || device > 1023) {
+    return make_error(ErrorCode::kInvalidArgument, "\"{}\" is not a CUDA device: use cuda or cuda:N", name);
+  }
+  return device;
+}
+
+Status backend_check_name(std::string_view name) {
+  if (name == "cpu" || name == "cpu-reference") return Status::ok();
+#if HEARTH_HAVE_CUDA
+  if (name.substr(0, 4) == "cuda") return cuda_device_from_name(name).status();
+  return make_error(ErrorCode::kUnsupported, "no backend \"{}\" in this build: it has cpu, cpu-reference and cuda[:N]",
+                    name);
+#else
+  if (name.substr(0, 4) == "cuda") {
+    return make_error(ErrorCode::kUnsupported, "this build has no CUDA backend (nvcc was not found when it was "
+                      "configured; rebuild with -DHEARTH_CUDA=ON): it has cpu and cpu-reference");
+  }
+  return make_error(ErrorCode::kUnsupported, "no backend \"{}\" in this build: it has cpu and cpu-reference", name);
+#endif
+}
+
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const CpuBackendOptions& cpu) {
+  HEARTH_RETURN_IF_ERROR(backend_check_name(name));
+#if HEARTH_HAVE_CUDA
+  if (name.substr(0, 4) == "cuda") {
+    HEARTH_ASSIGN_OR_RETURN(const int device, cuda_device_from_name(name));
+    return make_cuda_backend(device);
+  }
+#endif
+  CpuBackendOptions o = cpu;
+  o.use_reference = name == "cpu-reference";
+  return make_cpu_backend(o);
+}
+
+}  // namespace hearth

@@ -1,0 +1,328 @@
+// The CUDA backend: device memory from cudaMalloc, one stream every op and collective
+// runs on in order, kernels/cuda for the ops and cuBLASLt for F16/BF16 products over
+// several tokens. Correct first: the kernels are the simple ones of kernels/cuda/ops.h,
+// and every op is tested against the CPU backend (tests/unit/cuda/cuda_backend_test.cpp).
+// An op that fails on the device aborts the process (HEARTH_CHECK): its inputs were
+// validated before the step, so a failure is a broken device or a bug, and the engine's
+// supervisor restarts the rank, whose group re-forms and resumes its requests.
+#include "engine/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "engine/cuda_handles.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/ops.h"
+
+namespace hearth {
+namespace {
+
+constexpr size_t kWeightAlignment = 256;
+constexpr int64_t kCublasMinTokens = 8;  // fewer tokens: the matvec kernel reads the weights once either way
+constexpr size_t kCublasWorkspace = 32u << 20;
+
+size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+void check_cuda(cudaError_t e, const char* what) {
+  HEARTH_CHECK(e == cudaSuccess) << "CUDA " << what << " failed: " << cuda_error_text(e)
+                                 << (cuda_error_is_sticky(e) ? " (the device context is lost; the rank exits)" : "");
+}
+
+class DeviceWeights final : public BoundWeights {
+ public:
+  DeviceWeights(DeviceBuffer slab, std::vector<TensorView> views) : slab_(std::move(slab)), views_(std::move(views)) {}
+  std::span<const TensorView> tensors() const override { return views_; }
+
+ private:
+  DeviceBuffer slab_;
+  std::vector<TensorView> views_;
+};
+
+// RAII for the cuBLASLt descriptors of one product.
+struct LtDescriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~LtDescriptors() {
+    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
+    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+class CudaBackend final : public Backend {
+ public:
+  static Result<std::unique_ptr<Backend>> create(int device) {
+    const int count = kernels::cuda::device_count();
+    if (count == 0) {
+      return make_error(ErrorCode::kUnavailable, "no CUDA device is visible to this process (check the driver, "
+                        "nvidia-smi and CUDA_VISIBLE_DEVICES)");
+    }
+    if (device < 0 || device >= count) {
+      return make_error(ErrorCode::kInvalidArgument, "CUDA device {} does not exist: this machine has {} (0..{})",
+                        device, count, count - 1);
+    }
+    if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+      return cuda_status(e, fmt::format("cannot use CUDA device {}", device));
+    }
+    std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+    HEARTH_ASSIGN_OR_RETURN(b->stream_, cuda_stream_create());
+    HEARTH_ASSIGN_OR_RETURN(b->uploaded_, cuda_event_create());
+    HEARTH_ASSIGN_OR_RETURN(b->lt_, cublaslt_create());
+    HEARTH_ASSIGN_OR_RETURN(b->workspace_, DeviceBuffer::device(kCublasWorkspace, "the cuBLASLt workspace"));
+    return std::unique_ptr<Backend>(std::move(b));
+  }
+
+  DeviceQueue queue() const override { return {stream_.get()}; }
+  std::string_view name() const override { return name_; }
+
+  bool supports(BackendOp op, DType type) const override {
+    if (op == BackendOp::kMatmul || op == BackendOp::kEmbedding) return dtype_row_group(type) == 1;
+    return true;
+  }
+
+  Result<std::unique_ptr<BoundWeights>> bind_weights(std::span<const TensorView> tensors,
+                                                     std::string_view layout) override {
+    if (layout != kLayoutPlain) {
+      return make_error(ErrorCode::kUnsupported,
+                        "the {} backend cannot read weights laid out as \"{}\" (the CPU kernels' interleaved rows); "
+                        "start hearth-loader with --layout plain", name_, layout);
+    }
+    size_t total = 0;
+    for (const TensorView& t : tensors) {
+      if (dtype_row_group(t.dtype) > 1) {
+        return make_error(ErrorCode::kFormat, "tensor {} is {}, which a plain layout never holds", t.name,
+                          dtype_name(t.dtype));
+      }
+      total = align_up(total, kWeightAlignment) + t.bytes;
+    }
+    HEARTH_ASSIGN_OR_RETURN(DeviceBuffer slab, DeviceBuffer::device(total, "the model's weights"));
+    std::vector<TensorView> views(tensors.begin(), tensors.end());
+    size_t offset = 0;
+    for (TensorView& v : views) {
+      offset = align_up(offset, kWeightAlignment);
+      auto* dst = static_cast<std::byte*>(slab.data()) + offset;
+      if (const cudaError_t e = cudaMemcpyAsync(dst, v.data, v.bytes, cudaMemcpyHostToDevice, stream_.get());
+          e != cudaSuccess) {
+        return cuda_status(e, fmt::format("copying {} to {}", v.name, name_));
+      }
+      v.data = dst;
+      offset += v.bytes;
+    }
+    if (const cudaError_t e = cudaStreamSynchronize(stream_.get()); e != cudaSuccess) {
+      return cuda_status(e, fmt::format("copying the weights to {}", name_));
+    }
+    HEARTH_LOG_INFO("{}: {} tensors, {} MiB of weights in device memory", name_, views.size(), total >> 20);
+    return std::unique_ptr<BoundWeights>(new DeviceWeights(std::move(slab), std::move(views)));
+  }
+
+  // The step's arrays packed into pinned memory and copied in one transfer. The pinned
+  // buffer is rewritten only after the previous step's copy has completed.
+  StepInput upload(const ModelInput& in) override {
+    const std::span<const int32_t> parts[] = {in.tokens, in.positions, in.slots, in.query_start,
+                                              in.page_start, in.pages, in.logit_rows};
+    size_t offsets[std::size(parts)];
+    size_t bytes = 0;
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      offsets[i] = bytes;
+      bytes = align_up(bytes + parts[i].size_bytes(), 16);
+    }
+    check_cuda(cudaEventSynchronize(uploaded_.get()), "waiting for the previous step's upload");
+    if (bytes > staging_host_.bytes()) {
+      check_cuda(cudaStreamSynchronize(stream_.get()), "draining the stream before growing the step buffers");
+      const size_t want = std::max(bytes, 2 * staging_host_.bytes());
+      auto host = DeviceBuffer::pinned_host(want, "the step input");
+      auto dev = DeviceBuffer::device(want, "the step input");
+      HEARTH_CHECK(host.is_ok() && dev.is_ok()) << "cannot grow the step input buffers to " << want << " bytes";
+      staging_host_ = std::move(host).value();
+      staging_dev_ = std::move(dev).value();
+    }
+    auto* host = static_cast<std::byte*>(staging_host_.data());
+    for (size_t i = 0; i < std::size(parts); ++i) {
+      if (!parts[i].empty()) std::memcpy(host + offsets[i], parts[i].data(), parts[i].size_bytes());
+    }
+    check_cuda(cudaMemcpyAsync(staging_dev_.data(), host, bytes, cudaMemcpyHostToDevice, stream_.get()),
+               "uploading the step input");
+    check_cuda(cudaEventRecord(uploaded_.get(), stream_.get()), "recording the upload");
+    const auto* dev = static_cast<const std::byte*>(staging_dev_.data());
+    auto at = [&](size_t i) { return reinterpret_cast<const int32_t*>(dev + offsets[i]); };
+    return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), in.n_tokens(), in.n_seqs(),
+            static_cast<int32_t>(in.logit_rows.size()), in.block_size, &in};
+  }
+
+  Result<BackendBuffer> alloc(size_t bytes) override {
+    void* p = nullptr;
+    if (bytes == 0) return BackendBuffer();
+    if (const cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      return make_error(ErrorCode::kResourceExhausted, "CUDA out of memory on {}: {} MiB asked, {} MiB of {} MiB free",
+                        name_, bytes >> 20, free >> 20, total >> 20);
+    }
+    if (const cudaError_t e = cudaMemsetAsync(p, 0, bytes, stream_.get()); e != cudaSuccess) {
+      cudaFree(p);
+      return cuda_status(e, "zeroing device memory");
+    }
+    return BackendBuffer(p, bytes, [](void* q, size_t) noexcept { cudaFree(q); });
+  }
+
+  void write(const BackendBuffer& dst, size_t offset, const void* src, size_t bytes) override {
+    check_cuda(cudaMemcpyAsync(static_cast<std::byte*>(dst.data()) + offset, src, bytes, cudaMemcpyHostToDevice,
+                               stream_.get()),
+               "copying to the device");
+    check_cuda(cudaStreamSynchronize(stream_.get()), "copying to the device");
+  }
+
+  void read(const BackendBuffer& src, size_t offset, void* dst, size_t bytes) override {
+    check_cuda(cudaMemcpyAsync(dst, static_cast<const std::byte*>(src.data()) + offset, bytes, cudaMemcpyDeviceToHost,
+                               stream_.get()),
+               "copying from the device");
+    check_cuda(cudaStreamSynchronize(stream_.get()), "the step");
+  }
+
+  void embedding(const TensorView& table, const TokenId* ids, int64_t n, float* out) override {
+    check_cuda(kernels::cuda::embedding(table.dtype, table.data, table.cols(), ids, n, out, stream_.get()),
+               "embedding");
+  }
+
+  void matmul(const TensorView& w, const float* x, int64_t n, float* y) override {
+    if ((w.dtype == DType::kF16 || w.dtype == DType::kBF16) && n >= kCublasMinTokens &&
+        lt_matmul(w, x, n, y)) {
+      return;
+    }
+    kernels::cuda::MatmulParams p{.type = w.dtype, .w = w.data, .rows = w.rows(), .cols = w.cols(), .x = x,
+                                  .n_tokens = n, .y = y};
+    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(w.dtype, n, w.cols());
+    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations");
+    check_cuda(kernels::cuda::matmul(p, stream_.get()), "matmul");
+  }
+
+  void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
+    check_cuda(kernels::cuda::rms_norm(x, weight, n, dim, eps, out, stream_.get()), "rms_norm");
+  }
+
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
+            RopeStyle style) override {
+    check_cuda(kernels::cuda::rope(x, n, n_heads, head_dim, positions, inv_freq, style == RopeStyle::kInterleaved,
+                                   stream_.get()),
+               "rope");
+  }
+
+  void kv_store(const KvStoreParams& p) override {
+    const kernels::KvStoreParams k{p.k,          p.v,         p.k_cache,          p.v_cache, p.step->slots,
+                                   p.step->n_tokens, p.n_kv_heads, p.head_dim, p.step->block_size, p.dtype};
+    check_cuda(kernels::cuda::kv_store(k, stream_.get()), "kv_store");
+  }
+
+  void attention(const AttentionBatch& b) override {
+    const StepInput& st = *b.step;
+    const kernels::cuda::AttentionStepParams p{
+        .q = b.q, .out = b.out, .k_cache = b.k_cache, .v_cache = b.v_cache, .positions = st.positions,
+        .query_start = st.query_start, .page_start = st.page_start, .pages = st.pages, .n_tokens = st.n_tokens,
+        .n_seqs = st.n_seqs, .block_size = st.block_size, .n_heads = b.n_heads, .n_kv_heads = b.n_kv_heads,
+        .head_dim = b.head_dim, .scale = b.scale, .sliding_window = b.sliding_window, .kv_dtype = b.dtype};
+    check_cuda(kernels::cuda::attention(p, stream_.get()), "attention");
+  }
+
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
+    check_cuda(kernels::cuda::swiglu(gate, up, n, out, stream_.get()), "swiglu");
+  }
+
+  void add(float* y, const float* x, int64_t n) override {
+    check_cuda(kernels::cuda::add(y, x, n, stream_.get()), "add");
+  }
+
+  void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                    float* out) override {
+    check_cuda(kernels::cuda::add_rms_norm(x, delta, weight, n, dim, eps, out, stream_.get()), "add_rms_norm");
+  }
+
+  void add_bias(float* x, const float* bias, int64_t n, int64_t dim) override {
+    check_cuda(kernels::cuda::add_bias(x, bias, n, dim, stream_.get()), "add_bias");
+  }
+
+  void gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) override {
+    check_cuda(kernels::cuda::gather_rows(x, rows, n, dim, out, stream_.get()), "gather_rows");
+  }
+
+ private:
+  explicit CudaBackend(int device) : device_(device), name_(fmt::format("cuda:{}", device)) {}
+
+  // A scratch buffer of at least `bytes`, grown (after draining the stream, which may
+  // still read the old one) when a larger product comes; null for 0 bytes.
+  void* scratch(DeviceBuffer& buf, size_t bytes, const char* what) {
+    if (bytes == 0) return nullptr;
+    if (bytes > buf.bytes()) {
+      check_cuda(cudaStreamSynchronize(stream_.get()), "draining the stream before growing a scratch buffer");
+      auto grown = DeviceBuffer::device(std::max(bytes, 2 * buf.bytes()), what);
+      HEARTH_CHECK(grown.is_ok()) << grown.status().to_string();
+      buf = std::move(grown).value();
+    }
+    return buf.data();
+  }
+
+  // y = x w^T through cuBLASLt, the activations rounded to w's 16-bit type first; false
+  // when cuBLASLt has no algorithm for the shape (the kernel runs it instead).
+  bool lt_matmul(const TensorView& w, const float* x, int64_t n, float* y) {
+    const int64_t rows = w.rows(), cols = w.cols();
+    void* x16 = scratch(act16_, static_cast<size_t>(n * cols) * 2, "16-bit activations");
+    check_cuda(kernels::cuda::convert_activations(x, n * cols, w.dtype, x16, stream_.get()), "converting activations");
+    const cudaDataType_t ab = w.dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+    LtDescriptors d;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const size_t ws = workspace_.bytes();
+    // Column-major: A is w as [cols, rows] (ld cols), transposed; B is x as [cols, n];
+    // D is y as [rows, n] (ld rows), which is y's row-major [n, rows].
+    bool ok = cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&d.a, ab, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), cols) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&d.b, ab, static_cast<uint64_t>(cols), static_cast<uint64_t>(n), cols) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, static_cast<uint64_t>(rows), static_cast<uint64_t>(n),
+                                         rows) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceCreate(&d.pref) == CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                   sizeof ws) == CUBLAS_STATUS_SUCCESS;
+    if (!ok) return false;
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(lt_.get(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found) !=
+            CUBLAS_STATUS_SUCCESS ||
+        found == 0) {
+      return false;
+    }
+    const float alpha = 1.0f, beta = 0.0f;
+    const cublasStatus_t s = cublasLtMatmul(lt_.get(), d.op, &alpha, w.data, d.a, x16, d.b, &beta, y, d.c, y, d.c,
+                                            &heuristic.algo, workspace_.data(), ws, stream_.get());
+    HEARTH_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cublasLtMatmul failed with status " << static_cast<int>(s) << " on "
+                                             << w.name;
+    return true;
+  }
+
+  int device_;
+  std::string name_;
+  CudaStream stream_;
+  CudaEvent uploaded_;
+  CublasLtHandle lt_;
+  DeviceBuffer workspace_;
+  DeviceBuffer staging_host_, staging_dev_;
+  DeviceBuffer scratch_, act16_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) { return CudaBackend::create(device); }
+
+}  // namespace hearth

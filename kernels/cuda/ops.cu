@@ -1,0 +1,217 @@
+// Elementwise and per-row kernels: embedding, norms, RoPE, SwiGLU, adds, row gathers,
+// the KV store. Every value is a device_math.h function of its inputs.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/reduce.cuh"
+#include "kernels/device_math.h"
+
+namespace hearth::kernels::cuda {
+namespace {
+
+dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
+
+__global__ void embedding_kernel(DType type, const std::byte* table, int64_t row_bytes, int64_t dim,
+                                 const int32_t* ids, int64_t n, float* out) {
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const std::byte* row = table + static_cast<int64_t>(ids[t]) * row_bytes;
+    for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+      float v;
+      if (type == DType::kQ8_0) {
+        v = dev::q8_0_value(reinterpret_cast<const BlockQ8_0*>(row)[c / 32], static_cast<int>(c % 32));
+      } else if (type == DType::kQ4_0) {
+        v = dev::q4_0_value(reinterpret_cast<const BlockQ4_0*>(row)[c / 32], static_cast<int>(c % 32));
+      } else {
+        v = dev::float_row_value(type, row, c);
+      }
+      out[t * dim + c] = v;
+    }
+  }
+}
+
+// One block per row: the sum of squares reduced over the block, then the scaled row.
+// With `delta`, x += delta first (written back), the fused residual add.
+__global__ void rms_norm_kernel(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                                float* out) {
+  __shared__ float scratch[32];
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    float* xr = x + t * dim;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      float v = xr[i];
+      if (delta != nullptr) {
+        v += delta[t * dim + i];
+        xr[i] = v;
+      }
+      ss += v * v;
+    }
+    const float scale = dev::rms_inv(block_sum(ss, scratch), dim, eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[t * dim + i] = weight[i] * (scale * xr[i]);
+  }
+}
+
+__global__ void rope_kernel(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                            const float* inv_freq, bool interleaved) {
+  const int64_t half = head_dim / 2;
+  const int64_t total = n * n_heads * half;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t pair = i % half;
+    const int64_t head = i / half;  // t * n_heads + h
+    const int64_t t = head / n_heads;
+    int32_t a, b;
+    dev::rope_pair(static_cast<int32_t>(pair), static_cast<int32_t>(head_dim), interleaved, a, b);
+    float* v = x + head * head_dim;
+    dev::rope_rotate(v[a], v[b], positions[t], inv_freq[pair]);
+  }
+}
+
+__global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = dev::silu_mul(gate[i], up[i]);
+  }
+}
+
+// y[i] += x[i % period] (period n for add, dim for add_bias).
+__global__ void add_kernel(float* y, const float* x, int64_t n, int64_t period) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    y[i] += x[i % period];
+  }
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) {
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const float* src = x + static_cast<int64_t>(rows[t]) * dim;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) out[t * dim + i] = src[i];
+  }
+}
+
+__global__ void kv_store_kernel(KvStoreParams p) {
+  const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+  const int64_t total = p.n_tokens * kv_dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / kv_dim;
+    const auto h = static_cast<int32_t>((i % kv_dim) / p.head_dim);
+    const auto d = static_cast<int32_t>(i % p.head_dim);
+    const int64_t block = dev::kv_slot_block(p.slots[t], p.block_size);
+    const int32_t offset = dev::kv_slot_offset(p.slots[t], p.block_size);
+    dev::kv_element_store(p.k_cache, p.kv_dtype,
+                          kv_key_index(block, h, d, offset, p.n_kv_heads, p.head_dim, p.block_size), p.k[i]);
+    dev::kv_element_store(p.v_cache, p.kv_dtype,
+                          kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, p.block_size) + d, p.v[i]);
+  }
+}
+
+__global__ void convert_kernel(const float* x, int64_t n, bool bf16, uint16_t* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = bf16 ? f32_to_bf16(x[i]) : f32_to_fp16(x[i]);
+  }
+}
+
+bool is_row_readable(DType type) {
+  switch (type) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0: return true;
+    case DType::kQ8_0R16:
+    case DType::kQ4_0R16: return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+cudaError_t embedding(DType type, const void* table, int64_t dim, const int32_t* ids, int64_t n, float* out,
+                      cudaStream_t stream) {
+  if (!is_row_readable(type)) return cudaErrorNotSupported;
+  if (n <= 0) return cudaSuccess;
+  const int64_t elems = dtype_block_elems(type);
+  if (dim % elems != 0) return cudaErrorInvalidValue;
+  const int64_t row_bytes = dim / elems * dtype_block_bytes(type);
+  const LaunchShape s = rows_launch(n);
+  embedding_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(type, static_cast<const std::byte*>(table),
+                                                                    row_bytes, dim, ids, n, out);
+  return launched();
+}
+
+cudaError_t rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out,
+                     cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = rows_launch(n);
+  // x is only read when there is no delta.
+  rms_norm_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(const_cast<float*>(x), nullptr, weight, n, dim,
+                                                                     eps, out);
+  return launched();
+}
+
+cudaError_t add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                         float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = rows_launch(n);
+  rms_norm_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, delta, weight, n, dim, eps, out);
+  return launched();
+}
+
+cudaError_t rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                 const float* inv_freq, bool interleaved, cudaStream_t stream) {
+  if (head_dim % 2 != 0) return cudaErrorNotSupported;
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n * n_heads * (head_dim / 2));
+  rope_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, n, n_heads, head_dim, positions, inv_freq,
+                                                                 interleaved);
+  return launched();
+}
+
+cudaError_t swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n);
+  swiglu_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(gate, up, n, out);
+  return launched();
+}
+
+cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n);
+  add_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(y, x, n, n);
+  return launched();
+}
+
+cudaError_t add_bias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream) {
+  if (n <= 0 || dim <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n * dim);
+  add_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, bias, n * dim, dim);
+  return launched();
+}
+
+cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = rows_launch(n);
+  gather_rows_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, rows, n, dim, out);
+  return launched();
+}
+
+cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream) {
+  if (kv_dtype_bytes(p.kv_dtype) == 0) return cudaErrorNotSupported;
+  if (p.n_tokens <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(p.n_tokens * p.n_kv_heads * p.head_dim);
+  kv_store_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(p);
+  return launched();
+}
+
+cudaError_t convert_activations(const float* x, int64_t n, DType type, void* out, cudaStream_t stream) {
+  if (type != DType::kF16 && type != DType::kBF16) return cudaErrorNotSupported;
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n);
+  convert_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, n, type == DType::kBF16,
+                                                                    static_cast<uint16_t*>(out));
+  return launched();
+}
+
+}  // namespace hearth::kernels::cuda

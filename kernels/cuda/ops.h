@@ -1,0 +1,94 @@
+// The CUDA kernels of the Llama forward pass: raw device pointers and a params struct
+// in, an op enqueued on `stream` out, a cudaError_t back (cudaErrorNotSupported for a
+// dtype or shape a kernel does not handle, checked before anything is launched). Every
+// per-element computation is a kernels/device_math.h function, tested on the host; the
+// launch geometry is kernels/cuda/launch.h's. Correct, not tuned: one warp per output
+// row for matrix products, one block per (token, head) for attention.
+// No engine, Boost or spdlog headers (kernels/README.md). Thread-safe; the kernels keep
+// no state.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/attention_params.h"
+
+namespace hearth::kernels::cuda {
+
+// y[t, r] = sum_c w[r, c] * x[t, c]. w: [rows, cols] of `type` (F32, F16, BF16, Q8_0,
+// Q4_0; the CPU's row-interleaved layouts are refused); x: [n_tokens, cols];
+// y: [n_tokens, rows]. Q8_0/Q4_0 quantize x per 32 values into `scratch` first
+// (matmul_scratch_bytes), as reference::matmul defines the product.
+struct MatmulParams {
+  DType type = DType::kF32;
+  const void* w = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const float* x = nullptr;
+  int64_t n_tokens = 0;
+  float* y = nullptr;
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+// Scratch a matmul of `type` over [n_tokens, cols] activations needs (0 for float types).
+size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols);
+cudaError_t matmul(const MatmulParams& p, cudaStream_t stream);
+
+// out[t] = table[ids[t]] as float. table: [vocab, dim] of `type` (not row-interleaved).
+cudaError_t embedding(DType type, const void* table, int64_t dim, const int32_t* ids, int64_t n, float* out,
+                      cudaStream_t stream);
+
+// out = x / rms(x) * weight per row ([n, dim]; out may be x).
+cudaError_t rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out,
+                     cudaStream_t stream);
+// x += delta, then out = rms_norm(x) * weight ([n, dim]; out may be delta).
+cudaError_t add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                         float* out, cudaStream_t stream);
+
+// x: [n, n_heads, head_dim] rotated in place by positions[t] * inv_freq[i] ([head_dim / 2]).
+cudaError_t rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
+                 const float* inv_freq, bool interleaved, cudaStream_t stream);
+
+// out = silu(gate) * up; y += x; x[t] += bias ([n, dim]); out[i] = x[rows[i]] ([n, dim]).
+cudaError_t swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);
+cudaError_t add_bias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
+cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out, cudaStream_t stream);
+
+// Token t's K and V rows to cache slot p.slots[t], converted to p.kv_dtype (the
+// reference's kv_store, bit for bit).
+cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream);
+
+// Causal attention of every sequence of a step over the paged cache: the queries of
+// sequence s are rows [query_start[s], query_start[s + 1]) of q, its blocks
+// pages[page_start[s]..]; all arrays in device memory.
+struct AttentionStepParams {
+  const float* q = nullptr;          // [n_tokens, n_heads, head_dim]
+  float* out = nullptr;              // [n_tokens, n_heads, head_dim]
+  const void* k_cache = nullptr;     // [n_blocks, n_kv_heads, head_dim, block_size] of kv_dtype
+  const void* v_cache = nullptr;     // [n_blocks, n_kv_heads, block_size, head_dim] of kv_dtype
+  const int32_t* positions = nullptr;    // [n_tokens]
+  const int32_t* query_start = nullptr;  // [n_seqs + 1]
+  const int32_t* page_start = nullptr;   // [n_seqs + 1]
+  const int32_t* pages = nullptr;
+  int32_t n_tokens = 0;
+  int32_t n_seqs = 0;
+  int32_t block_size = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;              // at most kAttentionMaxHeadDim
+  float scale = 1.0f;
+  int32_t sliding_window = 0;
+  KvDType kv_dtype = KvDType::kF32;
+};
+cudaError_t attention(const AttentionStepParams& p, cudaStream_t stream);
+
+// Float activations to fp16 or bf16 (`type`), rounded to nearest even, for the cuBLASLt
+// products.
+cudaError_t convert_activations(const float* x, int64_t n, DType type, void* out, cudaStream_t stream);
+
+}  // namespace hearth::kernels::cuda

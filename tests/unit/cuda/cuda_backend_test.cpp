@@ -1,0 +1,362 @@
+// Every op of the CUDA backend against the CPU backend, on random inputs (fresh each
+// run; the seed is printed), ragged shapes and outputs poisoned with NaN beforehand, each
+// with its own tolerance; then the stories260K model's ground truth on the device. Built
+// whenever nvcc is found; every test skips, saying so, on a machine without a CUDA
+// device (bench/device_check.sh runs them on one).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "common/half.h"
+#include "engine/backend.h"
+#include "engine/generate.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/cuda/device_info.h"
+#include "loader/model.h"
+#include "loader/quantize.h"
+#include "tests/test_util.h"
+
+namespace hearth {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_floats(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (kernels::cuda::device_count() == 0) {
+      GTEST_SKIP() << "no CUDA device on this machine: the CUDA backend's op tests need one "
+                      "(bench/device_check.sh runs them where there is)";
+    }
+    auto b = make_backend("cuda");
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    gpu_ = std::move(b).value();
+    cpu_ = make_cpu_backend({.threads = 1});
+    const uint32_t seed = std::random_device{}();
+    std::printf("seed %u\n", seed);
+    rng_.seed(seed);
+  }
+
+  // A buffer of `be` holding `host` (floats or ints).
+  template <typename T>
+  BackendBuffer upload(Backend& be, const std::vector<T>& host) {
+    auto buf = be.alloc(host.size() * sizeof(T));
+    EXPECT_TRUE(buf.is_ok()) << buf.status().to_string();
+    be.write(buf.value(), 0, host.data(), host.size() * sizeof(T));
+    return std::move(buf).value();
+  }
+  // A buffer of n floats, every one NaN: an op that leaves an output unwritten shows.
+  BackendBuffer poisoned(Backend& be, size_t n) { return upload(be, std::vector<float>(n, kNaN)); }
+  template <typename T = float>
+  std::vector<T> download(Backend& be, const BackendBuffer& buf, size_t n) {
+    std::vector<T> out(n);
+    be.read(buf, 0, out.data(), n * sizeof(T));
+    return out;
+  }
+
+  static void expect_near(const std::vector<float>& got, const std::vector<float>& want, float tol,
+                          const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_FALSE(std::isnan(got[i])) << what << ": element " << i << " was not written";
+      ASSERT_NEAR(got[i], want[i], tol * (1.0f + std::fabs(want[i]))) << what << ": element " << i;
+    }
+  }
+
+  std::unique_ptr<Backend> gpu_, cpu_;
+  std::mt19937 rng_;
+};
+
+// Bytes of a [rows, cols] matrix of `type` made from random values.
+std::vector<std::byte> encode_matrix(DType type, const std::vector<float>& x) {
+  if (type == DType::kF32) {
+    std::vector<std::byte> out(x.size() * 4);
+    std::memcpy(out.data(), x.data(), out.size());
+    return out;
+  }
+  if (type == DType::kF16 || type == DType::kBF16) {
+    std::vector<std::byte> out(x.size() * 2);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t h = type == DType::kF16 ? f32_to_fp16(x[i]) : f32_to_bf16(x[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+    return out;
+  }
+  return quantize(type, x);
+}
+
+TensorView matrix_view(const std::vector<std::byte>& bytes, DType type, int64_t rows, int64_t cols) {
+  TensorView t;
+  t.name = "w";
+  t.dtype = type;
+  t.n_dims = 2;
+  t.shape = {rows, cols, 0, 0};
+  t.data = bytes.data();
+  t.bytes = bytes.size();
+  return t;
+}
+
+TEST_F(CudaBackendTest, MatmulOfEveryWeightTypeMatchesTheCpu) {
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+  for (DType type : types) {
+    for (int64_t n : {1, 3, 9, 33}) {  // 9 and 33 take cuBLASLt for 16-bit weights
+      const int64_t rows = 1 + static_cast<int64_t>(rng_() % 300), cols = 32 * (1 + static_cast<int64_t>(rng_() % 40));
+      const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
+      const TensorView host = matrix_view(bytes, type, rows, cols);
+      auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
+      ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+      const TensorView& dev = (*bound)->tensors()[0];
+      const auto x = random_floats(static_cast<size_t>(n * cols), rng_, 2.0f);
+      std::vector<float> want(static_cast<size_t>(n * rows));
+      cpu_->matmul(host, x.data(), n, want.data());
+      const BackendBuffer xd = upload(*gpu_, x);
+      const BackendBuffer yd = poisoned(*gpu_, want.size());
+      gpu_->matmul(dev, xd.f32(), n, yd.f32());
+      // 16-bit weights over 8 or more tokens round the activations to the weights' type
+      // for cuBLASLt: the tolerance is that rounding's, relative to the row's magnitude.
+      const bool rounded = (type == DType::kF16 || type == DType::kBF16) && n >= 8;
+      const float tol = rounded ? (type == DType::kF16 ? 2e-3f : 1.6e-2f) * std::sqrt(static_cast<float>(cols)) : 1e-4f;
+      expect_near(download(*gpu_, yd, want.size()), want, tol,
+                  fmt::format("{} [{}, {}] x {} tokens", dtype_name(type), rows, cols, n));
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, TheCpuInterleavedLayoutIsRefusedNamingTheFlag) {
+  const auto bound = gpu_->bind_weights({}, kLayoutCpuR16);
+  EXPECT_EQ(bound.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(bound.status().message().find("--layout plain"), std::string::npos) << bound.status().message();
+  EXPECT_FALSE(gpu_->supports(BackendOp::kMatmul, DType::kQ4_0R16));
+  EXPECT_TRUE(gpu_->supports(BackendOp::kMatmul, DType::kQ4_0));
+}
+
+TEST_F(CudaBackendTest, EmbeddingOfEveryTypeMatchesTheCpu) {
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t vocab = 50, dim = 96;
+    const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(vocab * dim), rng_));
+    const TensorView host = matrix_view(bytes, type, vocab, dim);
+    auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
+    ASSERT_TRUE(bound.is_ok());
+    const std::vector<TokenId> ids = {0, 49, 7, 7, 23};
+    std::vector<float> want(ids.size() * dim);
+    cpu_->embedding(host, ids.data(), static_cast<int64_t>(ids.size()), want.data());
+    const BackendBuffer id = upload(*gpu_, ids);
+    const BackendBuffer out = poisoned(*gpu_, want.size());
+    gpu_->embedding((*bound)->tensors()[0], static_cast<const TokenId*>(id.data()), static_cast<int64_t>(ids.size()),
+                    out.f32());
+    expect_near(download(*gpu_, out, want.size()), want, 0.0f, fmt::format("embedding {}", dtype_name(type)));
+  }
+}
+
+TEST_F(CudaBackendTest, NormsRopeAndElementwiseOpsMatchTheCpu) {
+  const int64_t n = 1 + static_cast<int64_t>(rng_() % 9), dim = 2 * (1 + static_cast<int64_t>(rng_() % 600));
+  const auto x = random_floats(static_cast<size_t>(n * dim), rng_, 3.0f);
+  const auto y = random_floats(x.size(), rng_);
+  const auto w = random_floats(static_cast<size_t>(dim), rng_);
+  const BackendBuffer xd = upload(*gpu_, x), yd = upload(*gpu_, y), wd = upload(*gpu_, w);
+  {  // rms_norm
+    std::vector<float> want(x.size());
+    cpu_->rms_norm(x.data(), w.data(), n, dim, 1e-5f, want.data());
+    const BackendBuffer out = poisoned(*gpu_, x.size());
+    gpu_->rms_norm(xd.f32(), wd.f32(), n, dim, 1e-5f, out.f32());
+    expect_near(download(*gpu_, out, x.size()), want, 1e-5f, "rms_norm");
+  }
+  {  // add_rms_norm: x += delta, out = norm(x), out aliasing delta
+    std::vector<float> hx = x, hd = y;
+    cpu_->add_rms_norm(hx.data(), hd.data(), w.data(), n, dim, 1e-5f, hd.data());
+    const BackendBuffer gx = upload(*gpu_, x), gd = upload(*gpu_, y);
+    gpu_->add_rms_norm(gx.f32(), gd.f32(), wd.f32(), n, dim, 1e-5f, gd.f32());
+    expect_near(download(*gpu_, gx, x.size()), hx, 1e-6f, "add_rms_norm residual");
+    expect_near(download(*gpu_, gd, x.size()), hd, 1e-5f, "add_rms_norm output");
+  }
+  {  // swiglu, add, add_bias
+    std::vector<float> want(x.size());
+    cpu_->swiglu(x.data(), y.data(), n * dim, want.data());
+    const BackendBuffer out = poisoned(*gpu_, x.size());
+    gpu_->swiglu(xd.f32(), yd.f32(), n * dim, out.f32());
+    expect_near(download(*gpu_, out, x.size()), want, 1e-5f, "swiglu");
+    std::vector<float> sum = x;
+    cpu_->add(sum.data(), y.data(), n * dim);
+    const BackendBuffer s = upload(*gpu_, x);
+    gpu_->add(s.f32(), yd.f32(), n * dim);
+    expect_near(download(*gpu_, s, x.size()), sum, 0.0f, "add");
+    std::vector<float> biased = x;
+    cpu_->add_bias(biased.data(), w.data(), n, dim);
+    const BackendBuffer b = upload(*gpu_, x);
+    gpu_->add_bias(b.f32(), wd.f32(), n, dim);
+    expect_near(download(*gpu_, b, x.size()), biased, 0.0f, "add_bias");
+  }
+  {  // rope, both pairings, over heads of a head_dim that divides dim
+    const int64_t head_dim = 2 * (1 + static_cast<int64_t>(rng_() % 64)), heads = 3;
+    const auto q = random_floats(static_cast<size_t>(n * heads * head_dim), rng_);
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    for (auto& p : positions) p = static_cast<int32_t>(rng_() % 8192);
+    std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / head_dim);
+    const BackendBuffer pd = upload(*gpu_, positions), fd = upload(*gpu_, inv_freq);
+    for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
+      std::vector<float> want = q;
+      cpu_->rope(want.data(), n, heads, head_dim, positions.data(), inv_freq.data(), style);
+      const BackendBuffer qd = upload(*gpu_, q);
+      gpu_->rope(qd.f32(), n, heads, head_dim, static_cast<const int32_t*>(pd.data()), fd.f32(), style);
+      // Angles up to 8192 radians: the device's sinf/cosf after range reduction agree
+      // with the host's to a few 1e-4 there.
+      expect_near(download(*gpu_, qd, q.size()), want, 2e-3f, "rope");
+    }
+  }
+  {  // gather_rows
+    const std::vector<int32_t> rows = {static_cast<int32_t>(n - 1), 0};
+    std::vector<float> want(rows.size() * dim);
+    cpu_->gather_rows(x.data(), rows.data(), 2, dim, want.data());
+    const BackendBuffer rd = upload(*gpu_, rows);
+    const BackendBuffer out = poisoned(*gpu_, want.size());
+    gpu_->gather_rows(xd.f32(), static_cast<const int32_t*>(rd.data()), 2, dim, out.f32());
+    expect_near(download(*gpu_, out, want.size()), want, 0.0f, "gather_rows");
+  }
+}
+
+// A step of several sequences, a prefill chunk among decodes, over shuffled blocks.
+struct RaggedStep {
+  ModelInput input;
+  int32_t n_blocks = 0;
+};
+
+RaggedStep ragged_step(std::mt19937& rng, int32_t block_size) {
+  RaggedStep s;
+  s.input.clear(block_size);
+  const int32_t n_seqs = 1 + static_cast<int32_t>(rng() % 5);
+  std::vector<std::vector<int32_t>> tables;
+  int32_t next_block = 0;
+  std::vector<std::pair<int32_t, int32_t>> shapes;  // (first position, tokens)
+  for (int32_t i = 0; i < n_seqs; ++i) {
+    const int32_t first = static_cast<int32_t>(rng() % 200);
+    const int32_t tokens = i == 0 ? 1 + static_cast<int32_t>(rng() % 40) : 1;
+    const int32_t blocks = (first + tokens + block_size - 1) / block_size;
+    std::vector<int32_t> table(static_cast<size_t>(blocks));
+    std::iota(table.begin(), table.end(), next_block);
+    next_block += blocks;
+    tables.push_back(std::move(table));
+    shapes.emplace_back(first, tokens);
+  }
+  // Shuffle block ids across the whole cache.
+  std::vector<int32_t> perm(static_cast<size_t>(next_block));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int32_t i = 0; i < n_seqs; ++i) {
+    for (auto& b : tables[static_cast<size_t>(i)]) b = perm[static_cast<size_t>(b)];
+    std::vector<TokenId> ids(static_cast<size_t>(shapes[static_cast<size_t>(i)].second), 1);
+    EXPECT_TRUE(s.input.add_sequence(ids, shapes[static_cast<size_t>(i)].first, tables[static_cast<size_t>(i)], true)
+                    .is_ok());
+  }
+  s.n_blocks = next_block;
+  return s;
+}
+
+TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
+    for (int trial = 0; trial < 3; ++trial) {
+      const int32_t block_size = 16;
+      const int32_t n_kv_heads = 1 + static_cast<int32_t>(rng_() % 4);
+      const int32_t n_heads = n_kv_heads * (1 + static_cast<int32_t>(rng_() % 4));
+      const int32_t head_dim = trial == 2 ? 256 : 2 * (1 + static_cast<int32_t>(rng_() % 64));
+      const RaggedStep step = ragged_step(rng_, block_size);
+      const ModelInput& in = step.input;
+      const int32_t n = in.n_tokens();
+      const int64_t kv_dim = static_cast<int64_t>(n_kv_heads) * head_dim;
+      const size_t cache_bytes =
+          static_cast<size_t>(step.n_blocks) * block_size * kv_dim * kernels::kv_dtype_bytes(dtype);
+      // Fill every position's K/V on both sides: a store of random rows at every slot of
+      // every sequence's table (the prefix the step's queries attend to).
+      ModelInput fill;
+      fill.clear(block_size);
+      for (int32_t s = 0; s < in.n_seqs(); ++s) {
+        const int32_t last = in.positions[static_cast<size_t>(in.query_start[static_cast<size_t>(s) + 1]) - 1];
+        const std::span<const int32_t> table(in.pages.data() + in.page_start[static_cast<size_t>(s)],
+                                             in.pages.data() + in.page_start[static_cast<size_t>(s) + 1]);
+        std::vector<TokenId> ids(static_cast<size_t>(last) + 1, 1);
+        ASSERT_TRUE(fill.add_sequence(ids, 0, table, false).is_ok());
+      }
+      const auto k = random_floats(static_cast<size_t>(fill.n_tokens() * kv_dim), rng_);
+      const auto v = random_floats(k.size(), rng_);
+      auto ck = cpu_->alloc(cache_bytes), cv = cpu_->alloc(cache_bytes);
+      auto gk = gpu_->alloc(cache_bytes), gv = gpu_->alloc(cache_bytes);
+      ASSERT_TRUE(ck.is_ok() && cv.is_ok() && gk.is_ok() && gv.is_ok());
+      const StepInput cfill = cpu_->upload(fill);
+      cpu_->kv_store({k.data(), v.data(), ck->data(), cv->data(), dtype, &cfill, n_kv_heads, head_dim});
+      const BackendBuffer kd = upload(*gpu_, k), vd = upload(*gpu_, v);
+      const StepInput gfill = gpu_->upload(fill);
+      gpu_->kv_store({kd.f32(), vd.f32(), gk->data(), gv->data(), dtype, &gfill, n_kv_heads, head_dim});
+      // The store is the reference's, bit for bit.
+      std::vector<std::byte> host_k(cache_bytes), dev_k(cache_bytes);
+      std::memcpy(host_k.data(), ck->data(), cache_bytes);
+      gpu_->read(gk.value(), 0, dev_k.data(), cache_bytes);
+      ASSERT_EQ(dev_k, host_k) << "kv_store " << kernels::kv_dtype_name(dtype);
+
+      const auto q = random_floats(static_cast<size_t>(n) * n_heads * head_dim, rng_, 2.0f);
+      std::vector<float> want(q.size());
+      const StepInput cstep = cpu_->upload(in);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+      const int32_t window = trial == 1 ? 1 + static_cast<int32_t>(rng_() % 64) : 0;
+      cpu_->attention({q.data(), want.data(), ck->data(), cv->data(), dtype, &cstep, n_heads, n_kv_heads, head_dim,
+                       scale, window});
+      const BackendBuffer qd = upload(*gpu_, q);
+      const BackendBuffer out = poisoned(*gpu_, q.size());
+      const StepInput gstep = gpu_->upload(in);
+      gpu_->attention({qd.f32(), out.f32(), gk->data(), gv->data(), dtype, &gstep, n_heads, n_kv_heads, head_dim,
+                       scale, window});
+      expect_near(download(*gpu_, out, q.size()), want, 1e-4f,
+                  fmt::format("attention {} heads {}/{} head_dim {} window {}", kernels::kv_dtype_name(dtype),
+                              n_heads, n_kv_heads, head_dim, window));
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, OutOfMemoryIsAnErrorThatSaysWhatIsFree) {
+  const auto huge = gpu_->alloc(size_t{1} << 50);
+  ASSERT_FALSE(huge.is_ok());
+  EXPECT_EQ(huge.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(huge.status().message().find("MiB free"), std::string::npos) << huge.status().message();
+  // The backend still works after the refusal.
+  const BackendBuffer b = upload(*gpu_, std::vector<float>{1.0f, 2.0f});
+  EXPECT_EQ(download(*gpu_, b, 2)[1], 2.0f);
+}
+
+// The model on the device: stories260K's greedy ground truth, and logits near the CPU's
+// at every position of a prompt.
+TEST_F(CudaBackendTest, Stories260KGroundTruthOnTheDevice) {
+  const auto path = testing::shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(path);
+  auto m = model_open(path);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};  // BOS "Once upon a time"
+  const std::vector<TokenId> first_ids = {432, 383, 286, 261, 376, 298, 315, 421,
+                                          395, 317, 426, 338, 401, 396, 267, 337};
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
+    auto llama = LlamaModel::create(m->config, m->tensors, *gpu_, 64);
+    ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+    auto cache = KvCache::create(*gpu_, {m->config.n_layers, m->config.kv_dim(), 16, 32, dtype});
+    ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+    GenerateOptions options;
+    options.max_tokens = static_cast<int32_t>(first_ids.size());
+    options.sampling.temperature = 0.0f;
+    auto result = generate(**llama, *cache, prompt, options);
+    ASSERT_TRUE(result.is_ok()) << result.status().to_string();
+    EXPECT_EQ(result->tokens, first_ids) << kernels::kv_dtype_name(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace hearth
