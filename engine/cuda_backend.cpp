@@ -74,7 +74,7 @@ class CudaBackend final : public Backend {
     if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
       return cuda_status(e, fmt::format("cannot use CUDA device {}", device));
     }
-    std::unique_ptr<CudaBackend> b(new CudaBackend(device));
+    std::unique_ptr<CudaBackend> b(new CudaBackend(fmt::format("cuda:{}", device)));
     HEARTH_ASSIGN_OR_RETURN(b->stream_, cuda_stream_create());
     HEARTH_ASSIGN_OR_RETURN(b->uploaded_, cuda_event_create());
     HEARTH_ASSIGN_OR_RETURN(b->lt_, cublaslt_create());
@@ -160,20 +160,12 @@ class CudaBackend final : public Backend {
   }
 
   Result<BackendBuffer> alloc(size_t bytes) override {
-    void* p = nullptr;
     if (bytes == 0) return BackendBuffer();
-    if (const cudaError_t e = cudaMalloc(&p, bytes); e != cudaSuccess) {
-      cudaGetLastError();
-      size_t free = 0, total = 0;
-      cudaMemGetInfo(&free, &total);
-      return make_error(ErrorCode::kResourceExhausted, "CUDA out of memory on {}: {} MiB asked, {} MiB of {} MiB free",
-                        name_, bytes >> 20, free >> 20, total >> 20);
-    }
-    if (const cudaError_t e = cudaMemsetAsync(p, 0, bytes, stream_.get()); e != cudaSuccess) {
-      cudaFree(p);
+    HEARTH_ASSIGN_OR_RETURN(DeviceBuffer buf, DeviceBuffer::device(bytes, fmt::format("memory on {}", name_)));
+    if (const cudaError_t e = cudaMemsetAsync(buf.data(), 0, bytes, stream_.get()); e != cudaSuccess) {
       return cuda_status(e, "zeroing device memory");
     }
-    return BackendBuffer(p, bytes, [](void* q, size_t) noexcept { cudaFree(q); });
+    return BackendBuffer(buf.release(), bytes, [](void* q, size_t) noexcept { cudaFree(q); });
   }
 
   void write(const BackendBuffer& dst, size_t offset, const void* src, size_t bytes) override {
@@ -256,7 +248,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  explicit CudaBackend(int device) : device_(device), name_(fmt::format("cuda:{}", device)) {}
+  explicit CudaBackend(std::string name) : name_(std::move(name)) {}
 
   // A scratch buffer of at least `bytes`, grown (after draining the stream, which may
   // still read the old one) when a larger product comes; null for 0 bytes.
@@ -311,7 +303,6 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  int device_;
   std::string name_;
   CudaStream stream_;
   CudaEvent uploaded_;

@@ -95,6 +95,11 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  // Gives up ownership: the caller frees data() (cudaFree / cudaFreeHost).
+  void* release() {
+    bytes_ = 0;
+    return std::exchange(data_, nullptr);
+  }
 
  private:
   void reset() noexcept;

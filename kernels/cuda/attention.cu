@@ -90,8 +90,7 @@ cudaError_t attention(const AttentionStepParams& p, cudaStream_t stream) {
   if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0) return cudaErrorInvalidValue;
   if (p.n_tokens <= 0) return cudaSuccess;
   const LaunchShape s = attention_launch(p.n_tokens, p.n_heads, p.head_dim);
-  attention_kernel<<<dim3(s.grid.x, s.grid.y, s.grid.z), dim3(s.block.x, s.block.y, s.block.z), s.shared_bytes,
-                     stream>>>(p);
+  attention_kernel<<<to_dim3(s.grid), to_dim3(s.block), s.shared_bytes, stream>>>(p);
   return launched();
 }
 

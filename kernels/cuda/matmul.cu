@@ -12,8 +12,6 @@
 namespace hearth::kernels::cuda {
 namespace {
 
-dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
-
 // Quantized activations: n_tokens * cols int8 values, then one float scale per block.
 struct ActView {
   int8_t* q;

@@ -10,8 +10,6 @@
 namespace hearth::kernels::cuda {
 namespace {
 
-dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
-
 __global__ void embedding_kernel(DType type, const std::byte* table, int64_t row_bytes, int64_t dim,
                                  const int32_t* ids, int64_t n, float* out) {
   for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {

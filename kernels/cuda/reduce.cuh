@@ -1,7 +1,9 @@
-// Warp and block reductions the kernels share. Device code only.
+// Warp and block reductions and launch helpers the kernels share. CUDA sources only.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/launch.h"
 
 namespace hearth::kernels::cuda {
 
@@ -36,6 +38,8 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   v = lane < warps ? scratch[lane] : -INFINITY;
   return warp_max(v);
 }
+
+inline dim3 to_dim3(const Dim3& d) { return dim3(d.x, d.y, d.z); }
 
 // A launch's error, or cudaSuccess.
 inline cudaError_t launched() { return cudaGetLastError(); }
