@@ -20,15 +20,20 @@ Result<int> cuda_device_from_name(std::string_view name) {
 
 Status backend_check_name(std::string_view name) {
   if (name == "cpu" || name == "cpu-reference") return Status::ok();
+  if (name.substr(0, 4) == "cuda") {
+    // The name's form is checked the same way in every build, then whether this one has CUDA.
+    HEARTH_RETURN_IF_ERROR(cuda_device_from_name(name).status());
 #if HEARTH_HAVE_CUDA
-  if (name.substr(0, 4) == "cuda") return cuda_device_from_name(name).status();
+    return Status::ok();
+#else
+    return make_error(ErrorCode::kUnsupported, "this build has no CUDA backend (nvcc was not found when it was "
+                      "configured; rebuild with -DHEARTH_CUDA=ON): it has cpu and cpu-reference");
+#endif
+  }
+#if HEARTH_HAVE_CUDA
   return make_error(ErrorCode::kUnsupported, "no backend \"{}\" in this build: it has cpu, cpu-reference and cuda[:N]",
                     name);
 #else
-  if (name.substr(0, 4) == "cuda") {
-    return make_error(ErrorCode::kUnsupported, "this build has no CUDA backend (nvcc was not found when it was "
-                      "configured; rebuild with -DHEARTH_CUDA=ON): it has cpu and cpu-reference");
-  }
   return make_error(ErrorCode::kUnsupported, "no backend \"{}\" in this build: it has cpu and cpu-reference", name);
 #endif
 }
