@@ -42,7 +42,7 @@ fi
 
 t=$SECONDS
 if cmake "${cmake_args[@]}" >"$logs/configure.log" 2>&1 &&
-  cmake --build "$build" -j"$(nproc)" --target cuda_test device_math_test hearth-engine >"$logs/build.log" 2>&1; then
+  cmake --build "$build" -j"$(nproc)" --target cuda_test device_math_test cuda_resident_test hearth hearth-loader hearth-engine hearth-frontend >"$logs/build.log" 2>&1; then
   row "build (sm_$arch)" "ok, $((SECONDS - t)) s; warnings: $(grep -c -i 'warning' "$logs/build.log")"
 else
   row "build (sm_$arch)" "FAILED after $((SECONDS - t)) s: see configure.log / build.log"
@@ -59,8 +59,15 @@ rc=$?
 grep -E '^\[ +(OK|FAILED|SKIPPED) +\]' "$logs/cuda_test.log" | grep -v 'listed below' | sed -E 's/^\[ +([A-Z]+) +\] ([^ ]+).*\(([0-9]+ ms)\).*/\2: \1, \3/' |
   while read -r line; do row "${line%%:*}" "${line#*: }"; done
 row "cuda_test" "exit $rc in $((SECONDS - t)) s"
+t=$SECONDS
+timeout 240 "$build/bin/cuda_resident_test" --gtest_color=no >"$logs/cuda_resident_test.log" 2>&1
+rc=$?
+row "resident slab across a loader SIGKILL (cuda_resident_test)" "exit $rc in $((SECONDS - t)) s"
+grep -E '^loader ready: ' "$logs/cuda_resident_test.log" | head -2 |
+  while read -r line; do row "loader slabs" "${line#loader ready: }"; done
 row "total" "$((SECONDS - start)) s"
 tail -40 "$logs/cuda_test.log"
+tail -20 "$logs/cuda_resident_test.log"
 echo
 echo "| check | result |"
 echo "| --- | --- |"

@@ -20,6 +20,7 @@
 #include "engine/cuda_handles.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/vmm.h"
 
 namespace hearth {
 namespace {
@@ -35,13 +36,17 @@ void check_cuda(cudaError_t e, const char* what) {
                                  << (cuda_error_is_sticky(e) ? " (the device context is lost; the rank exits)" : "");
 }
 
+// The bound weights: in a private copy (slab_) or in the loader's shared slab (shared_).
 class DeviceWeights final : public BoundWeights {
  public:
   DeviceWeights(DeviceBuffer slab, std::vector<TensorView> views) : slab_(std::move(slab)), views_(std::move(views)) {}
+  DeviceWeights(std::shared_ptr<const kernels::cuda::SharedDeviceMemory> shared, std::vector<TensorView> views)
+      : shared_(std::move(shared)), views_(std::move(views)) {}
   std::span<const TensorView> tensors() const override { return views_; }
 
  private:
   DeviceBuffer slab_;
+  std::shared_ptr<const kernels::cuda::SharedDeviceMemory> shared_;
   std::vector<TensorView> views_;
 };
 
@@ -105,6 +110,7 @@ class CudaBackend final : public Backend {
       }
       total = align_up(total, kWeightAlignment) + t.bytes;
     }
+    if (shared_slab_ != nullptr) return bind_in_slab(tensors);
     HEARTH_ASSIGN_OR_RETURN(DeviceBuffer slab, DeviceBuffer::device(total, "the model's weights"));
     std::vector<TensorView> views(tensors.begin(), tensors.end());
     size_t offset = 0;
@@ -123,6 +129,11 @@ class CudaBackend final : public Backend {
     }
     HEARTH_LOG_INFO("{}: {} tensors, {} MiB of weights in device memory", name_, views.size(), total >> 20);
     return std::unique_ptr<BoundWeights>(new DeviceWeights(std::move(slab), std::move(views)));
+  }
+
+  void use_slab(std::shared_ptr<const kernels::cuda::SharedDeviceMemory> slab, std::span<const std::byte> host) {
+    shared_slab_ = std::move(slab);
+    slab_host_ = host;
   }
 
   // The step's arrays packed into pinned memory and copied in one transfer. The pinned
@@ -303,7 +314,25 @@ class CudaBackend final : public Backend {
     return true;
   }
 
+  // Views of the tensors in the loader's slab, which mirrors the host region byte for byte.
+  Result<std::unique_ptr<BoundWeights>> bind_in_slab(std::span<const TensorView> tensors) {
+    std::vector<TensorView> views(tensors.begin(), tensors.end());
+    const auto* base = static_cast<const std::byte*>(shared_slab_->data());
+    for (TensorView& v : views) {
+      const auto* p = static_cast<const std::byte*>(v.data);
+      if (p < slab_host_.data() || p + v.bytes > slab_host_.data() + slab_host_.size()) {
+        return make_error(ErrorCode::kInternal, "tensor {} is outside the rank's data region the slab mirrors", v.name);
+      }
+      v.data = const_cast<std::byte*>(base + (p - slab_host_.data()));
+    }
+    HEARTH_LOG_INFO("{}: {} tensors read in place from the loader's device slab ({} MiB, no copy)", name_, views.size(),
+                    slab_host_.size() >> 20);
+    return std::unique_ptr<BoundWeights>(new DeviceWeights(shared_slab_, std::move(views)));
+  }
+
   std::string name_;
+  std::shared_ptr<const kernels::cuda::SharedDeviceMemory> shared_slab_;
+  std::span<const std::byte> slab_host_;
   CudaStream stream_;
   CudaEvent uploaded_;
   CublasLtHandle lt_;
@@ -315,5 +344,17 @@ class CudaBackend final : public Backend {
 }  // namespace
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) { return CudaBackend::create(device); }
+
+Status cuda_backend_use_slab(Backend& backend, std::shared_ptr<const kernels::cuda::SharedDeviceMemory> slab,
+                             std::span<const std::byte> host_region) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) return make_error(ErrorCode::kInternal, "{} is not a CUDA backend", backend.name());
+  if (slab == nullptr || slab->bytes() < host_region.size()) {
+    return make_error(ErrorCode::kFormat, "a device slab of {} bytes cannot mirror {} bytes of weights",
+                      slab == nullptr ? 0 : slab->bytes(), host_region.size());
+  }
+  cuda->use_slab(std::move(slab), host_region);
+  return Status::ok();
+}
 
 }  // namespace hearth

@@ -38,7 +38,8 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --prefetch N             queued requests taken per step (default 64; HEARTH_PREFETCH_BUFFER)
   --threads N              CPU threads (default: every core; HEARTH_THREADS)
   --kv-dtype f32|f16|bf16  how the KV cache stores keys and values (default f16)
-  --backend cpu|cpu-reference  the device kind the model runs on (default cpu)
+  --backend cpu|cpu-reference|cuda[:N]  the device the model runs on (default cpu); on CUDA the
+                           weights come from hearth-loader --device's slab where it serves one
   --wait-weights SECONDS   wait this long for the weights segment to appear (default 0)
   --rank R                 this process's rank in its tensor-parallel group (default 0); rank 0
                            serves the broker and samples, ranks 1..tp-1 run their shard of each step

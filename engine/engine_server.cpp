@@ -16,6 +16,7 @@
 #include "engine/backend.h"
 #include "engine/driver.h"
 #include "engine/kv_cache.h"
+#include "engine/loader_slab.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/tp_group.h"
@@ -351,6 +352,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                                   .rank_stale = std::chrono::milliseconds(options.rank_stale_ms),
                                                               });
   HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
+  HEARTH_RETURN_IF_ERROR(backend_use_loader_slab(*impl->backend, impl->weights, 0, dir, options.instance));
   impl->group->note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                          static_cast<uint32_t>(impl->backend->threads()));
   HEARTH_ASSIGN_OR_RETURN(auto cache,

@@ -5,6 +5,7 @@
 #include "common/process.h"
 #include "engine/backend.h"
 #include "engine/kv_cache.h"
+#include "engine/loader_slab.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/tp_group.h"
@@ -134,6 +135,8 @@ Result<std::unique_ptr<ShardServer>> ShardServer::create(const EngineOptions& op
   HEARTH_ASSIGN_OR_RETURN(impl->start, engine_rank_start(options));
   HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
   const auto dir = options.shm_dir.empty() ? shm_dir_default() : options.shm_dir;
+  HEARTH_RETURN_IF_ERROR(
+      backend_use_loader_slab(*impl->backend, impl->start.weights, options.rank, dir, options.instance));
   impl->tp_path = segment_path(dir, options.instance, "tp");
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->impl_ = std::move(impl);

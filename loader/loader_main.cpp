@@ -13,6 +13,7 @@
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "loader/device_slabs.h"
 #include "loader/resident.h"
 
 namespace {
@@ -30,6 +31,12 @@ resident. Prints one JSON line to stdout when the segment is ready.
   --tp N              split for N tensor-parallel ranks (default 1)
   --layout cpu-r16|plain  tensor layout: cpu-r16 (default) row-interleaves quantized
                       matrices for the CPU kernels; plain keeps them as quantized
+  --device cuda|cuda:N[,N...]  also keep each rank's weights in device memory, one slab per
+                      GPU (rank r on device r, or on the listed devices), served to engine
+                      ranks at hearth.<instance>.slabs.sock and kept by systemd or hearth
+                      serve so that a restarted loader adopts them; implies --layout plain
+  --device-sharing auto|vmm|cuda-ipc  how slabs are shared: the CUDA VMM API with fds
+                      (survives the loader), legacy CUDA IPC (dies with it), or auto
   --hugepages         start the tensor data on 2 MiB boundaries and ask for huge pages
   --remove-on-exit    remove the segment when stopped (default: leave it resident)
   --exit-after-publish  publish (or adopt), print the ready line and exit
@@ -47,7 +54,7 @@ int main(int argc, char** argv) {
   daemon_block_signals();
   log_init("loader");
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"model", "tokenizer", "instance", "shm-dir", "quant", "tp", "layout"},
+                          {"model", "tokenizer", "instance", "shm-dir", "quant", "tp", "layout", "device", "device-sharing"},
                           {"hugepages", "remove-on-exit", "exit-after-publish", "help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -73,13 +80,48 @@ int main(int argc, char** argv) {
   auto tp = args->get_int("tp", 1, 16);
   if (!tp.is_ok()) return usage_error(tp.status().message());
   o.tp = static_cast<int>(tp->value_or(1));
+  std::optional<DeviceSlabOptions> device;
+  if (auto name = args->get("device")) {
+    auto devices = device_list_from_name(*name, o.tp);
+    if (!devices.is_ok()) return usage_error(devices.status().message());
+    device.emplace();
+    device->devices = *devices;
+    device->instance = o.instance;
+    device->shm_dir = o.shm_dir.empty() ? shm_dir_default() : o.shm_dir;
+    if (auto sharing = args->get("device-sharing")) {
+      auto s = device_sharing_from_name(*sharing);
+      if (!s.is_ok()) return usage_error(s.status().message());
+      device->sharing = *s;
+    }
+    if (args->get("layout") && o.layout != kLayoutPlain) {
+      return usage_error("--device keeps the weights for the GPU kernels, which read --layout plain");
+    }
+    o.layout = kLayoutPlain;
+  } else if (args->get("device-sharing")) {
+    return usage_error("--device-sharing needs --device");
+  }
 
+  if (device) {
+    if (Status st = device_slabs_check(*device); !st.is_ok()) {
+      std::fprintf(stderr, "hearth-loader: %s\n", st.to_string().c_str());
+      return 1;
+    }
+  }
   auto published = resident_publish(o);
   if (!published.is_ok()) {
     std::fprintf(stderr, "hearth-loader: %s\n", published.status().to_string().c_str());
     return 1;
   }
   ResidentSegment& r = published.value();
+  std::unique_ptr<DeviceSlabs> slabs;
+  if (device) {
+    auto made = device_slabs_publish(r, *device);
+    if (!made.is_ok()) {
+      std::fprintf(stderr, "hearth-loader: %s\n", made.status().to_string().c_str());
+      return 1;
+    }
+    slabs = std::move(*made);
+  }
   boost::json::object ready;
   ready["event"] = "ready";
   ready["segment"] = r.segment.path().string();
@@ -87,6 +129,7 @@ int main(int argc, char** argv) {
   ready["seconds"] = r.seconds;
   ready["bytes"] = r.segment.size();
   ready["fingerprint"] = r.fingerprint.hex();
+  if (slabs) ready["device_slabs"] = slabs->describe();
   const std::string status = fmt::format("{} {} ({})", r.adopted ? "adopted" : "published", r.segment.path().string(),
                                          human_bytes(r.segment.size()));
   HEARTH_LOG_INFO("{}; resident", status);

@@ -29,6 +29,9 @@
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/subprocess.h"
+#include "ipc/fd_store.h"
+#include "ipc/segment.h"
+#include "loader/device_slabs.h"
 #include "tools/commands.h"
 
 namespace hearth::cli {
@@ -50,6 +53,11 @@ running. The OpenAI API is then at http://HOST:PORT/v1.
   --slots N, --ctx N, --kv-blocks N, --max-batch-size N, --max-batched-tokens N,
   --threads N, --kv-dtype f32|f16|bf16
                            passed to hearth-engine (every rank)
+  --device cuda|cuda:N[,N...]
+                           run on GPUs: the loader keeps each rank's weights in device memory
+                           (rank r on device r, or on the listed devices), every engine rank
+                           runs the CUDA backend on its rank's GPU, and this process keeps the
+                           slabs' fds so that a restarted loader adopts them without copying
   --tp N                   tensor parallel: the loader splits the weights for N ranks and N
                            hearth-engine processes serve them as one, each pinned to its share
                            of the CPUs (default 1)
@@ -73,6 +81,7 @@ struct Child {
   std::chrono::steady_clock::time_point started;
   std::string ready_line;
   std::vector<int> pass_fds;
+  Environment env;
 };
 
 // The socket the frontends serve on: systemd's, or a new one bound to host:port.
@@ -121,7 +130,7 @@ uint16_t local_port(int fd) {
 
 // Starts `c` and waits for its first stdout line (its ready line).
 Status start(Child& c, std::chrono::seconds timeout) {
-  c.process = std::make_unique<ChildProcess>(c.argv, Environment{}, c.pass_fds);
+  c.process = std::make_unique<ChildProcess>(c.argv, c.env, c.pass_fds);
   c.started = std::chrono::steady_clock::now();
   const auto line = c.process->read_line(timeout);
   if (!line) {
@@ -140,7 +149,7 @@ int serve_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "layout", "slots", "ctx",
                            "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype", "drain-timeout",
-                           "tp"},
+                           "tp", "device"},
                           {"help"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "hearth serve: %s\n\n%s", args.status().message().c_str(), kUsage);
@@ -171,6 +180,25 @@ int serve_command(const std::vector<std::string>& argv) {
   }
   const int tp = static_cast<int>(tp_flag->value_or(1));
   loader.argv.insert(loader.argv.end(), {"--tp", std::to_string(tp)});
+  std::vector<int> devices;
+  std::unique_ptr<FdHolder> holder;
+  if (auto d = args->get("device")) {
+    auto list = device_list_from_name(*d, tp);
+    if (!list.is_ok()) {
+      std::fprintf(stderr, "hearth serve: %s\n\n%s", list.status().message().c_str(), kUsage);
+      return 2;
+    }
+    devices = *list;
+    loader.argv.insert(loader.argv.end(), {"--device", *d});
+    const std::filesystem::path dir = args->get("shm-dir").value_or(shm_dir_default().string());
+    auto held = FdHolder::start(fd_holder_path(dir, instance));
+    if (!held.is_ok()) {
+      std::fprintf(stderr, "hearth serve: %s\n", held.status().to_string().c_str());
+      return 1;
+    }
+    holder = std::move(*held);
+    loader.env.push_back(fmt::format("{}={}", kFdHolderEnv, holder->path().string()));
+  }
   // Ranks 1..tp-1 start before rank 0, which is ready once they have joined its group.
   std::vector<std::unique_ptr<Child>> ranks;
   for (int r = tp - 1; r >= 0; --r) {
@@ -182,6 +210,7 @@ int serve_command(const std::vector<std::string>& argv) {
     if (tp > 1) {
       engine->argv.insert(engine->argv.end(), {"--rank", std::to_string(r), "--tp", std::to_string(tp), "--cpus", "auto"});
     }
+    if (!devices.empty()) engine->argv.insert(engine->argv.end(), {"--backend", fmt::format("cuda:{}", devices[r])});
     ranks.push_back(std::move(engine));
   }
   auto drain_ms = args->get_int("drain-timeout", 0, 3600000);

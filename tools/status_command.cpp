@@ -16,6 +16,7 @@
 #include "common/process.h"
 #include "ipc/broker.h"
 #include "ipc/segment.h"
+#include "ipc/slab_channel.h"
 #include "ipc/tp_segment.h"
 #include "ipc/weights_segment.h"
 #include "tools/commands.h"
@@ -146,6 +147,21 @@ boost::json::object describe_tp(const std::filesystem::path& path, boost::json::
   return o;
 }
 
+// hearth-loader --device: its device slabs, who imports them, and whether a restarted
+// loader would find them again (an fd store keeps them).
+boost::json::object describe_slabs(const std::filesystem::path& path, boost::json::object o) {
+  auto status = slab_status(path);
+  if (!status.is_ok()) {
+    o["error"] = status.status().code() == ErrorCode::kNotFound
+                     ? "no loader listens (the loader that served device slabs is gone)"
+                     : status.status().to_string();
+    return o;
+  }
+  o["loader_pid"] = (*status)["pid"];
+  o["slabs"] = (*status)["slabs"];
+  return o;
+}
+
 boost::json::object describe(const std::filesystem::path& path, const std::string& what) {
   boost::json::object o;
   o["segment"] = what;
@@ -160,6 +176,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
   o["attached"] = std::move(attached);
   if (what == "broker") return describe_broker(path, std::move(o));
   if (what == "tp") return describe_tp(path, std::move(o));
+  if (what == "slabs.sock") return describe_slabs(path, std::move(o));
   if (what != "weights") return o;
 
   auto seg = ShmSegment::attach(path, /*writable=*/false);
@@ -250,6 +267,29 @@ void print_text(const std::map<std::string, std::vector<boost::json::object>>& i
                       r.at("step_ms_mean").to_number<double>(), r.at("step_ms_last").to_number<double>(),
                       static_cast<long long>(r.at("threads").to_number<int64_t>()), cpus.empty() ? "" : " on CPUs ",
                       cpus.c_str());
+        }
+      } else if (o.contains("slabs")) {
+        std::printf("\n    loader       pid %lld serves %zu device slab(s)\n",
+                    static_cast<long long>(o.at("loader_pid").to_number<int64_t>()), o.at("slabs").as_array().size());
+        for (const auto& sv : o.at("slabs").as_array()) {
+          const auto& slab = sv.as_object();
+          std::string held, importers;
+          for (const auto& h : slab.at("held_by").as_array()) held += (held.empty() ? "" : ", ") + std::string(h.as_string());
+          for (const auto& p : slab.at("importers").as_array()) {
+            importers += fmt::format("{}{}", importers.empty() ? "" : ", ", p.to_number<int64_t>());
+          }
+          const bool vmm = slab.at("handle").as_string() == "vmm";
+          std::printf("    rank %lld       CUDA device %lld (%s, sm_%lld), %s %s, %s; %s; imported by %s\n",
+                      static_cast<long long>(slab.at("rank").to_number<int64_t>()),
+                      static_cast<long long>(slab.at("device").to_number<int64_t>()),
+                      slab.at("device_uuid").as_string().c_str(),
+                      static_cast<long long>(slab.at("compute_capability").to_number<int64_t>()),
+                      human_bytes(slab.at("data_bytes").to_number<uint64_t>()).c_str(),
+                      slab.at("handle").as_string().c_str(), slab.at("adopted").as_bool() ? "adopted" : "copied",
+                      !vmm ? "dies with the loader (legacy CUDA IPC)"
+                      : held.empty() ? "kept by no fd store: a restarted loader copies it again"
+                                     : ("kept by " + held + ": survives a loader restart").c_str(),
+                      importers.empty() ? "none" : ("pids " + importers).c_str());
         }
       } else if (o.contains("state")) {
         std::printf("  %s\n", o.at("state").as_string().c_str());

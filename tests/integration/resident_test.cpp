@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include <boost/json.hpp>
 
+#include "ipc/slab_channel.h"
 #include "ipc/weights_layout.h"
 #include "tests/integration/hearth_bin.h"
 #include "tests/test_util.h"
@@ -276,6 +278,78 @@ TEST_F(ResidentTest, TheShmDirComesFromTheEnvironmentAndRemoveOnExitRemoves) {
   kept->signal(SIGTERM);
   EXPECT_EQ(kept->wait(30s), 0);
   EXPECT_TRUE(std::filesystem::exists(segment("kept")));
+}
+
+TEST_F(ResidentTest, DeviceFlagsAreCheckedBeforeTheModelIsRead) {
+  struct Bad {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  for (const Bad& b : {Bad{{"--device", "gpu"}, "not cuda or cuda:N"},
+                       Bad{{"--device", "cuda:0,0", "--tp", "2"}, "two ranks on CUDA device 0"},
+                       Bad{{"--device", "cuda:0", "--tp", "2"}, "names 1 device for 2 ranks"},
+                       Bad{{"--device", "cuda:x"}, "not a CUDA device index"},
+                       Bad{{"--device-sharing", "vmm"}, "--device-sharing needs --device"},
+                       Bad{{"--device", "cuda", "--device-sharing", "magic"}, "not auto, vmm or cuda-ipc"},
+                       Bad{{"--device", "cuda", "--layout", "cpu-r16"}, "--layout plain"}}) {
+    auto flags = b.flags;
+    flags.push_back("--exit-after-publish");
+    const auto r = run_process(loader_argv("devflags", flags));
+    EXPECT_EQ(r.exit_code, 2) << b.says << ": " << r.err;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(segment("devflags"))) << b.says;
+  }
+}
+
+TEST_F(ResidentTest, WithoutAGpuTheDeviceSlabIsRefusedClearly) {
+  if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  const auto r = run_process(loader_argv("nogpu", {"--device", "cuda", "--exit-after-publish"}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const bool says = r.err.find("no CUDA device is visible") != std::string::npos ||
+                    r.err.find("built without CUDA") != std::string::npos;
+  EXPECT_TRUE(says) << r.err;
+  EXPECT_EQ(r.err.find("Segmentation"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(shm_.path() / "hearth.nogpu.slabs.sock"));
+  EXPECT_FALSE(std::filesystem::exists(segment("nogpu"))) << "refused before the model is read";
+}
+
+TEST_F(ResidentTest, StatusShowsTheLoadersDeviceSlabs) {
+  // A loader's slab socket, served here with a memfd standing in for the GPU slab's fd.
+  std::vector<ServedSlab> slabs(1);
+  slabs[0].record.device_uuid = "GPU-0123abcd-4567-89ef-0123-456789abcdef";
+  slabs[0].record.compute_capability = 90;
+  slabs[0].record.bytes = 4u << 20;
+  slabs[0].record.data_bytes = 3u << 20;
+  slabs[0].record.weights = {1, 2};
+  slabs[0].fd = UniqueFd(::memfd_create("slab", MFD_CLOEXEC));
+  slabs[0].held_by = {"hearth serve"};
+  auto server = SlabServer::start(slab_socket_path(shm_.path(), "gpu"), std::move(slabs));
+  ASSERT_TRUE(server.is_ok()) << server.status().to_string();
+  const auto json = status("gpu");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const boost::json::value parsed = boost::json::parse(json.out);
+  const auto& entry = parsed.at("gpu").at(0).as_object();
+  EXPECT_EQ(entry.at("segment").as_string(), "slabs.sock");
+  EXPECT_EQ(entry.at("loader_pid").as_int64(), ::getpid());
+  EXPECT_EQ(entry.at("slabs").at(0).at("handle").as_string(), "vmm");
+  const auto text = run_process({hearth_bin("hearth"), "status", "--instance", "gpu", "--shm-dir", shm_.path().string()});
+  EXPECT_NE(text.out.find("kept by hearth serve: survives a loader restart"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("CUDA device 0 (GPU-0123abcd"), std::string::npos) << text.out;
+  server->reset();
+  const auto gone = run_process({hearth_bin("hearth"), "status", "--instance", "gpu", "--shm-dir", shm_.path().string()});
+  EXPECT_EQ(gone.exit_code, 0) << gone.err;
+}
+
+TEST_F(ResidentTest, ServeWithADeviceAndNoGpuStopsWithTheLoadersReason) {
+  if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA driver";
+  const auto r = run_process({hearth_bin("hearth"), "serve", "--model", model_.string(), "--instance", "srvgpu",
+                              "--shm-dir", shm_.path().string(), "--port", "0", "--device", "cuda"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("hearth-loader did not become ready"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(shm_.path() / "hearth.srvgpu.fdstore.sock"));
+  const auto bad = run_process({hearth_bin("hearth"), "serve", "--model", model_.string(), "--device", "cuda:0,1"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("names 2 devices for 1 rank"), std::string::npos) << bad.err;
 }
 
 }  // namespace
