@@ -1,5 +1,6 @@
 # HEARTH_CUDA=AUTO builds the CUDA parts when nvcc is found; ON requires it; OFF skips it.
 set(HEARTH_HAVE_CUDA OFF)
+set(HEARTH_HAVE_NCCL OFF)
 if(NOT HEARTH_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER)
     find_program(HEARTH_NVCC nvcc HINTS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
@@ -18,8 +19,14 @@ if(NOT HEARTH_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 17)  # CMake 3.25 does not know nvcc's C++20 flag
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(HEARTH_HAVE_CUDA ON)
+    # NCCL ships with the toolkit on our machines; without it GPU groups of one rank only.
+    find_library(HEARTH_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
+    find_path(HEARTH_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    if(HEARTH_NCCL_LIBRARY AND HEARTH_NCCL_INCLUDE_DIR)
+      set(HEARTH_HAVE_NCCL ON)
+    endif()
   elseif(HEARTH_CUDA STREQUAL "ON")
     message(FATAL_ERROR "HEARTH_CUDA=ON but no CUDA compiler was found (looked for nvcc in /usr/local/cuda/bin and PATH)")
   endif()
 endif()
-message(STATUS "hearth: CUDA backend ${HEARTH_HAVE_CUDA}")
+message(STATUS "hearth: CUDA backend ${HEARTH_HAVE_CUDA}, NCCL ${HEARTH_HAVE_NCCL}")

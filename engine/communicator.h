@@ -10,13 +10,16 @@
 // than the group's collective timeout, the op returns kUnavailable and the group's
 // epoch is over (tp_group.h); a communicator is bound to one epoch and a new epoch
 // needs a new binding (ncclCommInitRank again on GPUs). Implementations: the single
-// rank below, the shared-memory one of a CPU group (tp_group.h); NCCL plugs in here.
+// rank below, the shared-memory one of a CPU group (tp_group.h), NCCL for GPU ranks
+// (nccl_communicator.h).
 // Called from the step loop's thread only.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "common/status.h"
 #include "engine/backend.h"
@@ -35,6 +38,16 @@ class Communicator {
   virtual Status broadcast(void* data, size_t bytes, int root, DeviceQueue queue = {}) = 0;
   // Returns once every rank has called it.
   virtual Status barrier() = 0;
+};
+
+// A communicator bound to one epoch of a group at a time (tp_group.h): the group calls
+// begin_epoch when this rank becomes a member of a new epoch, with the epoch's NCCL id
+// (GPU groups) from the tp segment; every member calls it, and it may wait for the
+// others up to `timeout` (ncclCommInitRank is collective).
+class EpochCommunicator : public Communicator {
+ public:
+  virtual Status begin_epoch(uint64_t epoch, std::span<const unsigned char> nccl_id,
+                             std::chrono::milliseconds timeout) = 0;
 };
 
 // One rank, alone: rank 0 of 1, every op a no-op.

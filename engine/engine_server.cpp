@@ -344,12 +344,14 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
   tp.step_capacity = model_input_max_bytes(max_tokens, options.scheduler.max_batch_size,
                                            (impl->context + options.block_size - 1) / options.block_size + 1);
   tp.reduce_floats = options.tp > 1 ? static_cast<uint64_t>(max_tokens) * static_cast<uint64_t>(c.dim) : 1;
+  HEARTH_RETURN_IF_ERROR(tp_group_check_backend(options.backend, options.tp));
   HEARTH_ASSIGN_OR_RETURN(TpSegment segment, TpSegment::open_or_create(segment_path(dir, options.instance, "tp"), tp));
   HEARTH_RETURN_IF_ERROR(segment.register_rank(0));
   impl->group = std::make_unique<TpGroup>(std::move(segment), TpGroupOptions{
                                                                   .rank = 0,
                                                                   .collective_timeout = std::chrono::milliseconds(options.collective_timeout_ms),
                                                                   .rank_stale = std::chrono::milliseconds(options.rank_stale_ms),
+                                                                  .cuda_device = tp_group_cuda_device(options.backend),
                                                               });
   HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
   HEARTH_RETURN_IF_ERROR(backend_use_loader_slab(*impl->backend, impl->weights, 0, dir, options.instance));

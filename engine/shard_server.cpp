@@ -82,7 +82,8 @@ struct ShardServer::Impl {
     auto dtype = static_cast<KvDType>(g.kv_dtype);
     TpGroup group(std::move(segment), {.rank = rank,
                                        .collective_timeout = std::chrono::milliseconds(options.collective_timeout_ms),
-                                       .rank_stale = std::chrono::milliseconds(options.rank_stale_ms)});
+                                       .rank_stale = std::chrono::milliseconds(options.rank_stale_ms),
+                                       .cuda_device = tp_group_cuda_device(options.backend)});
     group.note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                     static_cast<uint32_t>(backend->threads()));
     HEARTH_ASSIGN_OR_RETURN(KvCache cache,
@@ -132,6 +133,7 @@ Result<std::unique_ptr<ShardServer>> ShardServer::create(const EngineOptions& op
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  HEARTH_RETURN_IF_ERROR(tp_group_check_backend(options.backend, options.tp));
   HEARTH_ASSIGN_OR_RETURN(impl->start, engine_rank_start(options));
   HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
   const auto dir = options.shm_dir.empty() ? shm_dir_default() : options.shm_dir;

@@ -3,9 +3,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/check.h"
 #include "common/log.h"
+#include "engine/collective_watchdog.h"
+#include "engine/cuda_backend.h"
 #include "ipc/broker.h"
 #include "ipc/futex.h"
+
+#if HEARTH_HAVE_NCCL
+#include "engine/nccl_communicator.h"
+#endif
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -33,7 +40,7 @@ std::chrono::microseconds sleep_for(uint64_t now, uint64_t deadline, uint64_t ca
   return std::chrono::microseconds(std::max<uint64_t>(1, std::min(left, cap_ns) / 1000));
 }
 
-class ShmCommunicator final : public Communicator {
+class ShmCommunicator final : public EpochCommunicator {
  public:
   explicit ShmCommunicator(TpGroup& group) : group_(group), h_(group.segment().header()) {}
 
@@ -80,7 +87,10 @@ class ShmCommunicator final : public Communicator {
   Status barrier() override { return arrive_and_wait(); }
 
   // A new epoch: the arrival counter starts again from zero (rank 0 reset it).
-  void reset() { round_ = 0; }
+  Status begin_epoch(uint64_t, std::span<const unsigned char>, std::chrono::milliseconds) override {
+    round_ = 0;
+    return Status::ok();
+  }
 
  private:
   static bool reached(uint32_t arrived, uint32_t target) { return static_cast<int32_t>(arrived - target) >= 0; }
@@ -125,9 +135,59 @@ std::unique_ptr<Communicator> make_shm_communicator(TpGroup& group) {
   return std::make_unique<ShmCommunicator>(group);
 }
 
+Status tp_group_check_backend(std::string_view backend, int tp) {
+#if !HEARTH_HAVE_NCCL
+  if (tp > 1 && backend.starts_with("cuda")) {
+    return make_error(ErrorCode::kUnsupported, "--tp {} on {}: GPU ranks talk over NCCL, and this build has none (the "
+                      "CUDA toolkit it was built with lacks libnccl)", tp, backend);
+  }
+#endif
+  (void)backend, (void)tp;
+  return Status::ok();
+}
+
+int tp_group_cuda_device(std::string_view backend) {
+  if (!backend.starts_with("cuda")) return -1;
+  auto device = cuda_device_from_name(backend);
+  return device.is_ok() ? *device : -1;
+}
+
 TpGroup::TpGroup(TpSegment segment, const TpGroupOptions& options)
     : segment_(std::move(segment)), options_(options), size_(segment_.tp_size()) {
-  comm_ = size_ == 1 ? make_single_rank_communicator() : make_shm_communicator(*this);
+  if (size_ == 1) {
+    comm_ = make_single_rank_communicator();
+    return;
+  }
+#if HEARTH_HAVE_NCCL
+  if (options_.cuda_device >= 0) {
+    nccl_ = true;
+    auto nccl = make_nccl_communicator({.rank = options_.rank,
+                                        .size = size_,
+                                        .device = options_.cuda_device,
+                                        .collective_timeout = options_.collective_timeout,
+                                        .observe = [this](uint64_t epoch, WatchdogObservation& seen) {
+                                          observe(epoch, seen);
+                                        }});
+    epoch_comm_ = nccl.get();
+    comm_ = std::move(nccl);
+    return;
+  }
+#endif
+  HEARTH_CHECK(options_.cuda_device < 0) << "GPU ranks need NCCL (tp_group_check_backend refuses this)";
+  auto shm = std::make_unique<ShmCommunicator>(*this);
+  epoch_comm_ = shm.get();
+  comm_ = std::move(shm);
+}
+
+void TpGroup::observe(uint64_t epoch, WatchdogObservation& seen) const {
+  const TpHeader& h = segment_.header();
+  seen.epoch_over = segment_.retired() || h.epoch.load(std::memory_order_acquire) != epoch ||
+                    h.group_state.load(std::memory_order_acquire) == static_cast<uint32_t>(TpGroupState::kBroken);
+  for (int r = 0; r < size_ && seen.gone_rank < 0; ++r) {
+    if (r != options_.rank && segment_.liveness(r, options_.rank_stale, seen.now_ns) != TpLiveness::kAlive) {
+      seen.gone_rank = r;
+    }
+  }
 }
 
 TpGroup::~TpGroup() {
@@ -269,17 +329,28 @@ Result<bool> TpGroup::form(std::chrono::milliseconds wait) {
   const uint64_t epoch = h.epoch.load(std::memory_order_acquire) + 1;
   h.arrive.store(0, std::memory_order_relaxed);
   h.sleepers.store(0, std::memory_order_relaxed);
-  std::memset(h.nccl_id, 0, sizeof(h.nccl_id));
+  if (nccl_) {
+    HEARTH_RETURN_IF_ERROR(nccl_unique_id(h.nccl_id));
+  } else {
+    std::memset(h.nccl_id, 0, sizeof(h.nccl_id));
+  }
   h.broken_why.store(static_cast<uint32_t>(TpBreak::kNone), std::memory_order_relaxed);
   h.broken_rank.store(-1, std::memory_order_relaxed);
   h.group_state.store(static_cast<uint32_t>(TpGroupState::kForming), std::memory_order_release);
   h.epoch.store(epoch, std::memory_order_release);
   epoch_ = epoch;
   joined_ = true;
-  if (size_ > 1) static_cast<ShmCommunicator&>(*comm_).reset();
   me.epoch.store(epoch, std::memory_order_relaxed);
   me.state.store(static_cast<uint32_t>(TpRankState::kJoined), std::memory_order_release);
   futex_signal(h.group_word);
+  // NCCL's init waits for every member's: they form it as they join.
+  if (epoch_comm_ != nullptr) {
+    if (Status st = epoch_comm_->begin_epoch(epoch, h.nccl_id, options_.join_timeout); !st.is_ok()) {
+      HEARTH_LOG_ERROR("rank 0: {}", st.message());
+      (void)break_epoch(TpBreak::kJoinTimeout, -1);
+      return false;
+    }
+  }
   // Every rank joins, or the epoch ends.
   const uint64_t join_deadline = monotonic_ns() + ns_of(options_.join_timeout);
   for (int r = 1; r < size_; ++r) {
@@ -333,12 +404,19 @@ Result<bool> TpGroup::join(std::chrono::milliseconds wait) {
     if (state == static_cast<uint32_t>(TpGroupState::kForming) && epoch > epoch_) {
       epoch_ = epoch;
       joined_ = true;
-      if (size_ > 1) static_cast<ShmCommunicator&>(*comm_).reset();
+      if (!nccl_ && epoch_comm_ != nullptr) (void)epoch_comm_->begin_epoch(epoch, h.nccl_id, options_.join_timeout);
       last_seq_ = h.step_seq.load(std::memory_order_acquire);
       me.step_taken.store(last_seq_, std::memory_order_relaxed);
       me.epoch.store(epoch, std::memory_order_relaxed);
       me.state.store(static_cast<uint32_t>(TpRankState::kJoined), std::memory_order_release);
       futex_signal(h.group_word);
+      if (nccl_) {
+        if (Status st = epoch_comm_->begin_epoch(epoch, h.nccl_id, options_.join_timeout); !st.is_ok()) {
+          HEARTH_LOG_ERROR("rank {}: {}", options_.rank, st.message());
+          (void)break_epoch(TpBreak::kJoinTimeout, options_.rank);
+          return false;
+        }
+      }
       last_member_check_ns_ = monotonic_ns();
       return true;
     }

@@ -16,8 +16,10 @@
 // shared-memory communicator (communicator()) implements the collectives for CPU ranks:
 // arrival counting on one word, a short spin then a futex sleep, double-buffered
 // reduce buffers so each all-reduce costs one barrier; its checks for gone ranks and
-// timeouts run while it sleeps. The step channel and the NCCL id are what a
-// multi-host transport replaces (DESIGN.md, "Tensor parallel").
+// timeouts run while it sleeps. GPU ranks (cuda_device >= 0) use NCCL instead
+// (nccl_communicator.h): rank 0 writes a fresh NCCL id with each epoch, and every member
+// forms that epoch's communicator as it joins. The step channel and the NCCL id are what
+// a multi-host transport replaces (DESIGN.md, "Tensor parallel").
 // Not thread-safe: the step loop's thread only.
 #pragma once
 
@@ -25,9 +27,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
+#include "engine/collective_watchdog.h"
 #include "engine/communicator.h"
 #include "engine/model_input.h"
 #include "engine/model_runner.h"
@@ -40,7 +44,14 @@ struct TpGroupOptions {
   std::chrono::milliseconds collective_timeout{30000};  // one collective's longest wait
   std::chrono::milliseconds rank_stale{30000};          // a heartbeat older than this: silent
   std::chrono::milliseconds join_timeout{10000};        // ranks must join a new epoch within
+  int cuda_device = -1;  // >= 0: the ranks run on GPUs and talk over NCCL (this rank's device)
 };
+
+// Whether a group of `tp` ranks on `backend` ("cpu", "cuda:N") has a communicator in
+// this build: GPU groups of more than one rank need NCCL.
+Status tp_group_check_backend(std::string_view backend, int tp);
+// TpGroupOptions::cuda_device for `backend`: its device for "cuda[:N]", else -1.
+int tp_group_cuda_device(std::string_view backend);
 
 class TpGroup final : public StepSink {
  public:
@@ -104,7 +115,12 @@ class TpGroup final : public StepSink {
   uint64_t epoch_ = 0;
   uint64_t last_seq_ = 0;  // the step_seq taken last (ranks 1..tp-1)
   uint64_t last_member_check_ns_ = 0;
+  // The watchdog's view of the group (NCCL communicator, its thread): atomics only.
+  void observe(uint64_t epoch, WatchdogObservation& seen) const;
+
   std::unique_ptr<Communicator> comm_;
+  EpochCommunicator* epoch_comm_ = nullptr;  // comm_ when it follows epochs (more than one rank)
+  bool nccl_ = false;
   std::vector<std::byte> bytes_;  // a step's bytes, reused
 };
 
