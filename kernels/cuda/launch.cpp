@@ -66,6 +66,15 @@ LaunchShape matvec_launch(int64_t rows, int64_t n_tokens) {
   return s;
 }
 
+LaunchShape group_quant_launch(int64_t rows, int64_t n_tokens) {
+  LaunchShape s;
+  s.block.x = kGroupQuantBlock;
+  s.grid.x = clamp_u32((rows + kGroupQuantBlock - 1) / kGroupQuantBlock, 0x7fffffffu);
+  s.grid.y = clamp_u32((n_tokens + kGroupQuantTokens - 1) / kGroupQuantTokens, kMaxGridY);
+  s.shared_bytes = kGroupQuantTokens * kGroupQuantTileCols * sizeof(float);
+  return s;
+}
+
 LaunchShape act_quant_launch(int64_t n_tokens, int64_t cols) {
   LaunchShape s;
   s.block.x = 32 * kMatvecWarps;  // a warp per block of 32 values

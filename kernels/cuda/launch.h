@@ -49,6 +49,9 @@ inline constexpr uint32_t kRowBlock = 256;       // rms_norm: one block per row
 inline constexpr uint32_t kMatvecWarps = 4;      // matmul: one warp per output row
 inline constexpr uint32_t kAttentionBlock = 128;  // attention: one block per (token, head), keys a tile at a time
 inline constexpr int32_t kAttentionMaxHeadDim = 256;
+inline constexpr uint32_t kGroupQuantBlock = 128;      // group-quantized products: a thread per output row
+inline constexpr uint32_t kGroupQuantTokens = 8;       // tokens one thread accumulates at once
+inline constexpr uint32_t kGroupQuantTileCols = 256;   // activation columns staged in shared memory
 
 // n independent elements, grid-stride.
 LaunchShape elementwise_launch(int64_t n);
@@ -57,6 +60,12 @@ LaunchShape rows_launch(int64_t n_rows);
 // y[n_tokens, rows]: a warp per output row, blocks of kMatvecWarps rows, grid.y over
 // tokens (capped at kMaxGridY).
 LaunchShape matvec_launch(int64_t rows, int64_t n_tokens);
+// y[n_tokens, rows] of a group-quantized (GPTQ-layout) matrix: a thread per output row
+// (consecutive rows are consecutive words of qweight, so reads coalesce), blocks of
+// kGroupQuantBlock rows, grid.y over groups of kGroupQuantTokens tokens (capped at
+// kMaxGridY), and shared memory for a tile of those tokens' activations.
+LaunchShape group_quant_launch(int64_t rows, int64_t n_tokens);
+
 // The activations of a Q8_0/Q4_0 product quantized a block of 32 per warp.
 LaunchShape act_quant_launch(int64_t n_tokens, int64_t cols);
 // Attention of a step: grid (n_tokens, n_heads), shared memory for the query, a tile of

@@ -91,6 +91,49 @@ size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols) {
   return q_bytes + static_cast<size_t>(n_tokens * (cols / 32)) * sizeof(float);
 }
 
+// A thread per output row r: for each tile of columns, the block stages the tile of up to
+// kGroupQuantTokens tokens' activations in shared memory, then every thread walks the
+// tile's packed words of its row (coalesced across the block: qweight is [cols / pack,
+// rows]), dequantizes each value as dev::group_quant_value does and accumulates it into
+// each token's sum in column order.
+__global__ void group_quant_matvec_kernel(dev::GroupQuantView w, const float* x, int64_t n_tokens, float* y) {
+  extern __shared__ float tile[];  // [kGroupQuantTokens][kGroupQuantTileCols]
+  const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int32_t pack = dev::group_quant_pack(w.bits);
+  const int64_t zero_words = w.rows / pack;
+  for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kGroupQuantTokens); t0 < n_tokens;
+       t0 += gridDim.y * static_cast<int64_t>(kGroupQuantTokens)) {
+    const int tokens = static_cast<int>(n_tokens - t0 < kGroupQuantTokens ? n_tokens - t0 : kGroupQuantTokens);
+    float acc[kGroupQuantTokens] = {};
+    for (int64_t c0 = 0; c0 < w.cols; c0 += kGroupQuantTileCols) {
+      const int width = static_cast<int>(w.cols - c0 < kGroupQuantTileCols ? w.cols - c0 : kGroupQuantTileCols);
+      __syncthreads();  // the previous tile is read
+      for (int i = threadIdx.x; i < tokens * width; i += blockDim.x) {
+        const int t = i / width, c = i % width;
+        tile[t * kGroupQuantTileCols + c] = x[(t0 + t) * w.cols + c0 + c];
+      }
+      __syncthreads();
+      if (r >= w.rows) continue;
+      for (int64_t word = c0 / pack; word < (c0 + width) / pack; ++word) {
+        const int32_t packed = w.qweight[word * w.rows + r];
+        for (int j = 0; j < pack; ++j) {
+          const int64_t c = word * pack + j;
+          const int32_t g = dev::group_quant_group(w, c);
+          const int32_t z = dev::group_quant_unpack(w.qzeros[g * zero_words + r / pack], static_cast<int32_t>(r % pack),
+                                                    w.bits);
+          const float scale = fp16_to_f32(w.scales[static_cast<int64_t>(g) * w.rows + r]);
+          const float v = scale * static_cast<float>(dev::group_quant_unpack(packed, j, w.bits) - (z + w.zero_offset));
+          const float* xs = tile + (c - c0);
+          for (int t = 0; t < tokens; ++t) acc[t] += v * xs[t * kGroupQuantTileCols];
+        }
+      }
+    }
+    if (r < w.rows) {
+      for (int t = 0; t < tokens; ++t) y[(t0 + t) * w.rows + r] = acc[t];
+    }
+  }
+}
+
 cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.n_tokens <= 0) return cudaSuccess;
   const LaunchShape s = matvec_launch(p.rows, p.n_tokens);
@@ -128,6 +171,18 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
       return cudaErrorNotSupported;  // the CPU's interleaved rows: the loader writes plain ones with --layout plain
   }
   return cudaErrorNotSupported;
+}
+
+cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int64_t n_tokens, float* y,
+                               cudaStream_t stream) {
+  if (w.rows <= 0 || n_tokens <= 0) return cudaSuccess;
+  if (w.bits != 4 && w.bits != 8) return cudaErrorNotSupported;
+  const int32_t pack = dev::group_quant_pack(w.bits);
+  if (w.cols % pack != 0 || w.rows % pack != 0 || kGroupQuantTileCols % pack != 0) return cudaErrorInvalidValue;
+  if (w.g_idx == nullptr && w.group_size <= 0) return cudaErrorInvalidValue;
+  const LaunchShape s = group_quant_launch(w.rows, n_tokens);
+  group_quant_matvec_kernel<<<to_dim3(s.grid), to_dim3(s.block), s.shared_bytes, stream>>>(w, x, n_tokens, y);
+  return launched();
 }
 
 }  // namespace hearth::kernels::cuda

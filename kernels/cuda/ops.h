@@ -15,6 +15,7 @@
 
 #include "common/dtype.h"
 #include "kernels/attention_params.h"
+#include "kernels/device_math.h"
 
 namespace hearth::kernels::cuda {
 
@@ -33,6 +34,13 @@ struct MatmulParams {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
 };
+
+// y[t, r] = sum_c w[r, c] * x[t, c] for a group-quantized matrix in the GPTQ layout
+// (dev::GroupQuantView: int4 or int8 values, fp16 scales, zeros, optional act-order
+// g_idx), dequantized in registers as dev::group_quant_value defines. cols must be a
+// multiple of the pack (32 / bits) and rows of it too (the zeros are packed by row).
+cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int64_t n_tokens, float* y,
+                               cudaStream_t stream);
 
 // Scratch a matmul of `type` over [n_tokens, cols] activations needs (0 for float types).
 size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols);

@@ -68,6 +68,11 @@ TEST(LaunchTest, EveryShapeGetsALaunchThatFits) {
       EXPECT_GE(static_cast<int64_t>(m.grid.x) * kMatvecWarps, std::min<int64_t>(n, 0x7fffffffLL)) << "a warp per row";
       EXPECT_EQ(m.grid.y, static_cast<uint32_t>(std::min<int64_t>(tokens, kMaxGridY)));
       expect_fits(act_quant_launch(tokens, 32 * (n % 4096 + 1)), "act_quant", n);
+      const LaunchShape g = group_quant_launch(n, tokens);
+      expect_fits(g, "group_quant", n);
+      EXPECT_GE(static_cast<int64_t>(g.grid.x) * g.block.x, std::min<int64_t>(n, 0x7fffffffLL)) << "a thread per row";
+      EXPECT_EQ(g.grid.y, static_cast<uint32_t>(std::min<int64_t>((tokens + kGroupQuantTokens - 1) / kGroupQuantTokens,
+                                                                  kMaxGridY)));
     }
   }
 }
