@@ -24,6 +24,7 @@
 #include "common/tensor.h"
 #include "common/token.h"
 #include "engine/model_input.h"
+#include "engine/sampler.h"
 #include "kernels/attention_params.h"
 
 namespace hearth {
@@ -166,6 +167,16 @@ class Backend {
                                                              std::string_view layout) = 0;
   // Makes a step's input readable by the ops (a copy to device memory, or none).
   virtual StepInput upload(const ModelInput& input) = 0;
+
+  // Whether sample() runs here (on the device, so only tokens come back); when not,
+  // the engine reads the logits back and samples on the host (engine/sampler.h).
+  virtual bool samples() const { return false; }
+  // Samples rows.size() rows of `logits` ([rows.size(), vocab] in this backend's memory)
+  // as sample_row does on the host: the same tokens for the same seeds and draws, the
+  // raw distribution's logprobs. Only where samples() is true.
+  virtual void sample(const float* logits, int64_t vocab, std::span<const SampleRow> rows, std::span<SampledRow> out) {
+    (void)logits, (void)vocab, (void)rows, (void)out;
+  }
 
   // Zeroed memory for activations and caches.
   virtual Result<BackendBuffer> alloc(size_t bytes) = 0;

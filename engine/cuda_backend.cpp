@@ -193,6 +193,71 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamSynchronize(stream_.get()), "the step");
   }
 
+  bool samples() const override { return true; }
+
+  // The rows' parameters and penalty tokens go up in one buffer, the kernels of
+  // kernels/cuda/sampling.cu run, and only the results come back.
+  void sample(const float* logits, int64_t vocab, std::span<const SampleRow> rows, std::span<SampledRow> out) override {
+    if (rows.empty()) return;
+    sample_params_.assign(rows.size(), {});
+    sample_tokens_.clear();
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SampleRow& r = rows[i];
+      kernels::cuda::SampleRowParams& p = sample_params_[i];
+      p.sampling = r.sampling;
+      p.draw = r.draw;
+      p.top_logprobs = r.top_logprobs;
+      const SamplingParams& sp = r.sampling;
+      if (sp.repetition_penalty != 1.0f || sp.presence_penalty != 0.0f || sp.frequency_penalty != 0.0f) {
+        p.output_begin = static_cast<int32_t>(sample_tokens_.size());
+        p.output_count = static_cast<int32_t>(r.output.size());
+        sample_tokens_.insert(sample_tokens_.end(), r.output.begin(), r.output.end());
+        if (sp.repetition_penalty != 1.0f) {
+          p.prompt_begin = static_cast<int32_t>(sample_tokens_.size());
+          p.prompt_count = static_cast<int32_t>(r.prompt.size());
+          sample_tokens_.insert(sample_tokens_.end(), r.prompt.begin(), r.prompt.end());
+        }
+      }
+    }
+    const size_t params_bytes = align_up(rows.size() * sizeof(kernels::cuda::SampleRowParams), 256);
+    const size_t tokens_bytes = align_up(std::max<size_t>(sample_tokens_.size(), 1) * sizeof(int32_t), 256);
+    const size_t results_bytes = rows.size() * sizeof(kernels::cuda::SampleRowResult);
+    auto* in = static_cast<std::byte*>(scratch(sample_in_, params_bytes + tokens_bytes + results_bytes, "sampling"));
+    check_cuda(cudaMemcpyAsync(in, sample_params_.data(), rows.size() * sizeof(kernels::cuda::SampleRowParams),
+                               cudaMemcpyHostToDevice, stream_.get()),
+               "copying the sampling parameters");
+    if (!sample_tokens_.empty()) {
+      check_cuda(cudaMemcpyAsync(in + params_bytes, sample_tokens_.data(), sample_tokens_.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice, stream_.get()),
+                 "copying the penalty tokens");
+    }
+    kernels::cuda::SampleParams p;
+    p.logits = logits;
+    p.n_rows = static_cast<int64_t>(rows.size());
+    p.vocab = vocab;
+    p.rows = reinterpret_cast<const kernels::cuda::SampleRowParams*>(in);
+    p.tokens = reinterpret_cast<const int32_t*>(in + params_bytes);
+    p.out = reinterpret_cast<kernels::cuda::SampleRowResult*>(in + params_bytes + tokens_bytes);
+    p.scratch_bytes = kernels::cuda::sample_scratch_bytes(p.n_rows, vocab);
+    p.scratch = scratch(sample_scratch_, p.scratch_bytes, "sampling scratch");
+    check_cuda(kernels::cuda::sample(p, stream_.get()), "sampling");
+    sample_results_.resize(rows.size());
+    check_cuda(cudaMemcpyAsync(sample_results_.data(), p.out, results_bytes, cudaMemcpyDeviceToHost, stream_.get()),
+               "copying the sampled tokens");
+    check_cuda(cudaStreamSynchronize(stream_.get()), "the step");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const kernels::cuda::SampleRowResult& r = sample_results_[i];
+      SampledRow& o = out[i];
+      o.id = r.id;
+      o.logprob = r.logprob;
+      o.n_top = r.n_top;
+      for (int32_t j = 0; j < r.n_top; ++j) {
+        o.top_ids[static_cast<size_t>(j)] = r.top_ids[j];
+        o.top_logprobs[static_cast<size_t>(j)] = r.top_logprobs[j];
+      }
+    }
+  }
+
   void embedding(const TensorView& table, const TokenId* ids, int64_t n, float* out) override {
     check_cuda(kernels::cuda::embedding(table.dtype, table.data, table.cols(), ids, n, out, stream_.get()),
                "embedding");
@@ -339,6 +404,10 @@ class CudaBackend final : public Backend {
   DeviceBuffer workspace_;
   DeviceBuffer staging_host_, staging_dev_;
   DeviceBuffer scratch_, act16_;
+  DeviceBuffer sample_in_, sample_scratch_;
+  std::vector<kernels::cuda::SampleRowParams> sample_params_;
+  std::vector<int32_t> sample_tokens_;
+  std::vector<kernels::cuda::SampleRowResult> sample_results_;
 };
 
 }  // namespace

@@ -11,8 +11,8 @@ Driver::Driver(ModelRunner& runner, const DriverConfig& config)
     : runner_(runner),
       config_(config),
       scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size) {
-  row_.reserve(static_cast<size_t>(runner.vocab_size()));
-  top_.reserve(kMaxTopLogprobs + 1);
+  scratch_.row.reserve(static_cast<size_t>(runner.vocab_size()));
+  scratch_.top.reserve(kMaxTopLogprobs + 1);
 }
 
 int32_t Driver::blocks_total() const { return runner_.cache().config().n_blocks; }
@@ -70,39 +70,12 @@ FinishReason Driver::finish_of(const Seq& s) const {
 
 // Samples the next token of `s` from its row of logits and appends it.
 void Driver::sample(Seq& s, const float* l, TokenResult& out) {
-  const auto vocab = static_cast<size_t>(runner_.vocab_size());
-  float max = l[0];
-  for (size_t i = 1; i < vocab; ++i) max = std::max(max, l[i]);
-  double sum = 0.0;
-  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(l[i] - max));
-  const float log_z = max + static_cast<float>(std::log(sum));
-  const auto k = static_cast<size_t>(s.request.top_logprobs);
-  out = TokenResult{};
-  if (k > 0) {
-    top_.clear();
-    for (size_t i = 0; i < vocab; ++i) {
-      if (top_.size() < k || l[i] > top_.back().first) {
-        top_.emplace_back(l[i], static_cast<int32_t>(i));
-        std::sort(top_.begin(), top_.end(), [](const auto& x, const auto& y) {
-          return x.first > y.first || (x.first == y.first && x.second < y.second);
-        });
-        if (top_.size() > k) top_.pop_back();
-      }
-    }
-    out.n_top = static_cast<int32_t>(top_.size());
-    for (size_t i = 0; i < top_.size(); ++i) {
-      out.top_ids[i] = top_[i].second;
-      out.top_logprobs[i] = top_[i].first - log_z;
-    }
-  }
   const std::vector<TokenId>& tokens = s.request.tokens;
   const std::span<const TokenId> prompt(tokens.data(), static_cast<size_t>(s.request.n_prompt));
   const std::span<const TokenId> output(tokens.data() + s.request.n_prompt, static_cast<size_t>(s.produced()));
-  row_.assign(l, l + vocab);
-  const SampledToken t = s.sampler.sample(row_, prompt, output);
-  out.id = t.id;
-  out.logprob = l[t.id] - log_z;
-  s.request.tokens.push_back(t.id);
+  out = sample_row(s.sampler, std::span(l, static_cast<size_t>(runner_.vocab_size())), s.request.top_logprobs, prompt,
+                   output, scratch_);
+  s.request.tokens.push_back(out.id);
 }
 
 Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
@@ -128,8 +101,26 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
         scheduler_.kv(p.id)->blocks, p.sample));
   }
   HEARTH_TEST_POINT("engine.step.planned");
-  HEARTH_ASSIGN_OR_RETURN(const std::span<const float> logits, runner_.run(input_));
-  HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet
+  std::span<const float> logits;
+  std::span<const SampledRow> sampled;
+  if (runner_.samples()) {
+    sample_rows_.clear();
+    for (const PlannedSeq& p : plan.seqs) {
+      if (!p.sample) continue;
+      const Seq& s = seqs_.at(p.id);
+      const std::vector<TokenId>& tokens = s.request.tokens;
+      SampleRow& r = sample_rows_.emplace_back();
+      r.sampling = s.request.sampling;
+      r.draw = s.sampler.position();
+      r.top_logprobs = s.request.top_logprobs;
+      r.prompt = std::span(tokens.data(), static_cast<size_t>(s.request.n_prompt));
+      r.output = std::span(tokens.data() + s.request.n_prompt, static_cast<size_t>(s.produced()));
+    }
+    HEARTH_ASSIGN_OR_RETURN(sampled, runner_.run_sampled(input_, sample_rows_));
+  } else {
+    HEARTH_ASSIGN_OR_RETURN(logits, runner_.run(input_));
+  }
+  HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet (on the host)
 
   const auto vocab = static_cast<size_t>(runner_.vocab_size());
   size_t row = 0;
@@ -140,7 +131,13 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
     Seq& s = seqs_.at(p.id);
     StepEvent& e = events.emplace_back();
     e.id = p.id;
-    sample(s, logits.data() + row++ * vocab, e.token);
+    if (!sampled.empty()) {
+      e.token = sampled[row++];
+      s.sampler.set_position(s.sampler.position() + 1);
+      s.request.tokens.push_back(e.token.id);
+    } else {
+      sample(s, logits.data() + row++ * vocab, e.token);
+    }
     e.n_produced = s.produced();
     e.finish = finish_of(s);
     if (e.finish != FinishReason::kNone) finished_.push_back(p.id);

@@ -38,15 +38,9 @@ struct SequenceRequest {
   SamplingParams sampling;
 };
 
-// One sampled token. Log-probabilities are the model's own distribution (before
-// penalties, temperature and filters), as the OpenAI API reports them.
-struct TokenResult {
-  TokenId id = -1;
-  float logprob = 0.0f;
-  int32_t n_top = 0;
-  std::array<TokenId, kMaxTopLogprobs> top_ids{};
-  std::array<float, kMaxTopLogprobs> top_logprobs{};
-};
+// One sampled token (engine/sampler.h). Log-probabilities are the model's own
+// distribution (before penalties, temperature and filters), as the OpenAI API reports them.
+using TokenResult = SampledRow;
 
 // What one step did to one sequence: a token (finish says whether it was the last), or,
 // with kError and no token, a failure (`error`).
@@ -106,8 +100,8 @@ class Driver {
   Scheduler scheduler_;
   std::unordered_map<uint64_t, Seq> seqs_;
   ModelInput input_;                    // reused every step
-  std::vector<float> row_;              // the sampler modifies its input: a copy of one row
-  std::vector<std::pair<float, int32_t>> top_;
+  SampleScratch scratch_;                // the host sampler's reused memory
+  std::vector<SampleRow> sample_rows_;   // a step's rows, when the backend samples
   std::vector<uint64_t> finished_;
   int32_t last_step_tokens_ = 0;
 };

@@ -157,6 +157,27 @@ Status LlamaModel::check(const ModelInput& input, const KvCache& cache) const {
 }
 
 Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logits) {
+  const int64_t vocab = rank_config_.vocab_size;
+  return run(input, cache, logits != nullptr, [&](int64_t i0, int64_t m) {
+    backend_.read(logits_, 0, logits + i0 * vocab, static_cast<size_t>(m * vocab) * sizeof(float));
+  });
+}
+
+Status LlamaModel::forward_sampled(const ModelInput& input, KvCache& cache, std::span<const SampleRow> rows,
+                                   std::span<SampledRow> out) {
+  if (rows.size() != input.logit_rows.size() || out.size() != rows.size()) {
+    return make_error(ErrorCode::kInternal, "{} sample rows and {} results for {} logit rows", rows.size(), out.size(),
+                      input.logit_rows.size());
+  }
+  const int64_t vocab = rank_config_.vocab_size;
+  return run(input, cache, true, [&](int64_t i0, int64_t m) {
+    backend_.sample(logits_.f32(), vocab, rows.subspan(static_cast<size_t>(i0), static_cast<size_t>(m)),
+                    out.subspan(static_cast<size_t>(i0), static_cast<size_t>(m)));
+  });
+}
+
+template <typename OnLogits>
+Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits) {
   HEARTH_RETURN_IF_ERROR(check(input, cache));
   const KvCacheConfig& kc = cache.config();
   const ModelConfig& c = rank_config_;
@@ -206,18 +227,17 @@ Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logit
     }
   }
 
-  if (logits == nullptr) return Status::ok();  // a rank that does not sample
+  if (!lm_head) return Status::ok();  // a rank that does not sample
   const auto n_logits = static_cast<int64_t>(step.n_logit_rows);
   // Gather the rows whose logits are wanted, normalise, project onto the vocabulary in
   // chunks of the logits buffer.
-  const int64_t vocab = c.vocab_size;
   float* rows = logits_in_.f32();
   for (int64_t i0 = 0; i0 < n_logits; i0 += kLogitChunk) {
     const int64_t m = std::min<int64_t>(kLogitChunk, n_logits - i0);
     be.gather_rows(x, step.logit_rows + i0, m, dim, rows);
     be.rms_norm(rows, output_norm_, m, dim, c.norm_eps, rows);
     be.matmul(*output_, rows, m, logits_.f32());  // [m, vocab]
-    be.read(logits_, 0, logits + i0 * vocab, static_cast<size_t>(m * vocab) * sizeof(float));
+    on_logits(i0, m);
   }
   return Status::ok();
 }

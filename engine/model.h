@@ -54,6 +54,7 @@ class LlamaModel {
   const ModelConfig& config() const { return config_; }
   const ModelConfig& rank_config() const { return rank_config_; }
   int32_t max_batch_tokens() const { return max_batch_tokens_; }
+  Backend& backend() const { return backend_; }
 
   // Runs the step, writes K/V of every token into `cache` and the logits of
   // input.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory).
@@ -62,6 +63,10 @@ class LlamaModel {
   // Without `logits` (null) the step stops after the last layer: ranks 1..tp-1 of a
   // group, which do not sample, run no LM head.
   Status forward(const ModelInput& input, KvCache& cache, float* logits);
+  // forward with the sampling on the backend (Backend::samples): rows[i] samples logit
+  // row i, the tokens come back in `out` and the logits stay on the device.
+  Status forward_sampled(const ModelInput& input, KvCache& cache, std::span<const SampleRow> rows,
+                         std::span<SampledRow> out);
   // forward's checks alone: whether `input` can run on `cache`.
   Status check(const ModelInput& input, const KvCache& cache) const;
 
@@ -69,6 +74,11 @@ class LlamaModel {
   const std::vector<float>& inv_freq() const { return inv_freq_; }
 
  private:
+  // The forward pass; with the LM head, `on_logits(i0, m)` takes logit rows i0..i0+m-1
+  // from logits_. A template (model.cpp), so that a step allocates nothing.
+  template <typename OnLogits>
+  Status run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits);
+
   struct Layer {
     const TensorView* attn_q = nullptr;
     const TensorView* attn_k = nullptr;

@@ -25,6 +25,19 @@ Result<std::span<const float>> ModelRunner::run(const ModelInput& input) {
   return std::span<const float>(logits_.data(), n);
 }
 
+Result<std::span<const SampledRow>> ModelRunner::run_sampled(const ModelInput& input, std::span<const SampleRow> rows) {
+  if (sampled_.size() < rows.size()) sampled_.resize(rows.size());
+  if (sink_ != nullptr) {
+    HEARTH_RETURN_IF_ERROR(model_.check(input, cache_));
+    HEARTH_RETURN_IF_ERROR(sink_->publish(input));
+  }
+  const uint64_t t0 = now_ns();
+  const std::span<SampledRow> out(sampled_.data(), rows.size());
+  HEARTH_RETURN_IF_ERROR(model_.forward_sampled(input, cache_, rows, out));
+  last_step_ns_ = now_ns() - t0;
+  return std::span<const SampledRow>(out);
+}
+
 Status ModelRunner::run_shard(const ModelInput& input) {
   const uint64_t t0 = now_ns();
   HEARTH_RETURN_IF_ERROR(model_.forward(input, cache_, nullptr));

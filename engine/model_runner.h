@@ -32,6 +32,11 @@ class ModelRunner {
   // next run. A bad input fails alone (model_input_validate), before it is published,
   // and leaves the cache as it was.
   Result<std::span<const float>> run(const ModelInput& input);
+  // Whether the backend samples (Backend::samples): then the driver calls run_sampled.
+  bool samples() const { return model_.backend().samples(); }
+  // run with the sampling on the backend: rows[i] samples logit row i; the tokens, valid
+  // until the next run.
+  Result<std::span<const SampledRow>> run_sampled(const ModelInput& input, std::span<const SampleRow> rows);
   // A step of ranks 1..tp-1: the forward pass on this rank's shard, no LM head.
   Status run_shard(const ModelInput& input);
 
@@ -47,6 +52,7 @@ class ModelRunner {
   KvCache& cache_;
   StepSink* sink_;
   std::vector<float> logits_;  // grows to the largest step once
+  std::vector<SampledRow> sampled_;
   uint64_t last_step_ns_ = 0;
 };
 

@@ -116,4 +116,39 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
   return {candidates_[chosen].second, static_cast<float>(logprob)};
 }
 
+SampledRow sample_row(Sampler& sampler, std::span<const float> l, int32_t top_logprobs,
+                      std::span<const TokenId> prompt, std::span<const TokenId> output, SampleScratch& scratch) {
+  const size_t vocab = l.size();
+  float max = l[0];
+  for (size_t i = 1; i < vocab; ++i) max = std::max(max, l[i]);
+  double sum = 0.0;
+  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(l[i] - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  const auto k = static_cast<size_t>(std::clamp(top_logprobs, 0, kMaxTopLogprobs));
+  SampledRow out;
+  if (k > 0) {
+    auto& top = scratch.top;
+    top.clear();
+    for (size_t i = 0; i < vocab; ++i) {
+      if (top.size() < k || l[i] > top.back().first) {
+        top.emplace_back(l[i], static_cast<int32_t>(i));
+        std::sort(top.begin(), top.end(), [](const auto& x, const auto& y) {
+          return x.first > y.first || (x.first == y.first && x.second < y.second);
+        });
+        if (top.size() > k) top.pop_back();
+      }
+    }
+    out.n_top = static_cast<int32_t>(top.size());
+    for (size_t i = 0; i < top.size(); ++i) {
+      out.top_ids[i] = top[i].second;
+      out.top_logprobs[i] = top[i].first - log_z;
+    }
+  }
+  scratch.row.assign(l.begin(), l.end());
+  const SampledToken t = sampler.sample(scratch.row, prompt, output);
+  out.id = t.id;
+  out.logprob = l[static_cast<size_t>(t.id)] - log_z;
+  return out;
+}
+
 }  // namespace hearth

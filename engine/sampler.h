@@ -8,8 +8,10 @@
 // not thread-safe. Scratch memory is reserved once, so sampling does not allocate.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "common/sampling_params.h"
@@ -26,6 +28,10 @@ struct SampledToken {
 
 class Sampler {
  public:
+  const SamplingParams& params() const { return params_; }
+  // Index of the next draw in the seed's stream (tokens sampled so far).
+  uint64_t position() const { return position_; }
+
   Sampler(const SamplingParams& params, int32_t vocab_size);
 
   // Samples from `logits` ([vocab_size], modified in place by penalties and temperature).
@@ -48,5 +54,38 @@ class Sampler {
   std::vector<int32_t> touched_;       // ids whose counts_/seen_ are set, to reset quickly
   std::vector<std::pair<float, int32_t>> candidates_;
 };
+
+// One sampled token as the API reports it: its log-probability and the top alternatives
+// under the model's own distribution (the raw logits, before penalties, temperature and
+// filters).
+struct SampledRow {
+  TokenId id = -1;
+  float logprob = 0.0f;
+  int32_t n_top = 0;
+  std::array<TokenId, kMaxTopLogprobs> top_ids{};
+  std::array<float, kMaxTopLogprobs> top_logprobs{};
+};
+
+// A row of logits to sample on a backend (Backend::sample): the sequence's parameters,
+// the index of this token's draw, how many alternatives to report and the tokens the
+// penalties look at.
+struct SampleRow {
+  SamplingParams sampling;
+  uint64_t draw = 0;
+  int32_t top_logprobs = 0;
+  std::span<const TokenId> prompt;
+  std::span<const TokenId> output;
+};
+
+// Reused memory of sample_row.
+struct SampleScratch {
+  std::vector<float> row;
+  std::vector<std::pair<float, int32_t>> top;
+};
+
+// The driver's sampling of one row of raw logits: the log-normaliser and top_logprobs
+// alternatives of the raw distribution, then `sampler` on a copy of the row.
+SampledRow sample_row(Sampler& sampler, std::span<const float> logits, int32_t top_logprobs,
+                      std::span<const TokenId> prompt, std::span<const TokenId> output, SampleScratch& scratch);
 
 }  // namespace hearth

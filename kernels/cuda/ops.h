@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "common/sampling_params.h"
 #include "kernels/attention_params.h"
 #include "kernels/device_math.h"
 
@@ -98,5 +99,43 @@ cudaError_t attention(const AttentionStepParams& p, cudaStream_t stream);
 // Float activations to fp16 or bf16 (`type`), rounded to nearest even, for the cuBLASLt
 // products.
 cudaError_t convert_activations(const float* x, int64_t n, DType type, void* out, cudaStream_t stream);
+
+// Sampling n_rows rows of logits as the engine's driver and sampler do on the host
+// (kernels/cuda/sampling.cu). Per row: its parameters, the index of its draw in the
+// seed's stream, how many top logprobs to report, and where its prompt and output
+// tokens are in `tokens` (for the penalties).
+struct SampleRowParams {
+  SamplingParams sampling;
+  uint64_t draw = 0;
+  int32_t top_logprobs = 0;  // 0..kMaxTopLogprobs
+  int32_t prompt_begin = 0, prompt_count = 0;
+  int32_t output_begin = 0, output_count = 0;
+  int32_t reserved = 0;
+};
+
+// The sampled token, its logprob and the normaliser under the raw logits, and the raw
+// top logprobs (logit descending, id ascending).
+struct SampleRowResult {
+  int32_t id = -1;
+  float logprob = 0.0f;
+  float log_z = 0.0f;
+  int32_t n_top = 0;
+  int32_t top_ids[kMaxTopLogprobs] = {};
+  float top_logprobs[kMaxTopLogprobs] = {};
+};
+
+struct SampleParams {
+  const float* logits = nullptr;          // [n_rows, vocab], device
+  int64_t n_rows = 0;
+  int64_t vocab = 0;
+  const SampleRowParams* rows = nullptr;  // [n_rows], device
+  const int32_t* tokens = nullptr;        // device
+  SampleRowResult* out = nullptr;         // [n_rows], device
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+
+size_t sample_scratch_bytes(int64_t n_rows, int64_t vocab);
+cudaError_t sample(const SampleParams& p, cudaStream_t stream);
 
 }  // namespace hearth::kernels::cuda

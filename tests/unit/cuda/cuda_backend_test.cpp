@@ -17,6 +17,7 @@
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/sampler.h"
 #include "kernels/cuda/device_info.h"
 #include "loader/model.h"
 #include "loader/quantize.h"
@@ -320,6 +321,57 @@ TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
       expect_near(download(*gpu_, out, q.size()), want, 1e-4f,
                   fmt::format("attention {} heads {}/{} head_dim {} window {}", kernels::kv_dtype_name(dtype),
                               n_heads, n_kv_heads, head_dim, window));
+    }
+  }
+}
+
+// Sampling on the device against the host's sample_row: every parameter, penalties over
+// prompt and output tokens, -inf logits, ties, top logprobs, fresh logits each run.
+TEST_F(CudaBackendTest, SamplingMatchesTheHostSamplerRowForRow) {
+  ASSERT_TRUE(gpu_->samples());
+  for (const int64_t vocab : {int64_t{7}, int64_t{1000}, int64_t{32000}, int64_t{128256}}) {
+    constexpr int kRows = 13;
+    std::vector<float> logits = random_floats(static_cast<size_t>(kRows * vocab), rng_, 8.0f);
+    for (int64_t i = 0; i < kRows * vocab; i += 97) logits[static_cast<size_t>(i)] = -INFINITY;  // masked tokens
+    for (int64_t i = 5; i + 1 < kRows * vocab; i += 1013) logits[static_cast<size_t>(i + 1)] = logits[static_cast<size_t>(i)];
+    std::uniform_int_distribution<TokenId> token(0, static_cast<TokenId>(vocab - 1));
+    std::vector<std::vector<TokenId>> prompts(kRows), outputs(kRows);
+    std::vector<SampleRow> rows(kRows);
+    for (int r = 0; r < kRows; ++r) {
+      for (int i = 0; i < 3 + r; ++i) prompts[r].push_back(token(rng_));
+      for (int i = 0; i < 2 * r; ++i) outputs[r].push_back(token(rng_));
+      SampleRow& row = rows[static_cast<size_t>(r)];
+      row.sampling = {.temperature = r % 4 == 0 ? 0.0f : 0.5f + 0.1f * static_cast<float>(r % 5),
+                      .top_p = r % 3 == 0 ? 0.8f : 1.0f,
+                      .min_p = r % 5 == 2 ? 0.02f : 0.0f,
+                      .repetition_penalty = r % 2 == 1 ? 1.2f : 1.0f,
+                      .presence_penalty = r % 3 == 2 ? 0.7f : 0.0f,
+                      .frequency_penalty = r % 4 == 3 ? 0.3f : 0.0f,
+                      .top_k = r % 6 == 5 ? 40 : 0,
+                      .seed = rng_()};
+      row.draw = static_cast<uint64_t>(r * 3);
+      row.top_logprobs = r % (kMaxTopLogprobs + 1);
+      row.prompt = prompts[static_cast<size_t>(r)];
+      row.output = outputs[static_cast<size_t>(r)];
+    }
+    BackendBuffer dev = upload(*gpu_, logits);
+    std::vector<SampledRow> got(kRows);
+    gpu_->sample(dev.f32(), vocab, rows, got);
+    SampleScratch scratch;
+    for (int r = 0; r < kRows; ++r) {
+      Sampler sampler(rows[static_cast<size_t>(r)].sampling, static_cast<int32_t>(vocab));
+      sampler.set_position(rows[static_cast<size_t>(r)].draw);
+      const SampledRow want = sample_row(sampler, std::span(logits.data() + r * vocab, static_cast<size_t>(vocab)),
+                                         rows[static_cast<size_t>(r)].top_logprobs, rows[static_cast<size_t>(r)].prompt,
+                                         rows[static_cast<size_t>(r)].output, scratch);
+      const SampledRow& g = got[static_cast<size_t>(r)];
+      EXPECT_EQ(g.id, want.id) << "vocab " << vocab << " row " << r;
+      EXPECT_NEAR(g.logprob, want.logprob, 1e-4f * (1.0f + std::fabs(want.logprob))) << "vocab " << vocab << " row " << r;
+      ASSERT_EQ(g.n_top, want.n_top) << "vocab " << vocab << " row " << r;
+      for (int k = 0; k < want.n_top; ++k) {
+        EXPECT_EQ(g.top_ids[static_cast<size_t>(k)], want.top_ids[static_cast<size_t>(k)]);
+        EXPECT_NEAR(g.top_logprobs[static_cast<size_t>(k)], want.top_logprobs[static_cast<size_t>(k)], 1e-4f);
+      }
     }
   }
 }

@@ -117,6 +117,121 @@ TEST(DriverTest, TopLogprobsAreTheModelsOwnMostLikelyTokens) {
   EXPECT_EQ(events, 3);
 }
 
+// A CPU backend that says it samples, and does it as a device would be asked to: one
+// call per chunk of logit rows, from the parameters, draw index and tokens the driver
+// passes (Backend::sample). The driver's path for GPU backends, run on the host.
+class SamplingCpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu (sampling)"; }
+  int threads() const override { return cpu_->threads(); }
+  bool supports(BackendOp op, DType type) const override { return cpu_->supports(op, type); }
+  Result<std::unique_ptr<BoundWeights>> bind_weights(std::span<const TensorView> t, std::string_view l) override {
+    return cpu_->bind_weights(t, l);
+  }
+  StepInput upload(const ModelInput& input) override { return cpu_->upload(input); }
+  bool samples() const override { return true; }
+  void sample(const float* logits, int64_t vocab, std::span<const SampleRow> rows, std::span<SampledRow> out) override {
+    ++calls;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Sampler sampler(rows[i].sampling, static_cast<int32_t>(vocab));
+      sampler.set_position(rows[i].draw);
+      out[i] = sample_row(sampler, std::span(logits + static_cast<int64_t>(i) * vocab, static_cast<size_t>(vocab)),
+                          rows[i].top_logprobs, rows[i].prompt, rows[i].output, scratch_);
+    }
+  }
+  Result<BackendBuffer> alloc(size_t bytes) override { return cpu_->alloc(bytes); }
+  void write(const BackendBuffer& d, size_t o, const void* s, size_t b) override { cpu_->write(d, o, s, b); }
+  void read(const BackendBuffer& s, size_t o, void* d, size_t b) override { cpu_->read(s, o, d, b); }
+  void embedding(const TensorView& t, const TokenId* ids, int64_t n, float* out) override { cpu_->embedding(t, ids, n, out); }
+  void matmul(const TensorView& w, const float* x, int64_t n, float* y) override { cpu_->matmul(w, x, n, y); }
+  void rms_norm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* out) override {
+    cpu_->rms_norm(x, w, n, dim, eps, out);
+  }
+  void rope(float* x, int64_t n, int64_t heads, int64_t hd, const int32_t* pos, const float* f, RopeStyle st) override {
+    cpu_->rope(x, n, heads, hd, pos, f, st);
+  }
+  void kv_store(const KvStoreParams& p) override { cpu_->kv_store(p); }
+  void attention(const AttentionBatch& p) override { cpu_->attention(p); }
+  void swiglu(const float* g, const float* u, int64_t n, float* out) override { cpu_->swiglu(g, u, n, out); }
+  void add(float* y, const float* x, int64_t n) override { cpu_->add(y, x, n); }
+  void add_bias(float* x, const float* b, int64_t n, int64_t dim) override { cpu_->add_bias(x, b, n, dim); }
+  void gather_rows(const float* x, const int32_t* r, int64_t n, int64_t dim, float* out) override {
+    cpu_->gather_rows(x, r, n, dim, out);
+  }
+
+  int calls = 0;
+
+ private:
+  std::unique_ptr<Backend> cpu_ = make_cpu_backend();
+  SampleScratch scratch_;
+};
+
+// Twenty sequences in one step (two chunks of logit rows) with every sampling parameter,
+// one resumed: sampling on the backend gives the host's tokens and logprobs.
+TEST(DriverTest, SamplingOnTheBackendGivesTheHostsTokensAndLogprobs) {
+  REQUIRE_STORIES();
+  Fixture host;
+  auto sampling = std::make_unique<SamplingCpuBackend>();
+  SamplingCpuBackend& backend = *sampling;
+  Fixture device;
+  device.backend = std::move(sampling);
+  device.llama = std::move(LlamaModel::create(device.model.config, device.model.tensors, *device.backend, 64)).value();
+  device.cache.emplace(
+      std::move(KvCache::create(*device.backend, {device.model.config.n_layers, device.model.config.kv_dim(), 16, 256}))
+          .value());
+  host.cache.emplace(
+      std::move(KvCache::create(*host.backend, {host.model.config.n_layers, host.model.config.kv_dim(), 16, 256})).value());
+  host.runner = std::make_unique<ModelRunner>(*host.llama, *host.cache);
+  device.runner = std::make_unique<ModelRunner>(*device.llama, *device.cache);
+  ASSERT_TRUE(device.runner->samples());
+  ASSERT_FALSE(host.runner->samples());
+
+  auto run = [](Fixture& f) {
+    Driver driver(*f.runner, {.scheduler = {.max_batch_size = 32, .max_batched_tokens = 64}, .max_sequence_tokens = 256});
+    for (uint64_t id = 0; id < 20; ++id) {
+      SequenceRequest r;
+      r.tokens = {1, static_cast<TokenId>(300 + id), 407, 261};
+      r.n_prompt = 4;
+      if (id == 19) {  // resumed with tokens produced before
+        r.tokens.insert(r.tokens.end(), {378, 306});
+      }
+      r.max_tokens = 12;
+      r.top_logprobs = static_cast<int32_t>(id % 5);
+      r.sampling = {.temperature = id % 4 == 0 ? 0.0f : 0.7f + 0.05f * static_cast<float>(id % 3),
+                    .top_p = id % 3 == 0 ? 0.9f : 1.0f,
+                    .min_p = id % 5 == 1 ? 0.05f : 0.0f,
+                    .repetition_penalty = id % 2 == 0 ? 1.3f : 1.0f,
+                    .presence_penalty = id % 7 == 2 ? 0.5f : 0.0f,
+                    .frequency_penalty = id % 6 == 3 ? 0.4f : 0.0f,
+                    .top_k = id % 4 == 1 ? 20 : 0,
+                    .seed = 1000 + id};
+      EXPECT_EQ(*driver.add(id, std::move(r)), FinishReason::kNone);
+    }
+    std::vector<std::vector<TokenResult>> out(20);
+    const Status st = driver.run_until_idle([&](const StepEvent& e) {
+      out[e.id].push_back(e.token);
+      return true;
+    });
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    return out;
+  };
+  const auto want = run(host);
+  const auto got = run(device);
+  EXPECT_GE(backend.calls, 2);
+  for (size_t id = 0; id < want.size(); ++id) {
+    ASSERT_EQ(got[id].size(), want[id].size()) << "sequence " << id;
+    for (size_t t = 0; t < want[id].size(); ++t) {
+      const TokenResult& a = want[id][t];
+      const TokenResult& b = got[id][t];
+      EXPECT_EQ(b.id, a.id) << "sequence " << id << " token " << t;
+      EXPECT_EQ(b.logprob, a.logprob) << "sequence " << id << " token " << t;
+      EXPECT_EQ(b.n_top, a.n_top);
+      EXPECT_EQ(b.top_ids, a.top_ids);
+      EXPECT_EQ(b.top_logprobs, a.top_logprobs);
+    }
+  }
+}
+
 TEST(ModelRankConfigTest, EachRankTakesItsShareOrTheSplitIsRefused) {
   ModelConfig c;
   c.dim = 2048;
