@@ -65,6 +65,36 @@ rc=$?
 row "resident slab across a loader SIGKILL (cuda_resident_test)" "exit $rc in $((SECONDS - t)) s"
 grep -E '^loader ready: ' "$logs/cuda_resident_test.log" | head -2 |
   while read -r line; do row "loader slabs" "${line#loader ready: }"; done
+
+# The 1B synthetic model on the GPU: the loader's slab copy, attach to it and first token
+# (hearth generate --attach --backend cuda:0), and greedy ids against the CPU's.
+models=/tmp/hearth-device-models
+mkdir -p "$models"
+for type in f16 q4_0; do
+  [ $((SECONDS - start)) -lt 390 ] || { row "1B $type" "skipped: out of time"; continue; }
+  model=$models/1b-$type.gguf
+  [ -f "$model" ] || "$build/bin/hearth" synth --preset 1b --type "$type" --gguf "$model" >"$logs/synth-$type.log" 2>&1
+  inst=devcheck-$type
+  ready=$logs/loader-$type.out
+  "$build/bin/hearth-loader" --model "$model" --instance "$inst" --device cuda --remove-on-exit \
+    >"$ready" 2>"$logs/loader-$type.log" &
+  loader=$!
+  for _ in $(seq 1 600); do [ -s "$ready" ] || ! kill -0 $loader 2>/dev/null && break; sleep 0.1; done
+  row "1B $type loader" "$(grep -o '"device_slabs":\[[^]]*\]' "$ready" || tail -1 "$logs/loader-$type.log")"
+  gpu_out=$(timeout 60 "$build/bin/hearth" generate --attach "$inst" --backend cuda:0 --prompt "hello world" \
+    --max-tokens 32 --ignore-eos --json 2>"$logs/generate-gpu-$type.log")
+  cpu_out=$(timeout 120 "$build/bin/hearth" generate --model "$model" --prompt "hello world" --max-tokens 32 \
+    --ignore-eos --json 2>"$logs/generate-cpu-$type.log")
+  kill $loader 2>/dev/null; wait $loader 2>/dev/null
+  field() { grep -o "\"$1\":[^,]*" <<<"$2" | head -1 | cut -d: -f2; }
+  ids() { grep -o '"ids":\[[^]]*\]' <<<"$1"; }
+  row "1B $type on cuda:0 (attached)" "ready $(field ready_seconds "$gpu_out") s, first token $(field first_token_seconds "$gpu_out") s, decode $(field decode_tokens_per_second "$gpu_out") tok/s"
+  if [ -n "$(ids "$gpu_out")" ] && [ "$(ids "$gpu_out")" = "$(ids "$cpu_out")" ]; then
+    row "1B $type greedy ids, 32 tokens" "equal to the CPU's"
+  else
+    row "1B $type greedy ids, 32 tokens" "GPU $(ids "$gpu_out") / CPU $(ids "$cpu_out")"
+  fi
+done
 row "total" "$((SECONDS - start)) s"
 tail -40 "$logs/cuda_test.log"
 tail -20 "$logs/cuda_resident_test.log"

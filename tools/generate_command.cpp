@@ -8,7 +8,9 @@
 #include "engine/backend.h"
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
+#include "engine/loader_slab.h"
 #include "engine/model.h"
+#include "ipc/segment.h"
 #include "common/process.h"
 #include "tokenizer/tokenizer.h"
 #include "common/args.h"
@@ -25,6 +27,8 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --model PATH            GGUF file, Hugging Face directory or llama2.c .bin checkpoint
   --attach INSTANCE       use the resident weights of a running hearth-loader instead
   --shm-dir DIR           where --attach finds segments (default $HEARTH_SHM_DIR or /dev/shm)
+  --backend cpu|cuda[:N]  the device to run on (default cpu); with --attach and cuda, the
+                          weights come from the loader's device slab (hearth-loader --device)
   --prompt TEXT           the prompt
   --tokenizer PATH        tokenizer file or directory, for containers that keep it apart
   --max-tokens N          tokens to generate at most (default 256)
@@ -59,6 +63,7 @@ struct Options {
   std::string shm_dir;
   std::string prompt;
   std::string tokenizer;
+  std::string backend{"cpu"};
   int32_t context = 0;
   KvDType kv_dtype = KvDType::kF16;
   bool json = false;
@@ -69,7 +74,7 @@ struct Options {
 Result<Options> parse_options(const std::vector<std::string>& argv) {
   HEARTH_ASSIGN_OR_RETURN(
       Args args, Args::parse(argv,
-                             {"model", "attach", "shm-dir", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                             {"model", "attach", "shm-dir", "backend", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                               "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx", "kv-dtype"},
                              {"ignore-eos", "json", "no-special", "help"}));
   Options o;
@@ -83,6 +88,8 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   o.shm_dir = args.get("shm-dir").value_or("");
   o.prompt = *args.get("prompt");
   o.tokenizer = args.get("tokenizer").value_or("");
+  o.backend = args.get("backend").value_or("cpu");
+  HEARTH_RETURN_IF_ERROR(backend_check_name(o.backend));
   o.json = args.has("json");
   o.add_special = !args.has("no-special");
   o.gen.ignore_stop = args.has("ignore-eos");
@@ -134,7 +141,13 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   const Tokenizer& tok = *model.tokenizer;
   HEARTH_LOG_INFO("{}: {}", model.name, model_config_summary(model.config));
 
-  auto backend = make_cpu_backend();
+  auto made = make_backend(o.backend, {});
+  if (!made.is_ok()) return fail(made.status());
+  std::unique_ptr<Backend> backend = std::move(made).value();
+  if (model.attached) {
+    const std::filesystem::path dir = o.shm_dir.empty() ? shm_dir_default() : std::filesystem::path(o.shm_dir);
+    if (Status st = backend_use_loader_slab(*backend, *model.attached, 0, dir, o.attach); !st.is_ok()) return fail(st);
+  }
   const ModelConfig& config = model.config;
   const int32_t context = std::min(config.max_context, o.context > 0 ? o.context : 4096);
   constexpr int32_t kBlockSize = 16;
