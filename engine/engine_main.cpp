@@ -38,8 +38,9 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --prefetch N             queued requests taken per step (default 64; HEARTH_PREFETCH_BUFFER)
   --threads N              CPU threads (default: every core; HEARTH_THREADS)
   --kv-dtype f32|f16|bf16  how the KV cache stores keys and values (default f16)
-  --backend cpu|cpu-reference|cuda[:N]  the device the model runs on (default cpu); on CUDA the
-                           weights come from hearth-loader --device's slab where it serves one
+  --backend cpu|cpu-reference|cuda[:N]  the device the model runs on (default cpu); "cuda" is
+                           GPU R for rank R; on CUDA the weights come from hearth-loader
+                           --device's slab where it serves one
   --wait-weights SECONDS   wait this long for the weights segment to appear (default 0)
   --rank R                 this process's rank in its tensor-parallel group (default 0); rank 0
                            serves the broker and samples, ranks 1..tp-1 run their shard of each step
@@ -145,6 +146,7 @@ int main(int argc, char** argv) {
   }
   o.backend = args->get("backend").value_or("cpu");
   if (Status st = backend_check_name(o.backend); !st.is_ok()) return usage_error(st.message());
+  if (o.backend == "cuda") o.backend = fmt::format("cuda:{}", o.rank);  // rank r on GPU r
   if (auto name = args->get("kv-dtype")) {
     auto dtype = kv_dtype_from_name(*name);
     if (!dtype.is_ok()) return usage_error(dtype.status().message());

@@ -121,6 +121,13 @@ Result<bool> same_ends(const void* device, const std::byte* host, size_t bytes) 
   return true;
 }
 
+// Out of device memory: what to change.
+Status with_memory_hint(const Status& st) {
+  if (st.code() != ErrorCode::kResourceExhausted) return st;
+  return Status(st.code(), st.message() + "; load smaller weights (--quant int8 or int4) or split them over more GPUs "
+                                          "(--tp)");
+}
+
 class CudaSlabs final : public DeviceSlabs {
  public:
   std::vector<Slab> slabs;
@@ -222,16 +229,18 @@ Result<std::unique_ptr<DeviceSlabs>> device_slabs_publish(const ResidentSegment&
       const bool vmm = options.sharing == DeviceSharing::kVmm ||
                        (options.sharing == DeviceSharing::kAuto && cu::vmm_fd_supported(device, &why));
       if (vmm) {
-        HEARTH_ASSIGN_OR_RETURN(slab.memory, cu::SharedDeviceMemory::allocate(device, data_bytes,
-                                                                             fmt::format("rank {}'s weights", rank)));
+        auto memory = cu::SharedDeviceMemory::allocate(device, data_bytes, fmt::format("rank {}'s weights", rank));
+        if (!memory.is_ok()) return with_memory_hint(memory.status());
+        slab.memory = std::move(*memory);
         HEARTH_ASSIGN_OR_RETURN(slab.served.fd, slab.memory.export_fd());
         want.handle = std::string(kSlabHandleVmm);
       } else {
         if (!why.empty()) {
           HEARTH_LOG_WARN("rank {}: {}; using legacy CUDA IPC, so the device copy dies with this loader", rank, why);
         }
-        HEARTH_ASSIGN_OR_RETURN(slab.memory, cu::SharedDeviceMemory::allocate_legacy(
-                                                 device, data_bytes, fmt::format("rank {}'s weights", rank)));
+        auto memory = cu::SharedDeviceMemory::allocate_legacy(device, data_bytes, fmt::format("rank {}'s weights", rank));
+        if (!memory.is_ok()) return with_memory_hint(memory.status());
+        slab.memory = std::move(*memory);
         want.handle = std::string(kSlabHandleCudaIpc);
       }
       HEARTH_RETURN_IF_ERROR(upload(host, data_bytes, slab.memory.data()));
