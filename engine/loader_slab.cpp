@@ -47,7 +47,7 @@ Status backend_use_loader_slab(Backend& backend, const AttachedWeights& weights,
                       id.uuid, id.compute_capability);
   }
   auto memory = r.handle == kSlabHandleVmm ? kernels::cuda::SharedDeviceMemory::import_fd(device, fetched->fd.get(), r.bytes)
-                                           : kernels::cuda::SharedDeviceMemory::import_legacy(device, r.ipc_handle);
+                                           : kernels::cuda::SharedDeviceMemory::import_legacy(device, r.ipc_handle, r.bytes);
   if (!memory.is_ok()) return memory.status().with_context(fmt::format("rank {}'s device slab", rank));
   const std::span<const std::byte> host(weights.segment.data() + h.rank_offset[rank], h.rank_bytes[rank]);
   HEARTH_RETURN_IF_ERROR(cuda_backend_use_slab(

@@ -201,13 +201,7 @@ Result<SharedDeviceMemory> SharedDeviceMemory::allocate(int device, size_t bytes
     d.release(handle);
     return mapped.status();
   }
-  SharedDeviceMemory m;
-  m.kind_ = Kind::kVmm;
-  m.data_ = *mapped;
-  m.bytes_ = rounded;
-  m.device_ = device;
-  m.handle_ = handle;
-  return m;
+  return SharedDeviceMemory(Kind::kVmm, *mapped, rounded, device, handle);
 }
 
 Result<SharedDeviceMemory> SharedDeviceMemory::import_fd(int device, int fd, size_t bytes) {
@@ -247,13 +241,7 @@ Result<SharedDeviceMemory> SharedDeviceMemory::import_fd(int device, int fd, siz
     d.release(handle);
     return mapped.status().with_context(fmt::format("mapping an imported slab of {} bytes", bytes));
   }
-  SharedDeviceMemory m;
-  m.kind_ = Kind::kVmm;
-  m.data_ = *mapped;
-  m.bytes_ = bytes;
-  m.device_ = device;
-  m.handle_ = handle;
-  return m;
+  return SharedDeviceMemory(Kind::kVmm, *mapped, bytes, device, handle);
 }
 
 Result<SharedDeviceMemory> SharedDeviceMemory::allocate_legacy(int device, size_t bytes, std::string_view what) {
@@ -267,15 +255,10 @@ Result<SharedDeviceMemory> SharedDeviceMemory::allocate_legacy(int device, size_
     return runtime_error(e, fmt::format("allocating {} MiB for {} on CUDA device {} ({} MiB free of {} MiB)",
                                         bytes >> 20, what, device, free_bytes >> 20, total >> 20));
   }
-  SharedDeviceMemory m;
-  m.kind_ = Kind::kLegacyOwner;
-  m.data_ = p;
-  m.bytes_ = bytes;
-  m.device_ = device;
-  return m;
+  return SharedDeviceMemory(Kind::kLegacyOwner, p, bytes, device, 0);
 }
 
-Result<SharedDeviceMemory> SharedDeviceMemory::import_legacy(int device, std::string_view handle_hex) {
+Result<SharedDeviceMemory> SharedDeviceMemory::import_legacy(int device, std::string_view handle_hex, size_t bytes) {
   cudaIpcMemHandle_t handle{};
   if (handle_hex.size() != 2 * sizeof(handle.reserved)) {
     return make_error(ErrorCode::kFormat, "a CUDA IPC handle is {} hex digits, not {}", 2 * sizeof(handle.reserved),
@@ -295,11 +278,7 @@ Result<SharedDeviceMemory> SharedDeviceMemory::import_legacy(int device, std::st
   if (const cudaError_t e = cudaIpcOpenMemHandle(&p, handle, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
     return runtime_error(e, "opening a CUDA IPC handle (its exporter may have exited)");
   }
-  SharedDeviceMemory m;
-  m.kind_ = Kind::kLegacyImport;
-  m.data_ = p;
-  m.device_ = device;
-  return m;
+  return SharedDeviceMemory(Kind::kLegacyImport, p, bytes, device, 0);
 }
 
 SharedDeviceMemory::SharedDeviceMemory(SharedDeviceMemory&& other) noexcept { *this = std::move(other); }

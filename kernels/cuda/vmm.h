@@ -41,7 +41,9 @@ class SharedDeviceMemory {
   static Result<SharedDeviceMemory> import_fd(int device, int fd, size_t bytes);
   // cudaMalloc'd memory with a legacy IPC handle (handle_hex).
   static Result<SharedDeviceMemory> allocate_legacy(int device, size_t bytes, std::string_view what);
-  static Result<SharedDeviceMemory> import_legacy(int device, std::string_view handle_hex);
+  // Opens another process's legacy allocation of `bytes` (the exporter's word: a legacy
+  // handle does not carry its size).
+  static Result<SharedDeviceMemory> import_legacy(int device, std::string_view handle_hex, size_t bytes);
 
   SharedDeviceMemory() = default;
   SharedDeviceMemory(SharedDeviceMemory&& other) noexcept;
@@ -62,6 +64,8 @@ class SharedDeviceMemory {
 
  private:
   enum class Kind { kNone, kVmm, kLegacyOwner, kLegacyImport };
+  SharedDeviceMemory(Kind kind, void* data, size_t bytes, int device, unsigned long long handle)
+      : kind_(kind), data_(data), bytes_(bytes), device_(device), handle_(handle) {}
   void reset() noexcept;
 
   Kind kind_ = Kind::kNone;

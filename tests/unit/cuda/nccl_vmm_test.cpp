@@ -70,7 +70,7 @@ TEST_F(DeviceTest, LegacyAllocationsHaveAnIpcHandle) {
   ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
   EXPECT_EQ(handle->size(), 128u);
   EXPECT_FALSE(slab->export_fd().is_ok());
-  EXPECT_FALSE(cu::SharedDeviceMemory::import_legacy(0, "00").is_ok());
+  EXPECT_FALSE(cu::SharedDeviceMemory::import_legacy(0, "00", 1u << 20).is_ok());
 }
 
 #if HEARTH_HAVE_NCCL
