@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include <atomic>
+#include <array>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -16,17 +16,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(50);
+constexpr auto kPollPeriod = std::chrono::microseconds(50);
+constexpr size_t kMaxInFlight = 256;  // collectives enqueued and not yet seen complete
 
 uint64_t monotonic_ns() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
 }
 
 Status nccl_error(ncclResult_t r, std::string_view what) {
   return make_error(ErrorCode::kUnavailable, "NCCL {}: {}", what, ncclGetErrorString(r));
 }
 
+// Every member function takes mu_, which guards all state below it; polls for NCCL's
+// progress release it between rounds so that the watchdog can abort what they wait for.
 class NcclCommunicator final : public EpochCommunicator {
  public:
   explicit NcclCommunicator(NcclOptions options) : o_(std::move(options)) {
@@ -41,8 +44,10 @@ class NcclCommunicator final : public EpochCommunicator {
     wake_.notify_all();
     watchdog_.join();
     std::lock_guard lock(mu_);
-    drop_comm(/*abort=*/pending_since_.load() != 0);
-    if (event_ != nullptr) cudaEventDestroy(event_);
+    drop_comm(/*abort=*/in_flight_ > 0);
+    for (cudaEvent_t e : events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
 
@@ -61,8 +66,12 @@ class NcclCommunicator final : public EpochCommunicator {
     if (cudaSetDevice(o_.device) != cudaSuccess) {
       return make_error(ErrorCode::kUnavailable, "NCCL: cannot use CUDA device {}", o_.device);
     }
-    if (event_ == nullptr && cudaEventCreateWithFlags(&event_, cudaEventDisableTiming) != cudaSuccess) {
-      return make_error(ErrorCode::kResourceExhausted, "NCCL: cannot create the watchdog's event");
+    if (events_[0] == nullptr) {
+      for (cudaEvent_t& e : events_) {
+        if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+          return make_error(ErrorCode::kResourceExhausted, "NCCL: cannot create the watchdog's events");
+        }
+      }
     }
     if (scratch_ == nullptr && cudaMalloc(&scratch_, sizeof(float)) != cudaSuccess) {
       return make_error(ErrorCode::kResourceExhausted, "NCCL: cannot allocate the barrier's scratch float");
@@ -72,14 +81,7 @@ class NcclCommunicator final : public EpochCommunicator {
     ncclComm_t comm = nullptr;
     ncclResult_t r = ncclCommInitRankConfig(&comm, o_.size, id, o_.rank, &config);
     const auto deadline = Clock::now() + timeout;
-    while (r == ncclInProgress || r == ncclSuccess) {
-      ncclResult_t state = ncclSuccess;
-      if (comm == nullptr) break;
-      ncclCommGetAsyncError(comm, &state);
-      if (state != ncclInProgress) {
-        r = state;
-        break;
-      }
+    while (r == ncclInProgress && comm != nullptr) {
       if (Clock::now() > deadline) {
         ncclCommAbort(comm);
         return make_error(ErrorCode::kUnavailable, "NCCL: rank {} of {} could not form epoch {}'s communicator within "
@@ -88,6 +90,7 @@ class NcclCommunicator final : public EpochCommunicator {
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       lock.lock();
+      ncclCommGetAsyncError(comm, &r);
     }
     if (r != ncclSuccess || comm == nullptr) {
       if (comm != nullptr) ncclCommAbort(comm);
@@ -102,7 +105,7 @@ class NcclCommunicator final : public EpochCommunicator {
   }
 
   Status all_reduce_sum(float* data, int64_t n, DeviceQueue queue) override {
-    return enqueue("all-reduce", queue, [&](ncclComm_t comm, cudaStream_t s) {
+    return enqueue("all-reduce", static_cast<cudaStream_t>(queue.handle), [&](ncclComm_t comm, cudaStream_t s) {
       return ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat, ncclSum, comm, s);
     });
   }
@@ -111,76 +114,112 @@ class NcclCommunicator final : public EpochCommunicator {
     if (root < 0 || root >= o_.size) {
       return make_error(ErrorCode::kInvalidArgument, "broadcast from rank {} in a group of {}", root, o_.size);
     }
-    return enqueue("broadcast", queue, [&](ncclComm_t comm, cudaStream_t s) {
+    return enqueue("broadcast", static_cast<cudaStream_t>(queue.handle), [&](ncclComm_t comm, cudaStream_t s) {
       return ncclBroadcast(data, data, bytes, ncclUint8, root, comm, s);
     });
   }
 
-  // An all-reduce of one float on the default stream, waited for.
+  // All of this rank's device work done, then an all-reduce of one float, waited for.
   Status barrier() override {
-    HEARTH_RETURN_IF_ERROR(enqueue("barrier", DeviceQueue{}, [&](ncclComm_t comm, cudaStream_t s) {
+    if (const cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) {
+      return make_error(ErrorCode::kUnavailable, "NCCL barrier: {}", cudaGetErrorString(e));
+    }
+    HEARTH_RETURN_IF_ERROR(enqueue("barrier", nullptr, [&](ncclComm_t comm, cudaStream_t s) {
       return ncclAllReduce(scratch_, scratch_, 1, ncclFloat, ncclSum, comm, s);
     }));
-    while (true) {
-      const cudaError_t e = cudaEventQuery(event_);
-      if (e == cudaSuccess) return Status::ok();
-      if (e != cudaErrorNotReady) return make_error(ErrorCode::kUnavailable, "NCCL barrier: {}", cudaGetErrorString(e));
-      {
-        std::lock_guard lock(mu_);
-        if (aborted_) return make_error(ErrorCode::kUnavailable, "NCCL barrier aborted by the watchdog");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::unique_lock lock(mu_);
+    while (in_flight_ > 0) {
+      if (aborted_) return make_error(ErrorCode::kUnavailable, "NCCL barrier aborted by the watchdog");
+      retire_completed();
+      lock.unlock();
+      std::this_thread::sleep_for(kPollPeriod);
+      lock.lock();
     }
+    return Status::ok();
   }
 
  private:
   template <typename F>
-  Status enqueue(const char* what, DeviceQueue queue, F&& call) {
-    std::lock_guard lock(mu_);
-    if (comm_ == nullptr || aborted_) {
-      return make_error(ErrorCode::kUnavailable, "NCCL {}: rank {} has no communicator for this epoch{}", what,
-                        o_.rank, aborted_ ? " (the watchdog aborted it)" : "");
+  Status enqueue(const char* what, cudaStream_t stream, F&& call) {
+    std::unique_lock lock(mu_);
+    auto gone = [&] {
+      return make_error(ErrorCode::kUnavailable, "NCCL {}: rank {} has no communicator for this epoch{}", what, o_.rank,
+                        aborted_ ? " (the watchdog aborted it)" : "");
+    };
+    if (comm_ == nullptr || aborted_) return gone();
+    // A full ring: wait for the oldest collective (the watchdog aborts one that is stuck).
+    while (in_flight_ == kMaxInFlight) {
+      retire_completed();
+      if (in_flight_ < kMaxInFlight) break;
+      lock.unlock();
+      std::this_thread::sleep_for(kPollPeriod);
+      lock.lock();
+      if (comm_ == nullptr || aborted_) return gone();
     }
-    auto stream = static_cast<cudaStream_t>(queue.handle);
+    enqueuing_since_ = monotonic_ns();  // the watchdog times this too: enqueuing may wait for peers
     ncclResult_t r = call(comm_, stream);
-    // A non-blocking communicator may still be enqueuing: wait for that (not for the
-    // collective itself, which runs on the stream).
+    // A non-blocking communicator may still be enqueuing (connecting to its peers, say):
+    // wait for that, not for the collective itself, which runs on the stream.
     while (r == ncclInProgress) {
+      lock.unlock();
+      std::this_thread::sleep_for(kPollPeriod);
+      lock.lock();
+      if (comm_ == nullptr || aborted_) {
+        enqueuing_since_ = 0;
+        return gone();
+      }
       ncclCommGetAsyncError(comm_, &r);
     }
+    enqueuing_since_ = 0;
     if (r != ncclSuccess) {
       aborted_ = true;
       return nccl_error(r, what);
     }
-    if (cudaEventRecord(event_, stream) != cudaSuccess) {
+    const size_t slot = (first_ + in_flight_) % kMaxInFlight;
+    if (cudaEventRecord(events_[slot], stream) != cudaSuccess) {
       return make_error(ErrorCode::kUnavailable, "NCCL {}: cannot record the watchdog's event", what);
     }
-    uint64_t none = 0;
-    pending_since_.compare_exchange_strong(none, monotonic_ns());
+    enqueued_ns_[slot] = monotonic_ns();
+    ++in_flight_;
     return Status::ok();
+  }
+
+  // Forgets the collectives that have completed, oldest first.
+  void retire_completed() {
+    while (in_flight_ > 0 && cudaEventQuery(events_[first_]) == cudaSuccess) {
+      first_ = (first_ + 1) % kMaxInFlight;
+      --in_flight_;
+    }
   }
 
   // Ends the communicator of the last epoch: abort when a collective may still run.
   void drop_comm(bool abort) {
-    if (comm_ == nullptr) return;
-    if (abort || aborted_) {
-      ncclCommAbort(comm_);
-    } else {
-      ncclCommDestroy(comm_);
+    if (comm_ != nullptr) {
+      if (abort || aborted_) {
+        ncclCommAbort(comm_);
+      } else {
+        ncclCommDestroy(comm_);
+      }
     }
     comm_ = nullptr;
-    pending_since_.store(0);
+    first_ = 0;
+    in_flight_ = 0;
+    enqueuing_since_ = 0;
   }
 
   void watch() {
+    cudaSetDevice(o_.device);  // its event queries use this rank's context, not device 0's
     std::unique_lock lock(mu_);
     while (!stop_) {
       wake_.wait_for(lock, kWatchdogPeriod);
       if (stop_ || comm_ == nullptr || aborted_) continue;
+      retire_completed();
       WatchdogObservation seen;
       seen.now_ns = monotonic_ns();
-      if (pending_since_.load() != 0 && cudaEventQuery(event_) == cudaSuccess) pending_since_.store(0);
-      seen.pending_since_ns = pending_since_.load();
+      seen.pending_since_ns = in_flight_ > 0 ? enqueued_ns_[first_] : 0;
+      if (enqueuing_since_ != 0 && (seen.pending_since_ns == 0 || enqueuing_since_ < seen.pending_since_ns)) {
+        seen.pending_since_ns = enqueuing_since_;
+      }
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       seen.async_error = async != ncclSuccess && async != ncclInProgress;
@@ -193,6 +232,9 @@ class NcclCommunicator final : public EpochCommunicator {
       ncclCommAbort(comm_);
       comm_ = nullptr;
       aborted_ = true;
+      first_ = 0;
+      in_flight_ = 0;
+      enqueuing_since_ = 0;
     }
   }
 
@@ -203,9 +245,13 @@ class NcclCommunicator final : public EpochCommunicator {
   ncclComm_t comm_ = nullptr;
   uint64_t epoch_ = 0;
   bool aborted_ = false;
-  cudaEvent_t event_ = nullptr;
+  // The collectives in flight: a ring of events recorded after each, with its enqueue time.
+  std::array<cudaEvent_t, kMaxInFlight> events_{};
+  std::array<uint64_t, kMaxInFlight> enqueued_ns_{};
+  size_t first_ = 0;
+  size_t in_flight_ = 0;
+  uint64_t enqueuing_since_ = 0;  // a collective NCCL is still enqueuing, or 0
   float* scratch_ = nullptr;
-  std::atomic<uint64_t> pending_since_{0};
   std::thread watchdog_;
 };
 

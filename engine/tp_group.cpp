@@ -1,6 +1,7 @@
 #include "engine/tp_group.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "common/check.h"
@@ -402,16 +403,26 @@ Result<bool> TpGroup::join(std::chrono::milliseconds wait) {
     const uint64_t epoch = h.epoch.load(std::memory_order_acquire);
     const uint32_t state = h.group_state.load(std::memory_order_acquire);
     if (state == static_cast<uint32_t>(TpGroupState::kForming) && epoch > epoch_) {
+      // The epoch's NCCL id, read as a seqlock: rank 0 rewrites it only for a later epoch,
+      // after this one ended, so the copy is this epoch's when the epoch and its state
+      // are unchanged after it.
+      unsigned char id[kNcclIdBytes];
+      std::memcpy(id, h.nccl_id, sizeof(id));
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (h.epoch.load(std::memory_order_acquire) != epoch ||
+          h.group_state.load(std::memory_order_acquire) != static_cast<uint32_t>(TpGroupState::kForming)) {
+        continue;
+      }
       epoch_ = epoch;
       joined_ = true;
-      if (!nccl_ && epoch_comm_ != nullptr) (void)epoch_comm_->begin_epoch(epoch, h.nccl_id, options_.join_timeout);
+      if (!nccl_ && epoch_comm_ != nullptr) (void)epoch_comm_->begin_epoch(epoch, id, options_.join_timeout);
       last_seq_ = h.step_seq.load(std::memory_order_acquire);
       me.step_taken.store(last_seq_, std::memory_order_relaxed);
       me.epoch.store(epoch, std::memory_order_relaxed);
       me.state.store(static_cast<uint32_t>(TpRankState::kJoined), std::memory_order_release);
       futex_signal(h.group_word);
       if (nccl_) {
-        if (Status st = epoch_comm_->begin_epoch(epoch, h.nccl_id, options_.join_timeout); !st.is_ok()) {
+        if (Status st = epoch_comm_->begin_epoch(epoch, id, options_.join_timeout); !st.is_ok()) {
           HEARTH_LOG_ERROR("rank {}: {}", options_.rank, st.message());
           (void)break_epoch(TpBreak::kJoinTimeout, options_.rank);
           return false;

@@ -25,7 +25,14 @@ HEARTH_HD double sampling_uniform_at(uint64_t seed, uint64_t n) {
 HEARTH_HD float sampling_penalize(float logit, bool seen, int32_t count, float repetition, float presence,
                                   float frequency) {
   if (repetition != 1.0f && seen) logit = logit > 0.0f ? logit / repetition : logit * repetition;
-  if (count > 0) logit -= presence + frequency * static_cast<float>(count);
+  if (count > 0) {
+#if defined(__CUDA_ARCH__)
+    // Rounded as on the host: nvcc would contract the product and sum into one FMA.
+    logit = __fsub_rn(logit, __fadd_rn(presence, __fmul_rn(frequency, static_cast<float>(count))));
+#else
+    logit -= presence + frequency * static_cast<float>(count);
+#endif
+  }
   return logit;
 }
 

@@ -43,11 +43,11 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 size_t cub_bytes(int64_t n_rows, int64_t vocab) {
   size_t bytes = 0;
+  const int32_t offsets[2] = {0, 0};  // the size query reads no offsets, but takes real pointers
   cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, bytes, static_cast<const float*>(nullptr),
                                                      static_cast<float*>(nullptr), static_cast<const int32_t*>(nullptr),
                                                      static_cast<int32_t*>(nullptr), static_cast<int>(n_rows * vocab),
-                                                     static_cast<int>(n_rows), static_cast<const int32_t*>(nullptr),
-                                                     static_cast<const int32_t*>(nullptr) + 1);
+                                                     static_cast<int>(n_rows), offsets, offsets + 1);
   return bytes;
 }
 
