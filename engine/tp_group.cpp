@@ -330,11 +330,10 @@ Result<bool> TpGroup::form(std::chrono::milliseconds wait) {
   const uint64_t epoch = h.epoch.load(std::memory_order_acquire) + 1;
   h.arrive.store(0, std::memory_order_relaxed);
   h.sleepers.store(0, std::memory_order_relaxed);
-  if (nccl_) {
-    HEARTH_RETURN_IF_ERROR(nccl_unique_id(h.nccl_id));
-  } else {
-    std::memset(h.nccl_id, 0, sizeof(h.nccl_id));
-  }
+  std::memset(h.nccl_id, 0, sizeof(h.nccl_id));
+#if HEARTH_HAVE_NCCL
+  if (nccl_) HEARTH_RETURN_IF_ERROR(nccl_unique_id(h.nccl_id));
+#endif
   h.broken_why.store(static_cast<uint32_t>(TpBreak::kNone), std::memory_order_relaxed);
   h.broken_rank.store(-1, std::memory_order_relaxed);
   h.group_state.store(static_cast<uint32_t>(TpGroupState::kForming), std::memory_order_release);

@@ -33,6 +33,9 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
   --engine-wait MS    how long a request waits for an engine before 503 (default 10000)
   --drain-timeout MS  on SIGTERM/SIGINT, how long requests in flight may still run (default 30000)
   --listen-fd N       serve on this inherited listening socket instead of --host/--port
+  --lenient-fields    accept and ignore request fields no OpenAI schema has (logged once per
+                      name) instead of answering 400; fields hearth does not implement are
+                      refused either way
 
 Prints {"event":"listening","port":N} on stdout once it accepts connections. With systemd
 socket activation (one socket passed), that socket is used instead of --host/--port.
@@ -54,7 +57,7 @@ int main(int argc, char** argv) {
   daemon_block_signals();
   log_init("frontend");
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait", "drain-timeout", "listen-fd"}, {"help"});
+                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait", "drain-timeout", "listen-fd"}, {"help", "lenient-fields"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
     std::fputs(kUsage, stdout);
@@ -78,6 +81,7 @@ int main(int argc, char** argv) {
   o.threads = static_cast<int>(threads->value_or(2));
   o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));
   o.engine_wait = std::chrono::milliseconds(wait->value_or(10000));
+  o.lenient_fields = args->has("lenient-fields");
   const auto drain_timeout = std::chrono::milliseconds(drain->value_or(30000));
   if (*listen_fd) {
     o.listen_fd = static_cast<int>(**listen_fd);

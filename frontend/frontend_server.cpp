@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -135,6 +136,16 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
     std::lock_guard lock(mutex);
     active.push_back(std::move(g));
   }
+  // --lenient-fields: says once per field name that requests carry it and it is ignored.
+  void note_ignored_field(const std::string& name) {
+    std::lock_guard lock(ignored_mu);
+    if (ignored_fields.size() < 256 && ignored_fields.insert(name).second) {
+      HEARTH_LOG_WARN("requests carry the unknown field {}; ignored (--lenient-fields)", name);
+    }
+  }
+  std::mutex ignored_mu;
+  std::set<std::string> ignored_fields;
+
   // Whether an engine serves the instance, as the pump last saw it (every round).
   bool engine_ready() const { return engine_up.load(std::memory_order_relaxed); }
   // An engine is up when its heartbeat is fresh and its process runs (a killed engine is
@@ -547,9 +558,10 @@ void Session::handle_metrics() {
 
 void Session::handle_generation(ApiEndpoint endpoint) {
   FrontendServer::Impl& s = *server_;
-  auto parsed = api_parse_request(request_.body(), endpoint);
+  auto parsed = api_parse_request(request_.body(), endpoint, {.lenient_fields = s.options.lenient_fields});
   if (!parsed.is_ok()) return error(parsed.status());
   ApiRequest& req = parsed.value();
+  for (const std::string& name : req.ignored_fields) s.note_ignored_field(name);
   if (!req.model.empty() && req.model != s.model_id && req.model != s.options.instance) {
     return error(make_error(ErrorCode::kNotFound, "model: \"{}\" is not served here (this server has \"{}\")", req.model,
                             s.model_id));

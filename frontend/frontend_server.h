@@ -32,6 +32,7 @@ struct FrontendOptions {
   int threads = 2;
   size_t max_body_bytes = 1 << 20;
   std::chrono::milliseconds engine_wait{10000};  // how long requests wait for an engine before 503
+  bool lenient_fields = false;     // accept and ignore unknown request fields (logged once per name)
 };
 
 class FrontendServer {

@@ -25,11 +25,45 @@ constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 // What a logprob that is not a finite number is reported as (JSON has no -Infinity).
 constexpr double kLogprobFloor = -9999.0;
 
-// Top-level request fields: a message that begins with one of them names it as `param`.
-constexpr std::array<std::string_view, 22> kRequestFields = {
-    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
-    "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "stop", "n", "stream",
-    "stream_options", "echo", "logprobs", "top_logprobs", "ignore_eos", "user"};
+// Where a top-level field of the OpenAI schemas (and of the extensions hearth honours) is
+// implemented: a request to another endpoint gets a 400 for it, as for an unknown field.
+constexpr uint8_t kCompletionsOnly = 1, kChatOnly = 2, kBoth = 3;
+struct ImplementedField {
+  std::string_view name;
+  uint8_t endpoints;
+};
+constexpr std::array<ImplementedField, 24> kImplementedFields = {{
+    {"model", kBoth}, {"prompt", kCompletionsOnly}, {"messages", kChatOnly}, {"max_tokens", kBoth},
+    {"max_completion_tokens", kChatOnly}, {"temperature", kBoth}, {"top_p", kBoth}, {"top_k", kBoth},
+    {"min_p", kBoth}, {"presence_penalty", kBoth}, {"frequency_penalty", kBoth}, {"repetition_penalty", kBoth},
+    {"seed", kBoth}, {"stop", kBoth}, {"n", kBoth}, {"stream", kBoth}, {"stream_options", kBoth},
+    {"echo", kCompletionsOnly}, {"logprobs", kBoth}, {"top_logprobs", kChatOnly}, {"ignore_eos", kBoth},
+    // Identifiers for the caller's own bookkeeping, which change nothing in the output.
+    {"user", kBoth}, {"safety_identifier", kChatOnly}, {"prompt_cache_key", kChatOnly},
+}};
+
+// Fields of the OpenAI schemas that hearth does not implement, or implements only for
+// the values that ask for nothing it lacks (checked by refuse_unimplemented).
+struct UnimplementedField {
+  std::string_view name;
+  uint8_t endpoints;  // whose schema has it
+};
+constexpr std::array<UnimplementedField, 18> kUnimplementedFields = {{
+    {"response_format", kChatOnly}, {"tools", kChatOnly}, {"tool_choice", kChatOnly},
+    {"parallel_tool_calls", kChatOnly}, {"functions", kChatOnly}, {"function_call", kChatOnly},
+    {"logit_bias", kBoth}, {"suffix", kCompletionsOnly}, {"best_of", kCompletionsOnly}, {"store", kChatOnly},
+    {"metadata", kChatOnly}, {"service_tier", kChatOnly}, {"modalities", kChatOnly}, {"audio", kChatOnly},
+    {"prediction", kChatOnly}, {"reasoning_effort", kChatOnly}, {"verbosity", kChatOnly},
+    {"web_search_options", kChatOnly},
+}};
+
+// A message that begins with one of these (or with "unknown field NAME") names it as `param`.
+bool is_request_field(std::string_view name) {
+  return std::any_of(kImplementedFields.begin(), kImplementedFields.end(),
+                     [&](const ImplementedField& f) { return f.name == name; }) ||
+         std::any_of(kUnimplementedFields.begin(), kUnimplementedFields.end(),
+                     [&](const UnimplementedField& f) { return f.name == name; });
+}
 
 // ---- reading the request ------------------------------------------------------------
 
@@ -344,6 +378,147 @@ Status parse_streaming(const json::object& obj, ApiRequest& req) {
   return Status::ok();
 }
 
+// ---- fields hearth does not implement --------------------------------------------------
+
+uint8_t endpoint_bit(ApiEndpoint e) { return e == ApiEndpoint::kCompletions ? kCompletionsOnly : kChatOnly; }
+std::string_view endpoint_path(ApiEndpoint e) {
+  return e == ApiEndpoint::kCompletions ? "/v1/completions" : "/v1/chat/completions";
+}
+
+// A name as an error message shows it: as given when it is a plain identifier.
+std::string shown_name(std::string_view name) {
+  const bool plain = !name.empty() && name.size() <= 64 &&
+                     name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.[]") ==
+                         std::string_view::npos;
+  return plain ? std::string(name) : short_quote(name);
+}
+
+// A key no schema of `endpoint` has: a 400 naming it, or, with lenient fields, noted.
+Status unknown_field(std::string_view path, ApiEndpoint endpoint, const ApiParseOptions& options, ApiRequest& req) {
+  if (options.lenient_fields) {
+    req.ignored_fields.emplace_back(path);
+    return Status::ok();
+  }
+  return make_error(ErrorCode::kInvalidArgument,
+                    "unknown field {}: POST {} has no such field, and this server refuses what it would otherwise "
+                    "ignore (hearth-frontend --lenient-fields accepts and ignores unknown fields)",
+                    shown_name(path), endpoint_path(endpoint));
+}
+
+bool is_empty_array(const json::value& v) { return v.is_array() && v.as_array().empty(); }
+
+// The schema fields hearth does not implement: accepted only with the values that ask for
+// nothing it lacks, else a 400 saying so.
+Status refuse_unimplemented(const json::object& obj, const ApiRequest& req) {
+  auto unsupported = [](std::string_view what, std::string_view why) {
+    return make_error(ErrorCode::kUnsupported, "{} is not supported: {}", what, why);
+  };
+  constexpr std::string_view kNoTools = "hearth does not parse tool calls yet";
+  for (const UnimplementedField& f : kUnimplementedFields) {
+    if ((f.endpoints & endpoint_bit(req.endpoint)) == 0) continue;
+    const json::value* v = field(obj, f.name);
+    if (v == nullptr) continue;
+    const std::string_view name = f.name;
+    if (name == "response_format") {
+      const json::value* type = v->is_object() ? field(v->as_object(), "type") : nullptr;
+      if (type == nullptr || !type->is_string()) return wrong_type("response_format", "an object with a type", *v);
+      if (type->as_string() == "text" && v->as_object().size() == 1) continue;
+      return unsupported(fmt::format("response_format {}", short_quote(std::string_view(type->as_string()))),
+                         "hearth has no constrained decoding yet (only {\"type\": \"text\"})");
+    } else if (name == "tools" || name == "functions") {
+      if (is_empty_array(*v)) continue;
+      if (!v->is_array()) return wrong_type(name, "an array", *v);
+      return unsupported(name, kNoTools);
+    } else if (name == "tool_choice" || name == "function_call") {
+      if (v->is_string() && v->as_string() == "none") continue;
+      return unsupported(fmt::format("{} other than \"none\"", name), kNoTools);
+    } else if (name == "parallel_tool_calls") {
+      if (!v->is_bool()) return wrong_type(name, "true or false", *v);  // without tools, nothing to call
+    } else if (name == "logit_bias") {
+      if (v->is_object() && v->as_object().empty()) continue;
+      if (!v->is_object()) return wrong_type(name, "an object", *v);
+      return unsupported(name, "hearth does not bias logits yet");
+    } else if (name == "suffix") {
+      if (v->is_string() && v->as_string().empty()) continue;
+      if (!v->is_string()) return wrong_type(name, "a string", *v);
+      return unsupported(name, "hearth has no fill-in-the-middle prompt format");
+    } else if (name == "best_of") {
+      HEARTH_ASSIGN_OR_RETURN(const int64_t best_of, integer_of(*v, name));
+      if (best_of == req.n) continue;
+      return unsupported(fmt::format("best_of {} with n {}", best_of, req.n),
+                         "hearth returns the n choices it samples (best_of must equal n)");
+    } else if (name == "store") {
+      if (!v->is_bool()) return wrong_type(name, "true or false", *v);
+      if (v->as_bool()) return unsupported("store true", "hearth keeps no completions");
+    } else if (name == "metadata") {
+      if (!v->is_object()) return wrong_type(name, "an object", *v);  // tags for stored completions: none here
+    } else if (name == "service_tier") {
+      if (v->is_string() && (v->as_string() == "auto" || v->as_string() == "default")) continue;
+      return unsupported("service_tier other than auto or default", "hearth has one tier");
+    } else if (name == "modalities") {
+      if (v->is_array() && v->as_array().size() == 1 && v->as_array()[0].is_string() &&
+          v->as_array()[0].as_string() == "text") {
+        continue;
+      }
+      return unsupported("modalities other than [\"text\"]", "hearth generates text only");
+    } else {
+      return unsupported(name, "this server does not implement it");
+    }
+  }
+  return Status::ok();
+}
+
+// Every key of the request and of its nested objects is one hearth implements, refuses
+// by name, or (lenient) ignores and notes.
+Status check_fields(const json::object& obj, const ApiParseOptions& options, ApiRequest& req) {
+  const uint8_t bit = endpoint_bit(req.endpoint);
+  for (const auto& kv : obj) {
+    const std::string_view name(kv.key().data(), kv.key().size());
+    const bool implemented = std::any_of(kImplementedFields.begin(), kImplementedFields.end(), [&](const auto& f) {
+      return f.name == name && (f.endpoints & bit) != 0;
+    });
+    const bool refused = std::any_of(kUnimplementedFields.begin(), kUnimplementedFields.end(), [&](const auto& f) {
+      return f.name == name && (f.endpoints & bit) != 0;
+    });
+    if (!implemented && !refused) HEARTH_RETURN_IF_ERROR(unknown_field(name, req.endpoint, options, req));
+  }
+  if (const json::value* opts = field(obj, "stream_options"); opts != nullptr && opts->is_object()) {
+    for (const auto& kv : opts->as_object()) {
+      const std::string_view name(kv.key().data(), kv.key().size());
+      if (name == "include_usage") continue;
+      if (name == "continuous_usage_stats" && !kv.value().is_null()) {
+        return make_error(ErrorCode::kUnsupported,
+                          "stream_options.continuous_usage_stats is not supported: usage comes in the last chunk "
+                          "(include_usage)");
+      }
+      if (name != "continuous_usage_stats") {
+        HEARTH_RETURN_IF_ERROR(unknown_field(fmt::format("stream_options.{}", name), req.endpoint, options, req));
+      }
+    }
+  }
+  if (const json::value* msgs = field(obj, "messages"); msgs != nullptr && msgs->is_array()) {
+    const json::array& arr = msgs->as_array();
+    for (size_t i = 0; i < arr.size(); ++i) {
+      if (!arr[i].is_object()) continue;  // parse_messages says what is wrong
+      for (const auto& kv : arr[i].as_object()) {
+        const std::string_view name(kv.key().data(), kv.key().size());
+        if (name == "role" || name == "content" || kv.value().is_null()) continue;
+        const std::string path = fmt::format("messages[{}].{}", i, name);
+        if (name == "tool_calls" || name == "tool_call_id" || name == "function_call") {
+          return make_error(ErrorCode::kUnsupported, "{} is not supported: hearth does not parse tool calls yet",
+                            path);
+        }
+        if (name == "name" || name == "refusal" || name == "audio") {
+          return make_error(ErrorCode::kUnsupported,
+                            "{} is not supported: the chat template is given each message's role and content", path);
+        }
+        HEARTH_RETURN_IF_ERROR(unknown_field(path, req.endpoint, options, req));
+      }
+    }
+  }
+  return refuse_unimplemented(obj, req);
+}
+
 // ---- building responses -------------------------------------------------------------
 
 // The double that prints as the float's shortest decimal form (-0.1, not
@@ -462,16 +637,17 @@ std::string sse_event(const json::value& v) { return "data: " + json::serialize(
 // The request field a message begins with ("temperature must ...", "messages[2].role ..."),
 // or "" when it begins with anything else.
 std::string_view param_of(std::string_view message) {
-  const size_t end = message.find_first_of(" :");
-  const std::string_view head = message.substr(0, end);
-  const std::string_view root = head.substr(0, head.find_first_of(".["));
-  if (std::find(kRequestFields.begin(), kRequestFields.end(), root) == kRequestFields.end()) return {};
-  return head;
+  constexpr std::string_view kUnknown = "unknown field ";
+  const bool unknown = message.starts_with(kUnknown);
+  if (unknown) message.remove_prefix(kUnknown.size());
+  const std::string_view head = message.substr(0, message.find_first_of(" :"));
+  if (unknown) return head;
+  return is_request_field(head.substr(0, head.find_first_of(".["))) ? head : std::string_view();
 }
 
 }  // namespace
 
-Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint) {
+Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint, const ApiParseOptions& options) {
   HEARTH_ASSIGN_OR_RETURN(const json::value doc, json_parse(body, "request body", kMaxRequestDepth));
   if (!doc.is_object()) {
     return make_error(ErrorCode::kInvalidArgument, "the request body must be a JSON object, not {}", kind_of(doc));
@@ -494,6 +670,10 @@ Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint
   HEARTH_RETURN_IF_ERROR(parse_logprobs(obj, req));
   HEARTH_RETURN_IF_ERROR(read_bool(obj, "ignore_eos", req.ignore_eos));
   HEARTH_ASSIGN_OR_RETURN(req.user, opt_string(obj, "user"));
+  for (const char* id : {"safety_identifier", "prompt_cache_key"}) {
+    if (req.endpoint == ApiEndpoint::kChatCompletions) HEARTH_RETURN_IF_ERROR(opt_string(obj, id).status());
+  }
+  HEARTH_RETURN_IF_ERROR(check_fields(obj, options, req));
   return req;
 }
 

@@ -6,7 +6,8 @@
 // kUnsupported -> 400, kNotFound -> 404, kResourceExhausted -> 429, kUnavailable -> 503,
 // anything else -> 500. Messages name the offending field first ("temperature must be
 // between 0 and 2, not 7", "messages[2].content: ..."): api_error_body reports a message
-// that begins with a request field's name, up to the first space or colon, as `param`.
+// that begins with a request field's name (or with "unknown field NAME"), up to the first
+// space or colon, as `param`.
 #pragma once
 
 #include <cstdint>
@@ -46,11 +47,22 @@ struct ApiRequest {
   int32_t logprobs = -1;                 // top alternatives per token; -1: no logprobs at all
   bool ignore_eos = false;               // vLLM's extension, for benchmarks
   std::optional<std::string> user;
+  std::vector<std::string> ignored_fields;  // unknown fields accepted by ApiParseOptions::lenient_fields
 };
 
-// Parses and validates a request body for `endpoint`. Unknown fields are ignored; known
-// fields of the wrong type, out-of-range values and missing required fields are errors.
-Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint);
+struct ApiParseOptions {
+  // Accept and ignore fields no schema has (noted in ApiRequest::ignored_fields) instead
+  // of answering 400.
+  bool lenient_fields = false;
+};
+
+// Parses and validates a request body for `endpoint`. Every field is implemented or
+// refused: fields of the OpenAI schema hearth does not implement get a kUnsupported
+// error naming them (unless their value asks for nothing, such as tools: [] or
+// response_format {"type": "text"}), unknown fields a kInvalidArgument one ("unknown
+// field NAME: ...") unless options.lenient_fields; fields of the wrong type, out-of-range
+// values and missing required fields are errors.
+Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint, const ApiParseOptions& options = {});
 
 // The HTTP status for an error Status.
 int api_status_of(const Status& status);

@@ -63,6 +63,8 @@ running. The OpenAI API is then at http://HOST:PORT/v1.
                            of the CPUs (default 1)
   --drain-timeout MS       how long a replaced or stopped frontend may finish its requests
                            (default 30000)
+  --lenient-fields         the frontend accepts and ignores unknown request fields (logged once
+                           per name) instead of answering 400
 
 Under systemd socket activation (one socket passed), that socket is served instead of
 --host/--port. SIGHUP starts a new frontend and drains the old one; SIGTERM / SIGINT
@@ -150,7 +152,7 @@ int serve_command(const std::vector<std::string>& argv) {
                           {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "layout", "slots", "ctx",
                            "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype", "drain-timeout",
                            "tp", "device"},
-                          {"help"});
+                          {"help", "lenient-fields"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "hearth serve: %s\n\n%s", args.status().message().c_str(), kUsage);
     return 2;
@@ -228,6 +230,7 @@ int serve_command(const std::vector<std::string>& argv) {
   Child frontend{"hearth-frontend",
                  {sibling("hearth-frontend"), "--listen-fd", "3", "--drain-timeout", std::to_string(drain_timeout_ms)}};
   frontend.pass_fds = {*listen_fd};
+  if (args->has("lenient-fields")) frontend.argv.push_back("--lenient-fields");
   std::vector<Child*> children = {&loader};
   for (auto& r : ranks) children.push_back(r.get());
   children.push_back(&frontend);

@@ -3,6 +3,8 @@
 // serve_tp_test (HEARTH_SERVE_TP=2) a tensor-parallel group of two engine ranks, each
 // pinned to its share of the CPUs, behind the same frontend, and compares the greedy
 // answers of its concurrency test with those of a one-rank instance.
+#include <signal.h>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -263,6 +265,45 @@ TEST_F(ServeTest, ErrorsHaveTheirStatusAndTheServerKeepsServing) {
   }
   const auto ok = post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 5}, {"temperature", 0}});
   EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// A request is answered as asked or refused: a schema field hearth does not implement
+// and a field no schema has are 400s naming them; a frontend started with
+// --lenient-fields ignores the unknown one and answers.
+TEST_F(ServeTest, FieldsAreHonouredOrRefusedByName) {
+  struct Case {
+    std::string target, body, param, code;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"/v1/chat/completions",
+            R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
+            "response_format", "unsupported_value"},
+           {"/v1/chat/completions",
+            R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]})",
+            "tools", "unsupported_value"},
+           {"/v1/completions", R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias", "unsupported_value"},
+           {"/v1/completions", R"({"prompt": "x", "suffix": "y"})", "suffix", "unsupported_value"},
+           {"/v1/completions", R"({"prompt": "x", "frobnicate": true})", "frobnicate", ""},
+       }) {
+    const auto r = http_request(port_, "POST", c.target, c.body);
+    ASSERT_EQ(r.status, 400) << c.body << ": " << r.body;
+    const auto err = json::parse(r.body).at("error");
+    EXPECT_EQ(err.at("param"), json::value(c.param)) << r.body;
+    if (!c.code.empty()) EXPECT_EQ(err.at("code"), json::value(c.code)) << r.body;
+  }
+  uint16_t lenient_port = 0;
+  std::string failure;
+  auto lenient = instance_->frontend(lenient_port, {"--lenient-fields"}, {}, &failure);
+  ASSERT_NE(lenient, nullptr) << failure;
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0, "frobnicate": true})";
+  const auto r = http_request(lenient_port, "POST", "/v1/completions", body);
+  EXPECT_EQ(r.status, 200) << r.body;
+  const auto refused = http_request(lenient_port, "POST", "/v1/completions",
+                                    R"({"prompt": "x", "best_of": 4, "frobnicate": true})");
+  EXPECT_EQ(refused.status, 400) << refused.body;  // lenient only about unknown fields
+  lenient->signal(SIGTERM);
+  lenient->wait(std::chrono::seconds(10));
+  EXPECT_NE(lenient->err().find("frobnicate"), std::string::npos) << "logged once: " << lenient->err();
 }
 
 TEST_F(ServeTest, InfoRoutes) {

@@ -116,10 +116,111 @@ TEST(ApiParse, NullMeansNotGiven) {
   EXPECT_FALSE(r->seed.has_value());
 }
 
-TEST(ApiParse, UnknownFieldsAreIgnored) {
-  auto r = completion(R"("best_of": 3, "suffix": null, "metadata": {"a": [1, {"b": null}]}, "Temperature": "hot")");
+TEST(ApiParse, UnknownFieldsAreRefusedUnlessLenient) {
+  EXPECT_TRUE(rejected(completion(R"("Temperature": "hot")"), "Temperature"));
+  const Status unknown = chat(R"("frobnicate": 1)").status();
+  EXPECT_EQ(unknown.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("/v1/chat/completions"), std::string::npos) << unknown.message();
+  EXPECT_NE(unknown.message().find("--lenient-fields"), std::string::npos) << unknown.message();
+  EXPECT_TRUE(rejected(chat(R"("frobnicate": 1)"), "frobnicate"));
+  // Each endpoint's own fields: another endpoint's are unknown there.
+  EXPECT_TRUE(rejected(chat(R"("prompt": "x")"), "prompt"));
+  EXPECT_TRUE(rejected(completion(R"("messages": [])"), "messages"));
+  EXPECT_TRUE(rejected(completion(R"("top_logprobs": 2)"), "top_logprobs"));
+  EXPECT_TRUE(rejected(completion(R"("max_completion_tokens": 2)"), "max_completion_tokens"));
+  EXPECT_TRUE(rejected(chat(R"("best_of": 1)"), "best_of"));
+  // Nested objects too.
+  EXPECT_TRUE(rejected(completion(R"("stream": true, "stream_options": {"include_usage": true, "x": 1})"),
+                       "stream_options.x"));
+  EXPECT_TRUE(rejected(chat(R"("messages": [{"role": "user", "content": "hi", "mood": "calm"}])"), "messages[0].mood"));
+  // A name that is not an identifier is quoted in the message.
+  EXPECT_FALSE(chat(R"("a b": 1)").is_ok());
+
+  const ApiParseOptions lenient{.lenient_fields = true};
+  auto r = api_parse_request(
+      R"({"messages": [{"role": "user", "content": "hi", "mood": "calm"}], "Temperature": "hot", "x": {"y": 1},
+          "stream": true, "stream_options": {"extra": true}})",
+      ApiEndpoint::kChatCompletions, lenient);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->sampling.temperature, 1.0f);
+  EXPECT_EQ(r->ignored_fields,
+            (std::vector<std::string>{"Temperature", "x", "stream_options.extra", "messages[0].mood"}));
+  // Lenient or not, a field of the schema that hearth does not implement is refused.
+  EXPECT_TRUE(rejected(api_parse_request(R"({"prompt": "hi", "best_of": 3})", ApiEndpoint::kCompletions, lenient),
+                       "best_of"));
+}
+
+// Every field of the OpenAI schemas that hearth does not implement: refused by name with
+// "unsupported_value", except where its value asks for nothing.
+TEST(ApiParse, UnimplementedSchemaFieldsAreRefusedByName) {
+  struct Case {
+    bool chat;
+    const char* fields;
+    const char* param;
+  };
+  for (const Case& c : {
+           Case{true, R"("response_format": {"type": "json_object"})", "response_format"},
+           Case{true, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})",
+                "response_format"},
+           Case{true, R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools"},
+           Case{true, R"("tool_choice": "auto")", "tool_choice"},
+           Case{true, R"("tool_choice": {"type": "function", "function": {"name": "f"}})", "tool_choice"},
+           Case{true, R"("functions": [{"name": "f"}])", "functions"},
+           Case{true, R"("function_call": "auto")", "function_call"},
+           Case{true, R"("logit_bias": {"50256": -100})", "logit_bias"},
+           Case{false, R"("logit_bias": {"50256": -100})", "logit_bias"},
+           Case{false, R"("suffix": " and then")", "suffix"},
+           Case{false, R"("best_of": 3)", "best_of"},
+           Case{false, R"("n": 2, "best_of": 3)", "best_of"},
+           Case{true, R"("store": true)", "store"},
+           Case{true, R"("service_tier": "flex")", "service_tier"},
+           Case{true, R"("modalities": ["text", "audio"])", "modalities"},
+           Case{true, R"("audio": {"voice": "alloy", "format": "wav"})", "audio"},
+           Case{true, R"("prediction": {"type": "content", "content": "x"})", "prediction"},
+           Case{true, R"("reasoning_effort": "low")", "reasoning_effort"},
+           Case{true, R"("verbosity": "low")", "verbosity"},
+           Case{true, R"("web_search_options": {})", "web_search_options"},
+           Case{true, R"("stream": true, "stream_options": {"continuous_usage_stats": true})",
+                "stream_options.continuous_usage_stats"},
+           Case{true, R"("messages": [{"role": "user", "content": "hi", "name": "ann"}])", "messages[0].name"},
+           Case{true, R"("messages": [{"role": "assistant", "content": null, "tool_calls": []}])",
+                "messages[0].tool_calls"},
+           Case{true, R"("messages": [{"role": "tool", "content": "1", "tool_call_id": "c1"}])",
+                "messages[0].tool_call_id"},
+       }) {
+    const auto r = c.chat ? chat(c.fields) : completion(c.fields);
+    EXPECT_TRUE(rejected(r, c.param)) << c.fields;
+    if (!r.is_ok()) {
+      EXPECT_EQ(r.status().code(), ErrorCode::kUnsupported) << c.fields;
+      EXPECT_EQ(error_of(r.status()).at("code"), "unsupported_value") << c.fields;
+      EXPECT_NE(r.status().message().find("not supported"), std::string::npos) << r.status().message();
+    }
+  }
+  // Wrong types are named as for any field.
+  EXPECT_TRUE(rejected(chat(R"("tools": {})"), "tools"));
+  EXPECT_TRUE(rejected(chat(R"("store": "yes")"), "store"));
+  EXPECT_TRUE(rejected(chat(R"("parallel_tool_calls": 1)"), "parallel_tool_calls"));
+  EXPECT_TRUE(rejected(completion(R"("best_of": 1.5)"), "best_of"));
+  EXPECT_TRUE(rejected(chat(R"("response_format": "json")"), "response_format"));
+}
+
+TEST(ApiParse, SchemaFieldsThatAskForNothingAreAccepted) {
+  for (const char* fields :
+       {R"("response_format": {"type": "text"})", R"("tools": [])", R"("tool_choice": "none")",
+        R"("parallel_tool_calls": false)", R"("functions": [])", R"("function_call": "none")",
+        R"("logit_bias": {})", R"("store": false)", R"("metadata": {"team": "a"})", R"("service_tier": "auto")",
+        R"("service_tier": "default")", R"("modalities": ["text"])", R"("user": "u")", R"("safety_identifier": "s")",
+        R"("prompt_cache_key": "k")", R"("response_format": null, "tools": null, "audio": null)",
+        R"("stream": true, "stream_options": {"include_usage": false, "continuous_usage_stats": null})",
+        R"("messages": [{"role": "assistant", "content": "a", "tool_calls": null, "name": null}, {"role": "user", "content": "b"}])"}) {
+    const auto r = chat(fields);
+    EXPECT_TRUE(r.is_ok()) << fields << ": " << r.status().to_string();
+  }
+  for (const char* fields : {R"("suffix": "")", R"("best_of": 1)", R"("n": 3, "best_of": 3)", R"("logit_bias": {})",
+                             R"("best_of": null, "suffix": null, "logit_bias": null)"}) {
+    const auto r = completion(fields);
+    EXPECT_TRUE(r.is_ok()) << fields << ": " << r.status().to_string();
+  }
 }
 
 TEST(ApiParse, PromptShapes) {
@@ -171,9 +272,9 @@ TEST(ApiParse, ChatMessages) {
       {"role": "system", "content": "be brief"},
       {"role": "developer", "content": "really"},
       {"role": "user", "content": [{"type": "text", "text": "part one"}, {"type": "text", "text": "part two"}]},
-      {"role": "assistant", "content": null, "tool_calls": [{"id": "x"}]},
+      {"role": "assistant", "content": null},
       {"role": "assistant"},
-      {"role": "tool", "content": "42", "tool_call_id": "x"},
+      {"role": "tool", "content": "42"},
       {"role": "user", "content": []}]})",
                              ApiEndpoint::kChatCompletions);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
@@ -316,10 +417,8 @@ TEST(ApiParse, ChatMaxTokens) {
   EXPECT_TRUE(rejected(chat(R"("max_tokens": 0)"), "max_tokens"));
   EXPECT_TRUE(rejected(chat(R"("max_completion_tokens": 0)"), "max_completion_tokens"));
   EXPECT_TRUE(rejected(chat(R"("max_completion_tokens": "8")"), "max_completion_tokens"));
-  // Completions ignore the chat-only name.
-  r = completion(R"("max_completion_tokens": 0)");
-  ASSERT_TRUE(r.is_ok());
-  EXPECT_FALSE(r->max_tokens.has_value());
+  // Completions refuse the chat-only name rather than ignore it.
+  EXPECT_TRUE(rejected(completion(R"("max_completion_tokens": 8)"), "max_completion_tokens"));
 }
 
 TEST(ApiParse, StopStrings) {
@@ -346,7 +445,7 @@ TEST(ApiParse, StopStrings) {
 }
 
 TEST(ApiParse, StreamAndStreamOptions) {
-  auto r = chat(R"("stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": 1})");
+  auto r = chat(R"("stream": true, "stream_options": {"include_usage": true})");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
@@ -368,9 +467,7 @@ TEST(ApiParse, EchoIsForCompletionsOnly) {
   ASSERT_TRUE(r.is_ok());
   EXPECT_TRUE(r->echo);
   EXPECT_TRUE(rejected(completion(R"("echo": "true")"), "echo"));
-  r = chat(R"("echo": true)");  // not a chat field: ignored
-  ASSERT_TRUE(r.is_ok());
-  EXPECT_FALSE(r->echo);
+  EXPECT_TRUE(rejected(chat(R"("echo": true)"), "echo"));  // not a chat field
 }
 
 TEST(ApiParse, ChatLogprobs) {
@@ -432,9 +529,10 @@ TEST(ApiParse, HugeNestingIsRefused) {
     return s;
   }() + "}";
   EXPECT_FALSE(api_parse_request(objects, ApiEndpoint::kCompletions).is_ok());
-  // Ordinary nesting in an ignored field is fine.
-  const std::string modest = R"({"prompt": "x", "metadata": )" + std::string(10, '[') + std::string(10, ']') + "}";
-  EXPECT_TRUE(api_parse_request(modest, ApiEndpoint::kCompletions).is_ok());
+  // Ordinary nesting in a field that takes any JSON is fine.
+  const std::string modest = R"({"messages": [{"role": "user", "content": "x"}], "metadata": {"a": )" +
+                             std::string(10, '[') + std::string(10, ']') + "}}";
+  EXPECT_TRUE(api_parse_request(modest, ApiEndpoint::kChatCompletions).is_ok());
 }
 
 // ---- errors -------------------------------------------------------------------------
