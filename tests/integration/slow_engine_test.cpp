@@ -128,12 +128,14 @@ TEST_F(SlowEngineTest, EverySlotBusyMeans429WithRetryAfterAtOnce) {
   uint16_t port = 0;
   auto f = frontend(port);
   ASSERT_TRUE(f);
-  // Two long streams hold both slots.
+  // Two long streams hold both slots: each reads a few dozen tokens' events (a second and
+  // more at 40 ms a step) before it vanishes, so that the slots are surely both held when
+  // the third request comes, however slowly a loaded machine polls their states.
   std::atomic<int> streaming{0};
   std::vector<std::future<std::string>> holders;
   for (int i = 0; i < 2; ++i) {
     holders.push_back(std::async(std::launch::async, [&] {
-      return http_post_and_vanish(port, "/v1/completions", long_request(true), 400);
+      return http_post_and_vanish(port, "/v1/completions", long_request(true), 6000);
     }));
   }
   for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
