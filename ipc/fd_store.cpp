@@ -7,6 +7,7 @@
 
 #include "common/json.h"
 #include "common/log.h"
+#include "ipc/json_message.h"
 #include "ipc/segment.h"
 
 namespace hearth {
@@ -84,9 +85,8 @@ class HolderStore final : public FdStore {
     return ask(json::object{{"op", "forget"}, {"name", name}}, {}).status();
   }
   Result<std::vector<KeptFd>> kept(std::string_view prefix) override {
-    HEARTH_ASSIGN_OR_RETURN(FdMessage answer, ask(json::object{{"op", "list"}}, {}));
-    HEARTH_ASSIGN_OR_RETURN(json::value v, json_parse(answer.bytes, "fd holder's list"));
-    const json::array* names = v.is_object() ? json_find_array(v.as_object(), "names") : nullptr;
+    HEARTH_ASSIGN_OR_RETURN(JsonReply answer, ask(json::object{{"op", "list"}}, {}));
+    const json::array* names = json_find_array(answer.body, "names");
     if (names == nullptr || names->size() != answer.fds.size()) {
       return make_error(ErrorCode::kFormat, "the fd holder at {} sent {} descriptors with a malformed list",
                         path_.string(), answer.fds.size());
@@ -101,28 +101,13 @@ class HolderStore final : public FdStore {
   }
 
  private:
-  Result<FdMessage> ask(const json::object& request, std::span<const int> fds) {
+  Result<JsonReply> ask(const json::object& request, std::span<const int> fds) {
     HEARTH_ASSIGN_OR_RETURN(UniqueFd socket, unix_connect(path_));
-    HEARTH_RETURN_IF_ERROR(unix_send(socket.get(), json::serialize(request), fds));
-    HEARTH_ASSIGN_OR_RETURN(FdMessage answer, unix_receive(socket.get(), kHolderTimeout));
-    HEARTH_ASSIGN_OR_RETURN(json::value v, json_parse(answer.bytes, "fd holder's answer"));
-    if (!v.is_object()) return make_error(ErrorCode::kFormat, "the fd holder answered with something other than an object");
-    HEARTH_ASSIGN_OR_RETURN(auto ok, json_opt_bool(v.as_object(), "ok"));
-    if (!ok.value_or(false)) {
-      HEARTH_ASSIGN_OR_RETURN(auto error, json_opt_string(v.as_object(), "error"));
-      return make_error(ErrorCode::kUnavailable, "the fd holder at {}: {}", path_.string(), error.value_or("refused"));
-    }
-    return answer;
+    return json_call(socket.get(), path_, request, fds, kHolderTimeout);
   }
 
   std::filesystem::path path_;
 };
-
-void reply(int connection, const json::object& body, std::span<const int> fds = {}) {
-  if (Status st = unix_send(connection, json::serialize(body), fds); !st.is_ok()) {
-    HEARTH_LOG_WARN("fd holder: reply not sent: {}", st.to_string());
-  }
-}
 
 }  // namespace
 
@@ -163,9 +148,7 @@ std::vector<std::string> FdHolder::names() const {
 }
 
 void FdHolder::handle(int connection, FdMessage& request) {
-  auto error = [connection](std::string message) {
-    reply(connection, json::object{{"ok", false}, {"error", std::move(message)}});
-  };
+  auto error = [connection](std::string message) { json_reply_error(connection, std::move(message)); };
   auto parsed = json_parse(request.bytes, "fd holder request", 4);
   if (!parsed.is_ok() || !parsed->is_object()) return error("a request is one JSON object");
   const json::object& o = parsed->as_object();
@@ -182,14 +165,14 @@ void FdHolder::handle(int connection, FdMessage& request) {
       names.emplace_back(k.name);
       fds.push_back(k.fd.get());
     }
-    return reply(connection, json::object{{"ok", true}, {"names", std::move(names)}}, fds);
+    return json_reply(connection, json::object{{"ok", true}, {"names", std::move(names)}}, fds);
   }
   if (!name->has_value()) return error(fmt::format("\"{}\" needs a \"name\"", **op));
   if (Status st = check_store_name(**name); !st.is_ok()) return error(st.message());
   if (**op == "forget") {
     if (!request.fds.empty()) return error("\"forget\" carries no descriptors");
     std::erase_if(kept_, [&](const KeptFd& k) { return k.name == **name; });
-    return reply(connection, json::object{{"ok", true}});
+    return json_reply(connection, json::object{{"ok", true}});
   }
   if (**op != "keep") return error(fmt::format("unknown op \"{}\" (keep, forget, list)", **op));
   if (request.fds.size() != 1) return error(fmt::format("\"keep\" carries one descriptor, not {}", request.fds.size()));
@@ -202,7 +185,7 @@ void FdHolder::handle(int connection, FdMessage& request) {
     kept_.push_back({**name, std::move(request.fds[0])});
   }
   HEARTH_LOG_INFO("fd holder: keeping {}", **name);
-  return reply(connection, json::object{{"ok", true}});
+  return json_reply(connection, json::object{{"ok", true}});
 }
 
 }  // namespace hearth

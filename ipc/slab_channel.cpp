@@ -7,6 +7,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "ipc/json_message.h"
 #include "ipc/segment.h"
 
 namespace hearth {
@@ -57,35 +58,6 @@ Result<uint64_t> parse_u64(std::string_view s, std::string_view what) {
     return make_error(ErrorCode::kFormat, "{} \"{}\" is not a number", what, s);
   }
   return v;
-}
-
-void reply(int connection, const json::object& body, std::span<const int> fds = {}) {
-  if (Status st = unix_send(connection, json::serialize(body), fds); !st.is_ok()) {
-    HEARTH_LOG_WARN("slab server: reply not sent: {}", st.to_string());
-  }
-}
-
-void reply_error(int connection, std::string message) {
-  reply(connection, json::object{{"ok", false}, {"error", std::move(message)}});
-}
-
-// One request, one reply: the reply's JSON object and its descriptors, or the error it
-// carried, or why none came.
-Result<std::pair<json::object, std::vector<UniqueFd>>> ask(const UniqueFd& socket, const std::filesystem::path& path,
-                                                           const json::object& request,
-                                                           std::chrono::milliseconds timeout) {
-  HEARTH_RETURN_IF_ERROR(unix_send(socket.get(), json::serialize(request)));
-  auto answer = unix_receive(socket.get(), timeout);
-  if (!answer.is_ok()) return answer.status().with_context(fmt::format("no answer from {}", path.string()));
-  HEARTH_ASSIGN_OR_RETURN(json::value v, json_parse(answer->bytes, path.string()));
-  if (!v.is_object()) return make_error(ErrorCode::kFormat, "{} answered with something other than an object", path.string());
-  json::object& o = v.as_object();
-  HEARTH_ASSIGN_OR_RETURN(auto ok, json_opt_bool(o, "ok"));
-  if (!ok.value_or(false)) {
-    HEARTH_ASSIGN_OR_RETURN(auto error, json_opt_string(o, "error"));
-    return make_error(ErrorCode::kUnavailable, "{}: {}", path.string(), error.value_or("refused without a reason"));
-  }
-  return std::pair{std::move(o), std::move(answer->fds)};
 }
 
 }  // namespace
@@ -205,19 +177,19 @@ json::array SlabServer::describe() const {
 }
 
 void SlabServer::handle(int connection, FdMessage& request, const PeerCredentials& peer) {
-  if (!request.fds.empty()) return reply_error(connection, "a request carries no descriptors");
+  if (!request.fds.empty()) return json_reply_error(connection, "a request carries no descriptors");
   auto parsed = json_parse(request.bytes, "slab request", 4);
-  if (!parsed.is_ok() || !parsed->is_object()) return reply_error(connection, "a request is one JSON object");
+  if (!parsed.is_ok() || !parsed->is_object()) return json_reply_error(connection, "a request is one JSON object");
   const json::object& o = parsed->as_object();
   auto op = json_opt_string(o, "op");
-  if (!op.is_ok() || !op->has_value()) return reply_error(connection, "a request names its \"op\"");
+  if (!op.is_ok() || !op->has_value()) return json_reply_error(connection, "a request names its \"op\"");
   if (**op == "status") {
     json::object body{{"ok", true}, {"pid", ::getpid()}, {"slabs", describe()}};
-    return reply(connection, body);
+    return json_reply(connection, body);
   }
-  if (**op != "get") return reply_error(connection, fmt::format("unknown op \"{}\" (get, status)", **op));
+  if (**op != "get") return json_reply_error(connection, fmt::format("unknown op \"{}\" (get, status)", **op));
   auto rank = json_int(o, "rank");
-  if (!rank.is_ok()) return reply_error(connection, rank.status().message());
+  if (!rank.is_ok()) return json_reply_error(connection, rank.status().message());
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < slabs_.size(); ++i) {
     const ServedSlab& s = slabs_[i];
@@ -227,9 +199,9 @@ void SlabServer::handle(int connection, FdMessage& request, const PeerCredential
     auto& imps = importers_[i];
     std::erase_if(imps, [](const Importer& imp) { return !process_alive(imp.pid, imp.start_time); });
     if (peer.pid > 0 && imps.size() < 64) imps.push_back({peer.pid, process_start_time(peer.pid)});
-    return reply(connection, json::object{{"ok", true}, {"slab", slab_record_json(s.record)}}, fds);
+    return json_reply(connection, json::object{{"ok", true}, {"slab", slab_record_json(s.record)}}, fds);
   }
-  return reply_error(connection, fmt::format("this loader has no device slab for rank {} ({} slab{})", *rank,
+  return json_reply_error(connection, fmt::format("this loader has no device slab for rank {} ({} slab{})", *rank,
                                              slabs_.size(), slabs_.size() == 1 ? "" : "s"));
 }
 
@@ -240,7 +212,8 @@ Result<std::optional<FetchedSlab>> slab_fetch(const std::filesystem::path& path,
     if (socket.status().code() == ErrorCode::kNotFound) return std::optional<FetchedSlab>();
     return socket.status();
   }
-  HEARTH_ASSIGN_OR_RETURN(auto answer, ask(*socket, path, json::object{{"op", "get"}, {"rank", rank}}, timeout));
+  HEARTH_ASSIGN_OR_RETURN(JsonReply answer,
+                          json_call(socket->get(), path, json::object{{"op", "get"}, {"rank", rank}}, {}, timeout));
   auto& [body, fds] = answer;
   const json::value* slab = body.if_contains("slab");
   if (slab == nullptr) return make_error(ErrorCode::kFormat, "{} answered without a slab", path.string());
@@ -261,8 +234,8 @@ Result<std::optional<FetchedSlab>> slab_fetch(const std::filesystem::path& path,
 
 Result<json::object> slab_status(const std::filesystem::path& path, std::chrono::milliseconds timeout) {
   HEARTH_ASSIGN_OR_RETURN(UniqueFd socket, unix_connect(path));
-  HEARTH_ASSIGN_OR_RETURN(auto answer, ask(socket, path, json::object{{"op", "status"}}, timeout));
-  return std::move(answer.first);
+  HEARTH_ASSIGN_OR_RETURN(JsonReply answer, json_call(socket.get(), path, json::object{{"op", "status"}}, {}, timeout));
+  return std::move(answer.body);
 }
 
 }  // namespace hearth

@@ -298,15 +298,9 @@ Result<std::unique_ptr<DeviceSlabs>> device_slabs_publish(const ResidentSegment&
                       "loader copies it again", rank);
     }
   }
+  // The server owns the fds from here; the loader keeps the mappings.
   std::vector<ServedSlab> served;
-  for (Slab& s : out->slabs) {
-    ServedSlab copy;
-    copy.record = s.served.record;
-    copy.adopted = s.served.adopted;
-    copy.held_by = s.served.held_by;
-    if (s.served.fd) copy.fd = UniqueFd(::dup(s.served.fd.get()));
-    served.push_back(std::move(copy));
-  }
+  for (Slab& s : out->slabs) served.push_back(std::move(s.served));
   HEARTH_ASSIGN_OR_RETURN(out->server,
                           SlabServer::start(slab_socket_path(options.shm_dir, options.instance), std::move(served)));
   return std::unique_ptr<DeviceSlabs>(std::move(out));
