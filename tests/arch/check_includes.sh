@@ -10,11 +10,12 @@ declare -A allowed=(
   [ipc]="common ipc"
   [tokenizer]="common tokenizer"
   [chat]="common chat"
+  [grammar]="common grammar"
   [kernels]="common kernels"
   [loader]="common ipc kernels loader tokenizer"
-  [engine]="common engine ipc kernels"
-  [frontend]="common ipc tokenizer chat frontend"
-  [tools]="common ipc tokenizer chat loader kernels engine frontend tools"
+  [engine]="common engine grammar ipc kernels"
+  [frontend]="common ipc tokenizer chat grammar frontend"
+  [tools]="common ipc tokenizer chat grammar loader kernels engine frontend tools"
 )
 bad=0
 for dir in "${!allowed[@]}"; do
