@@ -56,11 +56,12 @@ struct LtDescriptors {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulPreference_t pref = nullptr;
   ~LtDescriptors() {
-    if (pref != nullptr) cublasLtMatmulPreferenceDestroy(pref);
-    if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
-    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
-    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
-    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    const CublasLtApi& lt = cublaslt();
+    if (pref != nullptr) lt.preference_destroy(pref);
+    if (c != nullptr) lt.layout_destroy(c);
+    if (b != nullptr) lt.layout_destroy(b);
+    if (a != nullptr) lt.layout_destroy(a);
+    if (op != nullptr) lt.desc_destroy(op);
   }
 };
 
@@ -351,29 +352,30 @@ class CudaBackend final : public Backend {
     const size_t ws = workspace_.bytes();
     // Column-major: A is w as [cols, rows] (ld cols), transposed; B is x as [cols, n];
     // D is y as [rows, n] (ld rows), which is y's row-major [n, rows].
-    bool ok = cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&d.a, ab, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), cols) ==
+    const CublasLtApi& lt = cublaslt();
+    bool ok = lt.desc_create(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+              lt.desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+              lt.desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+              lt.layout_create(&d.a, ab, static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), cols) ==
                   CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&d.b, ab, static_cast<uint64_t>(cols), static_cast<uint64_t>(n), cols) ==
+              lt.layout_create(&d.b, ab, static_cast<uint64_t>(cols), static_cast<uint64_t>(n), cols) ==
                   CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatrixLayoutCreate(&d.c, CUDA_R_32F, static_cast<uint64_t>(rows), static_cast<uint64_t>(n),
-                                         rows) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceCreate(&d.pref) == CUBLAS_STATUS_SUCCESS &&
-              cublasLtMatmulPreferenceSetAttribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                   sizeof ws) == CUBLAS_STATUS_SUCCESS;
+              lt.layout_create(&d.c, CUDA_R_32F, static_cast<uint64_t>(rows), static_cast<uint64_t>(n), rows) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              lt.preference_create(&d.pref) == CUBLAS_STATUS_SUCCESS &&
+              lt.preference_set_attribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ==
+                  CUBLAS_STATUS_SUCCESS;
     if (!ok) return false;
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(lt_.get(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found) !=
+    if (lt.algo_get_heuristic(lt_.get(), d.op, d.a, d.b, d.c, d.c, d.pref, 1, &heuristic, &found) !=
             CUBLAS_STATUS_SUCCESS ||
         found == 0) {
       return false;
     }
     const float alpha = 1.0f, beta = 0.0f;
-    const cublasStatus_t s = cublasLtMatmul(lt_.get(), d.op, &alpha, w.data, d.a, x16, d.b, &beta, y, d.c, y, d.c,
-                                            &heuristic.algo, workspace_.data(), ws, stream_.get());
+    const cublasStatus_t s = lt.matmul(lt_.get(), d.op, &alpha, w.data, d.a, x16, d.b, &beta, y, d.c, y, d.c,
+                                       &heuristic.algo, workspace_.data(), ws, stream_.get());
     HEARTH_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cublasLtMatmul failed with status " << static_cast<int>(s) << " on "
                                              << w.name;
     return true;

@@ -1,7 +1,13 @@
 #include "engine/cuda_handles.h"
 
+#include <dlfcn.h>
+
+#include <string>
+#include <vector>
+
 #include <cuda_runtime.h>
 
+#include "common/check.h"
 #include "common/log.h"
 
 namespace hearth {
@@ -44,8 +50,74 @@ void CudaEventTraits::release(cudaEvent_t ev) noexcept {
   }
 }
 
+namespace {
+
+struct CublasLtLibrary {
+  CublasLtApi api{};
+  Status status;
+};
+
+template <typename F>
+bool resolve(void* lib, const char* name, F& out) {
+  out = reinterpret_cast<F>(::dlsym(lib, name));
+  return out != nullptr;
+}
+
+CublasLtLibrary load_cublaslt() {
+  CublasLtLibrary l;
+  const std::string major = std::to_string(CUBLAS_VER_MAJOR);
+  const std::vector<std::string> names = {"libcublasLt.so." + major,
+                                          std::string(HEARTH_CUDA_LIBRARY_DIR) + "/libcublasLt.so." + major,
+                                          std::string(HEARTH_CUDA_LIBRARY_DIR) + "/libcublasLt.so"};
+  void* lib = nullptr;
+  for (const std::string& n : names) {
+    lib = ::dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) break;
+  }
+  if (lib == nullptr) {
+    l.status = make_error(ErrorCode::kUnavailable,
+                          "cannot load cuBLASLt (looked for {} and in {}): install the CUDA {} libraries or put them on "
+                          "LD_LIBRARY_PATH",
+                          names[0], HEARTH_CUDA_LIBRARY_DIR, major);
+    return l;
+  }
+  CublasLtApi& a = l.api;
+  const bool ok = resolve(lib, "cublasLtCreate", a.create) && resolve(lib, "cublasLtDestroy", a.destroy) &&
+                  resolve(lib, "cublasLtMatmul", a.matmul) &&
+                  resolve(lib, "cublasLtMatmulAlgoGetHeuristic", a.algo_get_heuristic) &&
+                  resolve(lib, "cublasLtMatmulDescCreate", a.desc_create) &&
+                  resolve(lib, "cublasLtMatmulDescDestroy", a.desc_destroy) &&
+                  resolve(lib, "cublasLtMatmulDescSetAttribute", a.desc_set_attribute) &&
+                  resolve(lib, "cublasLtMatmulPreferenceCreate", a.preference_create) &&
+                  resolve(lib, "cublasLtMatmulPreferenceDestroy", a.preference_destroy) &&
+                  resolve(lib, "cublasLtMatmulPreferenceSetAttribute", a.preference_set_attribute) &&
+                  resolve(lib, "cublasLtMatrixLayoutCreate", a.layout_create) &&
+                  resolve(lib, "cublasLtMatrixLayoutDestroy", a.layout_destroy);
+  if (!ok) l.status = make_error(ErrorCode::kUnavailable, "the cuBLASLt library found lacks an entry point hearth uses");
+  return l;
+}
+
+const CublasLtLibrary& cublaslt_library() {
+  static const CublasLtLibrary lib = load_cublaslt();
+  return lib;
+}
+
+}  // namespace
+
+Result<const CublasLtApi*> cublaslt_load() {
+  const CublasLtLibrary& l = cublaslt_library();
+  if (!l.status.is_ok()) return l.status;
+  return &l.api;
+}
+
+const CublasLtApi& cublaslt() {
+  const CublasLtLibrary& l = cublaslt_library();
+  HEARTH_CHECK(l.status.is_ok()) << "cuBLASLt used before it was loaded: " << l.status.message();
+  return l.api;
+}
+
 void CublasLtTraits::release(cublasLtHandle_t h) noexcept {
-  if (const cublasStatus_t s = cublasLtDestroy(h); s != CUBLAS_STATUS_SUCCESS) {
+  if (const cublasStatus_t s = cublaslt().destroy(h); s != CUBLAS_STATUS_SUCCESS) {
     HEARTH_LOG_WARN("cublasLtDestroy: status {}", static_cast<int>(s));
   }
 }
@@ -67,8 +139,9 @@ Result<CudaEvent> cuda_event_create() {
 }
 
 Result<CublasLtHandle> cublaslt_create() {
+  HEARTH_ASSIGN_OR_RETURN(const CublasLtApi* api, cublaslt_load());
   cublasLtHandle_t h = nullptr;
-  if (const cublasStatus_t s = cublasLtCreate(&h); s != CUBLAS_STATUS_SUCCESS) {
+  if (const cublasStatus_t s = api->create(&h); s != CUBLAS_STATUS_SUCCESS) {
     return make_error(ErrorCode::kInternal, "cannot create a cuBLASLt handle (status {})", static_cast<int>(s));
   }
   return CublasLtHandle(h);

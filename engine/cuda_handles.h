@@ -64,6 +64,28 @@ using CudaStream = CudaHandle<cudaStream_t, CudaStreamTraits>;
 using CudaEvent = CudaHandle<cudaEvent_t, CudaEventTraits>;
 using CublasLtHandle = CudaHandle<cublasLtHandle_t, CublasLtTraits>;
 
+// cuBLASLt's entry points, reached through dlopen when the first handle is created: the
+// library's initializers cost ~0.3 s, which an engine on a CPU-only host (or one that
+// never runs a 16-bit product) should not pay at every start. Thread-safe to load.
+struct CublasLtApi {
+  decltype(&::cublasLtCreate) create;
+  decltype(&::cublasLtDestroy) destroy;
+  decltype(&::cublasLtMatmul) matmul;
+  decltype(&::cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic;
+  decltype(&::cublasLtMatmulDescCreate) desc_create;
+  decltype(&::cublasLtMatmulDescDestroy) desc_destroy;
+  decltype(&::cublasLtMatmulDescSetAttribute) desc_set_attribute;
+  decltype(&::cublasLtMatmulPreferenceCreate) preference_create;
+  decltype(&::cublasLtMatmulPreferenceDestroy) preference_destroy;
+  decltype(&::cublasLtMatmulPreferenceSetAttribute) preference_set_attribute;
+  decltype(&::cublasLtMatrixLayoutCreate) layout_create;
+  decltype(&::cublasLtMatrixLayoutDestroy) layout_destroy;
+};
+// Loads the library once (kUnavailable naming what was looked for when it is missing).
+Result<const CublasLtApi*> cublaslt_load();
+// The loaded entry points; only after cublaslt_load() (or cublaslt_create()) succeeded.
+const CublasLtApi& cublaslt();
+
 Result<CudaStream> cuda_stream_create();
 Result<CudaEvent> cuda_event_create();
 Result<CublasLtHandle> cublaslt_create();
