@@ -29,6 +29,15 @@ struct SamplingParams {
 static_assert(std::is_standard_layout_v<SamplingParams> && std::is_trivially_copyable_v<SamplingParams>);
 static_assert(sizeof(SamplingParams) == 40);
 
+// A bias added to one token's logit before sampling (OpenAI's logit_bias).
+struct LogitBias {
+  int32_t id = 0;
+  float bias = 0.0f;  // kLogitBiasRange
+};
+static_assert(std::is_standard_layout_v<LogitBias> && sizeof(LogitBias) == 8);
+// Entries of logit_bias a request may give.
+inline constexpr int32_t kMaxLogitBias = 1024;
+
 // The accepted range of one floating-point parameter.
 struct SamplingRange {
   std::string_view name;
@@ -43,6 +52,7 @@ inline constexpr SamplingRange kMinPRange{"min_p", 0.0, false, 1.0};
 inline constexpr SamplingRange kRepetitionPenaltyRange{"repetition_penalty", 0.0, true, 2.0};
 inline constexpr SamplingRange kPresencePenaltyRange{"presence_penalty", -2.0, false, 2.0};
 inline constexpr SamplingRange kFrequencyPenaltyRange{"frequency_penalty", -2.0, false, 2.0};
+inline constexpr SamplingRange kLogitBiasRange{"logit_bias", -100.0, false, 100.0};
 
 // kOutOfRange naming the parameter, its value and its range ("temperature must be between
 // 0 and 2, not 7"), for the first value outside its range (NaN is outside every range);

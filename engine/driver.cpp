@@ -10,6 +10,7 @@ namespace hearth {
 Driver::Driver(ModelRunner& runner, const DriverConfig& config)
     : runner_(runner),
       config_(config),
+      grammars_(config.vocabulary),
       scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size) {
   scratch_.row.reserve(static_cast<size_t>(runner.vocab_size()));
   scratch_.top.reserve(kMaxTopLogprobs + 1);
@@ -32,8 +33,30 @@ Result<FinishReason> Driver::add(uint64_t id, SequenceRequest r) {
   for (TokenId t : r.tokens) {
     if (t < 0 || t >= vocab) return make_error(ErrorCode::kOutOfRange, "token {} is outside the vocabulary", t);
   }
+  for (const LogitBias& b : r.logit_bias) {
+    if (b.id < 0 || b.id >= vocab) {
+      return make_error(ErrorCode::kOutOfRange, "logit_bias names token {}, outside the vocabulary", b.id);
+    }
+    if (!kLogitBiasRange.contains(b.bias)) {
+      return make_error(ErrorCode::kOutOfRange, "logit_bias of token {} is {}, outside -100..100", b.id, b.bias);
+    }
+  }
+  if (r.min_tokens < 0) return make_error(ErrorCode::kInvalidArgument, "min_tokens must be at least 0");
   if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already running", id);
   const int32_t produced = n_tokens - r.n_prompt;
+  std::optional<grammar::GrammarMatcher> matcher;
+  if (!r.grammar.empty()) {
+    HEARTH_ASSIGN_OR_RETURN(auto compiled, grammars_.get(r.grammar));
+    matcher.emplace(std::move(compiled), r.stop_ids);
+    // A resumed sequence: the grammar follows what it produced before.
+    for (int32_t i = r.n_prompt; i < n_tokens; ++i) {
+      if (Status st = matcher->accept(r.tokens[static_cast<size_t>(i)]); !st.is_ok()) {
+        return make_error(ErrorCode::kInvalidArgument, "the tokens produced before do not follow the grammar: {}",
+                          st.message());
+      }
+    }
+    if (produced > 0 && matcher->terminated()) return FinishReason::kStop;
+  }
   if (produced == 0 && n_tokens >= config_.max_sequence_tokens) {
     return make_error(ErrorCode::kOutOfRange,
                       "the prompt has {} tokens, but the context holds {} (prompt plus at least one generated token)",
@@ -48,7 +71,7 @@ Result<FinishReason> Driver::add(uint64_t id, SequenceRequest r) {
   HEARTH_RETURN_IF_ERROR(scheduler_.add(id, n_tokens));
   Sampler sampler(r.sampling, vocab);
   sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
-  seqs_.emplace(id, Seq{std::move(r), std::move(sampler)});
+  seqs_.emplace(id, Seq{std::move(r), std::move(sampler), std::move(matcher), {}});
   return FinishReason::kNone;
 }
 
@@ -62,20 +85,47 @@ FinishReason Driver::finish_of(const Seq& s) const {
   if (!r.ignore_stop && std::find(r.stop_ids.begin(), r.stop_ids.end(), r.tokens.back()) != r.stop_ids.end()) {
     return FinishReason::kStop;
   }
+  if (s.matcher && s.matcher->terminated()) return FinishReason::kStop;  // the output is complete
   if (s.produced() >= r.max_tokens || static_cast<int32_t>(r.tokens.size()) >= config_.max_sequence_tokens) {
     return FinishReason::kLength;
   }
   return FinishReason::kNone;
 }
 
-// Samples the next token of `s` from its row of logits and appends it.
-void Driver::sample(Seq& s, const float* l, TokenResult& out) {
-  const std::vector<TokenId>& tokens = s.request.tokens;
-  const std::span<const TokenId> prompt(tokens.data(), static_cast<size_t>(s.request.n_prompt));
-  const std::span<const TokenId> output(tokens.data() + s.request.n_prompt, static_cast<size_t>(s.produced()));
-  out = sample_row(s.sampler, std::span(l, static_cast<size_t>(runner_.vocab_size())), s.request.top_logprobs, prompt,
-                   output, scratch_);
+// Samples the next token of `s` from its row of logits (shaped by its bias, min_tokens
+// and grammar) and appends it.
+Status Driver::sample(Seq& s, const float* l, TokenResult& out) {
+  const SequenceRequest& r = s.request;
+  const std::vector<TokenId>& tokens = r.tokens;
+  const std::span<const TokenId> prompt(tokens.data(), static_cast<size_t>(r.n_prompt));
+  const std::span<const TokenId> output(tokens.data() + r.n_prompt, static_cast<size_t>(s.produced()));
+  RowShaping shaping;
+  shaping.bias = r.logit_bias;
+  const bool too_early = s.produced() < r.min_tokens;
+  if (s.matcher) {
+    const int32_t left = std::min(r.max_tokens - s.produced(), config_.max_sequence_tokens - static_cast<int32_t>(tokens.size()));
+    HEARTH_RETURN_IF_ERROR(s.matcher->fill_mask(s.mask, left));
+    if (too_early) {  // no end before min_tokens, unless the grammar allows nothing else
+      grammar::TokenMask without = s.mask;
+      for (TokenId id : r.stop_ids) {
+        if (id >= 0 && id < runner_.vocab_size()) without.clear(id);
+      }
+      if (without.count() > 0) s.mask = std::move(without);
+    }
+    shaping.allowed = s.mask.words;
+  } else if (too_early) {
+    shaping.banned = r.stop_ids;
+  }
+  out = sample_row(s.sampler, std::span(l, static_cast<size_t>(runner_.vocab_size())), r.top_logprobs, prompt, output,
+                   scratch_, shaping.empty() ? nullptr : &shaping);
+  if (s.matcher) {
+    if (Status st = s.matcher->accept(out.id); !st.is_ok()) {
+      return make_error(ErrorCode::kInternal, "sampled token {} that the grammar does not allow: {}", out.id,
+                        st.message());
+    }
+  }
   s.request.tokens.push_back(out.id);
+  return Status::ok();
 }
 
 Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
@@ -103,7 +153,12 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   HEARTH_TEST_POINT("engine.step.planned");
   std::span<const float> logits;
   std::span<const SampledRow> sampled;
-  if (runner_.samples()) {
+  // A row a request shapes (grammar, bias, min_tokens) is sampled on the host, and so is
+  // the rest of its step.
+  const bool host_sampling = !runner_.samples() || std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const PlannedSeq& p) {
+    return p.sample && seqs_.at(p.id).shaped();
+  });
+  if (!host_sampling) {
     sample_rows_.clear();
     for (const PlannedSeq& p : plan.seqs) {
       if (!p.sample) continue;
@@ -135,8 +190,11 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
       e.token = sampled[row++];
       s.sampler.set_position(s.sampler.position() + 1);
       s.request.tokens.push_back(e.token.id);
-    } else {
-      sample(s, logits.data() + row++ * vocab, e.token);
+    } else if (Status st = sample(s, logits.data() + row++ * vocab, e.token); !st.is_ok()) {
+      e.finish = FinishReason::kError;
+      e.error = st;
+      finished_.push_back(p.id);
+      continue;
     }
     e.n_produced = s.produced();
     e.finish = finish_of(s);

@@ -20,6 +20,7 @@
 #include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/token.h"
+#include "engine/grammar_cache.h"
 #include "engine/model_input.h"
 #include "engine/model_runner.h"
 #include "engine/sampler.h"
@@ -36,6 +37,9 @@ struct SequenceRequest {
   bool ignore_stop = false;     // benchmarks: run to max_tokens regardless
   int32_t top_logprobs = 0;     // alternatives reported per token, 0..kMaxTopLogprobs
   SamplingParams sampling;
+  int32_t min_tokens = 0;               // stop ids are not sampled before this many tokens
+  std::vector<LogitBias> logit_bias;    // added to the logits before sampling
+  std::string grammar;                  // GBNF the output must match; empty: none
 };
 
 // One sampled token (engine/sampler.h). Log-probabilities are the model's own
@@ -58,6 +62,9 @@ struct DriverConfig {
   // when it has this many (the last one sampled is never run, so this may be one more
   // than the KV positions).
   int32_t max_sequence_tokens = 0;
+  // The model's tokens as text, for sequences with a grammar (built on first use); none:
+  // such sequences are refused.
+  VocabularySource vocabulary;
 };
 
 class Driver {
@@ -65,9 +72,11 @@ class Driver {
   Driver(ModelRunner& runner, const DriverConfig& config);
 
   // Takes a sequence under `id`. Returns kNone when it is queued, or the reason it is
-  // already over (a predecessor produced its stop id or its max_tokens before it could
-  // say so). Fails on bad sampling parameters (sampling_params_validate), a sequence
-  // that does not fit, an id in use or a full queue.
+  // already over (a predecessor produced its stop id, its max_tokens or the end of its
+  // grammar before it could say so). Fails on bad sampling parameters
+  // (sampling_params_validate), a logit bias outside the vocabulary, a grammar that does
+  // not compile or that the tokens produced before do not follow, a sequence that does
+  // not fit, an id in use or a full queue.
   Result<FinishReason> add(uint64_t id, SequenceRequest request);
   // Drops a sequence (cancelled, or its client is gone) and frees its KV blocks.
   void remove(uint64_t id);
@@ -90,13 +99,20 @@ class Driver {
   struct Seq {
     SequenceRequest request;
     Sampler sampler;
+    std::optional<grammar::GrammarMatcher> matcher;
+    grammar::TokenMask mask;  // the matcher's tokens for this step
     int32_t produced() const { return static_cast<int32_t>(request.tokens.size()) - request.n_prompt; }
+    // Whether sampling this sequence changes its row (then it samples on the host).
+    bool shaped() const {
+      return matcher.has_value() || !request.logit_bias.empty() || produced() < request.min_tokens;
+    }
   };
-  void sample(Seq& seq, const float* logits, TokenResult& out);
+  Status sample(Seq& seq, const float* logits, TokenResult& out);
   FinishReason finish_of(const Seq& seq) const;
 
   ModelRunner& runner_;
   DriverConfig config_;
+  GrammarCache grammars_;
   Scheduler scheduler_;
   std::unordered_map<uint64_t, Seq> seqs_;
   ModelInput input_;                    // reused every step

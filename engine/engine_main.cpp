@@ -51,6 +51,8 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --collective-timeout MS  a collective that waits longer ends the group's epoch (default 30000)
   --rank-timeout MS        a rank whose heartbeat is older is taken as hung (default 30000)
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
+  --max-grammar-bytes N    largest grammar a request's structured output or tool choice may compile
+                           to (default 65536; each slot holds this much)
 )";
 
 int usage_error(const std::string& message) {
@@ -98,7 +100,7 @@ int main(int argc, char** argv) {
   auto args = Args::parse({argv + 1, argv + argc},
                           {"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens",
                            "prefetch", "threads", "wait-weights", "static-batching", "kv-dtype", "backend", "rank", "tp",
-                           "cpus", "collective-timeout", "rank-timeout"},
+                           "cpus", "collective-timeout", "rank-timeout", "max-grammar-bytes"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -116,6 +118,7 @@ int main(int argc, char** argv) {
   };
   int32_t slots = static_cast<int32_t>(o.slots), wait_seconds = 0, rank = 0, tp = o.tp;
   int32_t collective_ms = o.collective_timeout_ms, stale_ms = o.rank_stale_ms;
+  auto grammar_bytes = static_cast<int32_t>(o.grammar_bytes);
   for (const IntFlag& f : {IntFlag{"slots", 1, 65536, &slots}, IntFlag{"ctx", 16, 1 << 24, &o.context},
                            IntFlag{"kv-blocks", 1, 1 << 24, &o.kv_blocks},
                            IntFlag{"max-batch-size", 1, 4096, &o.scheduler.max_batch_size},
@@ -125,12 +128,14 @@ int main(int argc, char** argv) {
                            IntFlag{"static-batching", 1, 600000, &o.scheduler.static_batch_timeout_ms},
                            IntFlag{"rank", 0, 1 << 20, &rank}, IntFlag{"tp", 1, 1 << 20, &tp},
                            IntFlag{"collective-timeout", 100, 3600000, &collective_ms},
-                           IntFlag{"rank-timeout", 100, 3600000, &stale_ms}}) {
+                           IntFlag{"rank-timeout", 100, 3600000, &stale_ms},
+                           IntFlag{"max-grammar-bytes", 0, 16 << 20, &grammar_bytes}}) {
     auto v = args->get_int(f.name, f.min, f.max);
     if (!v.is_ok()) return usage_error(v.status().message());
     if (*v) *f.target = static_cast<int32_t>(**v);
   }
   o.slots = static_cast<uint32_t>(slots);
+  o.grammar_bytes = static_cast<uint32_t>(grammar_bytes);
   o.rank = rank;
   o.tp = tp;
   o.collective_timeout_ms = collective_ms;

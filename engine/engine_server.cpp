@@ -157,7 +157,10 @@ struct EngineServer::Impl {
                                   .stop_ids = std::move(r.stop_ids),
                                   .ignore_stop = r.ignore_stop,
                                   .top_logprobs = r.top_logprobs,
-                                  .sampling = r.sampling});
+                                  .sampling = r.sampling,
+                                  .min_tokens = r.min_tokens,
+                                  .logit_bias = std::move(r.logit_bias),
+                                  .grammar = std::move(r.grammar)});
     if (!added.is_ok()) {
       fail_slot(index, added.status().code(), added.status().message());
       return;
@@ -301,7 +304,22 @@ struct EngineServer::Impl {
     active.clear();
     std::fill(by_slot.begin(), by_slot.end(), 0);
     cache->blocks() = BlockAllocator(cache->config().n_blocks);
-    driver = std::make_unique<Driver>(*runner, DriverConfig{options.scheduler, context});
+    driver = std::make_unique<Driver>(*runner, driver_config());
+  }
+
+  // The model's tokens as text, from the loader's table, built when a request first
+  // needs them and kept across drivers.
+  std::shared_ptr<const grammar::Vocabulary> vocabulary;
+  DriverConfig driver_config() {
+    DriverConfig c{options.scheduler, context};
+    c.vocabulary = [this]() -> Result<std::shared_ptr<const grammar::Vocabulary>> {
+      if (vocabulary) return vocabulary;
+      HEARTH_ASSIGN_OR_RETURN(std::vector<std::string> table, weights_token_table(weights, model->config().vocab_size));
+      HEARTH_ASSIGN_OR_RETURN(grammar::Vocabulary v, grammar::Vocabulary::build(std::move(table)));
+      vocabulary = std::make_shared<const grammar::Vocabulary>(std::move(v));
+      return vocabulary;
+    };
+    return c;
   }
 
   void publish_stats() {
@@ -366,9 +384,10 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                            .comm = &impl->group->communicator()}));
   impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache,
                                                options.tp > 1 ? impl->group.get() : nullptr);
-  impl->driver = std::make_unique<Driver>(*impl->runner, DriverConfig{options.scheduler, impl->context});
+  impl->driver = std::make_unique<Driver>(*impl->runner, impl->driver_config());
   HEARTH_ASSIGN_OR_RETURN(Broker broker, Broker::open_or_create(segment_path(dir, options.instance, "broker"),
-                                                                {options.slots, static_cast<uint32_t>(impl->context)}));
+                                                                {options.slots, static_cast<uint32_t>(impl->context),
+                                                                 options.grammar_bytes}));
   impl->broker.emplace(std::move(broker));
   impl->by_slot.assign(impl->broker->n_slots(), 0);
   impl->filling_suspects.assign(impl->broker->n_slots(), 0);

@@ -47,6 +47,7 @@ struct EngineOptions {
   std::string backend = "cpu";    // make_backend's name (--backend)
   int threads = 0;                // CPU threads (0: every core)
   int frontend_stale_ms = 5000;   // a frontend whose heartbeat is older is gone
+  uint32_t grammar_bytes = 65536; // GBNF text one request's constraint may take (broker slots hold it)
   // Tensor parallelism: this process's rank of `tp` (the weights must be split for as
   // many: hearth-loader --tp), where it computes ("": as started; "auto": its share of
   // the CPUs this process may use; else a list such as "0-3"), and how long a

@@ -117,7 +117,8 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
 }
 
 SampledRow sample_row(Sampler& sampler, std::span<const float> l, int32_t top_logprobs,
-                      std::span<const TokenId> prompt, std::span<const TokenId> output, SampleScratch& scratch) {
+                      std::span<const TokenId> prompt, std::span<const TokenId> output, SampleScratch& scratch,
+                      const RowShaping* shaping) {
   const size_t vocab = l.size();
   float max = l[0];
   for (size_t i = 1; i < vocab; ++i) max = std::max(max, l[i]);
@@ -145,6 +146,24 @@ SampledRow sample_row(Sampler& sampler, std::span<const float> l, int32_t top_lo
     }
   }
   scratch.row.assign(l.begin(), l.end());
+  if (shaping != nullptr) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    for (const LogitBias& b : shaping->bias) {
+      if (b.id >= 0 && static_cast<size_t>(b.id) < vocab) scratch.row[static_cast<size_t>(b.id)] += b.bias;
+    }
+    for (const TokenId id : shaping->banned) {
+      if (id >= 0 && static_cast<size_t>(id) < vocab) scratch.row[static_cast<size_t>(id)] = kNegInf;
+    }
+    if (!shaping->allowed.empty()) {
+      for (size_t w = 0; w * 64 < vocab; ++w) {
+        const uint64_t bits = w < shaping->allowed.size() ? shaping->allowed[w] : 0;
+        if (bits == ~uint64_t{0}) continue;
+        for (size_t i = w * 64; i < std::min(vocab, w * 64 + 64); ++i) {
+          if (((bits >> (i - w * 64)) & 1u) == 0) scratch.row[i] = kNegInf;
+        }
+      }
+    }
+  }
   const SampledToken t = sampler.sample(scratch.row, prompt, output);
   out.id = t.id;
   out.logprob = l[static_cast<size_t>(t.id)] - log_z;

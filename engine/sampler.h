@@ -77,6 +77,16 @@ struct SampleRow {
   std::span<const TokenId> output;
 };
 
+// What a request changes in a row before it is sampled (not in the logprobs it reports,
+// which are the model's own): biases added to logits, tokens ruled out (stop ids before
+// min_tokens), and the grammar's allowed tokens (a bit per id; empty: all).
+struct RowShaping {
+  std::span<const LogitBias> bias;
+  std::span<const TokenId> banned;
+  std::span<const uint64_t> allowed;
+  bool empty() const { return bias.empty() && banned.empty() && allowed.empty(); }
+};
+
 // Reused memory of sample_row.
 struct SampleScratch {
   std::vector<float> row;
@@ -84,8 +94,10 @@ struct SampleScratch {
 };
 
 // The driver's sampling of one row of raw logits: the log-normaliser and top_logprobs
-// alternatives of the raw distribution, then `sampler` on a copy of the row.
+// alternatives of the raw distribution, then `sampler` on a copy of the row, shaped by
+// `shaping` when given.
 SampledRow sample_row(Sampler& sampler, std::span<const float> logits, int32_t top_logprobs,
-                      std::span<const TokenId> prompt, std::span<const TokenId> output, SampleScratch& scratch);
+                      std::span<const TokenId> prompt, std::span<const TokenId> output, SampleScratch& scratch,
+                      const RowShaping* shaping = nullptr);
 
 }  // namespace hearth

@@ -36,6 +36,11 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
   --lenient-fields    accept and ignore request fields no OpenAI schema has (logged once per
                       name) instead of answering 400; fields hearth does not implement are
                       refused either way
+  --chat-template NAME|FILE
+                      chat template: a built-in (chatml, llama2, llama3, mistral, zephyr) or a
+                      Jinja file (default: the model's; without one, chat requests get 400)
+  --tool-call-parser hermes|llama3_json|mistral
+                      how the model writes tool calls (default: read from the template)
 
 Prints {"event":"listening","port":N} on stdout once it accepts connections. With systemd
 socket activation (one socket passed), that socket is used instead of --host/--port.
@@ -57,7 +62,8 @@ int main(int argc, char** argv) {
   daemon_block_signals();
   log_init("frontend");
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait", "drain-timeout", "listen-fd"}, {"help", "lenient-fields"});
+                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait", "drain-timeout", "listen-fd", "chat-template", "tool-call-parser"},
+                          {"help", "lenient-fields"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
     std::fputs(kUsage, stdout);
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
   o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));
   o.engine_wait = std::chrono::milliseconds(wait->value_or(10000));
   o.lenient_fields = args->has("lenient-fields");
+  o.chat_template = args->get("chat-template").value_or("");
+  o.tool_call_parser = args->get("tool-call-parser").value_or("");
   const auto drain_timeout = std::chrono::milliseconds(drain->value_or(30000));
   if (*listen_fd) {
     o.listen_fd = static_cast<int>(**listen_fd);

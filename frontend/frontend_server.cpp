@@ -19,7 +19,7 @@
 #include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
-#include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -28,7 +28,10 @@
 #include "frontend/http_limits.h"
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
+#include "frontend/prompt.h"
+#include "frontend/structured.h"
 #include "frontend/text_stream.h"
+#include "grammar/grammar.h"
 #include "ipc/broker_client.h"
 #include "ipc/tp_segment.h"
 #include "ipc/weights_segment.h"
@@ -44,10 +47,6 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-// Used when a model ships no chat template (base models such as stories260K): the
-// messages' contents in order, so a single user message is exactly a completion prompt.
-constexpr std::string_view kPlainTemplate = "{% for message in messages %}{{ message['content'] }}{% endfor %}";
-
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -55,6 +54,23 @@ int64_t unix_seconds() {
 std::string random_id(std::string_view prefix) {
   thread_local std::mt19937_64 rng(std::random_device{}());
   return fmt::format("{}{:016x}", prefix, rng());
+}
+
+// A tool call's id: Mistral templates want nine letters and digits, others call_<hex>.
+std::string tool_call_id(ToolCallFormat format) {
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  if (format != ToolCallFormat::kMistral) return fmt::format("call_{:016x}{:08x}", rng(), rng() & 0xffffffffu);
+  constexpr std::string_view kAlnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id;
+  for (int i = 0; i < 9; ++i) id += kAlnum[rng() % kAlnum.size()];
+  return id;
+}
+
+// The client's x-request-id when it is short and printable, else a new one.
+std::string request_id_of(std::string_view given) {
+  const bool usable = !given.empty() && given.size() <= 128 &&
+                      std::all_of(given.begin(), given.end(), [](char c) { return c > 0x20 && c < 0x7F; });
+  return usable ? std::string(given) : random_id("req-");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -81,11 +97,15 @@ struct Generation {
     bool announced = false;  // the first stream chunk (with the role) went out
     bool finish_sent = false;  // the stream chunk with its finish_reason went out
     std::vector<ApiTokenLogprob> logprobs;
+    std::optional<ToolCallParser> tools;  // when the model may call tools
+    std::string content;                  // the text that is not tool calls
+    std::vector<ApiToolCall> calls;
+    size_t calls_sent = 0;                // streamed so far
+    double logprob_sum = 0.0;             // best_of ranks choices by their mean
   };
   ApiRequest request;
-  std::string id;
-  int64_t created = 0;
-  std::string model;
+  ApiResponseHead head;
+  ToolCallFormat tool_format = ToolCallFormat::kNone;
   int32_t prompt_tokens = 0;
   std::string echo_text;
   std::vector<Choice> choices;
@@ -102,8 +122,10 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   FrontendOptions options;
   std::optional<AttachedWeights> weights;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::optional<ChatTemplate> chat_template;
+  std::optional<PromptBuilder> prompts;
+  grammar::ByteSet single_bytes;  // bytes that are tokens of their own (what grammars may rely on)
   std::string model_id;
+  std::string system_fingerprint;
   int32_t context = 0;
   std::optional<BrokerClient> client;
   asio::io_context ioc;
@@ -236,6 +258,9 @@ class Session : public std::enable_shared_from_this<Session> {
     awaiting_request_ = false;
     ++requests_;
     head_sent_ = false;
+    request_id_ = request_id_of(ec || !parser_ ? std::string_view()
+                                               : std::string_view(parser_->get()["x-request-id"].data(),
+                                                                  parser_->get()["x-request-id"].size()));
     if (ec == http::error::body_limit) {
       keep_alive_ = false;
       respond(413, api_error_body(make_error(ErrorCode::kInvalidArgument, "the request body is larger than {} bytes",
@@ -262,6 +287,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void respond(int status, std::string body, std::string_view content_type, std::string_view retry_after = {}) {
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
     res->set(http::field::server, "hearth");
+    res->set("x-request-id", request_id_);
     res->set(http::field::content_type, content_type);
     if (!retry_after.empty()) res->set(http::field::retry_after, retry_after);
     res->keep_alive(keep_alive_);
@@ -281,7 +307,8 @@ class Session : public std::enable_shared_from_this<Session> {
     head_sent_ = true;
     std::string head =
         "HTTP/1.1 200 OK\r\nServer: hearth\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-        "Transfer-Encoding: chunked\r\n";
+        "Transfer-Encoding: chunked\r\nx-request-id: " +
+        request_id_ + "\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     outbox_.push_back(std::move(head));
     flush();
@@ -386,6 +413,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool watching_ = false;          // watch_disconnect's read is pending
   std::function<void()> after_watch_;
   bool head_sent_ = false;         // this response's stream head went out
+  std::string request_id_;         // x-request-id of the request being answered
 
   friend struct FrontendServer::Impl;
 };
@@ -566,37 +594,9 @@ void Session::handle_generation(ApiEndpoint endpoint) {
     return error(make_error(ErrorCode::kNotFound, "model: \"{}\" is not served here (this server has \"{}\")", req.model,
                             s.model_id));
   }
-  // The prompt as token ids.
-  std::vector<TokenId> prompt;
-  std::string echo_text;
-  if (endpoint == ApiEndpoint::kChatCompletions) {
-    ChatTemplateInputs inputs;
-    for (const ApiMessage& m : req.messages) inputs.messages.push_back({m.role, m.content, {}});
-    inputs.add_generation_prompt = true;
-    const Tokenizer& t = *s.tokenizer;
-    if (t.bos_id() >= 0) inputs.bos_token = std::string(t.piece(t.bos_id()));
-    if (t.eos_id() >= 0) inputs.eos_token = std::string(t.piece(t.eos_id()));
-    auto text = s.chat_template->render(inputs);
-    if (!text.is_ok()) return error(text.status().with_context("messages"));
-    // A template that writes the BOS itself gets no second one from the tokenizer.
-    const bool template_has_bos = !inputs.bos_token.empty() && text->starts_with(inputs.bos_token);
-    auto ids = t.encode(*text, EncodeOptions{!template_has_bos, true});
-    if (!ids.is_ok()) return error(ids.status().with_context("messages"));
-    prompt = std::move(ids).value();
-  } else if (req.prompt) {
-    auto ids = s.tokenizer->encode(*req.prompt, EncodeOptions{true, false});
-    if (!ids.is_ok()) return error(ids.status().with_context("prompt"));
-    prompt = std::move(ids).value();
-    echo_text = *req.prompt;
-  } else {
-    for (int32_t id : req.prompt_tokens) {
-      if (id < 0 || id >= s.tokenizer->vocab_size()) {
-        return error(make_error(ErrorCode::kInvalidArgument, "prompt: token id {} is outside the vocabulary", id));
-      }
-    }
-    prompt = req.prompt_tokens;
-    echo_text = s.tokenizer->decode(prompt);
-  }
+  auto built = s.prompts->build(req);
+  if (!built.is_ok()) return error(built.status());
+  std::vector<TokenId>& prompt = built->ids;
   if (prompt.empty()) return error(make_error(ErrorCode::kInvalidArgument, "prompt: the prompt is empty"));
   if (static_cast<int32_t>(prompt.size()) >= s.context) {
     return error(make_error(ErrorCode::kInvalidArgument,
@@ -611,24 +611,52 @@ void Session::handle_generation(ApiEndpoint endpoint) {
                             "max_tokens: {} tokens of output do not fit: the context holds {} and the prompt takes {}",
                             max_tokens, s.context, prompt.size()));
   }
+  if (req.min_tokens > max_tokens) {
+    return error(make_error(ErrorCode::kInvalidArgument, "min_tokens ({}) must not exceed max_tokens ({})",
+                            req.min_tokens, max_tokens));
+  }
+  const int32_t vocab = s.tokenizer->vocab_size();
+  for (const LogitBias& b : req.logit_bias) {
+    if (b.id >= vocab) {
+      return error(make_error(ErrorCode::kInvalidArgument, "logit_bias: token {} is outside the vocabulary (0..{})",
+                              b.id, vocab - 1));
+    }
+  }
+  SubmitRequest sub;
+  sub.stop_ids.assign(s.tokenizer->stop_ids().begin(), s.tokenizer->stop_ids().end());
+  for (int32_t id : req.stop_token_ids) {
+    if (id >= vocab) {
+      return error(make_error(ErrorCode::kInvalidArgument, "stop_token_ids: token {} is outside the vocabulary (0..{})",
+                              id, vocab - 1));
+    }
+    if (std::find(sub.stop_ids.begin(), sub.stop_ids.end(), id) == sub.stop_ids.end()) sub.stop_ids.push_back(id);
+  }
+  if (sub.stop_ids.size() > static_cast<size_t>(kMaxStopIds)) {
+    return error(make_error(ErrorCode::kInvalidArgument,
+                            "stop_token_ids: with the model's own, {} stop ids; at most {} are supported",
+                            sub.stop_ids.size(), kMaxStopIds));
+  }
+  auto gbnf = request_grammar(req, s.prompts->tool_format(), s.single_bytes, s.client->grammar_capacity());
+  if (!gbnf.is_ok()) return error(gbnf.status());
 
   auto g = std::make_shared<Generation>();
   g->request = req;
-  g->id = random_id(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-");
-  g->created = unix_seconds();
-  g->model = s.model_id;
+  g->head = {random_id(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_seconds(), s.model_id,
+             s.system_fingerprint};
+  g->tool_format = req.tool_choice == ApiToolChoice::kNone ? ToolCallFormat::kNone : s.prompts->tool_format();
   g->prompt_tokens = static_cast<int32_t>(prompt.size());
-  g->echo_text = std::move(echo_text);
+  g->echo_text = std::move(built->echo_text);
   g->session = weak_from_this();
-  SubmitRequest sub;
-  sub.prompt = prompt;
+  sub.prompt = std::move(prompt);
   sub.max_tokens = max_tokens;
   sub.ignore_stop = req.ignore_eos;
   sub.top_logprobs = std::max(0, req.logprobs);
-  sub.stop_ids.assign(s.tokenizer->stop_ids().begin(), s.tokenizer->stop_ids().end());
-  if (sub.stop_ids.size() > static_cast<size_t>(kMaxStopIds)) sub.stop_ids.resize(kMaxStopIds);
+  sub.min_tokens = req.min_tokens;
+  sub.logit_bias = req.logit_bias;
+  sub.grammar = std::move(gbnf).value();
   const uint64_t base_seed = req.seed.value_or(std::random_device{}());
-  for (int32_t i = 0; i < req.n; ++i) {
+  const int32_t samples = req.best_of.value_or(req.n);
+  for (int32_t i = 0; i < samples; ++i) {
     sub.sampling = req.sampling;
     sub.sampling.seed = base_seed + static_cast<uint64_t>(i);
     auto slot = s.client->submit(sub);
@@ -644,6 +672,7 @@ void Session::handle_generation(ApiEndpoint endpoint) {
     Generation::Choice c;
     c.slot = *slot;
     c.text.emplace(*s.tokenizer, req.stop, /*at_start=*/false);
+    if (g->tool_format != ToolCallFormat::kNone) c.tools.emplace(g->tool_format);
     g->choices.push_back(std::move(c));
   }
   generation_ = g;
@@ -678,63 +707,102 @@ void FrontendServer::Impl::advance(Generation& g) {
   const bool gone = g.client_gone.load(std::memory_order_acquire);
   auto session = g.session.lock();
   const bool stream = g.request.stream;
+  const bool echo = g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions;
   std::string out;  // stream bytes produced this round
   bool all_done = true;
   Status failure;
+  auto usage_now = [&] {
+    ApiUsage u;
+    u.prompt_tokens = g.prompt_tokens;
+    for (const auto& c : g.choices) u.completion_tokens += c.consumed;
+    return u;
+  };
+  // One piece of a choice's text (a token's, or what was held at its end): through the
+  // tool-call parser when there is one, then one stream chunk for it (OpenAI and vLLM
+  // send a chunk per token), and one for the calls it completed.
+  auto emit = [&](Generation::Choice& c, int32_t index, std::string piece, std::vector<ApiTokenLogprob> logprobs) {
+    std::vector<ToolCall> calls;
+    std::string content = c.tools ? c.tools->push(piece, calls) : std::move(piece);
+    c.content += content;
+    for (ToolCall& call : calls) c.calls.push_back({tool_call_id(g.tool_format), std::move(call.name), std::move(call.arguments)});
+    if (!stream) {
+      for (auto& l : logprobs) c.logprobs.push_back(std::move(l));
+      return;
+    }
+    if (gone || failure.code() != ErrorCode::kOk) return;
+    if (!content.empty() || !logprobs.empty()) {
+      const auto base = static_cast<int32_t>((echo ? g.echo_text.size() : 0) + c.content.size() - content.size());
+      if (echo && !c.announced) content = g.echo_text + content;
+      const ApiUsage usage = usage_now();
+      out += api_stream_chunk(g.request, g.head, index, content, "", logprobs, !c.announced, base,
+                              g.request.continuous_usage_stats ? &usage : nullptr);
+      c.announced = true;
+    }
+    if (c.calls.size() > c.calls_sent) {
+      const std::vector<ApiToolCall> fresh(c.calls.begin() + static_cast<long>(c.calls_sent), c.calls.end());
+      out += api_stream_tool_calls_chunk(g.request, g.head, index, fresh, static_cast<int32_t>(c.calls_sent), !c.announced);
+      c.announced = true;
+      c.calls_sent = c.calls.size();
+    }
+  };
   for (size_t i = 0; i < g.choices.size(); ++i) {
     Generation::Choice& c = g.choices[i];
+    const auto index = static_cast<int32_t>(i);
     if (!c.slot_held) continue;
     const SlotProgress p = client->progress(c.slot);
     if (gone && !p.terminal() && !c.done) {
       client->cancel(c.slot);
       c.done = true;
     }
-    std::string delta;
-    std::vector<ApiTokenLogprob> new_logprobs;
-    for (; c.consumed < p.n_produced && !c.done; ++c.consumed) {
+    for (; c.consumed < p.n_produced && !c.done;) {
       const ProducedToken& t = client->token(c.slot, c.consumed);
+      ++c.consumed;
       if (!g.first_token_seen) {
         g.first_token_seen = true;
         time_to_first_token.observe(seconds_since(g.started));
       }
-      delta += c.text->push(t.id);
+      std::string piece = c.text->push(t.id);
       ++tokens_total;
-      if (g.request.logprobs >= 0) new_logprobs.push_back(token_logprob(*tokenizer, t, g.request.logprobs));
+      c.logprob_sum += t.logprob;
+      std::vector<ApiTokenLogprob> logprobs;
+      if (g.request.logprobs >= 0) logprobs.push_back(token_logprob(*tokenizer, t, g.request.logprobs));
       if (c.text->stopped()) {  // a stop string: the rest of this choice is not wanted
         client->cancel(c.slot);
         c.done = true;
         c.finish_reason = "stop";
       }
+      emit(c, index, std::move(piece), std::move(logprobs));
     }
     if (p.terminal()) {
       if (p.state == SlotState::kFailed) failure = Status(p.error_code, p.error);
       if (!c.done) {
-        delta += c.text->finish();
         c.finish_reason = finish_reason_of(p.finish);
         c.done = true;
+        emit(c, index, c.text->finish(), {});
       }
       client->release(c.slot);
       c.slot_held = false;
     } else {
       all_done = false;
     }
-    if (!stream) {
-      for (auto& l : new_logprobs) c.logprobs.push_back(std::move(l));
-      continue;
-    }
-    if (gone || failure.code() != ErrorCode::kOk) continue;
-    if (!delta.empty() || !new_logprobs.empty() || (!c.announced && c.done)) {
-      // Completions with echo start their text with the prompt.
-      const bool echo = g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions;
-      const auto base = static_cast<int32_t>((echo ? g.echo_text.size() : 0) + c.text->text().size() - delta.size());
-      if (echo && !c.announced) delta = g.echo_text + delta;
-      out += api_stream_chunk(g.request, g.id, g.created, g.model, static_cast<int32_t>(i), delta, "", new_logprobs,
-                              !c.announced, base);
-      c.announced = true;
-    }
     if (c.done && !c.finish_sent && !c.finish_reason.empty()) {
-      out += api_stream_chunk(g.request, g.id, g.created, g.model, static_cast<int32_t>(i), "", c.finish_reason, {},
-                              false);
+      if (c.tools) {  // what the parser held: content, or calls the output ended in
+        std::vector<ToolCall> calls;
+        std::string rest = c.tools->finish(calls);
+        c.tools.reset();
+        for (ToolCall& call : calls) c.calls.push_back({tool_call_id(g.tool_format), std::move(call.name), std::move(call.arguments)});
+        emit(c, index, std::move(rest), {});
+      }
+      if (!c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
+      if (stream && !gone && failure.code() == ErrorCode::kOk) {
+        const ApiUsage usage = usage_now();
+        const ApiUsage* with = g.request.continuous_usage_stats ? &usage : nullptr;
+        if (!c.announced) {
+          out += api_stream_chunk(g.request, g.head, index, echo ? g.echo_text : "", "", {}, true, 0, with);
+          c.announced = true;
+        }
+        out += api_stream_chunk(g.request, g.head, index, "", c.finish_reason, {}, false, 0, with);
+      }
       c.finish_sent = true;
     }
   }
@@ -785,29 +853,35 @@ void FrontendServer::Impl::advance(Generation& g) {
   if (gone || g.failed || !session) return;
   if (failure.code() != ErrorCode::kOk) return end_with_error(failure, "");
   request_duration.observe(seconds_since(g.started));
-  ApiUsage usage;
-  usage.prompt_tokens = g.prompt_tokens;
-  for (const auto& c : g.choices) usage.completion_tokens += c.consumed;
+  const ApiUsage usage = usage_now();
   if (stream) {
     std::string tail;
-    if (g.request.include_usage) tail += api_stream_usage_chunk(g.request, g.id, g.created, g.model, usage);
+    if (g.request.include_usage) tail += api_stream_usage_chunk(g.request, g.head, usage);
     tail += kApiStreamDone;
     session->post_stream(std::move(tail), true);
     return;
   }
+  // best_of: the n choices with the highest mean log-probability per token.
+  std::vector<size_t> order(g.choices.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (g.choices.size() > static_cast<size_t>(g.request.n)) {
+    auto mean = [&](size_t i) { return g.choices[i].logprob_sum / std::max(1, g.choices[i].consumed); };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mean(a) > mean(b); });
+    order.resize(static_cast<size_t>(g.request.n));
+  }
   std::vector<ApiChoice> choices;
-  for (size_t i = 0; i < g.choices.size(); ++i) {
-    const auto& c = g.choices[i];
+  for (size_t k = 0; k < order.size(); ++k) {
+    const auto& c = g.choices[order[k]];
     ApiChoice a;
-    a.index = static_cast<int32_t>(i);
-    const bool echo = g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions;
-    a.text = echo ? g.echo_text + c.text->text() : c.text->text();
+    a.index = static_cast<int32_t>(k);
+    a.text = echo ? g.echo_text + c.content : c.content;
     a.text_offset_base = echo ? static_cast<int32_t>(g.echo_text.size()) : 0;
     a.finish_reason = c.finish_reason;
     a.logprobs = c.logprobs;
+    a.tool_calls = c.calls;
     choices.push_back(std::move(a));
   }
-  session->post_response(200, api_response_body(g.request, g.id, g.created, g.model, choices, usage));
+  session->post_response(200, api_response_body(g.request, g.head, choices, usage));
 }
 
 void FrontendServer::Impl::pump_loop() {
@@ -851,11 +925,21 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(segment_path(dir, o.instance, "weights")));
   HEARTH_ASSIGN_OR_RETURN(TokenizerSource source, tokenizer_source_decode(w.tokenizer_blob));
   HEARTH_ASSIGN_OR_RETURN(tokenizer, tokenizer_load(source));
-  const std::string_view tmpl = w.chat_template.empty() ? kPlainTemplate : w.chat_template;
-  auto parsed = ChatTemplate::parse(tmpl);
-  if (!parsed.is_ok()) return parsed.status().with_context("the model's chat template");
-  chat_template.emplace(std::move(parsed).value());
+  HEARTH_ASSIGN_OR_RETURN(PromptBuilder pb, PromptBuilder::create(*tokenizer, w.chat_template,
+                                                                   {o.chat_template, o.tool_call_parser}));
+  prompts.emplace(std::move(pb));
+  if (prompts->has_chat_template()) {
+    HEARTH_LOG_INFO("chat template: {}; tool calls: {}", prompts->template_origin(),
+                    tool_call_format_name(prompts->tool_format()));
+  } else {
+    HEARTH_LOG_INFO("no chat template: /v1/chat/completions answers 400 (start with --chat-template to serve chat)");
+  }
+  for (TokenId id = 0; id < tokenizer->vocab_size(); ++id) {
+    const std::string_view b = tokenizer->token_bytes(id);
+    if (b.size() == 1) single_bytes.set(static_cast<uint8_t>(b[0]));
+  }
   model_id = w.model_name.empty() ? o.instance : w.model_name;
+  system_fingerprint = fmt::format("fp_hearth_{}", w.header->fingerprint.hex().substr(0, 12));
   HEARTH_ASSIGN_OR_RETURN(BrokerClient c, BrokerClient::connect(segment_path(dir, o.instance, "broker")));
   context = static_cast<int32_t>(c.broker().slot_tokens());
   client.emplace(std::move(c));

@@ -9,7 +9,9 @@
 // that disconnects has its slots cancelled at the engine's next step.
 //
 // Routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health,
-// GET /ready, POST /tokenize, POST /detokenize, GET /metrics. run() blocks until stop()
+// GET /ready, POST /tokenize, POST /detokenize, GET /metrics. Every response carries an
+// x-request-id (the client's, when it sent a usable one) and generation bodies a
+// system_fingerprint naming the build and the weights. run() blocks until stop()
 // (callable from any thread, e.g. a signal handler thread).
 #pragma once
 
@@ -33,6 +35,8 @@ struct FrontendOptions {
   size_t max_body_bytes = 1 << 20;
   std::chrono::milliseconds engine_wait{10000};  // how long requests wait for an engine before 503
   bool lenient_fields = false;     // accept and ignore unknown request fields (logged once per name)
+  std::string chat_template;       // --chat-template: a built-in name or a Jinja file; "": the model's
+  std::string tool_call_parser;    // --tool-call-parser: hermes, llama3_json, mistral; "": from the template
 };
 
 class FrontendServer {

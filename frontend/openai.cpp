@@ -32,12 +32,17 @@ struct ImplementedField {
   std::string_view name;
   uint8_t endpoints;
 };
-constexpr std::array<ImplementedField, 24> kImplementedFields = {{
+constexpr std::array<ImplementedField, 37> kImplementedFields = {{
     {"model", kBoth}, {"prompt", kCompletionsOnly}, {"messages", kChatOnly}, {"max_tokens", kBoth},
     {"max_completion_tokens", kChatOnly}, {"temperature", kBoth}, {"top_p", kBoth}, {"top_k", kBoth},
     {"min_p", kBoth}, {"presence_penalty", kBoth}, {"frequency_penalty", kBoth}, {"repetition_penalty", kBoth},
     {"seed", kBoth}, {"stop", kBoth}, {"n", kBoth}, {"stream", kBoth}, {"stream_options", kBoth},
     {"echo", kCompletionsOnly}, {"logprobs", kBoth}, {"top_logprobs", kChatOnly}, {"ignore_eos", kBoth},
+    {"response_format", kBoth}, {"tools", kChatOnly}, {"tool_choice", kChatOnly}, {"parallel_tool_calls", kChatOnly},
+    {"logit_bias", kBoth}, {"suffix", kCompletionsOnly}, {"best_of", kCompletionsOnly}, {"min_tokens", kBoth},
+    {"stop_token_ids", kBoth},
+    // vLLM's structured-output extensions.
+    {"guided_json", kBoth}, {"guided_regex", kBoth}, {"guided_choice", kBoth}, {"guided_grammar", kBoth},
     // Identifiers for the caller's own bookkeeping, which change nothing in the output.
     {"user", kBoth}, {"safety_identifier", kChatOnly}, {"prompt_cache_key", kChatOnly},
 }};
@@ -48,13 +53,10 @@ struct UnimplementedField {
   std::string_view name;
   uint8_t endpoints;  // whose schema has it
 };
-constexpr std::array<UnimplementedField, 18> kUnimplementedFields = {{
-    {"response_format", kChatOnly}, {"tools", kChatOnly}, {"tool_choice", kChatOnly},
-    {"parallel_tool_calls", kChatOnly}, {"functions", kChatOnly}, {"function_call", kChatOnly},
-    {"logit_bias", kBoth}, {"suffix", kCompletionsOnly}, {"best_of", kCompletionsOnly}, {"store", kChatOnly},
-    {"metadata", kChatOnly}, {"service_tier", kChatOnly}, {"modalities", kChatOnly}, {"audio", kChatOnly},
-    {"prediction", kChatOnly}, {"reasoning_effort", kChatOnly}, {"verbosity", kChatOnly},
-    {"web_search_options", kChatOnly},
+constexpr std::array<UnimplementedField, 11> kUnimplementedFields = {{
+    {"functions", kChatOnly}, {"function_call", kChatOnly}, {"store", kChatOnly}, {"metadata", kChatOnly},
+    {"service_tier", kChatOnly}, {"modalities", kChatOnly}, {"audio", kChatOnly}, {"prediction", kChatOnly},
+    {"reasoning_effort", kChatOnly}, {"verbosity", kChatOnly}, {"web_search_options", kChatOnly},
 }};
 
 // A message that begins with one of these (or with "unknown field NAME") names it as `param`.
@@ -269,6 +271,74 @@ Result<std::string> message_content(const json::object& msg, const std::string& 
   return text;
 }
 
+bool is_tool_name(std::string_view name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+             std::string_view::npos;
+}
+
+// A message's name, tool_calls and tool_call_id, checked, as the chat template sees them:
+// each call's arguments as an object (HF templates write them with tojson).
+Result<json::object> message_extra(const json::object& msg, const std::string& path, const std::string& role) {
+  json::object extra;
+  if (const json::value* name = field(msg, "name"); name != nullptr) {
+    if (!name->is_string()) return wrong_type(path + ".name", "a string", *name);
+    extra["name"] = *name;
+  }
+  if (const json::value* id = field(msg, "tool_call_id"); id != nullptr) {
+    if (!id->is_string()) return wrong_type(path + ".tool_call_id", "a string", *id);
+    if (role != "tool") {
+      return make_error(ErrorCode::kInvalidArgument, "{}.tool_call_id belongs to tool messages only", path);
+    }
+    extra["tool_call_id"] = *id;
+  }
+  if (const json::value* calls = field(msg, "tool_calls"); calls != nullptr) {
+    if (role != "assistant") {
+      return make_error(ErrorCode::kInvalidArgument, "{}.tool_calls belongs to assistant messages only", path);
+    }
+    if (!calls->is_array()) return wrong_type(path + ".tool_calls", "an array", *calls);
+    json::array out;
+    for (size_t j = 0; j < calls->as_array().size(); ++j) {
+      const std::string at = fmt::format("{}.tool_calls[{}]", path, j);
+      const json::value& c = calls->as_array()[j];
+      if (!c.is_object()) return wrong_type(at, "an object", c);
+      const json::value* id = field(c.as_object(), "id");
+      const json::value* type = field(c.as_object(), "type");
+      const json::value* fn = field(c.as_object(), "function");
+      if (id != nullptr && !id->is_string()) return wrong_type(at + ".id", "a string", *id);
+      if (type != nullptr && !(type->is_string() && type->as_string() == "function")) {
+        return make_error(ErrorCode::kInvalidArgument, "{}.type must be \"function\"", at);
+      }
+      if (fn == nullptr || !fn->is_object()) {
+        return make_error(ErrorCode::kInvalidArgument, "{}.function is required: an object with name and arguments", at);
+      }
+      const json::value* name = field(fn->as_object(), "name");
+      if (name == nullptr || !name->is_string()) {
+        return make_error(ErrorCode::kInvalidArgument, "{}.function.name is required: a string", at);
+      }
+      json::value args = json::object();
+      if (const json::value* a = field(fn->as_object(), "arguments"); a != nullptr) {
+        if (a->is_string()) {
+          boost::system::error_code ec;
+          args = json::parse(a->as_string(), ec);
+          if (ec || !args.is_object()) {
+            return make_error(ErrorCode::kInvalidArgument, "{}.function.arguments must hold a JSON object", at);
+          }
+        } else if (a->is_object()) {
+          args = *a;
+        } else {
+          return wrong_type(at + ".function.arguments", "a string of JSON", *a);
+        }
+      }
+      out.push_back(json::object{{"id", id != nullptr ? *id : json::value("")},
+                                 {"type", "function"},
+                                 {"function", json::object{{"name", *name}, {"arguments", std::move(args)}}}});
+    }
+    extra["tool_calls"] = std::move(out);
+  }
+  return extra;
+}
+
 Status parse_messages(const json::object& obj, ApiRequest& req) {
   const json::value* v = field(obj, "messages");
   if (v == nullptr) return make_error(ErrorCode::kInvalidArgument, "messages is required");
@@ -291,7 +361,8 @@ Status parse_messages(const json::object& obj, ApiRequest& req) {
                         short_quote(role));
     }
     HEARTH_ASSIGN_OR_RETURN(std::string content, message_content(msg, path, role));
-    req.messages.push_back(ApiMessage{std::move(role), std::move(content)});
+    HEARTH_ASSIGN_OR_RETURN(json::object extra, message_extra(msg, path, role));
+    req.messages.push_back(ApiMessage{std::move(role), std::move(content), std::move(extra)});
   }
   return Status::ok();
 }
@@ -371,10 +442,252 @@ Status parse_streaming(const json::object& obj, ApiRequest& req) {
   if (opts == nullptr) return Status::ok();
   if (!opts->is_object()) return wrong_type("stream_options", "an object", *opts);
   if (!req.stream) return make_error(ErrorCode::kInvalidArgument, "stream_options is only allowed when stream is true");
-  const json::value* usage = field(opts->as_object(), "include_usage");
-  if (usage == nullptr) return Status::ok();
-  if (!usage->is_bool()) return wrong_type("stream_options.include_usage", "true or false", *usage);
-  req.include_usage = usage->as_bool();
+  if (const json::value* usage = field(opts->as_object(), "include_usage"); usage != nullptr) {
+    if (!usage->is_bool()) return wrong_type("stream_options.include_usage", "true or false", *usage);
+    req.include_usage = usage->as_bool();
+  }
+  if (const json::value* c = field(opts->as_object(), "continuous_usage_stats"); c != nullptr) {
+    if (!c->is_bool()) return wrong_type("stream_options.continuous_usage_stats", "true or false", *c);
+    req.continuous_usage_stats = c->as_bool();
+  }
+  return Status::ok();
+}
+
+// ---- structured output, tools, logit bias and the rest of the sampling surface ---------
+
+Status parse_constraint(const json::object& obj, ApiRequest& req) {
+  auto set = [&](ApiConstraint c) -> Status {
+    if (req.constraint) {
+      return make_error(ErrorCode::kInvalidArgument, "{} cannot be given with {}: one constraint per request",
+                        c.param, req.constraint->param);
+    }
+    req.constraint = std::move(c);
+    return Status::ok();
+  };
+  if (const json::value* v = field(obj, "response_format"); v != nullptr) {
+    if (!v->is_object()) return wrong_type("response_format", "an object with a type", *v);
+    const json::object& rf = v->as_object();
+    const json::value* type = field(rf, "type");
+    if (type == nullptr || !type->is_string()) {
+      return make_error(ErrorCode::kInvalidArgument, "response_format.type is required: text, json_object or json_schema");
+    }
+    const std::string_view t(type->as_string().data(), type->as_string().size());
+    for (const auto& kv : rf) {
+      const std::string_view k(kv.key().data(), kv.key().size());
+      if (k != "type" && !(k == "json_schema" && t == "json_schema")) {
+        return make_error(ErrorCode::kInvalidArgument, "unknown field response_format.{}: a {} response_format has none",
+                          k, short_quote(t));
+      }
+    }
+    if (t == "json_object") {
+      HEARTH_RETURN_IF_ERROR(set({.kind = ApiConstraint::Kind::kJsonObject, .param = "response_format"}));
+    } else if (t == "json_schema") {
+      const json::value* js = field(rf, "json_schema");
+      if (js == nullptr || !js->is_object()) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "response_format.json_schema is required: an object with name, schema and strict");
+      }
+      ApiConstraint c{.kind = ApiConstraint::Kind::kJsonSchema, .param = "response_format"};
+      for (const auto& kv : js->as_object()) {
+        const std::string_view k(kv.key().data(), kv.key().size());
+        if (k == "name" || k == "description") {
+          if (!kv.value().is_string()) return wrong_type(fmt::format("response_format.json_schema.{}", k), "a string", kv.value());
+        } else if (k == "strict") {
+          if (!kv.value().is_bool() && !kv.value().is_null()) {
+            return wrong_type("response_format.json_schema.strict", "true or false", kv.value());
+          }
+        } else if (k == "schema") {
+          if (!kv.value().is_object() && !kv.value().is_bool()) {
+            return wrong_type("response_format.json_schema.schema", "a JSON schema object", kv.value());
+          }
+          c.schema = kv.value();
+        } else {
+          return make_error(ErrorCode::kInvalidArgument, "unknown field response_format.json_schema.{}", k);
+        }
+      }
+      if (c.schema.is_null()) c.kind = ApiConstraint::Kind::kJsonObject;  // no schema: any JSON object
+      HEARTH_RETURN_IF_ERROR(set(std::move(c)));
+    } else if (t != "text") {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "response_format.type must be text, json_object or json_schema, not {}", short_quote(t));
+    }
+  }
+  if (const json::value* v = field(obj, "guided_json"); v != nullptr) {
+    ApiConstraint c{.kind = ApiConstraint::Kind::kJsonSchema, .param = "guided_json"};
+    if (v->is_string()) {
+      boost::system::error_code ec;
+      c.schema = json::parse(v->as_string(), ec);
+      if (ec) return make_error(ErrorCode::kInvalidArgument, "guided_json is a string but not JSON: {}", ec.message());
+    } else {
+      c.schema = *v;
+    }
+    if (!c.schema.is_object() && !c.schema.is_bool()) return wrong_type("guided_json", "a JSON schema", c.schema);
+    HEARTH_RETURN_IF_ERROR(set(std::move(c)));
+  }
+  if (const json::value* v = field(obj, "guided_regex"); v != nullptr) {
+    if (!v->is_string()) return wrong_type("guided_regex", "a string", *v);
+    HEARTH_RETURN_IF_ERROR(
+        set({.kind = ApiConstraint::Kind::kRegex, .text = std::string(v->as_string()), .param = "guided_regex"}));
+  }
+  if (const json::value* v = field(obj, "guided_grammar"); v != nullptr) {
+    if (!v->is_string()) return wrong_type("guided_grammar", "a string of GBNF", *v);
+    HEARTH_RETURN_IF_ERROR(
+        set({.kind = ApiConstraint::Kind::kGrammar, .text = std::string(v->as_string()), .param = "guided_grammar"}));
+  }
+  if (const json::value* v = field(obj, "guided_choice"); v != nullptr) {
+    if (!v->is_array() || v->as_array().empty()) return wrong_type("guided_choice", "a non-empty array of strings", *v);
+    ApiConstraint c{.kind = ApiConstraint::Kind::kChoice, .param = "guided_choice"};
+    for (const json::value& x : v->as_array()) {
+      if (!x.is_string()) return wrong_type("guided_choice", "a non-empty array of strings", *v);
+      c.choices.emplace_back(x.as_string());
+    }
+    HEARTH_RETURN_IF_ERROR(set(std::move(c)));
+  }
+  return Status::ok();
+}
+
+Status parse_tools(const json::object& obj, ApiRequest& req) {
+  const json::value* v = field(obj, "tools");
+  if (v != nullptr) {
+    if (!v->is_array()) return wrong_type("tools", "an array of tools", *v);
+    for (size_t i = 0; i < v->as_array().size(); ++i) {
+      const std::string at = fmt::format("tools[{}]", i);
+      const json::value& t = v->as_array()[i];
+      if (!t.is_object()) return wrong_type(at, "an object", t);
+      const json::value* type = field(t.as_object(), "type");
+      if (type == nullptr || !type->is_string() || type->as_string() != "function") {
+        return make_error(ErrorCode::kUnsupported, "{}.type is not supported: hearth calls tools of type \"function\" only", at);
+      }
+      const json::value* fn = field(t.as_object(), "function");
+      if (fn == nullptr || !fn->is_object()) return make_error(ErrorCode::kInvalidArgument, "{}.function is required", at);
+      ApiTool tool;
+      for (const auto& kv : fn->as_object()) {
+        const std::string_view k(kv.key().data(), kv.key().size());
+        const std::string fat = fmt::format("{}.function.{}", at, k);
+        if (k == "name") {
+          if (!kv.value().is_string() || !is_tool_name(std::string_view(kv.value().as_string()))) {
+            return make_error(ErrorCode::kInvalidArgument, "{} must be 1 to 64 letters, digits, _ or -", fat);
+          }
+          tool.name = std::string(kv.value().as_string());
+        } else if (k == "description") {
+          if (!kv.value().is_string()) return wrong_type(fat, "a string", kv.value());
+          tool.description = std::string(kv.value().as_string());
+        } else if (k == "parameters") {
+          if (!kv.value().is_object() && !kv.value().is_null()) return wrong_type(fat, "a JSON schema object", kv.value());
+          tool.parameters = kv.value();
+        } else if (k == "strict") {
+          if (!kv.value().is_bool() && !kv.value().is_null()) return wrong_type(fat, "true or false", kv.value());
+        } else {
+          return make_error(ErrorCode::kInvalidArgument, "unknown field {}", fat);
+        }
+      }
+      if (tool.name.empty()) return make_error(ErrorCode::kInvalidArgument, "{}.function.name is required", at);
+      for (const ApiTool& other : req.tools) {
+        if (other.name == tool.name) {
+          return make_error(ErrorCode::kInvalidArgument, "tools defines the function {} twice", tool.name);
+        }
+      }
+      tool.definition = t;
+      req.tools.push_back(std::move(tool));
+    }
+  }
+  if (!req.tools.empty()) req.tool_choice = ApiToolChoice::kAuto;
+  if (const json::value* c = field(obj, "tool_choice"); c != nullptr) {
+    if (c->is_string()) {
+      const std::string_view s(c->as_string().data(), c->as_string().size());
+      if (s == "none") {
+        req.tool_choice = ApiToolChoice::kNone;
+      } else if (s == "auto") {
+        req.tool_choice = req.tools.empty() ? ApiToolChoice::kNone : ApiToolChoice::kAuto;
+      } else if (s == "required") {
+        req.tool_choice = ApiToolChoice::kRequired;
+      } else {
+        return make_error(ErrorCode::kInvalidArgument, "tool_choice must be none, auto, required or a function, not {}",
+                          short_quote(s));
+      }
+    } else if (c->is_object()) {
+      const json::value* fn = field(c->as_object(), "function");
+      const json::value* name = fn != nullptr && fn->is_object() ? field(fn->as_object(), "name") : nullptr;
+      if (name == nullptr || !name->is_string()) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "tool_choice must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}");
+      }
+      req.tool_choice = ApiToolChoice::kNamed;
+      req.tool_choice_name = std::string(name->as_string());
+    } else {
+      return wrong_type("tool_choice", "a string or an object", *c);
+    }
+    if ((req.tool_choice == ApiToolChoice::kRequired || req.tool_choice == ApiToolChoice::kNamed) && req.tools.empty()) {
+      return make_error(ErrorCode::kInvalidArgument, "tool_choice asks for a tool call, but tools defines none");
+    }
+    if (req.tool_choice == ApiToolChoice::kNamed &&
+        std::none_of(req.tools.begin(), req.tools.end(),
+                     [&](const ApiTool& t) { return t.name == req.tool_choice_name; })) {
+      return make_error(ErrorCode::kInvalidArgument, "tool_choice names the function {}, which tools does not define",
+                        short_quote(req.tool_choice_name));
+    }
+  }
+  if (const json::value* p = field(obj, "parallel_tool_calls"); p != nullptr) {
+    if (!p->is_bool()) return wrong_type("parallel_tool_calls", "true or false", *p);
+    req.parallel_tool_calls = p->as_bool();
+  }
+  if (req.constraint && (req.tool_choice == ApiToolChoice::kRequired || req.tool_choice == ApiToolChoice::kNamed)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "tool_choice cannot force a tool call together with {}: the output is one or the other",
+                      req.constraint->param);
+  }
+  return Status::ok();
+}
+
+Status parse_sampling_extras(const json::object& obj, ApiRequest& req) {
+  if (const json::value* v = field(obj, "logit_bias"); v != nullptr) {
+    if (!v->is_object()) return wrong_type("logit_bias", "an object of token ids to biases", *v);
+    if (v->as_object().size() > static_cast<size_t>(kMaxLogitBias)) {
+      return make_error(ErrorCode::kInvalidArgument, "logit_bias has {} entries; at most {} are accepted",
+                        v->as_object().size(), kMaxLogitBias);
+    }
+    for (const auto& kv : v->as_object()) {
+      const std::string_view key(kv.key().data(), kv.key().size());
+      int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id > kInt32Max) {
+        return make_error(ErrorCode::kInvalidArgument, "logit_bias keys must be token ids, not {}", short_quote(key));
+      }
+      if (!is_number(kv.value())) return wrong_type(fmt::format("logit_bias[\"{}\"]", key), "a number", kv.value());
+      const double bias = kv.value().to_number<double>();
+      if (!kLogitBiasRange.contains(bias)) {
+        return make_error(ErrorCode::kOutOfRange, "logit_bias of token {} must be between -100 and 100, not {}", id,
+                          bias);
+      }
+      req.logit_bias.push_back({static_cast<int32_t>(id), static_cast<float>(bias)});
+    }
+  }
+  if (const json::value* v = field(obj, "suffix"); v != nullptr) {
+    if (!v->is_string()) return wrong_type("suffix", "a string", *v);
+    if (!v->as_string().empty()) req.suffix = std::string(v->as_string());
+  }
+  HEARTH_ASSIGN_OR_RETURN(const auto best_of, opt_integer_in(obj, "best_of", 1, kMaxChoices));
+  if (best_of) {
+    if (*best_of < req.n) {
+      return make_error(ErrorCode::kInvalidArgument, "best_of must be at least n ({}), not {}", req.n, *best_of);
+    }
+    if (*best_of > req.n && req.stream) {
+      return make_error(ErrorCode::kInvalidArgument, "best_of cannot be used with stream: the best is known at the end");
+    }
+    req.best_of = static_cast<int32_t>(*best_of);
+  }
+  HEARTH_ASSIGN_OR_RETURN(const auto min_tokens, opt_integer_in(obj, "min_tokens", 0, kInt32Max));
+  if (min_tokens) {
+    if (req.max_tokens && *min_tokens > *req.max_tokens) {
+      return make_error(ErrorCode::kInvalidArgument, "min_tokens ({}) must not exceed max_tokens ({})", *min_tokens,
+                        *req.max_tokens);
+    }
+    req.min_tokens = static_cast<int32_t>(*min_tokens);
+  }
+  if (const json::value* v = field(obj, "stop_token_ids"); v != nullptr) {
+    if (!v->is_array()) return wrong_type("stop_token_ids", "an array of token ids", *v);
+    HEARTH_ASSIGN_OR_RETURN(req.stop_token_ids, token_ids_of(v->as_array(), "stop_token_ids"));
+  }
   return Status::ok();
 }
 
@@ -413,40 +726,18 @@ Status refuse_unimplemented(const json::object& obj, const ApiRequest& req) {
   auto unsupported = [](std::string_view what, std::string_view why) {
     return make_error(ErrorCode::kUnsupported, "{} is not supported: {}", what, why);
   };
-  constexpr std::string_view kNoTools = "hearth does not parse tool calls yet";
   for (const UnimplementedField& f : kUnimplementedFields) {
     if ((f.endpoints & endpoint_bit(req.endpoint)) == 0) continue;
     const json::value* v = field(obj, f.name);
     if (v == nullptr) continue;
     const std::string_view name = f.name;
-    if (name == "response_format") {
-      const json::value* type = v->is_object() ? field(v->as_object(), "type") : nullptr;
-      if (type == nullptr || !type->is_string()) return wrong_type("response_format", "an object with a type", *v);
-      if (type->as_string() == "text" && v->as_object().size() == 1) continue;
-      return unsupported(fmt::format("response_format {}", short_quote(std::string_view(type->as_string()))),
-                         "hearth has no constrained decoding yet (only {\"type\": \"text\"})");
-    } else if (name == "tools" || name == "functions") {
+    if (name == "functions") {
       if (is_empty_array(*v)) continue;
       if (!v->is_array()) return wrong_type(name, "an array", *v);
-      return unsupported(name, kNoTools);
-    } else if (name == "tool_choice" || name == "function_call") {
+      return unsupported(name, "functions is deprecated; hearth calls tools given as tools");
+    } else if (name == "function_call") {
       if (v->is_string() && v->as_string() == "none") continue;
-      return unsupported(fmt::format("{} other than \"none\"", name), kNoTools);
-    } else if (name == "parallel_tool_calls") {
-      if (!v->is_bool()) return wrong_type(name, "true or false", *v);  // without tools, nothing to call
-    } else if (name == "logit_bias") {
-      if (v->is_object() && v->as_object().empty()) continue;
-      if (!v->is_object()) return wrong_type(name, "an object", *v);
-      return unsupported(name, "hearth does not bias logits yet");
-    } else if (name == "suffix") {
-      if (v->is_string() && v->as_string().empty()) continue;
-      if (!v->is_string()) return wrong_type(name, "a string", *v);
-      return unsupported(name, "hearth has no fill-in-the-middle prompt format");
-    } else if (name == "best_of") {
-      HEARTH_ASSIGN_OR_RETURN(const int64_t best_of, integer_of(*v, name));
-      if (best_of == req.n) continue;
-      return unsupported(fmt::format("best_of {} with n {}", best_of, req.n),
-                         "hearth returns the n choices it samples (best_of must equal n)");
+      return unsupported("function_call other than \"none\"", "it is deprecated; use tool_choice");
     } else if (name == "store") {
       if (!v->is_bool()) return wrong_type(name, "true or false", *v);
       if (v->as_bool()) return unsupported("store true", "hearth keeps no completions");
@@ -485,15 +776,8 @@ Status check_fields(const json::object& obj, const ApiParseOptions& options, Api
   if (const json::value* opts = field(obj, "stream_options"); opts != nullptr && opts->is_object()) {
     for (const auto& kv : opts->as_object()) {
       const std::string_view name(kv.key().data(), kv.key().size());
-      if (name == "include_usage") continue;
-      if (name == "continuous_usage_stats" && !kv.value().is_null()) {
-        return make_error(ErrorCode::kUnsupported,
-                          "stream_options.continuous_usage_stats is not supported: usage comes in the last chunk "
-                          "(include_usage)");
-      }
-      if (name != "continuous_usage_stats") {
-        HEARTH_RETURN_IF_ERROR(unknown_field(fmt::format("stream_options.{}", name), req.endpoint, options, req));
-      }
+      if (name == "include_usage" || name == "continuous_usage_stats") continue;
+      HEARTH_RETURN_IF_ERROR(unknown_field(fmt::format("stream_options.{}", name), req.endpoint, options, req));
     }
   }
   if (const json::value* msgs = field(obj, "messages"); msgs != nullptr && msgs->is_array()) {
@@ -503,14 +787,16 @@ Status check_fields(const json::object& obj, const ApiParseOptions& options, Api
       for (const auto& kv : arr[i].as_object()) {
         const std::string_view name(kv.key().data(), kv.key().size());
         if (name == "role" || name == "content" || kv.value().is_null()) continue;
+        if (name == "name" || name == "tool_calls" || name == "tool_call_id") continue;  // parse_messages reads them
         const std::string path = fmt::format("messages[{}].{}", i, name);
-        if (name == "tool_calls" || name == "tool_call_id" || name == "function_call") {
-          return make_error(ErrorCode::kUnsupported, "{} is not supported: hearth does not parse tool calls yet",
-                            path);
+        if (name == "function_call") {
+          return make_error(ErrorCode::kUnsupported, "{} is not supported: it is deprecated; use tool_calls", path);
         }
-        if (name == "name" || name == "refusal" || name == "audio") {
+        if (name == "refusal" || name == "audio") {
           return make_error(ErrorCode::kUnsupported,
-                            "{} is not supported: the chat template is given each message's role and content", path);
+                            "{} is not supported: the chat template is given each message's role, content, name "
+                            "and tool calls",
+                            path);
         }
         HEARTH_RETURN_IF_ERROR(unknown_field(path, req.endpoint, options, req));
       }
@@ -624,12 +910,25 @@ json::object usage_object(const ApiUsage& usage) {
                       {"total_tokens", static_cast<int64_t>(usage.prompt_tokens) + usage.completion_tokens}};
 }
 
-json::object envelope(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
-                      bool chunk) {
-  return json::object{{"id", jstr(id)},
-                      {"object", jstr(endpoint_object(request, chunk))},
-                      {"created", created},
-                      {"model", jstr(model)}};
+json::object envelope(const ApiRequest& request, const ApiResponseHead& head, bool chunk) {
+  json::object o{{"id", jstr(head.id)},
+                 {"object", jstr(endpoint_object(request, chunk))},
+                 {"created", head.created},
+                 {"model", jstr(head.model)}};
+  if (!head.system_fingerprint.empty()) o["system_fingerprint"] = jstr(head.system_fingerprint);
+  return o;
+}
+
+json::array tool_calls_array(const std::vector<ApiToolCall>& calls, int32_t first, bool indexed) {
+  json::array out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    json::object c{{"id", jstr(calls[i].id)},
+                   {"type", "function"},
+                   {"function", json::object{{"name", jstr(calls[i].name)}, {"arguments", jstr(calls[i].arguments)}}}};
+    if (indexed) c["index"] = first + static_cast<int32_t>(i);
+    out.push_back(std::move(c));
+  }
+  return out;
 }
 
 std::string sse_event(const json::value& v) { return "data: " + json::serialize(v) + "\n\n"; }
@@ -669,6 +968,9 @@ Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint
   HEARTH_RETURN_IF_ERROR(parse_streaming(obj, req));
   HEARTH_RETURN_IF_ERROR(parse_logprobs(obj, req));
   HEARTH_RETURN_IF_ERROR(read_bool(obj, "ignore_eos", req.ignore_eos));
+  HEARTH_RETURN_IF_ERROR(parse_constraint(obj, req));
+  if (endpoint == ApiEndpoint::kChatCompletions) HEARTH_RETURN_IF_ERROR(parse_tools(obj, req));
+  HEARTH_RETURN_IF_ERROR(parse_sampling_extras(obj, req));
   HEARTH_ASSIGN_OR_RETURN(req.user, opt_string(obj, "user"));
   for (const char* id : {"safety_identifier", "prompt_cache_key"}) {
     if (req.endpoint == ApiEndpoint::kChatCompletions) HEARTH_RETURN_IF_ERROR(opt_string(obj, id).status());
@@ -738,9 +1040,9 @@ std::string api_error_body(const Status& status) {
   return json::serialize(json::object{{"error", error}});
 }
 
-std::string api_response_body(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
+std::string api_response_body(const ApiRequest& request, const ApiResponseHead& head,
                               const std::vector<ApiChoice>& choices, const ApiUsage& usage) {
-  json::object body = envelope(request, id, created, model, /*chunk=*/false);
+  json::object body = envelope(request, head, /*chunk=*/false);
   json::array out;
   out.reserve(choices.size());
   for (const ApiChoice& c : choices) {
@@ -748,7 +1050,12 @@ std::string api_response_body(const ApiRequest& request, std::string_view id, in
     if (request.endpoint == ApiEndpoint::kCompletions) {
       choice["text"] = jstr(c.text);
     } else {
-      choice["message"] = json::object{{"role", "assistant"}, {"content", jstr(c.text)}};
+      json::object message{{"role", "assistant"}, {"content", jstr(c.text)}};
+      if (!c.tool_calls.empty()) {
+        if (c.text.empty()) message["content"] = nullptr;
+        message["tool_calls"] = tool_calls_array(c.tool_calls, 0, false);
+      }
+      choice["message"] = std::move(message);
     }
     choice["logprobs"] = logprobs_value(request, c.logprobs, c.text_offset_base);
     choice["finish_reason"] = finish_value(c.finish_reason);
@@ -759,11 +1066,11 @@ std::string api_response_body(const ApiRequest& request, std::string_view id, in
   return json::serialize(body);
 }
 
-std::string api_stream_chunk(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
-                             int32_t index, std::string_view delta, std::string_view finish_reason,
-                             const std::vector<ApiTokenLogprob>& logprobs, bool role_chunk,
-                             int32_t text_offset_base) {
-  json::object body = envelope(request, id, created, model, /*chunk=*/true);
+std::string api_stream_chunk(const ApiRequest& request, const ApiResponseHead& head, int32_t index,
+                             std::string_view delta, std::string_view finish_reason,
+                             const std::vector<ApiTokenLogprob>& logprobs, bool role_chunk, int32_t text_offset_base,
+                             const ApiUsage* usage) {
+  json::object body = envelope(request, head, /*chunk=*/true);
   json::object choice{{"index", index}};
   if (request.endpoint == ApiEndpoint::kCompletions) {
     choice["text"] = jstr(delta);
@@ -777,13 +1084,28 @@ std::string api_stream_chunk(const ApiRequest& request, std::string_view id, int
   choice["logprobs"] = logprobs.empty() ? json::value(nullptr) : logprobs_value(request, logprobs, text_offset_base);
   choice["finish_reason"] = finish_value(finish_reason);
   body["choices"] = json::array{std::move(choice)};
-  if (request.include_usage) body["usage"] = nullptr;  // only the usage chunk has it
+  if (usage != nullptr) {
+    body["usage"] = usage_object(*usage);
+  } else if (request.include_usage) {
+    body["usage"] = nullptr;  // only the usage chunk has it
+  }
   return sse_event(body);
 }
 
-std::string api_stream_usage_chunk(const ApiRequest& request, std::string_view id, int64_t created,
-                                   std::string_view model, const ApiUsage& usage) {
-  json::object body = envelope(request, id, created, model, /*chunk=*/true);
+std::string api_stream_tool_calls_chunk(const ApiRequest& request, const ApiResponseHead& head, int32_t index,
+                                        const std::vector<ApiToolCall>& calls, int32_t first, bool role_chunk) {
+  json::object body = envelope(request, head, /*chunk=*/true);
+  json::object d;
+  if (role_chunk) d["role"] = "assistant";
+  d["tool_calls"] = tool_calls_array(calls, first, true);
+  body["choices"] = json::array{json::object{{"index", index}, {"delta", std::move(d)}, {"logprobs", nullptr},
+                                             {"finish_reason", nullptr}}};
+  if (request.include_usage) body["usage"] = nullptr;
+  return sse_event(body);
+}
+
+std::string api_stream_usage_chunk(const ApiRequest& request, const ApiResponseHead& head, const ApiUsage& usage) {
+  json::object body = envelope(request, head, /*chunk=*/true);
   body["choices"] = json::array();
   body["usage"] = usage_object(usage);
   return sse_event(body);

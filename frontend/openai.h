@@ -28,6 +28,36 @@ enum class ApiEndpoint : uint8_t { kCompletions, kChatCompletions };
 struct ApiMessage {
   std::string role;     // system, user, assistant, tool (developer is read as system)
   std::string content;  // text parts of an array content are joined
+  // name, tool_calls (each call's arguments as an object, as templates expect) and
+  // tool_call_id, when given: what the chat template sees besides role and content.
+  boost::json::object extra;
+};
+
+// What a request constrains its output to: response_format json_object / json_schema, or
+// one of the guided_* extensions (vLLM's names).
+struct ApiConstraint {
+  enum class Kind : uint8_t { kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
+  Kind kind = Kind::kJsonObject;
+  boost::json::value schema;         // kJsonSchema
+  std::string text;                  // kRegex: the pattern; kGrammar: GBNF
+  std::vector<std::string> choices;  // kChoice
+  std::string param;                 // the field it came from ("response_format", "guided_json", ...)
+};
+
+struct ApiTool {
+  std::string name;
+  std::string description;
+  boost::json::value parameters;  // a JSON schema object; null: the function takes no arguments
+  boost::json::value definition;  // the tool as given, for the chat template
+};
+
+enum class ApiToolChoice : uint8_t { kNone, kAuto, kRequired, kNamed };
+
+// A call the model made, as the response reports it.
+struct ApiToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // a JSON object, serialized
 };
 
 struct ApiRequest {
@@ -46,6 +76,17 @@ struct ApiRequest {
   bool echo = false;                     // completions only
   int32_t logprobs = -1;                 // top alternatives per token; -1: no logprobs at all
   bool ignore_eos = false;               // vLLM's extension, for benchmarks
+  bool continuous_usage_stats = false;   // stream_options.continuous_usage_stats: usage in every chunk
+  std::optional<ApiConstraint> constraint;
+  std::vector<LogitBias> logit_bias;     // ids as given: the server checks them against the vocabulary
+  std::optional<std::string> suffix;     // completions: fill-in-the-middle
+  std::optional<int32_t> best_of;        // completions: sample this many, return the n best
+  int32_t min_tokens = 0;
+  std::vector<int32_t> stop_token_ids;   // more ids that end a choice (the model's own always do)
+  std::vector<ApiTool> tools;            // chat
+  ApiToolChoice tool_choice = ApiToolChoice::kNone;  // kAuto by default when tools are given
+  std::string tool_choice_name;          // kNamed
+  bool parallel_tool_calls = true;
   std::optional<std::string> user;
   std::vector<std::string> ignored_fields;  // unknown fields accepted by ApiParseOptions::lenient_fields
 };
@@ -82,7 +123,8 @@ struct ApiTokenLogprob {
 struct ApiChoice {
   int32_t index = 0;
   std::string text;
-  std::string finish_reason;  // "stop", "length"
+  std::string finish_reason;  // "stop", "length", "tool_calls"
+  std::vector<ApiToolCall> tool_calls;  // chat
   std::vector<ApiTokenLogprob> logprobs;  // when asked
   int32_t text_offset_base = 0;           // completions: where the generated text starts (echo)
 };
@@ -92,22 +134,33 @@ struct ApiUsage {
   int32_t completion_tokens = 0;
 };
 
+// What every response and chunk of one request carries.
+struct ApiResponseHead {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  std::string system_fingerprint;  // empty: left out
+};
+
 // The whole (non-streamed) response body.
-std::string api_response_body(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
+std::string api_response_body(const ApiRequest& request, const ApiResponseHead& head,
                               const std::vector<ApiChoice>& choices, const ApiUsage& usage);
 
 // One server-sent event for a stream: "data: {...}\n\n". `delta` is the new text of
 // choice `index`; `finish_reason` empty until the last chunk of that choice; `role_chunk`
 // makes the chat delta carry {"role": "assistant"} (the first chunk of each choice).
 // `text_offset_base`: completions logprobs, the byte offset in the choice's text of the
-// first token of `logprobs`.
-std::string api_stream_chunk(const ApiRequest& request, std::string_view id, int64_t created, std::string_view model,
-                             int32_t index, std::string_view delta, std::string_view finish_reason,
+// first token of `logprobs`. `usage`: the usage so far (continuous_usage_stats), or none.
+std::string api_stream_chunk(const ApiRequest& request, const ApiResponseHead& head, int32_t index,
+                             std::string_view delta, std::string_view finish_reason,
                              const std::vector<ApiTokenLogprob>& logprobs, bool role_chunk,
-                             int32_t text_offset_base = 0);
+                             int32_t text_offset_base = 0, const ApiUsage* usage = nullptr);
+// A chat chunk with the tool calls of choice `index` that completed: delta.tool_calls,
+// numbered from `first` (their position among the choice's calls).
+std::string api_stream_tool_calls_chunk(const ApiRequest& request, const ApiResponseHead& head, int32_t index,
+                                        const std::vector<ApiToolCall>& calls, int32_t first, bool role_chunk);
 // The usage chunk (stream_options.include_usage), and the terminator "data: [DONE]\n\n".
-std::string api_stream_usage_chunk(const ApiRequest& request, std::string_view id, int64_t created,
-                                   std::string_view model, const ApiUsage& usage);
+std::string api_stream_usage_chunk(const ApiRequest& request, const ApiResponseHead& head, const ApiUsage& usage);
 inline constexpr std::string_view kApiStreamDone = "data: [DONE]\n\n";
 // An error event for a stream that fails after it started.
 std::string api_stream_error(const Status& status);

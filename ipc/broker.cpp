@@ -42,16 +42,19 @@ uint64_t ring_capacity_for(uint32_t n_slots) {
   return c;
 }
 
-uint64_t slot_stride_for(uint32_t slot_tokens) {
+uint64_t slot_stride_for(uint32_t slot_tokens, uint32_t grammar_bytes) {
   return align64(sizeof(SlotHeader) + uint64_t{slot_tokens} * sizeof(int32_t) +
-                 uint64_t{slot_tokens} * sizeof(ProducedToken));
+                 uint64_t{slot_tokens} * sizeof(ProducedToken) + uint64_t{kMaxLogitBias} * sizeof(LogitBias) +
+                 grammar_bytes);
 }
+
+constexpr uint32_t kMaxGrammarBytes = 16u << 20;
 
 }  // namespace
 
 uint64_t broker_bytes(const BrokerConfig& c) {
   return kBrokerHeaderBytes + align64(ring_bytes(ring_capacity_for(c.n_slots))) +
-         uint64_t{c.n_slots} * slot_stride_for(c.slot_tokens);
+         uint64_t{c.n_slots} * slot_stride_for(c.slot_tokens, c.grammar_bytes);
 }
 
 SlotHeader& Broker::slot(uint32_t index) const {
@@ -66,6 +69,12 @@ ProducedToken* Broker::produced(uint32_t index) const {
   return reinterpret_cast<ProducedToken*>(prompt(index) + header_->slot_tokens);
 }
 
+LogitBias* Broker::logit_bias(uint32_t index) const {
+  return reinterpret_cast<LogitBias*>(produced(index) + header_->slot_tokens);
+}
+
+char* Broker::grammar(uint32_t index) const { return reinterpret_cast<char*>(logit_bias(index) + kMaxLogitBias); }
+
 Status Broker::validate(uint64_t file_bytes) const {
   const std::string p = segment_.path().string();
   const BrokerHeader& h = *header_;
@@ -74,10 +83,11 @@ Status Broker::validate(uint64_t file_bytes) const {
     return make_error(ErrorCode::kFormat, "{} has broker layout version {}, this build uses {}", p, h.layout_version,
                       kBrokerLayoutVersion);
   }
-  BrokerConfig c{h.n_slots, h.slot_tokens};
+  BrokerConfig c{h.n_slots, h.slot_tokens, h.slot_grammar_bytes};
   if (h.header_bytes != kBrokerHeaderBytes || h.total_bytes != file_bytes || h.n_slots < 1 || h.n_slots > 65536 ||
-      h.slot_tokens < 16 || h.slot_tokens > (1u << 24) || broker_bytes(c) != file_bytes ||
-      h.slot_stride != slot_stride_for(h.slot_tokens) || h.ring_offset != kBrokerHeaderBytes ||
+      h.slot_tokens < 16 || h.slot_tokens > (1u << 24) || h.slot_grammar_bytes > kMaxGrammarBytes ||
+      broker_bytes(c) != file_bytes || h.slot_stride != slot_stride_for(h.slot_tokens, h.slot_grammar_bytes) ||
+      h.ring_offset != kBrokerHeaderBytes ||
       h.slots_offset != kBrokerHeaderBytes + align64(ring_bytes(ring_capacity_for(h.n_slots)))) {
     return make_error(ErrorCode::kFormat, "{} has an inconsistent header (sizes do not match): remove it", p);
   }
@@ -110,7 +120,10 @@ Result<Broker> Broker::open_or_create(const std::filesystem::path& path, const B
   if (std::filesystem::exists(path)) {
     auto existing = attach(path);
     if (existing.is_ok()) {
-      if (existing->n_slots() == config.n_slots && existing->slot_tokens() == config.slot_tokens) return existing;
+      if (existing->n_slots() == config.n_slots && existing->slot_tokens() == config.slot_tokens &&
+          existing->grammar_capacity() == config.grammar_bytes) {
+        return existing;
+      }
       // Other dimensions: requests in it cannot be resumed by this engine anyway.
     }
     std::error_code ec;
@@ -118,6 +131,9 @@ Result<Broker> Broker::open_or_create(const std::filesystem::path& path, const B
   }
   if (config.n_slots < 1 || config.n_slots > 65536 || config.slot_tokens < 16 || config.slot_tokens > (1u << 24)) {
     return make_error(ErrorCode::kInvalidArgument, "broker needs 1..65536 slots of 16..16M tokens");
+  }
+  if (config.grammar_bytes > kMaxGrammarBytes) {
+    return make_error(ErrorCode::kInvalidArgument, "--max-grammar-bytes must be at most {}", kMaxGrammarBytes);
   }
   HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, broker_bytes(config)));
   Broker b;
@@ -129,7 +145,8 @@ Result<Broker> Broker::open_or_create(const std::filesystem::path& path, const B
   h.total_bytes = broker_bytes(config);
   h.n_slots = config.n_slots;
   h.slot_tokens = config.slot_tokens;
-  h.slot_stride = slot_stride_for(config.slot_tokens);
+  h.slot_grammar_bytes = config.grammar_bytes;
+  h.slot_stride = slot_stride_for(config.slot_tokens, config.grammar_bytes);
   h.ring_offset = kBrokerHeaderBytes;
   h.slots_offset = kBrokerHeaderBytes + align64(ring_bytes(ring_capacity_for(config.n_slots)));
   h.created_unix_ms = static_cast<uint64_t>(::time(nullptr)) * 1000;
@@ -285,9 +302,23 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
                       n_prompt, room);
   }
   if (s.max_tokens < 0 || s.n_stop_ids < 0 || s.n_stop_ids > kMaxStopIds || s.top_logprobs < 0 ||
-      s.top_logprobs > kMaxTopLogprobs || (s.flags & ~kSlotIgnoreStop) != 0) {
+      s.top_logprobs > kMaxTopLogprobs || (s.flags & ~kSlotIgnoreStop) != 0 || s.min_tokens < 0 ||
+      s.n_logit_bias < 0 || s.n_logit_bias > kMaxLogitBias || s.grammar_bytes > header_->slot_grammar_bytes) {
     return make_error(ErrorCode::kInvalidArgument, "the request in the slot is malformed");
   }
+  const LogitBias* bias = logit_bias(index);
+  for (int32_t i = 0; i < s.n_logit_bias; ++i) {
+    if (bias[i].id < 0 || bias[i].id >= vocab_size) {
+      return make_error(ErrorCode::kOutOfRange, "logit_bias names token {}, outside the vocabulary", bias[i].id);
+    }
+    if (!kLogitBiasRange.contains(bias[i].bias)) {
+      return make_error(ErrorCode::kInvalidArgument, "logit_bias of token {} is {}, outside -100..100", bias[i].id,
+                        bias[i].bias);
+    }
+  }
+  r.logit_bias.assign(bias, bias + s.n_logit_bias);
+  r.min_tokens = s.min_tokens;
+  r.grammar.assign(grammar(index), s.grammar_bytes);
   r.sampling = s.sampling;
   r.n_prompt = static_cast<int32_t>(n_prompt);
   r.max_tokens = s.max_tokens;

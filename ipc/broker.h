@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -25,7 +26,8 @@ namespace hearth {
 
 struct BrokerConfig {
   uint32_t n_slots = 128;
-  uint32_t slot_tokens = 4096;  // prompt plus output tokens per request (the context)
+  uint32_t slot_tokens = 4096;      // prompt plus output tokens per request (the context)
+  uint32_t grammar_bytes = 65536;   // GBNF text of one request's constraint, at most
 };
 
 // CLOCK_MONOTONIC in nanoseconds (the clock every heartbeat and timestamp uses).
@@ -49,6 +51,9 @@ struct SlotRequest {
   int32_t top_logprobs = 0;
   bool ignore_stop = false;
   std::vector<int32_t> stop_ids;
+  int32_t min_tokens = 0;
+  std::vector<LogitBias> logit_bias;  // ids within the vocabulary, biases within kLogitBiasRange
+  std::string grammar;                // GBNF text; empty: unconstrained
   std::vector<int32_t> tokens;  // the prompt, then the tokens produced before (on resume)
   int32_t n_produced() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
 };
@@ -64,9 +69,12 @@ class Broker {
   BrokerHeader& header() const { return *header_; }
   uint32_t n_slots() const { return header_->n_slots; }
   uint32_t slot_tokens() const { return header_->slot_tokens; }
+  uint32_t grammar_capacity() const { return header_->slot_grammar_bytes; }
   SlotHeader& slot(uint32_t index) const;
   int32_t* prompt(uint32_t index) const;           // [slot_tokens]
   ProducedToken* produced(uint32_t index) const;   // [slot_tokens]
+  LogitBias* logit_bias(uint32_t index) const;      // [kMaxLogitBias]
+  char* grammar(uint32_t index) const;              // [grammar_capacity()]
   Ring ring() const { return Ring(segment_.data() + header_->ring_offset); }
   const std::filesystem::path& path() const { return segment_.path(); }
 
@@ -98,8 +106,9 @@ class Broker {
   void slot_finish(uint32_t index, SlotState state, FinishReason finish, int32_t error_code = 0,
                    std::string_view error = {}) const;
   // Reads slot `index`'s request (and, with `resume`, the tokens it has produced):
-  // kOutOfRange when prompt plus output do not fit `context` tokens or an id is not in
-  // 0..vocab_size-1, kInvalidArgument when a count or flag is malformed.
+  // kOutOfRange when prompt plus output do not fit `context` tokens or an id (prompt,
+  // output, logit bias) is not in 0..vocab_size-1, kInvalidArgument when a count, flag or
+  // bias is malformed. The grammar text is read as is (the engine parses it).
   Result<SlotRequest> read_request(uint32_t index, bool resume, int32_t context, int32_t vocab_size) const;
   // Wakes every frontend with news (call once per step).
   void wake_frontend(int frontend) const;

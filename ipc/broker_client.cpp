@@ -32,6 +32,17 @@ Result<uint32_t> BrokerClient::submit(const SubmitRequest& r) {
     return make_error(ErrorCode::kInvalidArgument, "at most {} stop ids and {} top logprobs", kMaxStopIds,
                       kMaxTopLogprobs);
   }
+  if (r.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return make_error(ErrorCode::kInvalidArgument, "logit_bias has {} entries; at most {} are accepted",
+                      r.logit_bias.size(), kMaxLogitBias);
+  }
+  if (r.grammar.size() > broker_->grammar_capacity()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the request's constraint compiles to a grammar of {} bytes; this server takes at most {} "
+                      "(hearth-engine --max-grammar-bytes)",
+                      r.grammar.size(), broker_->grammar_capacity());
+  }
+  if (r.min_tokens < 0) return make_error(ErrorCode::kInvalidArgument, "min_tokens must be at least 0");
   const auto slot = broker_->slot_claim(index_);
   if (!slot) return make_error(ErrorCode::kResourceExhausted, "all {} request slots are busy", broker_->n_slots());
   SlotHeader& s = broker_->slot(*slot);
@@ -42,6 +53,11 @@ Result<uint32_t> BrokerClient::submit(const SubmitRequest& r) {
   s.flags = r.ignore_stop ? kSlotIgnoreStop : 0;
   s.n_stop_ids = static_cast<int32_t>(r.stop_ids.size());
   std::copy(r.stop_ids.begin(), r.stop_ids.end(), s.stop_ids);
+  s.min_tokens = r.min_tokens;
+  s.n_logit_bias = static_cast<int32_t>(r.logit_bias.size());
+  std::copy(r.logit_bias.begin(), r.logit_bias.end(), broker_->logit_bias(*slot));
+  s.grammar_bytes = static_cast<uint32_t>(r.grammar.size());
+  std::copy(r.grammar.begin(), r.grammar.end(), broker_->grammar(*slot));
   std::copy(r.prompt.begin(), r.prompt.end(), broker_->prompt(*slot));
   broker_->slot_submit(*slot);
   return *slot;

@@ -25,6 +25,9 @@ struct SubmitRequest {
   std::vector<int32_t> stop_ids;
   bool ignore_stop = false;
   int32_t top_logprobs = 0;
+  int32_t min_tokens = 0;
+  std::vector<LogitBias> logit_bias;  // at most kMaxLogitBias
+  std::string grammar;                // GBNF text, at most grammar_capacity() bytes; empty: none
 };
 
 // What a slot looks like from the frontend.
@@ -48,7 +51,7 @@ class BrokerClient {
   ~BrokerClient();
 
   // Claims a slot and queues the request; kResourceExhausted when every slot is busy,
-  // kInvalidArgument when it does not fit a slot.
+  // kInvalidArgument when it does not fit a slot (prompt, stop ids, logit bias, grammar).
   Result<uint32_t> submit(const SubmitRequest& request);
   SlotProgress progress(uint32_t slot) const;
   const ProducedToken& token(uint32_t slot, int32_t i) const { return broker_->produced(slot)[i]; }
@@ -66,6 +69,7 @@ class BrokerClient {
   void leave();
   bool engine_alive(std::chrono::milliseconds max_age) const { return broker_->engine_alive(max_age); }
   int index() const { return index_; }
+  uint32_t grammar_capacity() const { return broker_->grammar_capacity(); }
   Broker& broker() const { return *broker_; }
 
  private:

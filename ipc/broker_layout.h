@@ -2,9 +2,12 @@
 // frontends and the engine.
 //
 //   [BrokerHeader, 8 KiB] [request ring] [slot 0] ... [slot n-1]
+//   slot: [SlotHeader] [prompt: int32 x slot_tokens] [produced: ProducedToken x slot_tokens]
+//         [logit bias: LogitBias x kMaxLogitBias] [grammar: slot_grammar_bytes of GBNF text]
 //
-// A slot is one sequence: its request (sampling parameters, stop ids, prompt tokens) as
-// written by the frontend that claimed it, and the tokens the engine produced for it,
+// A slot is one sequence: its request (sampling parameters, stop ids, logit bias, the
+// grammar constraining its output, prompt tokens) as written by the frontend that
+// claimed it, and the tokens the engine produced for it,
 // appended in order (an append-only stream: a restarted engine re-reads prompt and
 // produced tokens to resume). Every field shared between processes is either written
 // before a release store of `state` / `n_produced` and read after the matching acquire
@@ -21,10 +24,10 @@
 namespace hearth {
 
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
-inline constexpr uint32_t kBrokerLayoutVersion = 2;
+inline constexpr uint32_t kBrokerLayoutVersion = 3;  // 3: logit bias, min_tokens, grammar
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr int kMaxFrontends = 16;
-inline constexpr int kMaxStopIds = 16;
+inline constexpr int kMaxStopIds = 32;
 
 // A slot's life: FREE -> FILLING (a frontend claimed it and writes the request) -> QUEUED
 // (published, in the ring) -> RUNNING (the engine admitted it) -> DONE / CANCELLED /
@@ -57,6 +60,8 @@ struct BrokerHeader {
   uint32_t n_slots;
   uint32_t slot_tokens;      // prompt plus output tokens a slot holds (the context)
   uint64_t slot_stride;      // bytes per slot
+  uint32_t slot_grammar_bytes;  // GBNF text a slot holds at most (hearth-engine --max-grammar-bytes)
+  uint32_t reserved0;
   uint64_t slots_offset;
   uint64_t ring_offset;
   uint64_t created_unix_ms;
@@ -107,12 +112,16 @@ struct alignas(64) SlotHeader {
   uint32_t flags;         // kSlotIgnoreStop
   int32_t n_stop_ids;
   int32_t stop_ids[kMaxStopIds];
+  int32_t min_tokens;     // stop ids are not sampled before this many tokens
+  int32_t n_logit_bias;   // entries of the slot's logit-bias area, 0..kMaxLogitBias
+  uint32_t grammar_bytes; // GBNF text in the slot's grammar area; 0: unconstrained
   uint32_t finish;        // FinishReason (common/finish_reason.h), valid in a terminal state
   int32_t error_code;     // ErrorCode, with FAILED
   char error[256];
   uint64_t enqueued_ns, first_token_ns, finished_ns;  // CLOCK_MONOTONIC
   uint64_t admitted_epoch;  // engine epoch that last admitted it
-  // Followed by int32_t prompt[slot_tokens], then ProducedToken produced[slot_tokens].
+  // Followed by int32_t prompt[slot_tokens], ProducedToken produced[slot_tokens],
+  // LogitBias logit_bias[kMaxLogitBias], char grammar[slot_grammar_bytes].
 };
 inline constexpr uint32_t kSlotIgnoreStop = 1;
 

@@ -1,7 +1,11 @@
 // The weights segment's binary layout: written once by hearth-loader, then read-only.
 //
 //   [WeightsHeader, 4 KiB] [manifest: WeightsEntry x n_entries] [config JSON]
-//   [tokenizer blob] [chat template] [rank 0 tensor data] ... [rank tp-1 tensor data]
+//   [tokenizer blob] [chat template] [token bytes] [rank 0 tensor data] ... [rank tp-1 tensor data]
+//
+// Token bytes: what each token adds to the text, for engines that match grammars and know
+// no tokenizer: uint32 n, uint32 offsets[n + 1] (from the end of the offsets, ascending),
+// then the bytes; a token that is not text (BOS, EOS, ...) has none.
 //
 // Every offset is from the start of the segment; tensors are 64-byte aligned and each
 // tensor-parallel rank's tensors form one contiguous region, which starts on a 2 MiB
@@ -18,7 +22,8 @@
 namespace hearth {
 
 inline constexpr uint64_t kWeightsMagic = 0x5354484757525448ull;  // "HTRWGHTS" little-endian
-inline constexpr uint32_t kWeightsLayoutVersion = 3;  // 2: row-interleaved (R16) tensors; 3: names its layout
+// 2: row-interleaved (R16) tensors; 3: names its layout; 4: token bytes
+inline constexpr uint32_t kWeightsLayoutVersion = 4;
 inline constexpr uint32_t kWeightsHeaderBytes = 4096;
 inline constexpr int kMaxTensorParallel = 16;
 inline constexpr uint64_t kTensorAlignment = 64;
@@ -65,6 +70,7 @@ struct WeightsHeader {
   uint64_t config_offset, config_bytes;        // ModelConfig as JSON
   uint64_t tokenizer_offset, tokenizer_bytes;  // tokenizer_source_encode() blob
   uint64_t template_offset, template_bytes;    // chat template text
+  uint64_t token_bytes_offset, token_bytes_bytes;  // the token byte table
   uint64_t rank_offset[kMaxTensorParallel];    // each rank's data region
   uint64_t rank_bytes[kMaxTensorParallel];
   uint64_t source_bytes;                       // size of the model files read

@@ -48,7 +48,8 @@ Status weights_header_check(const WeightsHeader& h, uint64_t file_bytes, const s
   if (h.n_entries > (1u << 20) || !range_ok(h.manifest_offset, entry_bytes, file_bytes) ||
       !range_ok(h.config_offset, h.config_bytes, file_bytes) ||
       !range_ok(h.tokenizer_offset, h.tokenizer_bytes, file_bytes) ||
-      !range_ok(h.template_offset, h.template_bytes, file_bytes) || h.manifest_offset % alignof(WeightsEntry) != 0) {
+      !range_ok(h.template_offset, h.template_bytes, file_bytes) ||
+      !range_ok(h.token_bytes_offset, h.token_bytes_bytes, file_bytes) || h.manifest_offset % alignof(WeightsEntry) != 0) {
     return make_error(ErrorCode::kFormat, "{} has a corrupt header (sections outside the file)", p);
   }
   for (uint32_t r = 0; r < h.tp_size; ++r) {
@@ -156,7 +157,52 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
   w.layout = layout;
   w.tokenizer_blob = {reinterpret_cast<const char*>(base + h->tokenizer_offset), h->tokenizer_bytes};
   w.chat_template = {reinterpret_cast<const char*>(base + h->template_offset), h->template_bytes};
+  w.token_bytes = {reinterpret_cast<const char*>(base + h->token_bytes_offset), h->token_bytes_bytes};
   return w;
+}
+
+std::string weights_token_table_encode(const std::vector<std::string>& tokens) {
+  std::string out;
+  auto put = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(static_cast<uint32_t>(tokens.size()));
+  uint32_t offset = 0;
+  put(offset);
+  for (const std::string& t : tokens) {
+    offset += static_cast<uint32_t>(t.size());
+    put(offset);
+  }
+  for (const std::string& t : tokens) out += t;
+  return out;
+}
+
+Result<std::vector<std::string>> weights_token_table(const AttachedWeights& w, int32_t vocab_size) {
+  const std::string_view t = w.token_bytes;
+  auto bad = [&](std::string_view why) {
+    return make_error(ErrorCode::kFormat, "{}: the token byte table is corrupt ({}); restart hearth-loader to rebuild it",
+                      w.segment.path().string(), why);
+  };
+  auto read_u32 = [&](size_t at) {
+    uint32_t v = 0;
+    std::memcpy(&v, t.data() + at, sizeof(v));
+    return v;
+  };
+  if (t.size() < 8) return bad("too short");
+  const uint32_t n = read_u32(0);
+  if (vocab_size < 0) return bad("a negative vocabulary size");
+  const size_t table = 4 + (size_t{n} + 1) * 4;
+  if (t.size() < table) return bad("offsets cut short");
+  std::vector<std::string> out;
+  out.reserve(static_cast<size_t>(vocab_size));
+  uint32_t prev = read_u32(4);
+  if (prev != 0) return bad("offsets do not start at 0");
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t next = read_u32(4 + (size_t{i} + 1) * 4);
+    if (next < prev || table + next > t.size()) return bad("offsets out of order or outside the table");
+    out.emplace_back(t.substr(table + prev, next - prev));
+    prev = next;
+  }
+  out.resize(static_cast<size_t>(vocab_size));  // ids the model cannot produce go; rows without ids have no text
+  return out;
 }
 
 std::vector<WeightsEntry> AttachedWeights::entries() const {

@@ -31,6 +31,7 @@ struct AttachedWeights {
   std::string layout;  // how the tensors are laid out: kLayoutPlain, kLayoutCpuR16
   std::string_view tokenizer_blob;  // decode with tokenizer_source_decode
   std::string_view chat_template;
+  std::string_view token_bytes;  // the token byte table (weights_layout.h); weights_token_table reads it
 
   // The tensors of `rank` under canonical names, viewing the segment.
   std::vector<TensorView> tensors(int rank) const;
@@ -42,6 +43,13 @@ struct AttachOptions {
 };
 
 Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const AttachOptions& options = {});
+
+// The token byte table as one string per token id of the model: padded with empty
+// strings or cut to `vocab_size` (a model's rows and a tokenizer's ids may differ in
+// number). kFormat when the table is malformed.
+Result<std::vector<std::string>> weights_token_table(const AttachedWeights& weights, int32_t vocab_size);
+// The table's bytes for `tokens` (what the loader writes).
+std::string weights_token_table_encode(const std::vector<std::string>& tokens);
 
 // Checks a header read from a segment of `file_bytes` bytes: magic, version, sizes. Does
 // not look at the state. Used by attach and by the loader before adopting a segment.

@@ -26,7 +26,7 @@ namespace {
 // Where each section of the segment goes, computed before anything is created.
 struct Layout {
   uint64_t manifest_offset = 0;
-  uint64_t config_offset = 0, tokenizer_offset = 0, template_offset = 0;
+  uint64_t config_offset = 0, tokenizer_offset = 0, template_offset = 0, token_bytes_offset = 0;
   uint64_t rank_offset[kMaxTensorParallel] = {};
   uint64_t rank_bytes[kMaxTensorParallel] = {};
   uint64_t total_bytes = 0;
@@ -333,6 +333,9 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   const std::string config_json = model_config_to_json(model.config);
   const std::string tokenizer_blob = tokenizer_source_encode(model.tokenizer);
   const std::string& chat_template = tokenizer->chat_template();
+  std::vector<std::string> token_text;
+  for (TokenId id = 0; id < tokenizer->vocab_size(); ++id) token_text.emplace_back(tokenizer->token_bytes(id));
+  const std::string token_bytes = weights_token_table_encode(token_text);
 
   Layout h;
   h.alignment = o.hugepages ? kHugePageAlignment : kTensorAlignment;
@@ -341,8 +344,9 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   h.config_offset = h.manifest_offset + n_entries * sizeof(WeightsEntry);
   h.tokenizer_offset = h.config_offset + config_json.size();
   h.template_offset = h.tokenizer_offset + tokenizer_blob.size();
+  h.token_bytes_offset = h.template_offset + chat_template.size();
   HEARTH_ASSIGN_OR_RETURN(std::vector<PlannedTensor> plan,
-                          plan_tensors(model, o, h, h.template_offset + chat_template.size()));
+                          plan_tensors(model, o, h, h.token_bytes_offset + token_bytes.size()));
 
   // Room first: fail before writing a byte, saying what to do about it.
   HEARTH_ASSIGN_OR_RETURN(const ShmSpace space, shm_space(dir));
@@ -383,6 +387,8 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   out->tokenizer_bytes = tokenizer_blob.size();
   out->template_offset = h.template_offset;
   out->template_bytes = chat_template.size();
+  out->token_bytes_offset = h.token_bytes_offset;
+  out->token_bytes_bytes = token_bytes.size();
   for (int r = 0; r < kMaxTensorParallel; ++r) {
     out->rank_offset[r] = h.rank_offset[r];
     out->rank_bytes[r] = h.rank_bytes[r];
@@ -402,6 +408,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   std::memcpy(seg.data() + h.config_offset, config_json.data(), config_json.size());
   std::memcpy(seg.data() + h.tokenizer_offset, tokenizer_blob.data(), tokenizer_blob.size());
   std::memcpy(seg.data() + h.template_offset, chat_template.data(), chat_template.size());
+  std::memcpy(seg.data() + h.token_bytes_offset, token_bytes.data(), token_bytes.size());
   HEARTH_TEST_POINT("loader.publish.loading");  // header and manifest written, LOADING
 
   // Tensor data, split over the cores: largest tensors first, handed out in turn.

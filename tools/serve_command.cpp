@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "chat/builtin_templates.h"
+#include "chat/tool_calls.h"
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
@@ -65,6 +67,14 @@ running. The OpenAI API is then at http://HOST:PORT/v1.
                            (default 30000)
   --lenient-fields         the frontend accepts and ignores unknown request fields (logged once
                            per name) instead of answering 400
+  --chat-template NAME|FILE
+                           the chat template for /v1/chat/completions: a built-in (chatml,
+                           llama2, llama3, mistral, zephyr) or a Jinja file; default: the model's
+                           own (a model without one answers chat requests with 400)
+  --tool-call-parser hermes|llama3_json|mistral
+                           how the model writes tool calls (default: read from the template)
+  --max-grammar-bytes N    largest grammar a request's structured output or forced tool call
+                           may compile to (default 65536)
 
 Under systemd socket activation (one socket passed), that socket is served instead of
 --host/--port. SIGHUP starts a new frontend and drains the old one; SIGTERM / SIGINT
@@ -151,7 +161,7 @@ int serve_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "layout", "slots", "ctx",
                            "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype", "drain-timeout",
-                           "tp", "device"},
+                           "tp", "device", "chat-template", "tool-call-parser", "max-grammar-bytes"},
                           {"help", "lenient-fields"});
   if (!args.is_ok()) {
     std::fprintf(stderr, "hearth serve: %s\n\n%s", args.status().message().c_str(), kUsage);
@@ -206,7 +216,8 @@ int serve_command(const std::vector<std::string>& argv) {
   for (int r = tp - 1; r >= 0; --r) {
     auto engine = std::make_unique<Child>(
         Child{tp == 1 ? "hearth-engine" : fmt::format("hearth-engine rank {}", r), {sibling("hearth-engine"), "--wait-weights", "60"}});
-    for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype"}) {
+    for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype",
+                             "max-grammar-bytes"}) {
       if (auto v = args->get(flag)) engine->argv.insert(engine->argv.end(), {std::string("--") + flag, *v});
     }
     if (tp > 1) {
@@ -231,6 +242,24 @@ int serve_command(const std::vector<std::string>& argv) {
                  {sibling("hearth-frontend"), "--listen-fd", "3", "--drain-timeout", std::to_string(drain_timeout_ms)}};
   frontend.pass_fds = {*listen_fd};
   if (args->has("lenient-fields")) frontend.argv.push_back("--lenient-fields");
+  if (auto t = args->get("chat-template")) {
+    // A file is named by its absolute path: the frontend may start in another directory.
+    const bool builtin = builtin_chat_template(*t).has_value();
+    if (!builtin && !std::filesystem::is_regular_file(*t)) {
+      std::fprintf(stderr, "hearth serve: --chat-template %s: no such file, and not a built-in name\n\n%s", t->c_str(),
+                   kUsage);
+      return 2;
+    }
+    frontend.argv.insert(frontend.argv.end(),
+                         {"--chat-template", builtin ? *t : std::filesystem::absolute(*t).string()});
+  }
+  if (auto p = args->get("tool-call-parser")) {
+    if (auto f = tool_call_format_from_name(*p); !f.is_ok()) {
+      std::fprintf(stderr, "hearth serve: %s\n\n%s", f.status().message().c_str(), kUsage);
+      return 2;
+    }
+    frontend.argv.insert(frontend.argv.end(), {"--tool-call-parser", *p});
+  }
   std::vector<Child*> children = {&loader};
   for (auto& r : ranks) children.push_back(r.get());
   children.push_back(&frontend);

@@ -14,4 +14,8 @@ using hearth::run_process;
 // The build's bin directory / name.
 std::string hearth_bin(const std::string& name);
 
+// tests/data/plain_chat.jinja: a chat template that writes the messages' contents in order
+// (for chat requests to base models such as stories260K, which ship none).
+std::string plain_chat_template();
+
 }  // namespace hearth::testing

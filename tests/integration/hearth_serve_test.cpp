@@ -45,7 +45,7 @@ TEST(HearthServeTest, TwoInstancesSideBySideAndCrashedChildrenComeBack) {
   auto serve = [&](const std::string& instance) {
     return std::make_unique<ChildProcess>(std::vector<std::string>{
         hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", instance, "--shm-dir",
-        shm.path().string(), "--ctx", "256", "--slots", "16"});
+        shm.path().string(), "--ctx", "256", "--slots", "16", "--chat-template", plain_chat_template()});
   };
   auto a = serve("alpha");
   auto b = serve("beta");

@@ -29,13 +29,15 @@ void run_all(asio::io_context& ioc, const beast::error_code& ec) {
 }  // namespace
 
 HttpResponse http_request(uint16_t port, const std::string& method, const std::string& target,
-                          const std::string& body, const std::string& content_type) {
+                          const std::string& body, const std::string& content_type,
+                          const std::map<std::string, std::string>& headers) {
   HttpResponse out;
   try {
     asio::io_context ioc;
     beast::tcp_stream stream(ioc);
     http::request<http::string_body> req(http::string_to_verb(method), target, 11);
     req.set(http::field::host, "127.0.0.1");
+    for (const auto& [name, value] : headers) req.set(name, value);
     if (!body.empty()) req.set(http::field::content_type, content_type);
     req.body() = body;
     req.prepare_payload();

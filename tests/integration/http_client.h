@@ -18,9 +18,10 @@ struct HttpResponse {
   std::string error;
 };
 
-// One request on a fresh connection to 127.0.0.1:port.
+// One request on a fresh connection to 127.0.0.1:port, with `headers` besides the usual.
 HttpResponse http_request(uint16_t port, const std::string& method, const std::string& target,
-                          const std::string& body = "", const std::string& content_type = "application/json");
+                          const std::string& body = "", const std::string& content_type = "application/json",
+                          const std::map<std::string, std::string>& headers = {});
 
 // One request on a fresh connection with "Connection: close", read to the end of the
 // response; `on_data` (when given) sees the raw bytes received so far after each read.

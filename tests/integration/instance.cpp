@@ -1,5 +1,6 @@
 #include "tests/integration/instance.h"
 
+#include <algorithm>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -93,6 +94,10 @@ std::vector<std::string> Instance::frontend_argv(const std::vector<std::string>&
     argv.insert(argv.end(), {"--port", "0"});
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
+  // stories260K has no chat template; tests chat with the plain one unless they choose.
+  if (std::find(extra.begin(), extra.end(), "--chat-template") == extra.end()) {
+    argv.insert(argv.end(), {"--chat-template", plain_chat_template()});
+  }
   return argv;
 }
 

@@ -108,7 +108,8 @@ TEST(RestartTest, FrontendRestartedFiveTimesUnderLoadFailsNothing) {
   // with the socket as LISTEN_FDS; serve hands it to each frontend it starts.
   ChildProcess serve({activate, "-l", "127.0.0.1:" + std::to_string(port), hearth_bin("hearth"), "serve", "--model",
                       model.string(), "--instance", "restart", "--shm-dir", shm.path().string(), "--ctx", "256",
-                      "--slots", "64", "--drain-timeout", "20000"});
+                      "--slots", "64", "--drain-timeout", "20000", "--chat-template",
+                      plain_chat_template()});
   // It says when it listens; the first connection then starts serve.
   for (auto deadline = std::chrono::steady_clock::now() + 30s;
        serve.err().find("Listening on") == std::string::npos && std::chrono::steady_clock::now() < deadline;) {
@@ -207,7 +208,8 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
   HEARTH_REQUIRE_SHARED(model);
   TempDir shm(shm_parent());
   ChildProcess serve({hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", "crash",
-                      "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "32", "--threads", "1"});
+                      "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "32", "--threads", "1",
+                      "--chat-template", plain_chat_template()});
   const auto line = serve.read_line(60s);
   ASSERT_TRUE(line.has_value()) << serve.err();
   const size_t colon = line->rfind(':', line->find("/v1"));
@@ -262,7 +264,8 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   HEARTH_REQUIRE_SHARED(model);
   TempDir shm(shm_parent());
   ChildProcess serve({hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", "tp",
-                      "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "32", "--tp", "2"});
+                      "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "32", "--tp", "2",
+                      "--chat-template", plain_chat_template()});
   const auto line = serve.read_line(60s);
   ASSERT_TRUE(line.has_value()) << serve.err();
   const size_t colon = line->rfind(':', line->find("/v1"));

@@ -275,13 +275,12 @@ TEST_F(ServeTest, FieldsAreHonouredOrRefusedByName) {
     std::string target, body, param, code;
   };
   for (const Case& c : std::vector<Case>{
+           {"/v1/chat/completions", R"({"messages": [{"role": "user", "content": "x"}], "store": true})", "store",
+            "unsupported_value"},
            {"/v1/chat/completions",
-            R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}})",
-            "response_format", "unsupported_value"},
-           {"/v1/chat/completions",
-            R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function", "function": {"name": "f"}}]})",
-            "tools", "unsupported_value"},
-           {"/v1/completions", R"({"prompt": "x", "logit_bias": {"5": 10}})", "logit_bias", "unsupported_value"},
+            R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search"}]})", "tools[0].type",
+            "unsupported_value"},
+           {"/v1/completions", R"({"prompt": "x", "logit_bias": {"5000": 10}})", "logit_bias", ""},
            {"/v1/completions", R"({"prompt": "x", "suffix": "y"})", "suffix", "unsupported_value"},
            {"/v1/completions", R"({"prompt": "x", "frobnicate": true})", "frobnicate", ""},
        }) {
@@ -300,8 +299,8 @@ TEST_F(ServeTest, FieldsAreHonouredOrRefusedByName) {
   const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 5, "temperature": 0, "frobnicate": true})";
   const auto r = http_request(lenient_port, "POST", "/v1/completions", body);
   EXPECT_EQ(r.status, 200) << r.body;
-  const auto refused = http_request(lenient_port, "POST", "/v1/completions",
-                                    R"({"prompt": "x", "best_of": 4, "frobnicate": true})");
+  const auto refused = http_request(lenient_port, "POST", "/v1/chat/completions",
+                                    R"({"messages": [{"role": "user", "content": "x"}], "store": true, "frobnicate": true})");
   EXPECT_EQ(refused.status, 400) << refused.body;  // lenient only about unknown fields
   lenient->signal(SIGTERM);
   lenient->wait(std::chrono::seconds(10));

@@ -6,6 +6,7 @@
 
 #include "engine/generate.h"
 #include "loader/model.h"
+#include "tokenizer/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace hearth {
@@ -229,6 +230,70 @@ TEST(DriverTest, SamplingOnTheBackendGivesTheHostsTokensAndLogprobs) {
       EXPECT_EQ(b.top_ids, a.top_ids);
       EXPECT_EQ(b.top_logprobs, a.top_logprobs);
     }
+  }
+}
+
+// Rows a request shapes (logit bias, min_tokens, a grammar) are sampled on the host even
+// when the backend samples; the tokens are the host's, and rows of other steps still go
+// to the backend.
+TEST(DriverTest, ShapedRowsSampleOnTheHostWhereTheBackendSamples) {
+  REQUIRE_STORIES();
+  auto make = [](bool sampling_backend, SamplingCpuBackend** out) {
+    auto f = std::make_unique<Fixture>();
+    if (sampling_backend) {
+      auto b = std::make_unique<SamplingCpuBackend>();
+      *out = b.get();
+      f->backend = std::move(b);
+      f->llama = std::move(LlamaModel::create(f->model.config, f->model.tensors, *f->backend, 64)).value();
+    }
+    f->cache.emplace(
+        std::move(KvCache::create(*f->backend, {f->model.config.n_layers, f->model.config.kv_dim(), 16, 256})).value());
+    f->runner = std::make_unique<ModelRunner>(*f->llama, *f->cache);
+    return f;
+  };
+  auto tokenizer = std::move(tokenizer_load(Fixture().model.tokenizer)).value();
+  std::vector<std::string> bytes;
+  for (TokenId id = 0; id < tokenizer->vocab_size(); ++id) bytes.emplace_back(tokenizer->token_bytes(id));
+  auto vocab = std::make_shared<const grammar::Vocabulary>(std::move(grammar::Vocabulary::build(bytes)).value());
+  auto run = [&](Fixture& f) {
+    DriverConfig config{.scheduler = {.max_batch_size = 32, .max_batched_tokens = 64}, .max_sequence_tokens = 256};
+    config.vocabulary = [vocab]() -> Result<std::shared_ptr<const grammar::Vocabulary>> { return vocab; };
+    Driver driver(*f.runner, config);
+    for (uint64_t id = 0; id < 6; ++id) {
+      SequenceRequest r;
+      r.tokens = {1, static_cast<TokenId>(300 + id), 407, 261};
+      r.n_prompt = 4;
+      r.max_tokens = id < 3 ? 6 : 14;  // the shaped ones end first
+      r.stop_ids = {2};
+      r.sampling = {.temperature = 0.8f, .seed = 50 + id};
+      if (id == 0) r.logit_bias = {{.id = 400, .bias = 5.0f}, {.id = 306, .bias = -100.0f}};
+      if (id == 1) r.min_tokens = 5;
+      if (id == 2) r.grammar = "root ::= [a-z ]+";
+      EXPECT_EQ(*driver.add(id, std::move(r)), FinishReason::kNone);
+    }
+    std::vector<std::vector<TokenResult>> out(6);
+    EXPECT_TRUE(driver.run_until_idle([&](const StepEvent& e) {
+                        out[e.id].push_back(e.token);
+                        return true;
+                      })
+                    .is_ok());
+    return out;
+  };
+  SamplingCpuBackend* backend = nullptr;
+  auto host = make(false, nullptr);
+  auto device = make(true, &backend);
+  const auto want = run(*host);
+  const auto got = run(*device);
+  EXPECT_GT(backend->calls, 0);  // steps without shaped rows still sample on the backend
+  for (size_t id = 0; id < want.size(); ++id) {
+    ASSERT_EQ(got[id].size(), want[id].size()) << id;
+    for (size_t t = 0; t < want[id].size(); ++t) {
+      EXPECT_EQ(got[id][t].id, want[id][t].id) << id << " " << t;
+      EXPECT_EQ(got[id][t].logprob, want[id][t].logprob) << id << " " << t;
+    }
+  }
+  for (const TokenResult& t : want[2]) {
+    for (const char c : tokenizer->token_bytes(t.id)) EXPECT_TRUE(c == ' ' || (c >= 'a' && c <= 'z')) << t.id;
   }
 }
 

@@ -146,8 +146,9 @@ TEST(ApiParse, UnknownFieldsAreRefusedUnlessLenient) {
   EXPECT_EQ(r->ignored_fields,
             (std::vector<std::string>{"Temperature", "x", "stream_options.extra", "messages[0].mood"}));
   // Lenient or not, a field of the schema that hearth does not implement is refused.
-  EXPECT_TRUE(rejected(api_parse_request(R"({"prompt": "hi", "best_of": 3})", ApiEndpoint::kCompletions, lenient),
-                       "best_of"));
+  EXPECT_TRUE(rejected(api_parse_request(R"({"messages": [{"role": "user", "content": "hi"}], "store": true})",
+                                         ApiEndpoint::kChatCompletions, lenient),
+                       "store"));
 }
 
 // Every field of the OpenAI schemas that hearth does not implement: refused by name with
@@ -159,19 +160,8 @@ TEST(ApiParse, UnimplementedSchemaFieldsAreRefusedByName) {
     const char* param;
   };
   for (const Case& c : {
-           Case{true, R"("response_format": {"type": "json_object"})", "response_format"},
-           Case{true, R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})",
-                "response_format"},
-           Case{true, R"("tools": [{"type": "function", "function": {"name": "f"}}])", "tools"},
-           Case{true, R"("tool_choice": "auto")", "tool_choice"},
-           Case{true, R"("tool_choice": {"type": "function", "function": {"name": "f"}})", "tool_choice"},
            Case{true, R"("functions": [{"name": "f"}])", "functions"},
            Case{true, R"("function_call": "auto")", "function_call"},
-           Case{true, R"("logit_bias": {"50256": -100})", "logit_bias"},
-           Case{false, R"("logit_bias": {"50256": -100})", "logit_bias"},
-           Case{false, R"("suffix": " and then")", "suffix"},
-           Case{false, R"("best_of": 3)", "best_of"},
-           Case{false, R"("n": 2, "best_of": 3)", "best_of"},
            Case{true, R"("store": true)", "store"},
            Case{true, R"("service_tier": "flex")", "service_tier"},
            Case{true, R"("modalities": ["text", "audio"])", "modalities"},
@@ -180,13 +170,8 @@ TEST(ApiParse, UnimplementedSchemaFieldsAreRefusedByName) {
            Case{true, R"("reasoning_effort": "low")", "reasoning_effort"},
            Case{true, R"("verbosity": "low")", "verbosity"},
            Case{true, R"("web_search_options": {})", "web_search_options"},
-           Case{true, R"("stream": true, "stream_options": {"continuous_usage_stats": true})",
-                "stream_options.continuous_usage_stats"},
-           Case{true, R"("messages": [{"role": "user", "content": "hi", "name": "ann"}])", "messages[0].name"},
-           Case{true, R"("messages": [{"role": "assistant", "content": null, "tool_calls": []}])",
-                "messages[0].tool_calls"},
-           Case{true, R"("messages": [{"role": "tool", "content": "1", "tool_call_id": "c1"}])",
-                "messages[0].tool_call_id"},
+           Case{true, R"("messages": [{"role": "user", "content": "hi", "refusal": "no"}])", "messages[0].refusal"},
+           Case{true, R"("tools": [{"type": "code_interpreter"}])", "tools[0].type"},
        }) {
     const auto r = c.chat ? chat(c.fields) : completion(c.fields);
     EXPECT_TRUE(rejected(r, c.param)) << c.fields;
@@ -202,6 +187,112 @@ TEST(ApiParse, UnimplementedSchemaFieldsAreRefusedByName) {
   EXPECT_TRUE(rejected(chat(R"("parallel_tool_calls": 1)"), "parallel_tool_calls"));
   EXPECT_TRUE(rejected(completion(R"("best_of": 1.5)"), "best_of"));
   EXPECT_TRUE(rejected(chat(R"("response_format": "json")"), "response_format"));
+}
+
+// The fields hearth implements parse into the request as the OpenAI docs say.
+TEST(ApiParse, StructuredOutputToolsAndSamplingExtrasParse) {
+  auto r = chat(R"("response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,
+      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}})");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_TRUE(r->constraint.has_value());
+  EXPECT_EQ(r->constraint->kind, ApiConstraint::Kind::kJsonSchema);
+  EXPECT_EQ(r->constraint->schema.at("type"), "object");
+  r = chat(R"("response_format": {"type": "json_object"})");
+  EXPECT_EQ(r->constraint->kind, ApiConstraint::Kind::kJsonObject);
+  r = completion(R"("guided_json": "{\"type\": \"string\"}")");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->constraint->schema.at("type"), "string");
+  r = completion(R"("guided_regex": "[a-z]+")");
+  EXPECT_EQ(r->constraint->kind, ApiConstraint::Kind::kRegex);
+  r = completion(R"("guided_choice": ["yes", "no"])");
+  EXPECT_EQ(r->constraint->choices, (std::vector<std::string>{"yes", "no"}));
+  r = completion(R"("guided_grammar": "root ::= \"x\"")");
+  EXPECT_EQ(r->constraint->kind, ApiConstraint::Kind::kGrammar);
+
+  r = chat(R"("tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",
+      "parameters": {"type": "object"}}}, {"type": "function", "function": {"name": "noargs"}}],
+      "tool_choice": {"type": "function", "function": {"name": "noargs"}}, "parallel_tool_calls": false)");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->tools.size(), 2u);
+  EXPECT_EQ(r->tools[0].name, "get_weather");
+  EXPECT_TRUE(r->tools[1].parameters.is_null());
+  EXPECT_EQ(r->tool_choice, ApiToolChoice::kNamed);
+  EXPECT_EQ(r->tool_choice_name, "noargs");
+  EXPECT_FALSE(r->parallel_tool_calls);
+  r = chat(R"("tools": [{"type": "function", "function": {"name": "f"}}])");
+  EXPECT_EQ(r->tool_choice, ApiToolChoice::kAuto);
+  r = chat(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required")");
+  EXPECT_EQ(r->tool_choice, ApiToolChoice::kRequired);
+
+  r = chat(R"("messages": [{"role": "user", "content": "w?", "name": "ann"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+      {"role": "tool", "content": "ok", "tool_call_id": "c1"}])");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->messages[0].extra.at("name"), "ann");
+  EXPECT_EQ(r->messages[1].extra.at("tool_calls").at(0).at("function").at("arguments").at("x"), 1);
+  EXPECT_EQ(r->messages[2].extra.at("tool_call_id"), "c1");
+
+  r = completion(R"("logit_bias": {"50256": -100, "7": 2.5}, "suffix": " end", "n": 2, "best_of": 3,
+      "min_tokens": 4, "max_tokens": 9, "stop_token_ids": [13, 2])");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  ASSERT_EQ(r->logit_bias.size(), 2u);
+  EXPECT_EQ(r->logit_bias[0].id, 50256);
+  EXPECT_EQ(r->logit_bias[0].bias, -100.0f);
+  EXPECT_EQ(r->suffix, " end");
+  EXPECT_EQ(r->best_of, 3);
+  EXPECT_EQ(r->min_tokens, 4);
+  EXPECT_EQ(r->stop_token_ids, (std::vector<int32_t>{13, 2}));
+  r = chat(R"("stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": true})");
+  EXPECT_TRUE(r->continuous_usage_stats);
+}
+
+// Bad values of those fields: a 400 naming the field.
+TEST(ApiParse, BadStructuredOutputToolsAndExtrasAreNamed) {
+  struct Case {
+    bool chat;
+    const char* fields;
+    const char* param;
+  };
+  for (const Case& c : {
+           Case{true, R"("response_format": {"type": "xml"})", "response_format.type"},
+           Case{true, R"("response_format": {"type": "json_schema"})", "response_format.json_schema"},
+           Case{true, R"("response_format": {"type": "json_schema", "json_schema": {"schema": 3}})",
+                "response_format.json_schema.schema"},
+           Case{true, R"("response_format": {"type": "json_object", "schema": {}})", "response_format.schema"},
+           Case{false, R"("guided_json": "{not json")", "guided_json"},
+           Case{false, R"("guided_choice": [])", "guided_choice"},
+           Case{false, R"("guided_regex": 5)", "guided_regex"},
+           Case{false, R"("guided_regex": "a", "guided_choice": ["a"])", "guided_choice"},
+           Case{true, R"("tools": [{"type": "function", "function": {"name": "bad name"}}])", "tools[0].function.name"},
+           Case{true, R"("tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "f"}}])",
+                "tools"},
+           Case{true, R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})",
+                "tool_choice"},
+           Case{true, R"("tool_choice": "required")", "tool_choice"},
+           Case{true, R"("tool_choice": "sometimes")", "tool_choice"},
+           Case{true, R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required",
+                "response_format": {"type": "json_object"})", "tool_choice"},
+           Case{false, R"("logit_bias": {"abc": 1})", "logit_bias"},
+           Case{false, R"("logit_bias": {"5": 101})", "logit_bias"},
+           Case{false, R"("logit_bias": {"5": "high"})", "logit_bias[\"5\"]"},
+           Case{false, R"("n": 3, "best_of": 2)", "best_of"},
+           Case{false, R"("best_of": 2, "stream": true)", "best_of"},
+           Case{false, R"("best_of": 99)", "best_of"},
+           Case{false, R"("min_tokens": 10, "max_tokens": 5)", "min_tokens"},
+           Case{false, R"("min_tokens": -1)", "min_tokens"},
+           Case{false, R"("stop_token_ids": [1, -2])", "stop_token_ids[1]"},
+           Case{false, R"("suffix": 3)", "suffix"},
+           Case{true, R"("messages": [{"role": "user", "content": "x", "tool_calls": []}])", "messages[0].tool_calls"},
+           Case{true, R"("messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "[1]"}}]}])",
+                "messages[0].tool_calls[0].function.arguments"},
+           Case{true, R"("messages": [{"role": "user", "content": "x", "tool_call_id": "c"}])", "messages[0].tool_call_id"},
+           Case{true, R"("stream": true, "stream_options": {"continuous_usage_stats": "yes"})",
+                "stream_options.continuous_usage_stats"},
+       }) {
+    const auto r = c.chat ? chat(c.fields) : completion(c.fields);
+    EXPECT_TRUE(rejected(r, c.param)) << c.fields << ": " << r.status().message();
+  }
 }
 
 TEST(ApiParse, SchemaFieldsThatAskForNothingAreAccepted) {
@@ -647,7 +738,7 @@ TEST(ApiResponse, CompletionBody) {
   choices[1].index = 1;
   choices[1].text = "caf\xc3\xa9";
   choices[1].finish_reason = "stop";
-  const std::string body = api_response_body(req, "cmpl-1", 1700000000, "stories", choices, ApiUsage{5, 7});
+  const std::string body = api_response_body(req, {"cmpl-1", 1700000000, "stories"}, choices, ApiUsage{5, 7});
   const json::value v = json::parse(body);
   EXPECT_EQ(v.at("id"), "cmpl-1");
   EXPECT_EQ(v.at("object"), "text_completion");
@@ -675,7 +766,7 @@ TEST(ApiResponse, CompletionLogprobs) {
   choices[0].finish_reason = "length";
   choices[0].logprobs = sample_logprobs();
   choices[0].text_offset_base = 8;  // echo: the prompt comes first
-  const json::value v = json::parse(api_response_body(req, "cmpl-2", 1, "m", choices, ApiUsage{2, 3}));
+  const json::value v = json::parse(api_response_body(req, {"cmpl-2", 1, "m"}, choices, ApiUsage{2, 3}));
   const json::value& lp = v.at("choices").at(0).at("logprobs");
   ASSERT_TRUE(lp.is_object());
   const json::array& tokens = lp.at("tokens").as_array();
@@ -703,11 +794,11 @@ TEST(ApiResponse, CompletionLogprobs) {
 
   // logprobs 0: no alternatives, the sampled token only.
   const ApiRequest zero = request_for(ApiEndpoint::kCompletions, 0);
-  const json::value z = json::parse(api_response_body(zero, "c", 1, "m", choices, ApiUsage{}));
+  const json::value z = json::parse(api_response_body(zero, {"c", 1, "m"}, choices, ApiUsage{}));
   EXPECT_EQ(z.at("choices").at(0).at("logprobs").at("top_logprobs").at(1).as_object().size(), 1u);
   // Asked for, with no tokens: empty lists, not null.
   choices[0].logprobs.clear();
-  const json::value e = json::parse(api_response_body(req, "c", 1, "m", choices, ApiUsage{}));
+  const json::value e = json::parse(api_response_body(req, {"c", 1, "m"}, choices, ApiUsage{}));
   EXPECT_TRUE(e.at("choices").at(0).at("logprobs").at("tokens").as_array().empty());
 }
 
@@ -723,10 +814,10 @@ TEST(ApiResponse, TextOffsetCountsTheBytesTokensAdd) {
   std::vector<ApiChoice> choices(1);
   choices[0].text = "\xF0\x9F\xA6\x99 ok";
   choices[0].logprobs = lps;
-  const json::value v = json::parse(api_response_body(req, "c", 1, "m", choices, ApiUsage{}));
+  const json::value v = json::parse(api_response_body(req, {"c", 1, "m"}, choices, ApiUsage{}));
   EXPECT_EQ(v.at("choices").at(0).at("logprobs").at("text_offset"), json::value_from(std::vector<int>{0, 1, 4}));
   const ApiRequest chat_req = request_for(ApiEndpoint::kChatCompletions, 0);
-  const json::value c = json::parse(api_response_body(chat_req, "c", 1, "m", choices, ApiUsage{}));
+  const json::value c = json::parse(api_response_body(chat_req, {"c", 1, "m"}, choices, ApiUsage{}));
   EXPECT_EQ(c.at("choices").at(0).at("logprobs").at("content").at(0).at("bytes"),
             json::value_from(std::vector<int>{0xF0}));
 }
@@ -736,7 +827,7 @@ TEST(ApiResponse, ChatBody) {
   std::vector<ApiChoice> choices(1);
   choices[0].text = "Hello \xf0\x9f\xa6\x99";
   choices[0].finish_reason = "stop";
-  const json::value v = json::parse(api_response_body(req, "chatcmpl-1", 42, "m", choices, ApiUsage{9, 2}));
+  const json::value v = json::parse(api_response_body(req, {"chatcmpl-1", 42, "m"}, choices, ApiUsage{9, 2}));
   EXPECT_EQ(v.at("id"), "chatcmpl-1");
   EXPECT_EQ(v.at("object"), "chat.completion");
   EXPECT_EQ(v.at("created").to_number<int64_t>(), 42);
@@ -756,7 +847,7 @@ TEST(ApiResponse, ChatLogprobs) {
   choices[0].text = "Hello caf\xc3\xa9!";
   choices[0].finish_reason = "length";
   choices[0].logprobs = sample_logprobs();
-  const json::value v = json::parse(api_response_body(req, "c", 1, "m", choices, ApiUsage{1, 3}));
+  const json::value v = json::parse(api_response_body(req, {"c", 1, "m"}, choices, ApiUsage{1, 3}));
   const json::array& content = v.at("choices").at(0).at("logprobs").at("content").as_array();
   ASSERT_EQ(content.size(), 3u);
   EXPECT_EQ(content[0].at("token"), "Hello");
@@ -773,7 +864,7 @@ TEST(ApiResponse, ChatLogprobs) {
   EXPECT_EQ(content[1].at("top_logprobs").at(0).at("bytes"), json::value_from(std::vector<int>{' ', 't', 'e', 'a'}));
 
   const ApiRequest none = request_for(ApiEndpoint::kChatCompletions, 0);
-  const json::value z = json::parse(api_response_body(none, "c", 1, "m", choices, ApiUsage{}));
+  const json::value z = json::parse(api_response_body(none, {"c", 1, "m"}, choices, ApiUsage{}));
   EXPECT_TRUE(z.at("choices").at(0).at("logprobs").at("content").at(0).at("top_logprobs").as_array().empty());
 }
 
@@ -789,7 +880,7 @@ json::value event_json(const std::string& event) {
 TEST(ApiStream, CompletionChunks) {
   for (const bool usage : {false, true}) {
     const ApiRequest req = request_for(ApiEndpoint::kCompletions, -1, usage);
-    const json::value first = event_json(api_stream_chunk(req, "cmpl-9", 5, "m", 1, "Once\nupon", "", {}, false));
+    const json::value first = event_json(api_stream_chunk(req, {"cmpl-9", 5, "m"}, 1, "Once\nupon", "", {}, false));
     EXPECT_EQ(first.at("id"), "cmpl-9");
     EXPECT_EQ(first.at("object"), "text_completion");
     EXPECT_EQ(first.at("created").to_number<int>(), 5);
@@ -805,7 +896,7 @@ TEST(ApiStream, CompletionChunks) {
       EXPECT_TRUE(first.at("usage").is_null());
     }
 
-    const json::value last = event_json(api_stream_chunk(req, "cmpl-9", 5, "m", 1, "", "stop", {}, false));
+    const json::value last = event_json(api_stream_chunk(req, {"cmpl-9", 5, "m"}, 1, "", "stop", {}, false));
     EXPECT_EQ(last.at("choices").at(0).at("text"), "");
     EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "stop");
   }
@@ -813,7 +904,7 @@ TEST(ApiStream, CompletionChunks) {
 
 TEST(ApiStream, ChatChunks) {
   const ApiRequest req = request_for(ApiEndpoint::kChatCompletions, -1, /*include_usage=*/true);
-  const json::value role = event_json(api_stream_chunk(req, "chatcmpl-3", 7, "m", 0, "", "", {}, true));
+  const json::value role = event_json(api_stream_chunk(req, {"chatcmpl-3", 7, "m"}, 0, "", "", {}, true));
   EXPECT_EQ(role.at("object"), "chat.completion.chunk");
   const json::value& d0 = role.at("choices").at(0).at("delta");
   EXPECT_EQ(d0.at("role"), "assistant");
@@ -821,17 +912,17 @@ TEST(ApiStream, ChatChunks) {
   EXPECT_TRUE(role.at("choices").at(0).at("finish_reason").is_null());
   EXPECT_TRUE(role.at("usage").is_null());
 
-  const json::value mid = event_json(api_stream_chunk(req, "chatcmpl-3", 7, "m", 0, "Hi \"there\"", "", {}, false));
+  const json::value mid = event_json(api_stream_chunk(req, {"chatcmpl-3", 7, "m"}, 0, "Hi \"there\"", "", {}, false));
   const json::value& d1 = mid.at("choices").at(0).at("delta");
   EXPECT_FALSE(d1.as_object().contains("role"));
   EXPECT_EQ(d1.at("content"), "Hi \"there\"");
   EXPECT_FALSE(mid.at("choices").at(0).as_object().contains("text"));
 
-  const json::value last = event_json(api_stream_chunk(req, "chatcmpl-3", 7, "m", 0, "", "length", {}, false));
+  const json::value last = event_json(api_stream_chunk(req, {"chatcmpl-3", 7, "m"}, 0, "", "length", {}, false));
   EXPECT_TRUE(last.at("choices").at(0).at("delta").as_object().empty());
   EXPECT_EQ(last.at("choices").at(0).at("finish_reason"), "length");
 
-  const json::value u = event_json(api_stream_usage_chunk(req, "chatcmpl-3", 7, "m", ApiUsage{4, 6}));
+  const json::value u = event_json(api_stream_usage_chunk(req, {"chatcmpl-3", 7, "m"}, ApiUsage{4, 6}));
   EXPECT_EQ(u.at("object"), "chat.completion.chunk");
   EXPECT_EQ(u.at("id"), "chatcmpl-3");
   EXPECT_TRUE(u.at("choices").as_array().empty());
@@ -840,10 +931,9 @@ TEST(ApiStream, ChatChunks) {
   EXPECT_EQ(u.at("usage").at("total_tokens").to_number<int>(), 10);
 
   const ApiRequest plain = request_for(ApiEndpoint::kChatCompletions);
-  const json::value no_usage = event_json(api_stream_chunk(plain, "c", 7, "m", 0, "x", "", {}, false));
+  const json::value no_usage = event_json(api_stream_chunk(plain, {"c", 7, "m"}, 0, "x", "", {}, false));
   EXPECT_FALSE(no_usage.as_object().contains("usage"));
-  const json::value cu = event_json(api_stream_usage_chunk(
-      request_for(ApiEndpoint::kCompletions, -1, true), "cmpl-1", 7, "m", ApiUsage{1, 1}));
+  const json::value cu = event_json(api_stream_usage_chunk(request_for(ApiEndpoint::kCompletions, -1, true), {"cmpl-1", 7, "m"}, ApiUsage{1, 1}));
   EXPECT_EQ(cu.at("object"), "text_completion");
   EXPECT_TRUE(cu.at("choices").as_array().empty());
 }
@@ -852,24 +942,24 @@ TEST(ApiStream, LogprobsInChunks) {
   const std::vector<ApiTokenLogprob> lps = sample_logprobs();
   const ApiRequest creq = request_for(ApiEndpoint::kCompletions, 1);
   const json::value c =
-      event_json(api_stream_chunk(creq, "c", 1, "m", 0, "Hello caf\xc3\xa9!", "", lps, false, /*text_offset_base=*/20));
+      event_json(api_stream_chunk(creq, {"c", 1, "m"}, 0, "Hello caf\xc3\xa9!", "", lps, false, /*text_offset_base=*/20));
   const json::value& clp = c.at("choices").at(0).at("logprobs");
   EXPECT_EQ(clp.at("tokens").as_array().size(), 3u);
   EXPECT_EQ(clp.at("text_offset"), json::value_from(std::vector<int>{20, 25, 31}));
   EXPECT_EQ(clp.at("top_logprobs").at(0).as_object().size(), 1u);  // "Hello" is both the best and the sampled
   // The last chunk carries no tokens: null logprobs.
-  const json::value cl = event_json(api_stream_chunk(creq, "c", 1, "m", 0, "", "stop", {}, false, 26));
+  const json::value cl = event_json(api_stream_chunk(creq, {"c", 1, "m"}, 0, "", "stop", {}, false, 26));
   EXPECT_TRUE(cl.at("choices").at(0).at("logprobs").is_null());
 
   const ApiRequest hreq = request_for(ApiEndpoint::kChatCompletions, 2);
-  const json::value h = event_json(api_stream_chunk(hreq, "c", 1, "m", 0, "Hello", "", {lps[0]}, true));
+  const json::value h = event_json(api_stream_chunk(hreq, {"c", 1, "m"}, 0, "Hello", "", {lps[0]}, true));
   const json::array& content = h.at("choices").at(0).at("logprobs").at("content").as_array();
   ASSERT_EQ(content.size(), 1u);
   EXPECT_EQ(content[0].at("token"), "Hello");
   EXPECT_EQ(content[0].at("top_logprobs").as_array().size(), 2u);
   // Not asked for: null even when the caller passes some.
   const json::value n = event_json(
-      api_stream_chunk(request_for(ApiEndpoint::kChatCompletions), "c", 1, "m", 0, "Hello", "", {lps[0]}, false));
+      api_stream_chunk(request_for(ApiEndpoint::kChatCompletions), {"c", 1, "m"}, 0, "Hello", "", {lps[0]}, false));
   EXPECT_TRUE(n.at("choices").at(0).at("logprobs").is_null());
 }
 
