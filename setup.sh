@@ -27,5 +27,12 @@ if ((${#missing[@]})); then
     { $sudo apt-get update && $sudo apt-get install -y --no-install-recommends "${missing[@]}"; }
 fi
 
+# The client SDKs the integration tests drive (tests/integration/node); without npm, or
+# offline, that one test skips and says so.
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/integration/node/node_modules/openai ]; then
+  npm ci --prefix tests/integration/node --no-audit --no-fund --loglevel=error ||
+    echo "setup.sh: the npm packages of tests/integration/node did not install; SdkTest will skip"
+fi
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
 cmake --build build

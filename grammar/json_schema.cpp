@@ -683,8 +683,13 @@ Result<std::string> JsonGrammarBuilder::number_rule(const json::object& s, bool 
     }
     if (use == nullptr) return b;
     if (!use->is_number()) return make_error(ErrorCode::kInvalidArgument, "{}.{} must be a number", path, key);
-    b.present = true;
     b.value = use->to_number<double>();
+    // Bounds beyond what the grammar writes anyway (15 digits) bind nothing: zod's
+    // int() is +-(2^53 - 1), say.
+    if (lower ? b.value < -static_cast<double>(kMaxMagnitude) : b.value > static_cast<double>(kMaxMagnitude)) {
+      return Bound{};
+    }
+    b.present = true;
     if (!std::isfinite(b.value) || std::fabs(b.value) > static_cast<double>(kMaxMagnitude)) {
       return make_error(ErrorCode::kUnsupported, "{}.{} {}: bounds beyond 15 digits are not supported", path, key,
                         b.value);

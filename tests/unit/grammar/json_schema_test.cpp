@@ -114,6 +114,16 @@ TEST(JsonSchemaTest, NumbersStayInsideWholeNumberBounds) {
   for (const char* bad : {"01", "1.", ".5", "1234567890123456", "1e100", "+1"}) EXPECT_FALSE(full_match(free, bad)) << bad;
 }
 
+TEST(JsonSchemaTest, BoundsBeyondFifteenDigitsBindNothing) {
+  // zod's int(): +-(2^53 - 1), beyond every number the grammar writes.
+  const auto g = schema_grammar(json::parse(
+      R"({"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991})"));
+  EXPECT_TRUE(full_match(g, "-42"));
+  EXPECT_TRUE(full_match(g, "999999999999999"));
+  auto far = json_schema_to_gbnf(json::parse(R"({"type": "integer", "minimum": 9007199254740991})"));
+  EXPECT_EQ(far.status().code(), ErrorCode::kUnsupported);
+}
+
 TEST(JsonSchemaTest, RefsResolveAndMayRecurse) {
   const auto g = schema_grammar(json::parse(R"({"$defs": {"node": {"type": "object", "properties": {
       "v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
