@@ -22,3 +22,7 @@ if(NOT HEARTH_FUZZ)
     set_tests_properties(${t}_replay PROPERTIES FIXTURES_REQUIRED fuzz_seeds)
   endforeach()
 endif()
+# What clients send as constraints (GBNF, JSON schemas, regexes) and models write as tool calls.
+hearth_add_fuzz(fuzz_grammar SOURCE fuzz_grammar.cpp LIBS hearth_grammar hearth_chat
+  SEEDS --rounds 300 ${CMAKE_CURRENT_SOURCE_DIR}/corpus/grammar/gbnf.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/grammar/schema.txt
+        ${CMAKE_CURRENT_SOURCE_DIR}/corpus/grammar/regex.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/grammar/tools.txt)
