@@ -12,6 +12,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libpcre2-dev libicu-dev libsystemd-dev
   systemd  # systemd-analyze and systemd-socket-activate, for the tests
+  yamllint jq  # the deploy/ files' checks (promtool, from the prometheus package, also
+               # runs there when present: .ci/run installs it; it is left out here because
+               # the package starts a Prometheus server on the machine)
 )
 
 missing=()

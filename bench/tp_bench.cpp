@@ -301,6 +301,6 @@ int run(int argc, char** argv) {
 }  // namespace hearth
 
 int main(int argc, char** argv) {
-  hearth::log_init("tp_bench", hearth::LogLevel::kWarn);
+  (void)hearth::log_init("tp_bench", hearth::LogLevel::kWarn);
   return hearth::run(argc, argv);
 }

@@ -8,11 +8,17 @@
 namespace hearth {
 
 Result<Args> Args::parse(const std::vector<std::string>& argv, const std::set<std::string>& value_flags,
-                         const std::set<std::string>& bool_flags) {
+                         const std::set<std::string>& bool_flags, bool allow_positionals) {
   Args args;
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
-    if (!a.starts_with("--")) return make_error(ErrorCode::kInvalidArgument, "unexpected argument \"{}\"", a);
+    if (!a.starts_with("--") || a == "--") {
+      if (!allow_positionals || a.starts_with("-")) {
+        return make_error(ErrorCode::kInvalidArgument, "unexpected argument \"{}\"", a);
+      }
+      args.positionals_.push_back(a);
+      continue;
+    }
     std::string name = a.substr(2);
     std::optional<std::string> inline_value;
     if (const size_t eq = name.find('='); eq != std::string::npos) {
@@ -21,9 +27,9 @@ Result<Args> Args::parse(const std::vector<std::string>& argv, const std::set<st
     }
     if (value_flags.contains(name)) {
       if (inline_value) {
-        args.values_[name] = *inline_value;
+        args.values_[name].push_back(*inline_value);
       } else if (i + 1 < argv.size()) {
-        args.values_[name] = argv[++i];
+        args.values_[name].push_back(argv[++i]);
       } else {
         return make_error(ErrorCode::kInvalidArgument, "--{} needs a value", name);
       }
@@ -40,7 +46,12 @@ Result<Args> Args::parse(const std::vector<std::string>& argv, const std::set<st
 std::optional<std::string> Args::get(const std::string& flag) const {
   const auto it = values_.find(flag);
   if (it == values_.end()) return std::nullopt;
-  return it->second;
+  return it->second.back();
+}
+
+std::vector<std::string> Args::get_all(const std::string& flag) const {
+  const auto it = values_.find(flag);
+  return it == values_.end() ? std::vector<std::string>() : it->second;
 }
 
 Result<std::optional<int64_t>> Args::get_int(const std::string& flag, int64_t min, int64_t max) const {

@@ -106,6 +106,13 @@ std::vector<int> processes_mapping(const std::filesystem::path& path) {
   });
 }
 
+std::string process_command(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name.empty() ? "?" : name;
+}
+
 double monotonic_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);

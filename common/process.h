@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,9 @@ std::vector<int> children_of(int parent, std::string_view name);
 
 // Pids of the processes that have `path` mapped (from /proc/*/maps), ascending.
 std::vector<int> processes_mapping(const std::filesystem::path& path);
+
+// The command name of `pid` (/proc/<pid>/comm), or "?" when it cannot be read.
+std::string process_command(int pid);
 
 // Seconds since an arbitrary fixed point (CLOCK_MONOTONIC), for durations.
 double monotonic_seconds();

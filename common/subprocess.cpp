@@ -128,11 +128,11 @@ ProcessResult run_process(const std::vector<std::string>& argv, const Environmen
 }
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const Environment& env,
-                           const std::vector<int>& pass_fds) {
+                           const std::vector<int>& pass_fds, bool inherit_stderr) {
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-  err_fd_ = temp_fd("child-err");
-  pid_ = spawn(argv, env, pipe_fds[1], err_fd_, pass_fds);
+  if (!inherit_stderr) err_fd_ = temp_fd("child-err");
+  pid_ = spawn(argv, env, pipe_fds[1], inherit_stderr ? STDERR_FILENO : err_fd_, pass_fds);
   ::close(pipe_fds[1]);
   out_fd_ = pipe_fds[0];
   if (pid_ < 0) throw std::runtime_error("posix_spawn failed for " + argv[0]);
@@ -186,6 +186,6 @@ std::optional<int> ChildProcess::wait(std::chrono::milliseconds timeout) {
   }
 }
 
-std::string ChildProcess::err() const { return drain(err_fd_); }
+std::string ChildProcess::err() const { return err_fd_ < 0 ? std::string() : drain(err_fd_); }
 
 }  // namespace hearth

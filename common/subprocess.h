@@ -29,14 +29,15 @@ using Environment = std::vector<std::string>;
 ProcessResult run_process(const std::vector<std::string>& argv, const Environment& env = {});
 
 // A process running in the background; its stdout is a pipe read line by line, its
-// stderr goes to a file. The destructor kills (SIGKILL) and reaps it if still running.
+// stderr goes to a file (or this process's stderr). The destructor kills (SIGKILL) and reaps it if still running.
 class ChildProcess {
  public:
   // `pass_fds` are given to the child as descriptors 3, 4, ... (a listening socket for
   // a frontend, say); nothing else of this process's is inherited but what lacks
-  // FD_CLOEXEC.
+  // FD_CLOEXEC. With `inherit_stderr` the child writes to this process's stderr (and
+  // err() is empty) instead of a file.
   explicit ChildProcess(const std::vector<std::string>& argv, const Environment& env = {},
-                        const std::vector<int>& pass_fds = {});
+                        const std::vector<int>& pass_fds = {}, bool inherit_stderr = false);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;

@@ -17,6 +17,7 @@
 #include "common/cpu_set.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/program.h"
 #include "engine/backend.h"
 #include "engine/engine_server.h"
 #include "engine/shard_server.h"
@@ -53,6 +54,9 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
   --max-grammar-bytes N    largest grammar a request's structured output or tool choice may compile
                            to (default 65536; each slot holds this much)
+  --log-level LEVEL        trace, debug, info, warn, error or off (default info; $HEARTH_LOG_LEVEL)
+  --log-format FMT         text or json, one object per line (default text; $HEARTH_LOG_FORMAT)
+  --version                print the version and exit
 )";
 
 int usage_error(const std::string& message) {
@@ -98,10 +102,12 @@ int main(int argc, char** argv) {
   using namespace hearth;
   daemon_block_signals();
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens",
-                           "prefetch", "threads", "wait-weights", "static-batching", "kv-dtype", "backend", "rank", "tp",
-                           "cpus", "collective-timeout", "rank-timeout", "max-grammar-bytes"},
-                          {"help"});
+                          with_program_flags({"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size",
+                                              "max-batched-tokens", "prefetch", "threads", "wait-weights",
+                                              "static-batching", "kv-dtype", "backend", "rank", "tp", "cpus",
+                                              "collective-timeout", "rank-timeout", "max-grammar-bytes"},
+                                             kProgramValueFlags),
+                          with_program_flags({"help"}, kProgramBoolFlags));
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
     std::fputs(kUsage, stdout);
@@ -141,7 +147,8 @@ int main(int argc, char** argv) {
   o.collective_timeout_ms = collective_ms;
   o.rank_stale_ms = stale_ms;
   o.cpus = args->get("cpus").value_or("");
-  log_init(fmt::format("engine[{}]", o.rank));
+  const Status logging = log_init(fmt::format("engine[{}]", o.rank));
+  if (auto exit = handle_program_flags(*args, "hearth-engine", logging)) return *exit;
   if (o.tp > kMaxTensorParallel) return usage_error(fmt::format("--tp {} is out of range 1..{}", o.tp, kMaxTensorParallel));
   if (o.rank >= o.tp) {
     return usage_error(fmt::format("--rank {} is not a rank of a group of {} (ranks 0..{})", o.rank, o.tp, o.tp - 1));

@@ -52,6 +52,8 @@ struct Active {
   uint32_t generation = 0;
   int owner = -1;
   int32_t owner_pid = 0;
+  std::string client_request_id;  // for log lines
+  int32_t n_prompt = 0;
 };
 
 }  // namespace
@@ -132,6 +134,21 @@ struct EngineServer::Impl {
     broker->slot_finish(slot, SlotState::kFailed, FinishReason::kError, static_cast<int32_t>(code), message);
   }
 
+  // One line per request that ends here, under the client's request id, so that the
+  // frontend's access log and this one can be joined.
+  void log_end(const Active& a, std::string_view how) {
+    if (!spdlog::should_log(spdlog::level::info)) return;
+    const SlotHeader& s = broker->slot(a.slot);
+    const uint64_t now = monotonic_ns();
+    const uint64_t admitted = s.admitted_ns.load(std::memory_order_relaxed);
+    auto ms = [](uint64_t from, uint64_t to) { return from != 0 && to >= from ? static_cast<double>(to - from) / 1e6 : 0.0; };
+    HEARTH_LOG_INFO("request {} (slot {}): {}, {} prompt + {} output tokens, queued {:.1f} ms, first token {:.1f} ms, "
+                    "{:.1f} ms in all",
+                    a.client_request_id.empty() ? "-" : a.client_request_id, a.slot, how, a.n_prompt,
+                    s.n_produced.load(std::memory_order_relaxed), ms(s.enqueued_ns, admitted),
+                    ms(s.enqueued_ns, s.first_token_ns), ms(s.enqueued_ns, now));
+  }
+
   // Takes a QUEUED (or, on resume, RUNNING) slot into the scheduler.
   void admit(uint32_t index, bool resume) {
     SlotHeader& s = broker->slot(index);
@@ -144,6 +161,7 @@ struct EngineServer::Impl {
     if (resume) s.state.store(static_cast<uint32_t>(SlotState::kRunning), std::memory_order_release);
     HEARTH_TEST_POINT("engine.admit.running");  // RUNNING, not yet in the scheduler
     s.admitted_epoch = epoch;
+    if (!resume) s.admitted_ns.store(monotonic_ns(), std::memory_order_release);
     auto request = broker->read_request(index, resume, context, model->config().vocab_size);
     if (!request.is_ok()) {
       fail_slot(index, request.status().code(), request.status().message());
@@ -170,7 +188,7 @@ struct EngineServer::Impl {
       return;
     }
     by_slot[index] = id;
-    active.emplace(id, Active{index, r.generation, r.owner, r.owner_pid});
+    active.emplace(id, Active{index, r.generation, r.owner, r.owner_pid, std::move(r.client_request_id), r.n_prompt});
   }
 
   // Drops a sequence: from the driver and our tables.
@@ -235,6 +253,7 @@ struct EngineServer::Impl {
       const bool orphan = !cancelled && broker->owner_state(a.owner, a.owner_pid, stale, now) != OwnerState::kAlive;
       if (!cancelled && !orphan) continue;
       gone.push_back(id);
+      log_end(a, orphan ? "dropped (its frontend is gone)" : "cancelled");
       broker->header().stat_cancelled.fetch_add(1, std::memory_order_relaxed);  // counted before the owner sees it
       broker->slot_finish(a.slot, SlotState::kCancelled, FinishReason::kCancelled);
       HEARTH_TEST_POINT("engine.reap.cancelled");  // finished as CANCELLED, still in the scheduler
@@ -265,6 +284,7 @@ struct EngineServer::Impl {
       if (it == active.end()) continue;
       const Active& a = it->second;
       if (e.finish == FinishReason::kError) {
+        log_end(a, "failed: " + e.error.message());
         fail_slot(a.slot, e.error.code(), e.error.message());
         by_slot[a.slot] = 0;
         active.erase(it);
@@ -282,6 +302,7 @@ struct EngineServer::Impl {
       if (a.owner >= 0 && a.owner < kMaxFrontends) wake[static_cast<size_t>(a.owner)] = true;
       if (e.finish != FinishReason::kNone) {
         broker->slot_finish(a.slot, SlotState::kDone, e.finish);
+        log_end(a, finish_reason_name(e.finish));
         by_slot[a.slot] = 0;
         active.erase(it);
       }
@@ -300,6 +321,7 @@ struct EngineServer::Impl {
   // The group broke: what ran is dropped (the broker keeps every request's tokens) and
   // the KV cache starts empty; the requests resume when the group is back.
   void drop_sequences() {
+    preemptions_before += driver->scheduler().preemptions();
     driver.reset();
     active.clear();
     std::fill(by_slot.begin(), by_slot.end(), 0);
@@ -310,6 +332,7 @@ struct EngineServer::Impl {
   // The model's tokens as text, from the loader's table, built when a request first
   // needs them and kept across drivers.
   std::shared_ptr<const grammar::Vocabulary> vocabulary;
+  uint64_t preemptions_before = 0;  // by earlier engines and drivers
   DriverConfig driver_config() {
     DriverConfig c{options.scheduler, context};
     c.vocabulary = [this]() -> Result<std::shared_ptr<const grammar::Vocabulary>> {
@@ -326,6 +349,7 @@ struct EngineServer::Impl {
     BrokerHeader& h = broker->header();
     const Scheduler& sched = driver->scheduler();
     h.stat_running.store(static_cast<uint32_t>(sched.n_running()), std::memory_order_relaxed);
+    h.stat_preemptions.store(preemptions_before + sched.preemptions(), std::memory_order_relaxed);
     h.stat_waiting.store(static_cast<uint32_t>(sched.n_waiting()), std::memory_order_relaxed);
     h.stat_kv_blocks_total.store(static_cast<uint32_t>(cache->config().n_blocks), std::memory_order_relaxed);
     h.stat_kv_blocks_used.store(static_cast<uint32_t>(sched.blocks_used()), std::memory_order_relaxed);
@@ -389,6 +413,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                                 {options.slots, static_cast<uint32_t>(impl->context),
                                                                  options.grammar_bytes}));
   impl->broker.emplace(std::move(broker));
+  impl->preemptions_before = impl->broker->header().stat_preemptions.load();  // counted by engines before this one
   impl->by_slot.assign(impl->broker->n_slots(), 0);
   impl->filling_suspects.assign(impl->broker->n_slots(), 0);
   std::unique_ptr<EngineServer> server(new EngineServer());

@@ -35,6 +35,7 @@ void Scheduler::preempt_last() {
   running_.pop_back();
   release(seqs_.at(victim));
   waiting_.push_front(victim);
+  ++preemptions_;
 }
 
 StepPlan Scheduler::plan(int64_t now_ms) {

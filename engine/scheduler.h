@@ -71,6 +71,8 @@ class Scheduler {
   int32_t n_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t n_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   int32_t blocks_used() const { return blocks_.total() - blocks_.free_count(); }
+  // Running sequences sent back to waiting (their blocks freed) for lack of blocks, ever.
+  uint64_t preemptions() const { return preemptions_; }
 
  private:
   struct Seq {
@@ -88,6 +90,7 @@ class Scheduler {
   std::unordered_map<uint64_t, Seq> seqs_;
   std::vector<uint64_t> running_;  // admission order
   std::deque<uint64_t> waiting_;   // arrival order (preempted ones at the front)
+  uint64_t preemptions_ = 0;
   std::unordered_map<uint64_t, int64_t> arrived_ms_;  // static batching: when each was added
   int64_t last_now_ms_ = 0;
 };

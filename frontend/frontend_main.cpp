@@ -13,9 +13,11 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include "common/api_keys.h"
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/program.h"
 #include "frontend/frontend_server.h"
 
 namespace {
@@ -41,6 +43,24 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
                       Jinja file (default: the model's; without one, chat requests get 400)
   --tool-call-parser hermes|llama3_json|mistral
                       how the model writes tool calls (default: read from the template)
+  --served-model-name NAME
+                      the model's id in /v1/models and responses (repeatable: aliases clients
+                      may name; default: the model's own name and the instance's)
+  --api-key KEY       accept only requests with Authorization: Bearer KEY on /v1/* and the
+                      tokenizer routes (repeatable; also $HEARTH_API_KEY, comma-separated)
+  --api-key-file FILE keys, one per line (repeatable)
+  --metrics-auth      /metrics wants a key too (/health and /ready stay open)
+  --cors-origin ORIGIN
+                      browsers on ORIGIN may call the API (repeatable; * for any)
+  --max-queue N       requests that wait for a slot when all are busy (default 256; 0: 429 at once)
+  --queue-timeout MS  how long one waits there before 429 (default 30000)
+  --max-connections N open connections at most; more are answered 503 (default 4096)
+  --read-timeout MS   how long a client may take to send a request, or to start the next one on
+                      a kept-alive connection (default 30000)
+  --log-prompts       the access log shows each request's body (by default it never does)
+  --log-level LEVEL   trace, debug, info, warn, error or off (default info; $HEARTH_LOG_LEVEL)
+  --log-format FMT    text or json, one object per line (default text; $HEARTH_LOG_FORMAT)
+  --version           print the version and exit
 
 Prints {"event":"listening","port":N} on stdout once it accepts connections. With systemd
 socket activation (one socket passed), that socket is used instead of --host/--port.
@@ -60,15 +80,22 @@ int usage_error(const std::string& message) {
 int main(int argc, char** argv) {
   using namespace hearth;
   daemon_block_signals();
-  log_init("frontend");
+  const Status logging = log_init("frontend");
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"instance", "shm-dir", "host", "port", "threads", "max-body", "engine-wait", "drain-timeout", "listen-fd", "chat-template", "tool-call-parser"},
-                          {"help", "lenient-fields"});
+                          with_program_flags({"instance", "shm-dir", "host", "port", "threads", "max-body",
+                                              "engine-wait", "drain-timeout", "listen-fd", "chat-template",
+                                              "tool-call-parser", "served-model-name", "api-key", "api-key-file",
+                                              "cors-origin", "max-queue", "queue-timeout", "max-connections",
+                                              "read-timeout"},
+                                             kProgramValueFlags),
+                          with_program_flags({"help", "lenient-fields", "metrics-auth", "log-prompts"},
+                                             kProgramBoolFlags));
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (auto exit = handle_program_flags(*args, "hearth-frontend", logging)) return *exit;
   FrontendOptions o;
   o.instance = args->get("instance").value_or("default");
   o.shm_dir = args->get("shm-dir").value_or("");
@@ -79,10 +106,32 @@ int main(int argc, char** argv) {
   auto wait = args->get_int("engine-wait", 0, 3600000);
   auto drain = args->get_int("drain-timeout", 0, 3600000);
   auto listen_fd = args->get_int("listen-fd", 0, 1 << 20);
+  auto max_queue = args->get_int("max-queue", 0, 1 << 20);
+  auto queue_timeout = args->get_int("queue-timeout", 0, 3600000);
+  auto max_connections = args->get_int("max-connections", 1, 1 << 20);
+  auto read_timeout = args->get_int("read-timeout", 100, 3600000);
   for (const Status* st : {&port.status(), &threads.status(), &body.status(), &wait.status(), &drain.status(),
-                           &listen_fd.status()}) {
+                           &listen_fd.status(), &max_queue.status(), &queue_timeout.status(),
+                           &max_connections.status(), &read_timeout.status()}) {
     if (!st->is_ok()) return usage_error(st->message());
   }
+  auto keys = collect_api_keys(args->get_all("api-key"), args->get_all("api-key-file"));
+  if (!keys.is_ok()) return usage_error(keys.status().message());
+  o.api_keys = std::move(*keys);
+  o.metrics_auth = args->has("metrics-auth");
+  if (o.metrics_auth && o.api_keys.empty()) return usage_error("--metrics-auth needs an API key (--api-key)");
+  o.cors_origins = args->get_all("cors-origin");
+  for (const std::string& origin : o.cors_origins) {
+    if (origin != "*" && !origin.starts_with("http://") && !origin.starts_with("https://")) {
+      return usage_error(fmt::format("--cors-origin {}: an origin is * or scheme://host[:port]", origin));
+    }
+  }
+  o.served_model_names = args->get_all("served-model-name");
+  o.max_queue = static_cast<int>(max_queue->value_or(256));
+  o.queue_timeout = std::chrono::milliseconds(queue_timeout->value_or(30000));
+  o.max_connections = static_cast<int>(max_connections->value_or(4096));
+  o.read_timeout = std::chrono::milliseconds(read_timeout->value_or(30000));
+  o.log_prompts = args->has("log-prompts");
   o.port = static_cast<uint16_t>(port->value_or(8080));
   o.threads = static_cast<int>(threads->value_or(2));
   o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));

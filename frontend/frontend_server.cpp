@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -25,6 +26,7 @@
 #include "common/process.h"
 #include "common/test_point.h"
 #include "common/utf8.h"
+#include "common/version.h"
 #include "frontend/http_limits.h"
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
@@ -80,6 +82,30 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // How long a draining frontend waits for the first request of a connection it accepted.
 constexpr std::chrono::milliseconds kFirstRequestGrace{2000};
 
+// Whether `given` is one of `keys`, in time that depends on the keys' lengths only: every
+// key is compared over its whole length, whatever matched before.
+bool key_matches(std::string_view given, const std::vector<std::string>& keys) {
+  unsigned match = 0;
+  for (const std::string& key : keys) {
+    unsigned diff = given.size() != key.size() ? 1u : 0u;
+    for (size_t i = 0; i < key.size(); ++i) {
+      const char g = i < given.size() ? given[i] : '\0';
+      diff |= static_cast<unsigned>(static_cast<unsigned char>(g ^ key[i]));
+    }
+    match |= diff == 0 ? 1u : 0u;
+  }
+  return match != 0;
+}
+
+// The routes that serve the model (and so want an API key when there are keys).
+bool is_api_route(std::string_view path) {
+  return path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
+}
+// Probes and scrapes: not counted as requests, logged at debug only.
+bool is_probe_route(std::string_view path) { return path == "/metrics" || path == "/health" || path == "/ready"; }
+
+std::string millis(double seconds) { return seconds < 0 ? std::string("-") : fmt::format("{:.1f}", seconds * 1e3); }
+
 }  // namespace
 
 class Session;
@@ -93,6 +119,7 @@ struct Generation {
     int32_t consumed = 0;
     std::optional<TextStream> text;
     std::string finish_reason;
+    std::chrono::steady_clock::time_point last_token;  // when the pump last saw its tokens
     bool done = false;       // no more text will come for it
     bool announced = false;  // the first stream chunk (with the role) went out
     bool finish_sent = false;  // the stream chunk with its finish_reason went out
@@ -112,6 +139,18 @@ struct Generation {
   std::weak_ptr<Session> session;
   std::atomic<bool> client_gone{false};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  // Waiting in the frontend's queue for slots: the submission still to make, how many
+  // samples have yet to get a slot, and since when it waits (for the queue time).
+  SubmitRequest pending;
+  uint64_t base_seed = 0;  // sample i draws with base_seed + i
+  int32_t samples_left = 0;
+  std::chrono::steady_clock::time_point submitted;  // when its last slot was claimed
+  bool queue_time_seen = false;
+  std::chrono::steady_clock::time_point first_token_at;
+  // For the access log: the pump writes them, a session may read them while it runs.
+  std::atomic<int64_t> ttft_us{-1};
+  std::atomic<int32_t> output_tokens{0};
+  std::string finish_reasons;  // the choices', comma-separated
   bool first_token_seen = false;
   bool stream_started = false;  // stream bytes were sent (so the status is 200)
   bool finished = false;
@@ -143,21 +182,66 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   std::atomic<bool> engine_up{false};
   // Since when no engine is up (pump thread only); requests wait engine_wait from then.
   std::optional<std::chrono::steady_clock::time_point> engine_down_since;
-  std::mutex mutex;  // guards `active`
+  // CLOCK steady ns since when no engine is up (0 while one is), for the sessions: a
+  // request arriving once that is longer ago than engine_wait gets 503 at once.
+  std::atomic<int64_t> engine_down_since_ns{0};
+  std::mutex mutex;  // guards `active` and `queue`
   std::list<std::shared_ptr<Generation>> active;
+  std::deque<std::shared_ptr<Generation>> queue;  // waiting for slots, first come first served
   std::thread pump;
+  std::vector<std::string> model_names;  // accepted in `model`; the first is model_id
+  std::string model_label;               // model_name="..." for /metrics
   // Counters for /metrics.
-  std::atomic<uint64_t> requests_total{0}, errors_total{0}, tokens_total{0};
-  LatencyHistogram time_to_first_token, request_duration;
+  std::atomic<uint64_t> errors_total{0}, tokens_total{0}, prompt_tokens_total{0};
+  std::atomic<uint64_t> rejected_queue_full{0}, rejected_queue_timeout{0}, rejected_engine_down{0},
+      rejected_connections{0};
+  std::array<std::atomic<uint64_t>, 4> finished_by_reason{};  // stop, length, tool_calls, abort
+  LatencyHistogram time_to_first_token, request_duration, queue_time;
+  LatencyHistogram time_per_output_token{kTokenLatencyBounds}, inter_token_latency{kTokenLatencyBounds};
+  std::mutex responses_mu;  // guards `responses`
+  std::map<std::pair<std::string, int>, uint64_t> responses;  // (route, HTTP status) -> count
+  void count_response(std::string_view route, int status) {
+    std::lock_guard lock(responses_mu);
+    ++responses[{std::string(route), status}];
+  }
+  void count_finish(std::string_view reason) {
+    static constexpr std::string_view kReasons[] = {"stop", "length", "tool_calls", "abort"};
+    for (size_t i = 0; i < std::size(kReasons); ++i) {
+      if (kReasons[i] == reason) finished_by_reason[i].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  // Whether no engine has served for longer than engine_wait (a restart would be done by now).
+  bool engine_known_down() const {
+    const int64_t since = engine_down_since_ns.load(std::memory_order_relaxed);
+    return since != 0 && std::chrono::steady_clock::now().time_since_epoch().count() - since >
+                              std::chrono::nanoseconds(options.engine_wait).count();
+  }
+  // The slots a queued generation still needs, claimed in order; false when every slot is
+  // busy (it stays queued), and the error when a submission failed otherwise.
+  Result<bool> claim_slots(Generation& g);
+  void pump_queue();
+  // A request given up on: its slots the engine has not taken go back at once (so they
+  // never look busy to the next client), the others are cancelled and go back when the
+  // engine lets go of them. False when none is still held.
+  bool give_up(Generation& g) {
+    bool held = false;
+    for (auto& c : g.choices) {
+      if (!c.slot_held) continue;
+      if (client->withdraw(c.slot)) {
+        c.slot_held = false;
+        c.done = true;
+      } else {
+        client->cancel(c.slot);
+        held = true;
+      }
+    }
+    return held;
+  }
 
   Status load(const FrontendOptions& o);
   void accept();
   void pump_loop();
   void advance(Generation& g);
-  void add(std::shared_ptr<Generation> g) {
-    std::lock_guard lock(mutex);
-    active.push_back(std::move(g));
-  }
   // --lenient-fields: says once per field name that requests carry it and it is ignored.
   void note_ignored_field(const std::string& name) {
     std::lock_guard lock(ignored_mu);
@@ -198,6 +282,9 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(tcp::socket socket, std::shared_ptr<FrontendServer::Impl> server)
       : stream_(std::move(socket)), server_(std::move(server)) {
     ++server_->open_sessions;
+    beast::error_code ec;
+    const auto remote = stream_.socket().remote_endpoint(ec);
+    if (!ec) client_ = fmt::format("{}:{}", remote.address().to_string(), remote.port());
   }
   ~Session() { --server_->open_sessions; }
 
@@ -231,8 +318,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void post_response(int status, std::string body, std::string_view retry_after = {}) {
     asio::post(stream_.get_executor(),
                [self = shared_from_this(), status, body = std::move(body), retry = std::string(retry_after)]() mutable {
-                 self->generation_.reset();
+                 if (status >= 400) ++self->server_->errors_total;
                  self->respond(status, std::move(body), "application/json", retry);
+                 self->generation_.reset();
                });
   }
 
@@ -241,7 +329,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(server_->options.max_body_bytes);
     parser_->header_limit(kMaxHeaderBytes);
-    stream_.expires_after(std::chrono::seconds(300));
+    // The whole request, or the start of the next one on a kept-alive connection, within
+    // the read timeout: an idle or slow client does not hold a connection for long.
+    stream_.expires_after(server_->options.read_timeout);
     awaiting_request_ = true;
     http::async_read(stream_, buffer_, *parser_,
                      [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
@@ -258,6 +348,10 @@ class Session : public std::enable_shared_from_this<Session> {
     awaiting_request_ = false;
     ++requests_;
     head_sent_ = false;
+    logged_ = false;
+    route_.clear();
+    extra_headers_.clear();
+    request_started_ = std::chrono::steady_clock::now();
     request_id_ = request_id_of(ec || !parser_ ? std::string_view()
                                                : std::string_view(parser_->get()["x-request-id"].data(),
                                                                   parser_->get()["x-request-id"].size()));
@@ -284,11 +378,46 @@ class Session : public std::enable_shared_from_this<Session> {
     respond(api_status_of(st), api_error_body(st), "application/json", retry_after);
   }
 
+  // The route as /metrics labels it: a known path, or "other" (label values stay few).
+  std::string_view route_label() const { return route_.empty() ? std::string_view("other") : route_; }
+
+  // One line per request: who, what, how it ended, how long it took, never the prompt
+  // unless --log-prompts. Probes and scrapes only at debug.
+  void log_access(int status) {
+    if (logged_) return;
+    logged_ = true;
+    const bool probe = is_probe_route(route_);
+    if (!probe) server_->count_response(route_label(), status);
+    if (!spdlog::should_log(probe ? spdlog::level::debug : spdlog::level::info)) return;
+    const double took = seconds_since(request_started_);
+    std::string line = fmt::format("access {} \"{} {}\" {} request_id={}", client_.empty() ? "-" : client_,
+                                   std::string(http::to_string(request_.method())), std::string(request_.target()),
+                                   status, request_id_);
+    if (const auto g = generation_) {
+      const int64_t ttft_us = g->ttft_us.load(std::memory_order_relaxed);
+      line += fmt::format(" prompt_tokens={} output_tokens={} ttft_ms={} duration_ms={} finish={}", g->prompt_tokens,
+                          g->output_tokens.load(std::memory_order_relaxed), millis(ttft_us < 0 ? -1 : ttft_us / 1e6),
+                          millis(took), status == 499 || g->finish_reasons.empty() ? "-" : g->finish_reasons);
+      if (server_->options.log_prompts) {
+        line += " prompt=" + boost::json::serialize(boost::json::value(utf8_sanitize(request_.body().substr(0, 4096))));
+      }
+    } else {
+      line += fmt::format(" duration_ms={}", millis(took));
+    }
+    if (probe) {
+      HEARTH_LOG_DEBUG("{}", line);
+    } else {
+      HEARTH_LOG_INFO("{}", line);
+    }
+  }
+
   void respond(int status, std::string body, std::string_view content_type, std::string_view retry_after = {}) {
+    log_access(status);
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
     res->set(http::field::server, "hearth");
     res->set("x-request-id", request_id_);
-    res->set(http::field::content_type, content_type);
+    if (status != 204) res->set(http::field::content_type, content_type);
+    for (const auto& [name, value] : extra_headers_) res->set(name, value);
     if (!retry_after.empty()) res->set(http::field::retry_after, retry_after);
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
@@ -309,6 +438,7 @@ class Session : public std::enable_shared_from_this<Session> {
         "HTTP/1.1 200 OK\r\nServer: hearth\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
         "Transfer-Encoding: chunked\r\nx-request-id: " +
         request_id_ + "\r\n";
+    for (const auto& [name, value] : extra_headers_) head += name + ": " + value + "\r\n";
     head += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     outbox_.push_back(std::move(head));
     flush();
@@ -319,6 +449,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (last) {
       outbox_.push_back("0\r\n\r\n");
       stream_done_ = true;
+      log_access(200);
     }
     flush();
   }
@@ -367,7 +498,10 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void client_gone() {
-    if (auto g = generation_) g->client_gone.store(true, std::memory_order_release);
+    if (auto g = generation_) {
+      g->client_gone.store(true, std::memory_order_release);
+      log_access(499);  // nginx's "client closed request"
+    }
     close();
   }
 
@@ -414,15 +548,20 @@ class Session : public std::enable_shared_from_this<Session> {
   std::function<void()> after_watch_;
   bool head_sent_ = false;         // this response's stream head went out
   std::string request_id_;         // x-request-id of the request being answered
+  std::string client_;             // the peer's address:port, for the access log
+  std::string route_;              // the request's route, when it is a known one
+  std::chrono::steady_clock::time_point request_started_;
+  bool logged_ = false;            // this request's access-log line is written
+  std::vector<std::pair<std::string, std::string>> extra_headers_;  // CORS, WWW-Authenticate
 
   friend struct FrontendServer::Impl;
 };
 
 void Session::handle() {
-  ++server_->requests_total;
   const std::string target(request_.target());
   const std::string path = target.substr(0, target.find('?'));
   const auto method = request_.method();
+  const FrontendOptions& o = server_->options;
   struct Route {
     std::string_view path;
     http::verb method;
@@ -438,6 +577,57 @@ void Session::handle() {
     if (r.path == path) route = &r;
   }
   if (route == nullptr) return error(make_error(ErrorCode::kNotFound, "no route {}", path));
+  route_ = route->path;
+  // CORS: a browser's request from an allowed origin gets it echoed (with what it may
+  // read); a preflight gets the methods and headers it asked about.
+  const auto origin = request_[http::field::origin];
+  const bool origin_allowed =
+      !origin.empty() && std::any_of(o.cors_origins.begin(), o.cors_origins.end(), [&](const std::string& allowed) {
+        return allowed == "*" || allowed == origin;
+      });
+  if (origin_allowed) {
+    const bool any = std::find(o.cors_origins.begin(), o.cors_origins.end(), "*") != o.cors_origins.end();
+    extra_headers_.emplace_back("Access-Control-Allow-Origin", any ? "*" : std::string(origin));
+    extra_headers_.emplace_back("Vary", "Origin");
+    extra_headers_.emplace_back("Access-Control-Expose-Headers", "x-request-id, retry-after");
+  }
+  if (method == http::verb::options) {
+    if (!origin_allowed) {
+      ++server_->errors_total;
+      const Status refused =
+          origin.empty() ? make_error(ErrorCode::kInvalidArgument, "OPTIONS is for CORS preflights, which send an Origin")
+                         : make_error(ErrorCode::kInvalidArgument,
+                                      "origin {} may not call this server (hearth-frontend --cors-origin allows origins)",
+                                      std::string(origin));
+      return respond(403, api_error_body(refused), "application/json");
+    }
+    extra_headers_.emplace_back("Access-Control-Allow-Methods",
+                                fmt::format("{}, OPTIONS", std::string(http::to_string(route->method))));
+    const auto asked = request_["Access-Control-Request-Headers"];
+    extra_headers_.emplace_back("Access-Control-Allow-Headers",
+                                asked.empty() ? std::string("authorization, content-type, x-request-id")
+                                              : std::string(asked));
+    extra_headers_.emplace_back("Access-Control-Max-Age", "600");
+    return respond(204, "", "");
+  }
+  if (!o.api_keys.empty() && (is_api_route(path) || (path == "/metrics" && o.metrics_auth))) {
+    const auto auth = request_[http::field::authorization];
+    const bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
+    const std::string_view key = bearer ? std::string_view(auth.data() + 7, auth.size() - 7) : std::string_view();
+    if (!bearer || !key_matches(key, o.api_keys)) {
+      ++server_->errors_total;
+      extra_headers_.emplace_back("WWW-Authenticate", "Bearer");
+      const std::string message = bearer ? "Incorrect API key provided."
+                                         : "No API key provided: send it as the header Authorization: Bearer KEY.";
+      return respond(401,
+                     boost::json::serialize(boost::json::object{
+                         {"error", {{"message", message},
+                                    {"type", "invalid_request_error"},
+                                    {"param", nullptr},
+                                    {"code", "invalid_api_key"}}}}),
+                     "application/json");
+    }
+  }
   if (route->method != method) {
     ++server_->errors_total;
     auto body = api_error_body(make_error(ErrorCode::kInvalidArgument, "{} does not accept {}", path,
@@ -455,12 +645,16 @@ void Session::handle() {
     return error(make_error(ErrorCode::kUnavailable, "no engine is serving this instance"), "1");
   }
   if (path == "/v1/models") {
-    boost::json::object m{{"id", server_->model_id},
-                          {"object", "model"},
-                          {"created", unix_seconds()},
-                          {"owned_by", "hearth"},
-                          {"max_model_len", server_->context}};
-    return respond(200, boost::json::serialize(boost::json::object{{"object", "list"}, {"data", {m}}}),
+    boost::json::array data;
+    for (const std::string& name : server_->model_names) {
+      data.push_back(boost::json::object{{"id", name},
+                                         {"object", "model"},
+                                         {"created", unix_seconds()},
+                                         {"owned_by", "hearth"},
+                                         {"root", server_->model_names.front()},
+                                         {"max_model_len", server_->context}});
+    }
+    return respond(200, boost::json::serialize(boost::json::object{{"object", "list"}, {"data", std::move(data)}}),
                    "application/json");
   }
   if (path == "/tokenize") return handle_tokenize();
@@ -558,30 +752,93 @@ void render_tp_metrics(std::string& out, const FrontendOptions& o) {
   }
 }
 
+// Names follow vLLM's where the meaning is the same (prompt and generation tokens, TTFT,
+// time per output token, inter-token latency, end-to-end and queue time, running and
+// waiting requests, KV-cache usage, preemptions, finished requests by reason), with a
+// model_name label; the rest are hearth's own.
 void Session::handle_metrics() {
-  const FrontendServer::Impl& s = *server_;
+  FrontendServer::Impl& s = *server_;
   const BrokerHeader& h = s.client->broker().header();
+  const std::string& m = s.model_label;
   std::string out;
-  render_metric(out, "hearth_http_requests_total", "counter", "HTTP requests received", s.requests_total.load());
-  render_metric(out, "hearth_http_errors_total", "counter", "HTTP requests answered with an error",
-                s.errors_total.load());
-  render_metric(out, "hearth_generated_tokens_total", "counter", "Tokens sent to clients", s.tokens_total.load());
+  out += "# HELP hearth_http_requests_total HTTP requests answered, by route and status (probes and scrapes not counted)\n"
+         "# TYPE hearth_http_requests_total counter\n";
+  {
+    std::lock_guard lock(s.responses_mu);
+    for (const auto& [key, n] : s.responses) {
+      out += fmt::format("hearth_http_requests_total{{{},code=\"{}\"}} {}\n", metric_label("route", key.first),
+                         key.second, n);
+    }
+  }
+  render_metric(out, "hearth_http_errors_total", "counter", "HTTP requests answered with an error status",
+                static_cast<double>(s.errors_total.load()));
+  out += "# HELP hearth_requests_rejected_total Generation requests turned away before they ran, by reason\n"
+         "# TYPE hearth_requests_rejected_total counter\n";
+  const std::pair<const char*, const std::atomic<uint64_t>*> rejected[] = {
+      {"queue_full", &s.rejected_queue_full},
+      {"queue_timeout", &s.rejected_queue_timeout},
+      {"engine_down", &s.rejected_engine_down},
+      {"connections", &s.rejected_connections}};
+  for (const auto& [reason, n] : rejected) {
+    out += fmt::format("hearth_requests_rejected_total{{reason=\"{}\"}} {}\n", reason, n->load());
+  }
+  render_metric(out, "hearth_prompt_tokens_total", "counter", "Prompt tokens prefilled (once per choice)",
+                static_cast<double>(s.prompt_tokens_total.load()), m);
+  render_metric(out, "hearth_generation_tokens_total", "counter", "Tokens generated and sent to clients",
+                static_cast<double>(s.tokens_total.load()), m);
+  out += "# HELP hearth_request_success_total Choices that finished, by finish reason (abort: the client left)\n"
+         "# TYPE hearth_request_success_total counter\n";
+  const char* reasons[] = {"stop", "length", "tool_calls", "abort"};
+  for (size_t i = 0; i < std::size(reasons); ++i) {
+    out += fmt::format("hearth_request_success_total{{{},finished_reason=\"{}\"}} {}\n", m, reasons[i],
+                       s.finished_by_reason[i].load());
+  }
+  size_t queued = 0;
+  {
+    std::lock_guard lock(s.mutex);
+    queued = s.queue.size();
+  }
+  render_metric(out, "hearth_num_requests_running", "gauge", "Sequences the engine runs",
+                static_cast<double>(h.stat_running.load()), m);
+  render_metric(out, "hearth_num_requests_waiting", "gauge",
+                "Sequences waiting for the engine, and requests in this frontend's queue waiting for a slot",
+                static_cast<double>(h.stat_waiting.load() + queued), m);
+  render_metric(out, "hearth_frontend_queue_requests", "gauge", "Requests in this frontend's queue waiting for a slot",
+                static_cast<double>(queued));
+  const double blocks = h.stat_kv_blocks_total.load();
+  render_metric(out, "hearth_kv_cache_usage_perc", "gauge", "KV-cache usage, 0 to 1 (1: every block in use)",
+                blocks > 0 ? h.stat_kv_blocks_used.load() / blocks : 0.0, m);
+  render_metric(out, "hearth_num_preemptions_total", "counter",
+                "Running sequences sent back to waiting for lack of KV-cache blocks",
+                static_cast<double>(h.stat_preemptions.load()), m);
   render_metric(out, "hearth_engine_up", "gauge", "1 when an engine heartbeat is fresh", s.engine_ready() ? 1 : 0);
   render_metric(out, "hearth_engine_running", "gauge", "Sequences the engine runs", h.stat_running.load());
   render_metric(out, "hearth_engine_waiting", "gauge", "Sequences waiting for the engine", h.stat_waiting.load());
   render_metric(out, "hearth_kv_blocks_used", "gauge", "KV cache blocks in use", h.stat_kv_blocks_used.load());
-  render_metric(out, "hearth_kv_blocks_total", "gauge", "KV cache blocks", h.stat_kv_blocks_total.load());
-  render_metric(out, "hearth_engine_steps_total", "counter", "Engine steps", h.stat_steps.load());
+  render_metric(out, "hearth_kv_blocks_capacity", "gauge", "KV cache blocks", h.stat_kv_blocks_total.load());
+  render_metric(out, "hearth_engine_steps_total", "counter", "Engine steps", static_cast<double>(h.stat_steps.load()));
   render_metric(out, "hearth_engine_cancelled_total", "counter",
-                "Sequences the engine stopped early: cancelled, or their frontend was gone", h.stat_cancelled.load());
+                "Sequences the engine stopped early: cancelled, or their frontend was gone",
+                static_cast<double>(h.stat_cancelled.load()));
   render_metric(out, "hearth_engine_slots_reclaimed_total", "counter",
-                "Request slots of gone frontends the engine returned to the free list", h.stat_reclaimed.load());
+                "Request slots of gone frontends the engine returned to the free list",
+                static_cast<double>(h.stat_reclaimed.load()));
   render_tp_metrics(out, s.options);
   s.time_to_first_token.render(out, "hearth_time_to_first_token_seconds",
-                               "From a generation request's arrival to its first token");
-  s.request_duration.render(out, "hearth_request_duration_seconds",
-                            "From a generation request's arrival to its last token, for requests that completed");
-  respond(200, std::move(out), "text/plain; version=0.0.4");
+                               "From a generation request's arrival to its first token", m);
+  s.time_per_output_token.render(out, "hearth_time_per_output_token_seconds",
+                                 "Per request: from its first token to its last, over the tokens after the first", m);
+  s.inter_token_latency.render(out, "hearth_inter_token_latency_seconds", "Between successive tokens of a choice", m);
+  s.request_duration.render(out, "hearth_e2e_request_latency_seconds",
+                            "From a generation request's arrival to its last token, for requests that completed", m);
+  s.queue_time.render(out, "hearth_request_queue_time_seconds",
+                      "From a generation request's arrival until the engine admitted it (the frontend's queue "
+                      "included)",
+                      m);
+  render_metric(out, "hearth_build_info", "gauge", "The build serving: version and source commit", 1,
+                metric_label("version", hearth_version()) + "," + metric_label("commit", hearth_commit()));
+  render_process_metrics(out);
+  respond(200, std::move(out), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 void Session::handle_generation(ApiEndpoint endpoint) {
@@ -590,9 +847,15 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   if (!parsed.is_ok()) return error(parsed.status());
   ApiRequest& req = parsed.value();
   for (const std::string& name : req.ignored_fields) s.note_ignored_field(name);
-  if (!req.model.empty() && req.model != s.model_id && req.model != s.options.instance) {
+  if (!req.model.empty() && std::find(s.model_names.begin(), s.model_names.end(), req.model) == s.model_names.end()) {
     return error(make_error(ErrorCode::kNotFound, "model: \"{}\" is not served here (this server has \"{}\")", req.model,
-                            s.model_id));
+                            fmt::join(s.model_names, "\", \"")));
+  }
+  if (s.engine_known_down()) {
+    ++s.rejected_engine_down;
+    return error(make_error(ErrorCode::kUnavailable, "no engine has served this instance for more than {} ms; try again",
+                            s.options.engine_wait.count()),
+                 "1");
   }
   auto built = s.prompts->build(req);
   if (!built.is_ok()) return error(built.status());
@@ -639,6 +902,11 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   auto gbnf = request_grammar(req, s.prompts->tool_format(), s.single_bytes, s.client->grammar_capacity());
   if (!gbnf.is_ok()) return error(gbnf.status());
 
+  const int32_t samples = req.best_of.value_or(req.n);
+  if (static_cast<uint32_t>(samples) > s.client->broker().n_slots()) {
+    return error(make_error(ErrorCode::kInvalidArgument, "{}: {} choices need as many request slots; this server has {}",
+                            req.best_of ? "best_of" : "n", samples, s.client->broker().n_slots()));
+  }
   auto g = std::make_shared<Generation>();
   g->request = req;
   g->head = {random_id(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_seconds(), s.model_id,
@@ -647,6 +915,7 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   g->prompt_tokens = static_cast<int32_t>(prompt.size());
   g->echo_text = std::move(built->echo_text);
   g->session = weak_from_this();
+  g->started = request_started_;
   sub.prompt = std::move(prompt);
   sub.max_tokens = max_tokens;
   sub.ignore_stop = req.ignore_eos;
@@ -654,30 +923,126 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   sub.min_tokens = req.min_tokens;
   sub.logit_bias = req.logit_bias;
   sub.grammar = std::move(gbnf).value();
-  const uint64_t base_seed = req.seed.value_or(std::random_device{}());
-  const int32_t samples = req.best_of.value_or(req.n);
-  for (int32_t i = 0; i < samples; ++i) {
-    sub.sampling = req.sampling;
-    sub.sampling.seed = base_seed + static_cast<uint64_t>(i);
-    auto slot = s.client->submit(sub);
-    if (!slot.is_ok()) {
-      for (auto& c : g->choices) {  // give back what this request already took
-        s.client->cancel(c.slot);
+  sub.client_request_id = request_id_;
+  g->base_seed = req.seed.value_or(std::random_device{}());
+  g->pending = std::move(sub);
+  g->samples_left = samples;
+  // Slots now when none is free-for-all ahead of it; else (or when they are all busy) the
+  // queue, first come first served, while it has room.
+  Status refused;
+  {
+    std::lock_guard lock(s.mutex);
+    bool started = false;
+    if (s.queue.empty()) {
+      auto claimed = s.claim_slots(*g);
+      if (!claimed.is_ok()) {
+        refused = claimed.status();
+      } else {
+        started = *claimed;
+      }
+    }
+    if (started) {
+      s.active.push_back(g);
+    } else if (refused.is_ok() && static_cast<int>(s.queue.size()) < s.options.max_queue) {
+      s.queue.push_back(g);
+    } else {
+      if (refused.is_ok()) {
+        ++s.rejected_queue_full;
+        refused = s.options.max_queue == 0
+                      ? make_error(ErrorCode::kResourceExhausted, "all {} request slots are busy; try again",
+                                   s.client->broker().n_slots())
+                      : make_error(ErrorCode::kResourceExhausted,
+                                   "all {} request slots are busy and {} requests wait for them; try again",
+                                   s.client->broker().n_slots(), s.queue.size());
       }
       g->failed = true;
-      if (!g->choices.empty()) s.add(g);  // the pump releases them once the engine lets go
-      return error(slot.status(), slot.status().code() == ErrorCode::kResourceExhausted ? "1" : "");
+      if (s.give_up(*g)) s.active.push_back(g);
+    }
+  }
+  if (!refused.is_ok()) {
+    return error(refused, refused.code() == ErrorCode::kResourceExhausted ? "1" : "");
+  }
+  generation_ = g;
+  watch_disconnect();
+}
+
+Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
+  const int32_t samples = g.request.best_of.value_or(g.request.n);
+  while (g.samples_left > 0) {
+    g.pending.sampling = g.request.sampling;
+    g.pending.sampling.seed = g.base_seed + static_cast<uint64_t>(samples - g.samples_left);
+    auto slot = client->submit(g.pending);
+    if (!slot.is_ok()) {
+      if (slot.status().code() == ErrorCode::kResourceExhausted) return false;
+      return slot.status();
     }
     HEARTH_TEST_POINT("frontend.submitted");  // queued; nothing follows it yet
     Generation::Choice c;
     c.slot = *slot;
-    c.text.emplace(*s.tokenizer, req.stop, /*at_start=*/false);
-    if (g->tool_format != ToolCallFormat::kNone) c.tools.emplace(g->tool_format);
-    g->choices.push_back(std::move(c));
+    c.text.emplace(*tokenizer, g.request.stop, /*at_start=*/false);
+    if (g.tool_format != ToolCallFormat::kNone) c.tools.emplace(g.tool_format);
+    g.choices.push_back(std::move(c));
+    --g.samples_left;
   }
-  generation_ = g;
-  watch_disconnect();
-  s.add(std::move(g));
+  g.submitted = std::chrono::steady_clock::now();
+  g.pending = SubmitRequest();
+  return true;
+}
+
+// The queue's head gets slots as they free up; what waited too long, lost its client or
+// its engine ends here.
+void FrontendServer::Impl::pump_queue() {
+  std::vector<std::pair<std::shared_ptr<Generation>, Status>> ended;
+  {
+    std::lock_guard lock(mutex);
+    const auto now = std::chrono::steady_clock::now();
+    bool slots_busy = false;
+    for (auto it = queue.begin(); it != queue.end();) {
+      std::shared_ptr<Generation> g = *it;
+      Status why;
+      if (g->client_gone.load(std::memory_order_acquire)) {
+        why = make_error(ErrorCode::kUnavailable, "the client left");
+      } else if (now - g->started > options.queue_timeout) {
+        ++rejected_queue_timeout;
+        why = make_error(ErrorCode::kResourceExhausted,
+                         "all {} request slots stayed busy for the {} ms this request may wait; try again",
+                         client->broker().n_slots(), options.queue_timeout.count());
+      } else if (engine_known_down()) {
+        ++rejected_engine_down;
+        why = make_error(ErrorCode::kUnavailable, "no engine has served this instance for more than {} ms; try again",
+                         options.engine_wait.count());
+      } else if (drain_expired()) {
+        why = make_error(ErrorCode::kUnavailable, "this frontend shut down before the request started; try again");
+      } else if (slots_busy) {
+        ++it;  // waits behind the head (the rest is only checked for what has ended)
+        continue;
+      } else {
+        auto claimed = claim_slots(*g);
+        if (claimed.is_ok() && !*claimed) {
+          slots_busy = true;
+          ++it;
+          continue;
+        }
+        if (claimed.is_ok()) {
+          it = queue.erase(it);
+          active.push_back(std::move(g));
+          continue;
+        }
+        why = claimed.status();
+      }
+      it = queue.erase(it);
+      g->failed = true;
+      if (give_up(*g)) active.push_back(g);
+      ended.emplace_back(std::move(g), std::move(why));
+    }
+  }
+  for (auto& [g, why] : ended) {
+    auto session = g->session.lock();
+    if (!session || g->client_gone.load(std::memory_order_acquire)) continue;
+    session->post_response(api_status_of(why), api_error_body(why),
+                           why.code() == ErrorCode::kResourceExhausted || why.code() == ErrorCode::kUnavailable ? "1"
+                                                                                                                 : "");
+  }
 }
 
 // ---------------------------------------------------------------- pump
@@ -754,15 +1119,27 @@ void FrontendServer::Impl::advance(Generation& g) {
       client->cancel(c.slot);
       c.done = true;
     }
+    if (!g.queue_time_seen && p.queue_ns != 0) {
+      g.queue_time_seen = true;
+      queue_time.observe(std::chrono::duration<double>(g.submitted - g.started).count() +
+                         static_cast<double>(p.queue_ns) * 1e-9);
+    }
+    const int32_t consumed_before = c.consumed;
     for (; c.consumed < p.n_produced && !c.done;) {
       const ProducedToken& t = client->token(c.slot, c.consumed);
       ++c.consumed;
       if (!g.first_token_seen) {
         g.first_token_seen = true;
-        time_to_first_token.observe(seconds_since(g.started));
+        g.first_token_at = std::chrono::steady_clock::now();
+        const double ttft = std::chrono::duration<double>(g.first_token_at - g.started).count();
+        time_to_first_token.observe(ttft);
+        g.ttft_us.store(static_cast<int64_t>(ttft * 1e6), std::memory_order_relaxed);
+        prompt_tokens_total.fetch_add(static_cast<uint64_t>(g.prompt_tokens) * g.choices.size(),
+                                      std::memory_order_relaxed);
       }
       std::string piece = c.text->push(t.id);
       ++tokens_total;
+      g.output_tokens.fetch_add(1, std::memory_order_relaxed);
       c.logprob_sum += t.logprob;
       std::vector<ApiTokenLogprob> logprobs;
       if (g.request.logprobs >= 0) logprobs.push_back(token_logprob(*tokenizer, t, g.request.logprobs));
@@ -772,6 +1149,16 @@ void FrontendServer::Impl::advance(Generation& g) {
         c.finish_reason = "stop";
       }
       emit(c, index, std::move(piece), std::move(logprobs));
+    }
+    // The gap since this choice's previous tokens, shared by the tokens of this round (the
+    // pump sees a step's tokens together).
+    if (const int32_t fresh = c.consumed - consumed_before; fresh > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (consumed_before > 0) {
+        const double gap = std::chrono::duration<double>(now - c.last_token).count() / fresh;
+        for (int32_t k = 0; k < fresh; ++k) inter_token_latency.observe(gap);
+      }
+      c.last_token = now;
     }
     if (p.terminal()) {
       if (p.state == SlotState::kFailed) failure = Status(p.error_code, p.error);
@@ -804,6 +1191,7 @@ void FrontendServer::Impl::advance(Generation& g) {
         out += api_stream_chunk(g.request, g.head, index, "", c.finish_reason, {}, false, 0, with);
       }
       c.finish_sent = true;
+      if (!gone) count_finish(c.finish_reason);
     }
   }
   // Ends the response with an error: an HTTP status while nothing was streamed yet,
@@ -817,11 +1205,7 @@ void FrontendServer::Impl::advance(Generation& g) {
     }
     out.clear();
   };
-  auto cancel_all = [&] {
-    for (auto& c : g.choices) {
-      if (c.slot_held) client->cancel(c.slot);
-    }
-  };
+  auto cancel_all = [&] { give_up(g); };
   if (!out.empty()) g.stream_started = true;
   // A request whose engine is gone for too long ends with 503.
   // It waits --engine-wait from the later of its arrival and the engine's going away,
@@ -850,9 +1234,21 @@ void FrontendServer::Impl::advance(Generation& g) {
   }
   if (!all_done) return;
   g.finished = true;
+  if (gone && !g.failed) {
+    for (size_t i = 0; i < g.choices.size(); ++i) count_finish("abort");
+  }
   if (gone || g.failed || !session) return;
   if (failure.code() != ErrorCode::kOk) return end_with_error(failure, "");
   request_duration.observe(seconds_since(g.started));
+  int32_t longest = 0;
+  for (const auto& c : g.choices) {
+    longest = std::max(longest, c.consumed);
+    if (!g.finish_reasons.empty()) g.finish_reasons += ',';
+    g.finish_reasons += c.finish_reason;
+  }
+  if (longest > 1) {
+    time_per_output_token.observe(seconds_since(g.first_token_at) / (longest - 1));
+  }
   const ApiUsage usage = usage_now();
   if (stream) {
     std::string tail;
@@ -892,11 +1288,14 @@ void FrontendServer::Impl::pump_loop() {
     engine_up.store(up, std::memory_order_relaxed);
     if (up) {
       engine_down_since.reset();
+      engine_down_since_ns.store(0, std::memory_order_relaxed);
     } else if (!engine_down_since) {
       engine_down_since = round;
+      engine_down_since_ns.store(std::max<int64_t>(1, round.time_since_epoch().count()), std::memory_order_relaxed);
     }
     const uint32_t seen = client->news();
     client->heartbeat();
+    pump_queue();
     std::vector<std::shared_ptr<Generation>> work;
     {
       std::lock_guard lock(mutex);
@@ -938,7 +1337,19 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
     const std::string_view b = tokenizer->token_bytes(id);
     if (b.size() == 1) single_bytes.set(static_cast<uint8_t>(b[0]));
   }
-  model_id = w.model_name.empty() ? o.instance : w.model_name;
+  // --served-model-name: those names only; else the model's own and the instance's.
+  model_names = o.served_model_names;
+  if (model_names.empty()) {
+    model_names.push_back(w.model_name.empty() ? o.instance : w.model_name);
+    if (model_names.front() != o.instance) model_names.push_back(o.instance);
+  }
+  for (const std::string& name : model_names) {
+    if (name.empty() || name.size() > 256) {
+      return make_error(ErrorCode::kInvalidArgument, "a served model name must have 1 to 256 characters");
+    }
+  }
+  model_id = model_names.front();
+  model_label = metric_label("model_name", model_id);
   system_fingerprint = fmt::format("fp_hearth_{}", w.header->fingerprint.hex().substr(0, 12));
   HEARTH_ASSIGN_OR_RETURN(BrokerClient c, BrokerClient::connect(segment_path(dir, o.instance, "broker")));
   context = static_cast<int32_t>(c.broker().slot_tokens());
@@ -978,12 +1389,36 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   } catch (const boost::system::system_error& e) {
     return make_error(ErrorCode::kIo, "cannot listen on {}:{}: {}", o.host, o.port, e.what());
   }
+  beast::error_code ec;
+  const auto local = acceptor->local_endpoint(ec);
+  if (!ec && !local.address().is_loopback() && o.api_keys.empty()) {
+    HEARTH_LOG_WARN("listening on {} without an API key: anyone who can reach it may use the model "
+                    "(--api-key, --api-key-file or HEARTH_API_KEY)",
+                    local.address().to_string());
+  }
+  if (!o.api_keys.empty()) HEARTH_LOG_INFO("{} API key(s): /v1/* and the tokenizer routes want one", o.api_keys.size());
   return Status::ok();
 }
 
 void FrontendServer::Impl::accept() {
   acceptor->async_accept(asio::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
     if (self->stopping.load()) return;
+    if (!ec && self->open_sessions.load() >= self->options.max_connections) {
+      // Over the cap: a short answer and close, without a session (a full server must not
+      // spend memory on clients it cannot serve).
+      ++self->rejected_connections;
+      static constexpr std::string_view kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nServer: hearth\r\nContent-Type: application/json\r\nRetry-After: "
+          "1\r\nConnection: close\r\nContent-Length: 115\r\n\r\n"
+          "{\"error\":{\"message\":\"too many open connections; try again\",\"type\":\"server_error\",\"param\":null,"
+          "\"code\":\"overloaded\"}}";
+      ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      beast::error_code ignored;
+      socket.shutdown(tcp::socket::shutdown_both, ignored);
+      socket.close(ignored);
+      if (!self->draining.load()) self->accept();
+      return;
+    }
     // A connection accepted as a drain began is still served (and then closed).
     if (!ec) {
       socket.set_option(tcp::no_delay(true), ec);

@@ -13,6 +13,12 @@
 // x-request-id (the client's, when it sent a usable one) and generation bodies a
 // system_fingerprint naming the build and the weights. run() blocks until stop()
 // (callable from any thread, e.g. a signal handler thread).
+//
+// In front of the engine: API keys (Bearer, compared in constant time) on /v1/* and the
+// tokenizer routes, CORS for the origins allowed, a bounded wait queue for requests that
+// find every slot busy (429 with Retry-After once it is full or their wait is over), 503
+// at once while no engine has served for longer than engine_wait, a cap on connections
+// and a read timeout. Each request ends with one access-log line.
 #pragma once
 
 #include <chrono>
@@ -20,6 +26,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -37,6 +44,15 @@ struct FrontendOptions {
   bool lenient_fields = false;     // accept and ignore unknown request fields (logged once per name)
   std::string chat_template;       // --chat-template: a built-in name or a Jinja file; "": the model's
   std::string tool_call_parser;    // --tool-call-parser: hermes, llama3_json, mistral; "": from the template
+  std::vector<std::string> api_keys;   // Bearer keys accepted on /v1/* and the tokenizer routes; empty: open
+  bool metrics_auth = false;           // /metrics wants a key too
+  std::vector<std::string> cors_origins;  // origins browsers may call from ("*": any); empty: no CORS
+  std::vector<std::string> served_model_names;  // the model's ids (first: the one responses name); empty: its own
+  int max_queue = 256;                 // requests that may wait for a slot; 0: 429 at once when all are busy
+  std::chrono::milliseconds queue_timeout{30000};  // how long one may wait there before 429
+  int max_connections = 4096;          // open connections; more are answered 503 and closed
+  std::chrono::milliseconds read_timeout{30000};  // to send a whole request, or to start the next on a kept-alive one
+  bool log_prompts = false;            // the access log shows the prompt (never otherwise)
 };
 
 class FrontendServer {

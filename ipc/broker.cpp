@@ -207,6 +207,8 @@ std::optional<uint32_t> Broker::slot_claim(int frontend) const {
       s.error_code = 0;
       s.error[0] = '\0';
       s.enqueued_ns = s.first_token_ns = s.finished_ns = 0;
+      s.admitted_ns.store(0, std::memory_order_relaxed);
+      std::memset(s.client_request_id, 0, sizeof(s.client_request_id));
       return i;
     }
   }
@@ -236,6 +238,16 @@ void Broker::slot_release(uint32_t index) const {
   s.owner.store(-1, std::memory_order_relaxed);
   s.owner_pid.store(0, std::memory_order_relaxed);
   s.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+}
+
+bool Broker::slot_withdraw(uint32_t index) const {
+  SlotHeader& s = slot(index);
+  auto expected = static_cast<uint32_t>(SlotState::kQueued);
+  if (!s.state.compare_exchange_strong(expected, static_cast<uint32_t>(SlotState::kFilling), std::memory_order_acq_rel)) {
+    return false;  // the engine took it first
+  }
+  slot_release(index);
+  return true;
 }
 
 bool Broker::engine_alive(std::chrono::milliseconds max_age) const {
@@ -325,6 +337,11 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
   r.top_logprobs = s.top_logprobs;
   r.ignore_stop = (s.flags & kSlotIgnoreStop) != 0;
   r.stop_ids.assign(s.stop_ids, s.stop_ids + s.n_stop_ids);
+  // Only for log lines: anything but printable ASCII becomes '?'.
+  r.client_request_id.assign(s.client_request_id, ::strnlen(s.client_request_id, sizeof(s.client_request_id)));
+  for (char& c : r.client_request_id) {
+    if (c <= 0x20 || c >= 0x7F) c = '?';
+  }
   r.tokens.assign(prompt(index), prompt(index) + n_prompt);
   const ProducedToken* out = produced(index);
   for (int64_t i = 0; i < n_produced; ++i) r.tokens.push_back(out[i].id);

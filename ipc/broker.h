@@ -54,6 +54,7 @@ struct SlotRequest {
   int32_t min_tokens = 0;
   std::vector<LogitBias> logit_bias;  // ids within the vocabulary, biases within kLogitBiasRange
   std::string grammar;                // GBNF text; empty: unconstrained
+  std::string client_request_id;      // the client's x-request-id, printable; may be empty
   std::vector<int32_t> tokens;  // the prompt, then the tokens produced before (on resume)
   int32_t n_produced() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }
 };
@@ -92,6 +93,10 @@ class Broker {
   void slot_cancel(uint32_t index) const;
   // A terminal (or still FILLING) slot back to FREE.
   void slot_release(uint32_t index) const;
+  // A QUEUED slot its owner gives up on, back to FREE at once, unless the engine admitted
+  // it first (then false: cancel it and wait for the engine). Its ring entry, if still
+  // there, finds the slot no longer QUEUED (or queued anew, which is then admitted once).
+  bool slot_withdraw(uint32_t index) const;
   // Whether an engine heartbeat is younger than `max_age`.
   bool engine_alive(std::chrono::milliseconds max_age) const;
 

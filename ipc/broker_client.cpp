@@ -59,6 +59,8 @@ Result<uint32_t> BrokerClient::submit(const SubmitRequest& r) {
   s.grammar_bytes = static_cast<uint32_t>(r.grammar.size());
   std::copy(r.grammar.begin(), r.grammar.end(), broker_->grammar(*slot));
   std::copy(r.prompt.begin(), r.prompt.end(), broker_->prompt(*slot));
+  std::memcpy(s.client_request_id, r.client_request_id.data(),
+              std::min(r.client_request_id.size(), sizeof(s.client_request_id)));
   broker_->slot_submit(*slot);
   return *slot;
 }
@@ -68,6 +70,9 @@ SlotProgress BrokerClient::progress(uint32_t slot) const {
   SlotProgress p;
   p.state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
   p.n_produced = s.n_produced.load(std::memory_order_acquire);
+  if (const uint64_t admitted = s.admitted_ns.load(std::memory_order_acquire); admitted != 0) {
+    p.queue_ns = admitted > s.enqueued_ns ? admitted - s.enqueued_ns : 0;
+  }
   if (p.terminal()) {
     p.finish = static_cast<FinishReason>(s.finish);
     p.error_code = static_cast<ErrorCode>(s.error_code);

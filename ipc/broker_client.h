@@ -28,6 +28,7 @@ struct SubmitRequest {
   int32_t min_tokens = 0;
   std::vector<LogitBias> logit_bias;  // at most kMaxLogitBias
   std::string grammar;                // GBNF text, at most grammar_capacity() bytes; empty: none
+  std::string client_request_id;      // for the engine's log lines; cut to kClientRequestIdBytes
 };
 
 // What a slot looks like from the frontend.
@@ -37,6 +38,7 @@ struct SlotProgress {
   FinishReason finish = FinishReason::kNone;
   ErrorCode error_code = ErrorCode::kOk;
   std::string error;
+  uint64_t queue_ns = 0;  // QUEUED until the engine admitted it (0 until then)
   bool terminal() const {
     return state == SlotState::kDone || state == SlotState::kCancelled || state == SlotState::kFailed;
   }
@@ -58,6 +60,8 @@ class BrokerClient {
   void cancel(uint32_t slot) const { broker_->slot_cancel(slot); }
   // Frees a slot once its progress is terminal (or a submit was abandoned).
   void release(uint32_t slot) const { broker_->slot_release(slot); }
+  // Frees a slot the engine has not taken yet (QUEUED); false when it has.
+  bool withdraw(uint32_t slot) const { return broker_->slot_withdraw(slot); }
 
   // The counter the engine bumps when any of this frontend's slots has news; wait()
   // sleeps until it differs from `seen` (or the timeout).

@@ -13,6 +13,7 @@
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/program.h"
 #include "loader/device_slabs.h"
 #include "loader/resident.h"
 
@@ -40,6 +41,9 @@ resident. Prints one JSON line to stdout when the segment is ready.
   --hugepages         start the tensor data on 2 MiB boundaries and ask for huge pages
   --remove-on-exit    remove the segment when stopped (default: leave it resident)
   --exit-after-publish  publish (or adopt), print the ready line and exit
+  --log-level LEVEL   trace, debug, info, warn, error or off (default info; $HEARTH_LOG_LEVEL)
+  --log-format FMT    text or json, one object per line (default text; $HEARTH_LOG_FORMAT)
+  --version           print the version and exit
 )";
 
 int usage_error(const std::string& message) {
@@ -52,15 +56,19 @@ int usage_error(const std::string& message) {
 int main(int argc, char** argv) {
   using namespace hearth;
   daemon_block_signals();
-  log_init("loader");
+  const Status logging = log_init("loader");
   auto args = Args::parse({argv + 1, argv + argc},
-                          {"model", "tokenizer", "instance", "shm-dir", "quant", "tp", "layout", "device", "device-sharing"},
-                          {"hugepages", "remove-on-exit", "exit-after-publish", "help"});
+                          with_program_flags({"model", "tokenizer", "instance", "shm-dir", "quant", "tp", "layout",
+                                              "device", "device-sharing"},
+                                             kProgramValueFlags),
+                          with_program_flags({"hugepages", "remove-on-exit", "exit-after-publish", "help"},
+                                             kProgramBoolFlags));
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  if (auto exit = handle_program_flags(*args, "hearth-loader", logging)) return *exit;
   ResidentOptions o;
   if (!args->get("model")) return usage_error("--model is required");
   o.model = *args->get("model");

@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <thread>
 
@@ -417,24 +420,51 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return plan[a].entry.bytes > plan[b].entry.bytes; });
   const unsigned n_threads = std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
   std::atomic<size_t> next{0};
+  std::atomic<uint64_t> written{0};
+  uint64_t to_write = 0;
+  for (const PlannedTensor& p : plan) to_write += p.entry.bytes;
   auto work = [&] {
     for (size_t i; (i = next.fetch_add(1)) < order.size();) {
       write_tensor(plan[order[i]], seg.data());
+      written.fetch_add(plan[order[i]].entry.bytes, std::memory_order_relaxed);
       HEARTH_TEST_POINT("loader.publish.tensor");
     }
   };
+  // A line a second while it loads: how far, how fast, how long still.
+  std::mutex progress_mu;
+  std::condition_variable progress_cv;
+  bool loaded = false;
+  const double load_start = elapsed();
+  std::thread progress([&] {
+    std::unique_lock lock(progress_mu);
+    while (!progress_cv.wait_for(lock, std::chrono::seconds(1), [&] { return loaded; })) {
+      const uint64_t done = written.load(std::memory_order_relaxed);
+      const double seconds = elapsed() - load_start;
+      const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0;
+      HEARTH_LOG_INFO("loading {}: {} of {} ({:.0f}%), {:.0f} MB/s, about {:.0f} s left", model.name, human_bytes(done),
+                      human_bytes(to_write), to_write > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(to_write) : 100.0,
+                      rate / 1e6, rate > 0 ? static_cast<double>(to_write - done) / rate : 0.0);
+    }
+  });
   std::vector<std::thread> threads;
   for (unsigned t = 1; t < n_threads; ++t) threads.emplace_back(work);
   work();
   for (auto& t : threads) t.join();
+  {
+    std::lock_guard lock(progress_mu);
+    loaded = true;
+  }
+  progress_cv.notify_all();
+  progress.join();
 
   HEARTH_TEST_POINT("loader.publish.written");  // every byte written, still LOADING
   out->state.store(static_cast<uint32_t>(SegmentState::kReady), std::memory_order_release);
   seg.publish();
   HEARTH_TEST_POINT("loader.publish.ready");
-  HEARTH_LOG_INFO("published {} ({}, {}) as {}: {} in {:.2f} s", model.name, model_format_name(model.format),
-                  o.quant ? (*o.quant == DType::kQ8_0 ? "int8" : "int4") : "as stored", path.string(),
-                  human_bytes(h.total_bytes), elapsed());
+  HEARTH_LOG_INFO("published {} ({}, {}) as {}: {} in {:.2f} s ({:.0f} MB/s)", model.name,
+                  model_format_name(model.format), o.quant ? (*o.quant == DType::kQ8_0 ? "int8" : "int4") : "as stored",
+                  path.string(), human_bytes(h.total_bytes), elapsed(),
+                  elapsed() > 0 ? static_cast<double>(h.total_bytes) / elapsed() / 1e6 : 0.0);
   return ResidentSegment{std::move(seg), fp, false, elapsed()};
 }
 

@@ -3,8 +3,11 @@
 // to stderr as "hearth <command>: ERR_...: message".
 #pragma once
 
+#include <filesystem>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
 
 namespace hearth::cli {
 
@@ -14,5 +17,14 @@ int generate_command(const std::vector<std::string>& args, double started_at);
 int status_command(const std::vector<std::string>& args);
 int synth_command(const std::vector<std::string>& args);
 int serve_command(const std::vector<std::string>& args);
+int clean_command(const std::vector<std::string>& args);
+
+// The files of `instance` in `dir` (hearth.<instance>.*; every instance's when empty).
+Result<std::vector<std::filesystem::path>> instance_files(const std::filesystem::path& dir,
+                                                           const std::string& instance);
+// Removes them (or with `dry_run` only lists them in `removed`); refused, removing
+// nothing, while a process maps one of them.
+Status remove_instance(const std::filesystem::path& dir, const std::string& instance, bool dry_run,
+                       std::vector<std::string>* removed);
 
 }  // namespace hearth::cli

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "common/process.h"
+#include "common/version.h"
 #include "tools/commands.h"
 
 namespace {
@@ -18,6 +19,8 @@ commands:
              (or on resident weights: hearth generate --attach INSTANCE --prompt TEXT)
   status     what the instances hold in shared memory: hearth status [--instance NAME]
   synth      write a synthetic model: hearth synth --preset 1b --type q4_0 --gguf FILE
+  clean      remove an instance's segments: hearth clean [--instance NAME]
+  version    print the version (also --version)
 
 Run `hearth <command> --help` for the flags of a command.
 )";
@@ -37,7 +40,10 @@ double process_started_at() {
 
 int main(int argc, char** argv) {
   const double started_at = process_started_at();
-  hearth::log_init("hearth");
+  if (const hearth::Status logging = hearth::log_init("hearth"); !logging.is_ok()) {
+    std::fprintf(stderr, "hearth: %s\n", logging.message().c_str());
+    return 2;
+  }
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;
@@ -48,6 +54,11 @@ int main(int argc, char** argv) {
   if (command == "status") return hearth::cli::status_command(args);
   if (command == "synth") return hearth::cli::synth_command(args);
   if (command == "serve") return hearth::cli::serve_command(args);
+  if (command == "clean") return hearth::cli::clean_command(args);
+  if (command == "--version" || command == "version") {
+    std::printf("%s\n", hearth::version_line("hearth").c_str());
+    return 0;
+  }
   if (command == "--help" || command == "help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return 0;

@@ -27,59 +27,20 @@
 
 #include "chat/builtin_templates.h"
 #include "chat/tool_calls.h"
+#include "common/api_keys.h"
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "common/subprocess.h"
 #include "ipc/fd_store.h"
 #include "ipc/segment.h"
 #include "loader/device_slabs.h"
 #include "tools/commands.h"
+#include "tools/serve_flags.h"
 
 namespace hearth::cli {
 namespace {
-
-constexpr const char* kUsage = R"(usage: hearth serve --model PATH [options]
-
-Runs hearth-loader, hearth-engine and hearth-frontend for one instance and keeps them
-running. The OpenAI API is then at http://HOST:PORT/v1.
-
-  --model PATH             GGUF file, Hugging Face directory or llama2.c checkpoint
-  --host HOST              listen address (default 127.0.0.1)
-  --port PORT              port (default 8080)
-  --instance NAME          instance name (default "default"); instances run side by side
-  --shm-dir DIR            shared-memory directory (default $HEARTH_SHM_DIR or /dev/shm)
-  --tokenizer PATH         tokenizer for containers that keep it apart
-  --quant int8|int4        quantize the weights when loading them
-  --layout cpu-r16|plain   tensor layout the loader writes (default cpu-r16)
-  --slots N, --ctx N, --kv-blocks N, --max-batch-size N, --max-batched-tokens N,
-  --threads N, --kv-dtype f32|f16|bf16
-                           passed to hearth-engine (every rank)
-  --device cuda|cuda:N[,N...]
-                           run on GPUs: the loader keeps each rank's weights in device memory
-                           (rank r on device r, or on the listed devices), every engine rank
-                           runs the CUDA backend on its rank's GPU, and this process keeps the
-                           slabs' fds so that a restarted loader adopts them without copying
-  --tp N                   tensor parallel: the loader splits the weights for N ranks and N
-                           hearth-engine processes serve them as one, each pinned to its share
-                           of the CPUs (default 1)
-  --drain-timeout MS       how long a replaced or stopped frontend may finish its requests
-                           (default 30000)
-  --lenient-fields         the frontend accepts and ignores unknown request fields (logged once
-                           per name) instead of answering 400
-  --chat-template NAME|FILE
-                           the chat template for /v1/chat/completions: a built-in (chatml,
-                           llama2, llama3, mistral, zephyr) or a Jinja file; default: the model's
-                           own (a model without one answers chat requests with 400)
-  --tool-call-parser hermes|llama3_json|mistral
-                           how the model writes tool calls (default: read from the template)
-  --max-grammar-bytes N    largest grammar a request's structured output or forced tool call
-                           may compile to (default 65536)
-
-Under systemd socket activation (one socket passed), that socket is served instead of
---host/--port. SIGHUP starts a new frontend and drains the old one; SIGTERM / SIGINT
-stop everything.
-)";
 
 std::string sibling(const std::string& name) {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
@@ -142,13 +103,13 @@ uint16_t local_port(int fd) {
 
 // Starts `c` and waits for its first stdout line (its ready line).
 Status start(Child& c, std::chrono::seconds timeout) {
-  c.process = std::make_unique<ChildProcess>(c.argv, c.env, c.pass_fds);
+  c.process = std::make_unique<ChildProcess>(c.argv, c.env, c.pass_fds, /*inherit_stderr=*/true);
   c.started = std::chrono::steady_clock::now();
   const auto line = c.process->read_line(timeout);
   if (!line) {
     c.process->signal(SIGTERM);
     c.process->wait(std::chrono::seconds(5));
-    return make_error(ErrorCode::kUnavailable, "{} did not become ready: {}", c.name, c.process->err());
+    return make_error(ErrorCode::kUnavailable, "{} did not become ready (its log is above)", c.name);
   }
   HEARTH_LOG_INFO("{} ready: {}", c.name, *line);
   c.ready_line = *line;
@@ -158,52 +119,82 @@ Status start(Child& c, std::chrono::seconds timeout) {
 }  // namespace
 
 int serve_command(const std::vector<std::string>& argv) {
-  auto args = Args::parse(argv,
-                          {"model", "host", "port", "instance", "shm-dir", "tokenizer", "quant", "layout", "slots", "ctx",
-                           "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype", "drain-timeout",
-                           "tp", "device", "chat-template", "tool-call-parser", "max-grammar-bytes"},
-                          {"help", "lenient-fields"});
-  if (!args.is_ok()) {
-    std::fprintf(stderr, "hearth serve: %s\n\n%s", args.status().message().c_str(), kUsage);
+  auto usage_error = [](const std::string& message) {
+    std::fprintf(stderr, "hearth serve: %s\n\nRun `hearth serve --help` for the flags.\n", message.c_str());
     return 2;
-  }
+  };
+  auto args = parse_serve_args(argv);
+  if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
-    std::fputs(kUsage, stdout);
+    std::fputs(serve_usage().c_str(), stdout);
     return 0;
   }
-  if (!args->get("model")) {
-    std::fprintf(stderr, "hearth serve: --model is required\n\n%s", kUsage);
-    return 2;
+  if (args->has("flag-reference")) {
+    std::fputs(serve_flag_reference().c_str(), stdout);
+    return 0;
   }
-  daemon_block_signals();
-  daemon_watch_children();
+  if (args->has("version")) {
+    std::printf("%s\n", version_line("hearth").c_str());
+    return 0;
+  }
+  if (Status st = log_configure(args->get("log-level").value_or(""), args->get("log-format").value_or(""));
+      !st.is_ok()) {
+    return usage_error(st.message());
+  }
+  if (!args->get("model")) return usage_error("a model is required: hearth serve MODEL (or --model PATH)");
+  // What serve checks beyond the table, also before anything starts.
   const std::string instance = args->get("instance").value_or("default");
-  std::vector<std::string> common = {"--instance", instance};
-  if (auto d = args->get("shm-dir")) common.insert(common.end(), {"--shm-dir", *d});
-
-  Child loader{"hearth-loader", {sibling("hearth-loader"), "--model", *args->get("model")}};
-  if (auto t = args->get("tokenizer")) loader.argv.insert(loader.argv.end(), {"--tokenizer", *t});
-  if (auto q = args->get("quant")) loader.argv.insert(loader.argv.end(), {"--quant", *q});
-  if (auto l = args->get("layout")) loader.argv.insert(loader.argv.end(), {"--layout", *l});
-  auto tp_flag = args->get_int("tp", 1, 16);
-  if (!tp_flag.is_ok()) {
-    std::fprintf(stderr, "hearth serve: %s\n\n%s", tp_flag.status().message().c_str(), kUsage);
-    return 2;
-  }
-  const int tp = static_cast<int>(tp_flag->value_or(1));
-  loader.argv.insert(loader.argv.end(), {"--tp", std::to_string(tp)});
+  if (Status st = instance_name_check(instance); !st.is_ok()) return usage_error(st.message());
+  const int tp = static_cast<int>(args->get_int("tp", 1, 16)->value_or(1));
   std::vector<int> devices;
-  std::unique_ptr<FdHolder> holder;
   if (auto d = args->get("device")) {
     auto list = device_list_from_name(*d, tp);
-    if (!list.is_ok()) {
-      std::fprintf(stderr, "hearth serve: %s\n\n%s", list.status().message().c_str(), kUsage);
-      return 2;
-    }
+    if (!list.is_ok()) return usage_error(list.status().message());
     devices = *list;
+  }
+  std::string chat_template;
+  if (auto t = args->get("chat-template")) {
+    // A file is named by its absolute path: the frontend may start in another directory.
+    const bool builtin = builtin_chat_template(*t).has_value();
+    if (!builtin && !std::filesystem::is_regular_file(*t)) {
+      return usage_error(fmt::format("--chat-template {}: no such file, and not a built-in name", *t));
+    }
+    chat_template = builtin ? *t : std::filesystem::absolute(*t).string();
+  }
+  for (const std::string& origin : args->get_all("cors-origin")) {
+    if (origin != "*" && !origin.starts_with("http://") && !origin.starts_with("https://")) {
+      return usage_error(fmt::format("--cors-origin {}: an origin is * or scheme://host[:port]", origin));
+    }
+  }
+  auto keys = collect_api_keys(args->get_all("api-key"), args->get_all("api-key-file"));
+  if (!keys.is_ok()) return usage_error(keys.status().message());
+  if (args->has("metrics-auth") && keys->empty()) return usage_error("--metrics-auth needs an API key (--api-key)");
+  const std::string host = args->get("host").value_or("127.0.0.1");
+  const int64_t drain_timeout_ms = args->get_int("drain-timeout", 0, 3600000)->value_or(30000);
+  const std::filesystem::path shm_dir = args->get("shm-dir").value_or(shm_dir_default().string());
+
+  daemon_block_signals();
+  daemon_watch_children();
+  // Flags for the children, from the table: each flag given goes to the processes it names.
+  auto pass = [&](Child& c, unsigned target) {
+    for (const ServeFlag& f : serve_flags()) {
+      if ((f.targets & target) == 0) continue;
+      const std::string name = std::string("--") + std::string(f.child_name.empty() ? f.name : f.child_name);
+      if (f.kind == FlagKind::kBool) {
+        if (args->has(std::string(f.name))) c.argv.push_back(name);
+        continue;
+      }
+      for (const std::string& v : args->get_all(std::string(f.name))) c.argv.insert(c.argv.end(), {name, v});
+    }
+  };
+
+  Child loader{"hearth-loader", {sibling("hearth-loader"), "--model", *args->get("model")}};
+  pass(loader, kToLoader);
+  loader.argv.insert(loader.argv.end(), {"--tp", std::to_string(tp)});
+  std::unique_ptr<FdHolder> holder;
+  if (auto d = args->get("device")) {
     loader.argv.insert(loader.argv.end(), {"--device", *d});
-    const std::filesystem::path dir = args->get("shm-dir").value_or(shm_dir_default().string());
-    auto held = FdHolder::start(fd_holder_path(dir, instance));
+    auto held = FdHolder::start(fd_holder_path(shm_dir, instance));
     if (!held.is_ok()) {
       std::fprintf(stderr, "hearth serve: %s\n", held.status().to_string().c_str());
       return 1;
@@ -216,54 +207,33 @@ int serve_command(const std::vector<std::string>& argv) {
   for (int r = tp - 1; r >= 0; --r) {
     auto engine = std::make_unique<Child>(
         Child{tp == 1 ? "hearth-engine" : fmt::format("hearth-engine rank {}", r), {sibling("hearth-engine"), "--wait-weights", "60"}});
-    for (const char* flag : {"slots", "ctx", "kv-blocks", "max-batch-size", "max-batched-tokens", "threads", "kv-dtype",
-                             "max-grammar-bytes"}) {
-      if (auto v = args->get(flag)) engine->argv.insert(engine->argv.end(), {std::string("--") + flag, *v});
-    }
+    pass(*engine, kToEngine);
     if (tp > 1) {
       engine->argv.insert(engine->argv.end(), {"--rank", std::to_string(r), "--tp", std::to_string(tp), "--cpus", "auto"});
     }
     if (!devices.empty()) engine->argv.insert(engine->argv.end(), {"--backend", fmt::format("cuda:{}", devices[r])});
     ranks.push_back(std::move(engine));
   }
-  auto drain_ms = args->get_int("drain-timeout", 0, 3600000);
-  if (!drain_ms.is_ok()) {
-    std::fprintf(stderr, "hearth serve: %s\n\n%s", drain_ms.status().message().c_str(), kUsage);
-    return 2;
-  }
-  const int64_t drain_timeout_ms = drain_ms->value_or(30000);
-  const std::string host = args->get("host").value_or("127.0.0.1");
   auto listen_fd = listening_socket(host, args->get("port").value_or("8080"));
   if (!listen_fd.is_ok()) {
     std::fprintf(stderr, "hearth serve: %s\n", listen_fd.status().message().c_str());
     return 1;
   }
-  Child frontend{"hearth-frontend",
-                 {sibling("hearth-frontend"), "--listen-fd", "3", "--drain-timeout", std::to_string(drain_timeout_ms)}};
+  Child frontend{"hearth-frontend", {sibling("hearth-frontend"), "--listen-fd", "3"}};
   frontend.pass_fds = {*listen_fd};
-  if (args->has("lenient-fields")) frontend.argv.push_back("--lenient-fields");
-  if (auto t = args->get("chat-template")) {
-    // A file is named by its absolute path: the frontend may start in another directory.
-    const bool builtin = builtin_chat_template(*t).has_value();
-    if (!builtin && !std::filesystem::is_regular_file(*t)) {
-      std::fprintf(stderr, "hearth serve: --chat-template %s: no such file, and not a built-in name\n\n%s", t->c_str(),
-                   kUsage);
-      return 2;
-    }
-    frontend.argv.insert(frontend.argv.end(),
-                         {"--chat-template", builtin ? *t : std::filesystem::absolute(*t).string()});
-  }
-  if (auto p = args->get("tool-call-parser")) {
-    if (auto f = tool_call_format_from_name(*p); !f.is_ok()) {
-      std::fprintf(stderr, "hearth serve: %s\n\n%s", f.status().message().c_str(), kUsage);
-      return 2;
-    }
-    frontend.argv.insert(frontend.argv.end(), {"--tool-call-parser", *p});
-  }
+  pass(frontend, kToFrontend);
+  // The chat template by its absolute path; the keys in the environment, not in argv
+  // (which any user may read in /proc).
+  std::erase_if(frontend.argv, [&, skip = false](const std::string& a) mutable {
+    if (skip) return !(skip = false);
+    if (a == "--chat-template") return skip = true;
+    return false;
+  });
+  if (!chat_template.empty()) frontend.argv.insert(frontend.argv.end(), {"--chat-template", chat_template});
+  frontend.env.push_back(fmt::format("{}={}", kApiKeyEnv, fmt::join(*keys, ",")));
   std::vector<Child*> children = {&loader};
   for (auto& r : ranks) children.push_back(r.get());
   children.push_back(&frontend);
-  for (Child* c : children) c->argv.insert(c->argv.end(), common.begin(), common.end());
 
   for (Child* c : children) {
     if (Status st = start(*c, std::chrono::seconds(c == &loader ? 3600 : 120)); !st.is_ok()) {
@@ -317,7 +287,7 @@ int serve_command(const std::vector<std::string>& argv) {
       if (!status) continue;
       HEARTH_LOG_WARN("{} exited with status {}; starting it again", c->name, *status);
       if (std::chrono::steady_clock::now() - c->started < std::chrono::seconds(10) && ++c->restarts > 5) {
-        std::fprintf(stderr, "hearth serve: %s keeps failing: %s\n", c->name.c_str(), c->process->err().c_str());
+        std::fprintf(stderr, "hearth serve: %s keeps failing (its log is above)\n", c->name.c_str());
         for (Child* other : children) other->process->signal(SIGTERM);
         return 1;
       }
@@ -341,6 +311,14 @@ int serve_command(const std::vector<std::string>& argv) {
   }
   loader.process->signal(SIGTERM);
   if (!loader.process->wait(std::chrono::seconds(30))) loader.process->signal(SIGKILL);
+  if (args->has("remove-on-exit")) {
+    std::vector<std::string> removed;
+    if (Status st = remove_instance(shm_dir, instance, /*dry_run=*/false, &removed); !st.is_ok()) {
+      std::fprintf(stderr, "hearth serve: --remove-on-exit: %s\n", st.to_string().c_str());
+      return 1;
+    }
+    HEARTH_LOG_INFO("removed {} files of instance {} (--remove-on-exit)", removed.size(), instance);
+  }
   return 0;
 }
 

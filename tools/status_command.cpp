@@ -31,13 +31,6 @@ size, state, fingerprint, the loader that created and the one that holds each se
 (running or not), and the processes that have it mapped.
 )";
 
-std::string comm_of(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name.empty() ? "?" : name;
-}
-
 std::string local_time(uint64_t unix_ms) {
   const std::time_t t = static_cast<std::time_t>(unix_ms / 1000);
   std::tm tm{};
@@ -171,7 +164,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
   boost::json::array attached;
   for (int pid : processes_mapping(path)) {
     if (pid == ::getpid()) continue;
-    attached.push_back(boost::json::object{{"pid", pid}, {"command", comm_of(pid)}});
+    attached.push_back(boost::json::object{{"pid", pid}, {"command", process_command(pid)}});
   }
   o["attached"] = std::move(attached);
   if (what == "broker") return describe_broker(path, std::move(o));

@@ -42,16 +42,18 @@ int listen_socket(uint16_t& port) {
 
 std::optional<double> metric_value(const std::string& metrics, const std::string& name) {
   std::istringstream in(metrics);
+  std::optional<double> sum;
   for (std::string line; std::getline(in, line);) {
-    if (line.size() > name.size() && line.compare(0, name.size(), name) == 0 && line[name.size()] == ' ') {
-      try {
-        return std::stod(line.substr(name.size() + 1));
-      } catch (const std::exception&) {
-        return std::nullopt;
-      }
+    if (line.size() <= name.size() || line.compare(0, name.size(), name) != 0) continue;
+    if (line[name.size()] != ' ' && line[name.size()] != '{') continue;
+    const size_t space = line.rfind(' ');
+    try {
+      sum = sum.value_or(0) + std::stod(line.substr(space + 1));
+    } catch (const std::exception&) {
+      return std::nullopt;
     }
   }
-  return std::nullopt;
+  return sum;
 }
 
 json::object status_of(const std::filesystem::path& shm, const std::string& instance) {

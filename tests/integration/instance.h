@@ -30,7 +30,8 @@ uint16_t free_port();
 // A listening TCP socket on 127.0.0.1 (port 0: any); -1 on failure. `port` gets its port.
 int listen_socket(uint16_t& port);
 
-// The value of an unlabelled sample in a Prometheus text body, or nullopt.
+// The value of a sample in a Prometheus text body (summed over its label sets: `name` and
+// `name{...}` lines), or nullopt when there is none.
 std::optional<double> metric_value(const std::string& metrics, const std::string& name);
 
 // `hearth status --json` for one instance, by segment ("broker", "weights"); empty on failure.

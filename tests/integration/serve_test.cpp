@@ -326,10 +326,9 @@ TEST_F(ServeTest, InfoRoutes) {
   const auto metrics = http_request(port_, "GET", "/metrics");
   EXPECT_NE(metrics.body.find("hearth_http_requests_total"), std::string::npos);
   // The completion above finished, so both latency histograms hold at least one sample.
-  for (const char* name : {"hearth_time_to_first_token_seconds_count ", "hearth_request_duration_seconds_count "}) {
-    const size_t at = metrics.body.find(name);
-    ASSERT_NE(at, std::string::npos) << metrics.body;
-    EXPECT_GE(std::stoll(metrics.body.substr(at + std::strlen(name))), 1) << metrics.body;
+  for (const char* name : {"hearth_time_to_first_token_seconds_count", "hearth_e2e_request_latency_seconds_count",
+                           "hearth_request_queue_time_seconds_count", "hearth_time_per_output_token_seconds_count"}) {
+    EXPECT_GE(metric_value(metrics.body, name).value_or(0), 1) << name << "\n" << metrics.body;
   }
 }
 
@@ -392,17 +391,26 @@ TEST_F(ServeTest, MetricsCountWhatHappened) {
   };
   const std::string before = metrics();
   EXPECT_EQ(value(before, "hearth_engine_up"), 1);
-  EXPECT_EQ(value(before, "hearth_kv_blocks_total"), 2048);
+  EXPECT_EQ(value(before, "hearth_kv_blocks_capacity"), 2048);
   const auto ok = post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 7}, {"temperature", 0}});
   ASSERT_EQ(ok.status, 200);
   const auto bad = post("/v1/completions", {{"prompt", kPrompt}, {"temperature", "hot"}});
   ASSERT_EQ(bad.status, 400);
   const std::string after = metrics();
-  // Two generation requests and the first /metrics; other tests of the suite may not run
+  // Two generation requests (scrapes are not counted); other tests of the suite may not run
   // meanwhile (ctest runs each in its own process, one fixture instance each).
-  EXPECT_EQ(value(after, "hearth_http_requests_total") - value(before, "hearth_http_requests_total"), 3);
+  // (A fresh server has no sample of it yet: no route answered.)
+  EXPECT_EQ(value(after, "hearth_http_requests_total") - metric_value(before, "hearth_http_requests_total").value_or(0), 2);
+  EXPECT_NE(after.find("hearth_http_requests_total{route=\"/v1/completions\",code=\"400\"}"), std::string::npos);
   EXPECT_EQ(value(after, "hearth_http_errors_total") - value(before, "hearth_http_errors_total"), 1);
-  EXPECT_EQ(value(after, "hearth_generated_tokens_total") - value(before, "hearth_generated_tokens_total"), 7);
+  EXPECT_EQ(value(after, "hearth_generation_tokens_total") - value(before, "hearth_generation_tokens_total"), 7);
+  EXPECT_EQ(value(after, "hearth_prompt_tokens_total") - value(before, "hearth_prompt_tokens_total"), 5);
+  EXPECT_EQ(value(after, "hearth_request_success_total") - value(before, "hearth_request_success_total"), 1);
+  EXPECT_NE(after.find("hearth_request_success_total{model_name=\"llama\",finished_reason=\"length\"}"),
+            std::string::npos);
+  EXPECT_EQ(value(after, "hearth_kv_cache_usage_perc"), 0);
+  EXPECT_EQ(value(after, "hearth_build_info"), 1);
+  EXPECT_GT(value(after, "process_resident_memory_bytes"), 0);
   EXPECT_GE(value(after, "hearth_engine_steps_total") - value(before, "hearth_engine_steps_total"), 7);
   EXPECT_EQ(value(after, "hearth_engine_running"), 0);
   EXPECT_EQ(value(after, "hearth_engine_waiting"), 0);

@@ -4,7 +4,9 @@
 //
 // - a client that vanishes mid-stream has its sequence cancelled at the engine within a
 //   few steps, and its slot and KV blocks come back;
-// - with every slot busy, a request is refused at once with 429 and Retry-After;
+// - with every slot busy and no queue (--max-queue 0), a request is refused at once with
+//   429 and Retry-After; with a queue, a burst waits for slots and is served, and what
+//   waits past --queue-timeout gets 429;
 // - a stream whose engine dies after its first tokens ends with an error event and
 //   [DONE] once --engine-wait has passed;
 // - a draining frontend answers /ready with 503, and after --drain-timeout ends a stream
@@ -86,6 +88,24 @@ class SlowEngineTest : public ::testing::Test {
     return metric_value(http_request(port, "GET", "/metrics").body, name).value_or(-1);
   }
 
+  // Two long streams that hold both slots until each has read `bytes` of events, then
+  // vanish; returned once both slots run (or after 10 s).
+  std::vector<std::future<std::string>> hold_both_slots(uint16_t port, size_t bytes) {
+    std::vector<std::future<std::string>> holders;
+    for (int i = 0; i < 2; ++i) {
+      holders.push_back(std::async(std::launch::async, [port, bytes] {
+        return http_post_and_vanish(port, "/v1/completions", long_request(true), bytes);
+      }));
+    }
+    for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
+      const auto st = status_of(instance_.shm(), instance_.name());
+      const auto& states = st.contains("broker") ? st.at("broker").at("slot_states").as_object() : json::object{};
+      if (states.contains("RUNNING") && states.at("RUNNING").to_number<int>() == 2) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    return holders;
+  }
+
   // Waits until the engine runs nothing and every slot is free (or `timeout`).
   bool idle(uint16_t port, std::chrono::milliseconds timeout) {
     for (const auto deadline = Clock::now() + timeout; Clock::now() < deadline;) {
@@ -126,24 +146,12 @@ TEST_F(SlowEngineTest, AClientThatVanishesMidStreamIsCancelledAtTheEngine) {
 
 TEST_F(SlowEngineTest, EverySlotBusyMeans429WithRetryAfterAtOnce) {
   uint16_t port = 0;
-  auto f = frontend(port);
+  auto f = frontend(port, {"--max-queue", "0"});
   ASSERT_TRUE(f);
   // Two long streams hold both slots: each reads a few dozen tokens' events (a second and
   // more at 40 ms a step) before it vanishes, so that the slots are surely both held when
   // the third request comes, however slowly a loaded machine polls their states.
-  std::atomic<int> streaming{0};
-  std::vector<std::future<std::string>> holders;
-  for (int i = 0; i < 2; ++i) {
-    holders.push_back(std::async(std::launch::async, [&] {
-      return http_post_and_vanish(port, "/v1/completions", long_request(true), 6000);
-    }));
-  }
-  for (auto deadline = Clock::now() + 10s; Clock::now() < deadline;) {
-    const auto st = status_of(instance_.shm(), instance_.name());
-    const auto& states = st.contains("broker") ? st.at("broker").at("slot_states").as_object() : json::object{};
-    if (states.contains("RUNNING") && states.at("RUNNING").to_number<int>() == 2) break;
-    std::this_thread::sleep_for(5ms);
-  }
+  auto holders = hold_both_slots(port, 6000);
   const auto t0 = Clock::now();
   const auto refused = http_request(port, "POST", "/v1/completions", long_request(false));
   const auto took = Clock::now() - t0;
@@ -157,6 +165,43 @@ TEST_F(SlowEngineTest, EverySlotBusyMeans429WithRetryAfterAtOnce) {
   const auto served = http_request(port, "POST", "/v1/completions",
                                    R"({"prompt": "Once upon a time", "max_tokens": 4, "temperature": 0})");
   EXPECT_EQ(served.status, 200) << served.body;
+}
+
+// Four times --slots short requests at once: they queue in the frontend and every one is
+// served, none refused; then, with both slots held by long streams, a request waits its
+// --queue-timeout and gets 429 with Retry-After, counted by reason.
+TEST_F(SlowEngineTest, ABurstWaitsInTheQueueAndTooLongAWaitIs429) {
+  uint16_t port = 0;
+  auto f = frontend(port, {"--max-queue", "16", "--queue-timeout", "2000"});
+  ASSERT_TRUE(f);
+  const std::string short_request =
+      R"({"prompt": "Once upon a time", "max_tokens": 3, "ignore_eos": true, "temperature": 0})";
+  std::vector<std::future<HttpResponse>> burst;
+  for (int i = 0; i < 8; ++i) {
+    burst.push_back(std::async(std::launch::async, [&] { return http_request(port, "POST", "/v1/completions", short_request); }));
+  }
+  for (auto& r : burst) {
+    const HttpResponse got = r.get();
+    EXPECT_EQ(got.status, 200) << got.body;
+  }
+  const std::string m = http_request(port, "GET", "/metrics").body;
+  EXPECT_EQ(metric_value(m, "hearth_requests_rejected_total"), 0) << m;
+  EXPECT_EQ(metric_value(m, "hearth_request_queue_time_seconds_count"), 8) << m;
+  EXPECT_EQ(metric_value(m, "hearth_frontend_queue_requests"), 0) << m;
+
+  auto holders = hold_both_slots(port, 40000);  // ~8 s of events, past the queue timeout
+  const auto t0 = Clock::now();
+  const auto refused = http_request(port, "POST", "/v1/completions", short_request);
+  const auto waited = Clock::now() - t0;
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(refused.headers.count("retry-after"), 1u);
+  EXPECT_NE(refused.body.find("stayed busy"), std::string::npos) << refused.body;
+  EXPECT_GE(waited, 1800ms) << "it waited in the queue first";
+  EXPECT_LT(waited, 5s);
+  const std::string after = http_request(port, "GET", "/metrics").body;
+  EXPECT_NE(after.find("hearth_requests_rejected_total{reason=\"queue_timeout\"} 1"), std::string::npos) << after;
+  for (auto& h : holders) h.get();
+  ASSERT_TRUE(idle(port, 3s));
 }
 
 TEST_F(SlowEngineTest, AStreamWhoseEngineDiesAfterItsFirstTokensEndsWithAnErrorEventAndDone) {

@@ -65,3 +65,20 @@ TEST(ArgsTest, DoublesMustBeFinite) {
 
 }  // namespace
 }  // namespace hearth
+
+namespace hearth {
+namespace {
+
+TEST(ArgsTest, RepeatedFlagsKeepEveryValueAndPositionalsAreOptIn) {
+  auto args = Args::parse({"m.gguf", "--name", "a", "--name=b", "--x"}, {"name"}, {"x"}, /*allow_positionals=*/true);
+  ASSERT_TRUE(args.is_ok()) << args.status().to_string();
+  EXPECT_EQ(args->get("name"), "b");
+  EXPECT_EQ(args->get_all("name"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(args->get_all("other").empty());
+  EXPECT_EQ(args->positionals(), std::vector<std::string>{"m.gguf"});
+  EXPECT_FALSE(Args::parse({"m.gguf"}, {}, {}).is_ok());
+  EXPECT_FALSE(Args::parse({"-m"}, {}, {}, true).is_ok()) << "a dash is never a positional";
+}
+
+}  // namespace
+}  // namespace hearth

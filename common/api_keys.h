@@ -1,0 +1,22 @@
+// API keys for the HTTP API: given on the command line (--api-key), in files
+// (--api-key-file: one key per line, blank lines and lines starting with # skipped) or
+// in the environment (HEARTH_API_KEY, several separated by commas). Keys are printable
+// ASCII without spaces, 8 to 512 characters.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hearth {
+
+inline constexpr const char* kApiKeyEnv = "HEARTH_API_KEY";
+
+// Every key from `keys`, the `files` and $HEARTH_API_KEY, in that order, without
+// duplicates; an unreadable file, a file without keys or a malformed key is an error
+// naming where it came from (never the key itself).
+Result<std::vector<std::string>> collect_api_keys(const std::vector<std::string>& keys,
+                                                  const std::vector<std::string>& files);
+
+}  // namespace hearth
