@@ -5,7 +5,11 @@
 // --version and log flags; and an engine that stops answering (SIGSTOP): 503 at once
 // after the wait, a clean recovery after SIGCONT.
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -384,6 +388,72 @@ TEST(EngineStoppedTest, FastServiceUnavailableThenACleanRecovery) {
     ++objects;
   }
   EXPECT_GE(objects, 5);
+}
+
+// A TCP connection to 127.0.0.1:port that sends nothing; -1 on failure.
+int idle_connection(uint16_t port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// What the server sends on `fd` until it closes it (or `timeout`).
+std::string read_until_closed(int fd, std::chrono::milliseconds timeout) {
+  std::string got;
+  for (const auto deadline = Clock::now() + timeout; Clock::now() < deadline;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n <= 0) return got + (n == 0 ? "<closed>" : "<error>");
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got;
+}
+
+// Idle or slow clients cannot hold the server: past --max-connections a connection is
+// answered 503 and closed, and a connection that sends nothing is closed after
+// --read-timeout, freeing its place.
+TEST(ConnectionLimitsTest, ACapOnConnectionsAndAReadTimeout) {
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  Instance p("conns");
+  ASSERT_EQ(p.load(model), "");
+  std::string failure;
+  auto engine = p.engine({"--slots", "4", "--ctx", "256", "--threads", "1"}, {}, &failure);
+  ASSERT_TRUE(engine) << failure;
+  uint16_t port = 0;
+  auto frontend = p.frontend(port, {"--max-connections", "2", "--read-timeout", "1000"}, {}, &failure);
+  ASSERT_TRUE(frontend) << failure;
+  const int a = idle_connection(port), b = idle_connection(port);
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  std::this_thread::sleep_for(100ms);  // both accepted
+  const int c = idle_connection(port);
+  ASSERT_GE(c, 0);
+  const std::string refused = read_until_closed(c, 3s);
+  EXPECT_TRUE(refused.starts_with("HTTP/1.1 503")) << refused;
+  EXPECT_NE(refused.find("too many open connections"), std::string::npos) << refused;
+  EXPECT_TRUE(refused.ends_with("<closed>")) << refused;
+  ::close(c);
+  // The idle two are closed by the read timeout; then requests are served again.
+  const auto t0 = Clock::now();
+  EXPECT_TRUE(read_until_closed(a, 5s).ends_with("<closed>"));
+  EXPECT_TRUE(read_until_closed(b, 5s).ends_with("<closed>"));
+  EXPECT_GE(Clock::now() - t0, 700ms) << "not before the read timeout";
+  ::close(a);
+  ::close(b);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(http_request(port, "POST", "/v1/completions", kCompletion).status, 200);
+  const std::string m = http_request(port, "GET", "/metrics").body;
+  EXPECT_NE(m.find("hearth_requests_rejected_total{reason=\"connections\"} 1"), std::string::npos) << m;
 }
 
 }  // namespace
