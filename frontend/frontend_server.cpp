@@ -422,6 +422,7 @@ class Session : public std::enable_shared_from_this<Session> {
     res->keep_alive(keep_alive_);
     res->body() = std::move(body);
     res->prepare_payload();
+    if (status == 204) res->erase(http::field::content_length);  // a 204 has no body, and says none
     http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, size_t) {
       if (ec) return self->close();
       if (!self->keep_alive_) return self->after_watch([self] { self->linger(); });

@@ -136,6 +136,7 @@ TEST_F(OperatorTest, CorsPreflightAndResponsesForAnAllowedOrigin) {
   EXPECT_NE(preflight.headers.at("access-control-allow-methods").find("POST"), std::string::npos);
   EXPECT_EQ(preflight.headers.at("access-control-allow-headers"), "authorization, content-type");
   EXPECT_EQ(preflight.headers.count("access-control-max-age"), 1u);
+  EXPECT_EQ(preflight.headers.count("content-length"), 0u) << "a 204 carries no Content-Length";
   // The request itself: readable by the page, its request id too.
   auto headers = bearer(kKey);
   headers["Origin"] = "https://app.example";
