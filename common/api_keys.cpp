@@ -59,4 +59,20 @@ Result<std::vector<std::string>> collect_api_keys(const std::vector<std::string>
   return out;
 }
 
+Result<AccessFlags> access_flags(const Args& args) {
+  AccessFlags a;
+  HEARTH_ASSIGN_OR_RETURN(a.api_keys, collect_api_keys(args.get_all("api-key"), args.get_all("api-key-file")));
+  a.metrics_auth = args.has("metrics-auth");
+  if (a.metrics_auth && a.api_keys.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "--metrics-auth needs an API key (--api-key)");
+  }
+  a.cors_origins = args.get_all("cors-origin");
+  for (const std::string& origin : a.cors_origins) {
+    if (origin != "*" && !origin.starts_with("http://") && !origin.starts_with("https://")) {
+      return make_error(ErrorCode::kInvalidArgument, "--cors-origin {}: an origin is * or scheme://host[:port]", origin);
+    }
+  }
+  return a;
+}
+
 }  // namespace hearth

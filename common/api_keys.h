@@ -1,12 +1,14 @@
-// API keys for the HTTP API: given on the command line (--api-key), in files
+// Who may call the HTTP API. API keys: given on the command line (--api-key), in files
 // (--api-key-file: one key per line, blank lines and lines starting with # skipped) or
-// in the environment (HEARTH_API_KEY, several separated by commas). Keys are printable
-// ASCII without spaces, 8 to 512 characters.
+// in the environment (HEARTH_API_KEY, several separated by commas); keys are printable
+// ASCII without spaces, 8 to 512 characters. Browser origins: --cors-origin, `*` or
+// scheme://host[:port]. hearth-frontend and `hearth serve` read these flags alike.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "common/args.h"
 #include "common/status.h"
 
 namespace hearth {
@@ -18,5 +20,14 @@ inline constexpr const char* kApiKeyEnv = "HEARTH_API_KEY";
 // naming where it came from (never the key itself).
 Result<std::vector<std::string>> collect_api_keys(const std::vector<std::string>& keys,
                                                   const std::vector<std::string>& files);
+
+struct AccessFlags {
+  std::vector<std::string> api_keys;
+  bool metrics_auth = false;
+  std::vector<std::string> cors_origins;
+};
+// --api-key, --api-key-file (and the environment), --metrics-auth (which needs a key) and
+// --cors-origin from `args`, checked; errors name the flag.
+Result<AccessFlags> access_flags(const Args& args);
 
 }  // namespace hearth

@@ -115,17 +115,11 @@ int main(int argc, char** argv) {
                            &max_connections.status(), &read_timeout.status()}) {
     if (!st->is_ok()) return usage_error(st->message());
   }
-  auto keys = collect_api_keys(args->get_all("api-key"), args->get_all("api-key-file"));
-  if (!keys.is_ok()) return usage_error(keys.status().message());
-  o.api_keys = std::move(*keys);
-  o.metrics_auth = args->has("metrics-auth");
-  if (o.metrics_auth && o.api_keys.empty()) return usage_error("--metrics-auth needs an API key (--api-key)");
-  o.cors_origins = args->get_all("cors-origin");
-  for (const std::string& origin : o.cors_origins) {
-    if (origin != "*" && !origin.starts_with("http://") && !origin.starts_with("https://")) {
-      return usage_error(fmt::format("--cors-origin {}: an origin is * or scheme://host[:port]", origin));
-    }
-  }
+  auto access = access_flags(*args);
+  if (!access.is_ok()) return usage_error(access.status().message());
+  o.api_keys = std::move(access->api_keys);
+  o.metrics_auth = access->metrics_auth;
+  o.cors_origins = std::move(access->cors_origins);
   o.served_model_names = args->get_all("served-model-name");
   o.max_queue = static_cast<int>(max_queue->value_or(256));
   o.queue_timeout = std::chrono::milliseconds(queue_timeout->value_or(30000));

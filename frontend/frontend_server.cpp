@@ -180,10 +180,8 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   std::atomic<int> open_sessions{0};
   std::atomic<int64_t> pump_beat_ns{0};  // steady clock of the pump's last round
   std::atomic<bool> engine_up{false};
-  // Since when no engine is up (pump thread only); requests wait engine_wait from then.
-  std::optional<std::chrono::steady_clock::time_point> engine_down_since;
-  // CLOCK steady ns since when no engine is up (0 while one is), for the sessions: a
-  // request arriving once that is longer ago than engine_wait gets 503 at once.
+  // Steady-clock ns since when no engine is up (0 while one is; set by the pump): requests
+  // in flight wait engine_wait from then, and one arriving later than that gets 503 at once.
   std::atomic<int64_t> engine_down_since_ns{0};
   std::mutex mutex;  // guards `active` and `queue`
   std::list<std::shared_ptr<Generation>> active;
@@ -211,10 +209,9 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
     }
   }
   // Whether no engine has served for longer than engine_wait (a restart would be done by now).
-  bool engine_known_down() const {
+  bool engine_known_down(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) const {
     const int64_t since = engine_down_since_ns.load(std::memory_order_relaxed);
-    return since != 0 && std::chrono::steady_clock::now().time_since_epoch().count() - since >
-                              std::chrono::nanoseconds(options.engine_wait).count();
+    return since != 0 && now.time_since_epoch().count() - since > std::chrono::nanoseconds(options.engine_wait).count();
   }
   // The slots a queued generation still needs, claimed in order; false when every slot is
   // busy (it stays queued), and the error when a submission failed otherwise.
@@ -318,7 +315,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void post_response(int status, std::string body, std::string_view retry_after = {}) {
     asio::post(stream_.get_executor(),
                [self = shared_from_this(), status, body = std::move(body), retry = std::string(retry_after)]() mutable {
-                 if (status >= 400) ++self->server_->errors_total;
                  self->respond(status, std::move(body), "application/json", retry);
                  self->generation_.reset();
                });
@@ -374,7 +370,6 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_detokenize();
   void handle_metrics();
   void error(const Status& st, std::string_view retry_after = {}) {
-    ++server_->errors_total;
     respond(api_status_of(st), api_error_body(st), "application/json", retry_after);
   }
 
@@ -412,6 +407,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void respond(int status, std::string body, std::string_view content_type, std::string_view retry_after = {}) {
+    if (status >= 400) ++server_->errors_total;
     log_access(status);
     auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(status), 11);
     res->set(http::field::server, "hearth");
@@ -594,7 +590,6 @@ void Session::handle() {
   }
   if (method == http::verb::options) {
     if (!origin_allowed) {
-      ++server_->errors_total;
       const Status refused =
           origin.empty() ? make_error(ErrorCode::kInvalidArgument, "OPTIONS is for CORS preflights, which send an Origin")
                          : make_error(ErrorCode::kInvalidArgument,
@@ -616,7 +611,6 @@ void Session::handle() {
     const bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
     const std::string_view key = bearer ? std::string_view(auth.data() + 7, auth.size() - 7) : std::string_view();
     if (!bearer || !key_matches(key, o.api_keys)) {
-      ++server_->errors_total;
       extra_headers_.emplace_back("WWW-Authenticate", "Bearer");
       const std::string message = bearer ? "Incorrect API key provided."
                                          : "No API key provided: send it as the header Authorization: Bearer KEY.";
@@ -630,7 +624,6 @@ void Session::handle() {
     }
   }
   if (route->method != method) {
-    ++server_->errors_total;
     auto body = api_error_body(make_error(ErrorCode::kInvalidArgument, "{} does not accept {}", path,
                                           std::string(http::to_string(method))));
     return respond(405, std::move(body), "application/json");
@@ -731,7 +724,7 @@ void render_tp_metrics(std::string& out, const FrontendOptions& o) {
       {"hearth_tp_rank_last_step_seconds", "gauge", "The rank's latest forward step"},
   };
   for (const Family& f : families) {
-    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
+    render_metric_header(out, f.name, f.type, f.help);
     for (int r = 0; r < tp->tp_size(); ++r) {
       const TpRankEntry& e = tp->rank(r);
       double v = 0;
@@ -762,8 +755,8 @@ void Session::handle_metrics() {
   const BrokerHeader& h = s.client->broker().header();
   const std::string& m = s.model_label;
   std::string out;
-  out += "# HELP hearth_http_requests_total HTTP requests answered, by route and status (probes and scrapes not counted)\n"
-         "# TYPE hearth_http_requests_total counter\n";
+  render_metric_header(out, "hearth_http_requests_total", "counter",
+                       "HTTP requests answered, by route and status (probes and scrapes not counted)");
   {
     std::lock_guard lock(s.responses_mu);
     for (const auto& [key, n] : s.responses) {
@@ -773,8 +766,8 @@ void Session::handle_metrics() {
   }
   render_metric(out, "hearth_http_errors_total", "counter", "HTTP requests answered with an error status",
                 static_cast<double>(s.errors_total.load()));
-  out += "# HELP hearth_requests_rejected_total Generation requests turned away before they ran, by reason\n"
-         "# TYPE hearth_requests_rejected_total counter\n";
+  render_metric_header(out, "hearth_requests_rejected_total", "counter",
+                       "Generation requests turned away before they ran, by reason");
   const std::pair<const char*, const std::atomic<uint64_t>*> rejected[] = {
       {"queue_full", &s.rejected_queue_full},
       {"queue_timeout", &s.rejected_queue_timeout},
@@ -787,8 +780,8 @@ void Session::handle_metrics() {
                 static_cast<double>(s.prompt_tokens_total.load()), m);
   render_metric(out, "hearth_generation_tokens_total", "counter", "Tokens generated and sent to clients",
                 static_cast<double>(s.tokens_total.load()), m);
-  out += "# HELP hearth_request_success_total Choices that finished, by finish reason (abort: the client left)\n"
-         "# TYPE hearth_request_success_total counter\n";
+  render_metric_header(out, "hearth_request_success_total", "counter",
+                       "Choices that finished, by finish reason (abort: the client left)");
   const char* reasons[] = {"stop", "length", "tool_calls", "abort"};
   for (size_t i = 0; i < std::size(reasons); ++i) {
     out += fmt::format("hearth_request_success_total{{{},finished_reason=\"{}\"}} {}\n", m, reasons[i],
@@ -1212,7 +1205,7 @@ void FrontendServer::Impl::advance(Generation& g) {
   // It waits --engine-wait from the later of its arrival and the engine's going away,
   // so a restarted engine in time resumes it and the client sees only a pause.
   const auto now = std::chrono::steady_clock::now();
-  if (!all_done && !g.failed && engine_down_since && now - *engine_down_since > options.engine_wait &&
+  if (!all_done && !g.failed && engine_known_down(now) &&
       now - g.started > options.engine_wait) {
     cancel_all();
     end_with_error(make_error(ErrorCode::kUnavailable, "no engine answered within {} ms; try again",
@@ -1288,10 +1281,8 @@ void FrontendServer::Impl::pump_loop() {
     const bool up = probe_engine();
     engine_up.store(up, std::memory_order_relaxed);
     if (up) {
-      engine_down_since.reset();
       engine_down_since_ns.store(0, std::memory_order_relaxed);
-    } else if (!engine_down_since) {
-      engine_down_since = round;
+    } else if (engine_down_since_ns.load(std::memory_order_relaxed) == 0) {
       engine_down_since_ns.store(std::max<int64_t>(1, round.time_since_epoch().count()), std::memory_order_relaxed);
     }
     const uint32_t seen = client->news();

@@ -31,9 +31,13 @@ void LatencyHistogram::observe(double seconds) {
   sum_ns_.fetch_add(static_cast<uint64_t>(std::llround(std::min(seconds, 1e9) * 1e9)), std::memory_order_relaxed);
 }
 
+void render_metric_header(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
 void LatencyHistogram::render(std::string& out, std::string_view name, std::string_view help,
                               std::string_view labels) const {
-  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  render_metric_header(out, name, "histogram", help);
   const std::string sep = labels.empty() ? "" : fmt::format("{},", labels);
   const std::string own = labels.empty() ? "" : fmt::format("{{{}}}", labels);
   // Read the total first: observers add to a bucket before the count, so a bucket read
@@ -52,8 +56,8 @@ void LatencyHistogram::render(std::string& out, std::string_view name, std::stri
 
 void render_metric(std::string& out, std::string_view name, std::string_view type, std::string_view help,
                    double value, std::string_view labels) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{}{} {}\n", name, help, name, type, name,
-                     labels.empty() ? std::string() : fmt::format("{{{}}}", labels), value);
+  render_metric_header(out, name, type, help);
+  out += fmt::format("{}{} {}\n", name, labels.empty() ? std::string() : fmt::format("{{{}}}", labels), value);
 }
 
 std::string metric_label(std::string_view label, std::string_view value) {

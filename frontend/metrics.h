@@ -42,6 +42,9 @@ class LatencyHistogram {
   std::atomic<uint64_t> sum_ns_{0};
 };
 
+// The `# HELP` and `# TYPE` lines of a family, whose samples the caller writes.
+void render_metric_header(std::string& out, std::string_view name, std::string_view type, std::string_view help);
+
 // One `# HELP`, `# TYPE` and sample line of a counter or gauge; `labels` as above.
 void render_metric(std::string& out, std::string_view name, std::string_view type, std::string_view help,
                    double value, std::string_view labels = {});

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -161,21 +162,17 @@ int serve_command(const std::vector<std::string>& argv) {
     }
     chat_template = builtin ? *t : std::filesystem::absolute(*t).string();
   }
-  for (const std::string& origin : args->get_all("cors-origin")) {
-    if (origin != "*" && !origin.starts_with("http://") && !origin.starts_with("https://")) {
-      return usage_error(fmt::format("--cors-origin {}: an origin is * or scheme://host[:port]", origin));
-    }
-  }
-  auto keys = collect_api_keys(args->get_all("api-key"), args->get_all("api-key-file"));
-  if (!keys.is_ok()) return usage_error(keys.status().message());
-  if (args->has("metrics-auth") && keys->empty()) return usage_error("--metrics-auth needs an API key (--api-key)");
+  auto access = access_flags(*args);
+  if (!access.is_ok()) return usage_error(access.status().message());
   const std::string host = args->get("host").value_or("127.0.0.1");
   const int64_t drain_timeout_ms = args->get_int("drain-timeout", 0, 3600000)->value_or(30000);
   const std::filesystem::path shm_dir = args->get("shm-dir").value_or(shm_dir_default().string());
 
   daemon_block_signals();
   daemon_watch_children();
-  // Flags for the children, from the table: each flag given goes to the processes it names.
+  // Flags for the children, from the table: each flag given goes to the processes it names,
+  // with the value serve resolved where it did (a template file by its absolute path).
+  const std::map<std::string_view, std::string> resolved = {{"chat-template", chat_template}};
   auto pass = [&](Child& c, unsigned target) {
     for (const ServeFlag& f : serve_flags()) {
       if ((f.targets & target) == 0) continue;
@@ -184,7 +181,10 @@ int serve_command(const std::vector<std::string>& argv) {
         if (args->has(std::string(f.name))) c.argv.push_back(name);
         continue;
       }
-      for (const std::string& v : args->get_all(std::string(f.name))) c.argv.insert(c.argv.end(), {name, v});
+      for (const std::string& v : args->get_all(std::string(f.name))) {
+        const auto r = resolved.find(f.name);
+        c.argv.insert(c.argv.end(), {name, r != resolved.end() ? r->second : v});
+      }
     }
   };
 
@@ -222,15 +222,8 @@ int serve_command(const std::vector<std::string>& argv) {
   Child frontend{"hearth-frontend", {sibling("hearth-frontend"), "--listen-fd", "3"}};
   frontend.pass_fds = {*listen_fd};
   pass(frontend, kToFrontend);
-  // The chat template by its absolute path; the keys in the environment, not in argv
-  // (which any user may read in /proc).
-  std::erase_if(frontend.argv, [&, skip = false](const std::string& a) mutable {
-    if (skip) return !(skip = false);
-    if (a == "--chat-template") return skip = true;
-    return false;
-  });
-  if (!chat_template.empty()) frontend.argv.insert(frontend.argv.end(), {"--chat-template", chat_template});
-  frontend.env.push_back(fmt::format("{}={}", kApiKeyEnv, fmt::join(*keys, ",")));
+  // The keys go in the environment, not in argv (which any user may read in /proc).
+  frontend.env.push_back(fmt::format("{}={}", kApiKeyEnv, fmt::join(access->api_keys, ",")));
   std::vector<Child*> children = {&loader};
   for (auto& r : ranks) children.push_back(r.get());
   children.push_back(&frontend);

@@ -254,7 +254,8 @@ Result<Args> parse_serve_args(const std::vector<std::string>& argv_in) {
       return make_error(ErrorCode::kInvalidArgument, "the model is given twice: \"{}\" and --model {}",
                         cli.positionals()[0], *cli.get("model"));
     }
-    argv.erase(std::find(argv.begin(), argv.end(), cli.positionals()[0]));
+    // As --model too; the positional itself stays (and is passed over below): erasing it by
+    // value could take a flag's value that happens to be the same text.
     argv.insert(argv.end(), {"--model", cli.positionals()[0]});
   }
   if (auto config = cli.get("config")) {
@@ -271,7 +272,7 @@ Result<Args> parse_serve_args(const std::vector<std::string>& argv_in) {
     }
     argv.insert(argv.begin(), from_file.begin(), from_file.end());
   }
-  HEARTH_ASSIGN_OR_RETURN(Args args, Args::parse(argv, value_flags, bool_flags));
+  HEARTH_ASSIGN_OR_RETURN(Args args, Args::parse(argv, value_flags, bool_flags, /*allow_positionals=*/true));
   // Every value against the table, before anything starts.
   for (const ServeFlag& f : kFlags) {
     const std::vector<std::string> values = args.get_all(std::string(f.name));
@@ -329,19 +330,24 @@ std::string serve_usage() {
     std::string head = fmt::format("  --{}{}{}", f.name, f.value.empty() ? "" : " ", f.value);
     std::string help(f.help);
     if (!f.default_text.empty()) help += fmt::format(" (default {})", f.default_text);
-    // Wrapped at 100 columns, help from column 30.
-    std::string line = head.size() < 28 ? head + std::string(28 - head.size(), ' ') : head + "\n" + std::string(28, ' ');
-    size_t col = head.size() < 28 ? 28 : 28;
+    // Help from column 28 (on the next line after a long flag), words wrapped at 100.
+    constexpr size_t kHelpColumn = 28, kWidth = 100;
+    const std::string indent(kHelpColumn, ' ');
+    std::string line = head.size() < kHelpColumn ? head + std::string(kHelpColumn - head.size(), ' ') : head + "\n" + indent;
+    size_t col = kHelpColumn;
     for (size_t a = 0; a < help.size();) {
-      size_t b = help.find(' ', a);
-      if (b == std::string::npos) b = help.size();
-      const std::string word = help.substr(a, b - a);
-      if (col + word.size() + 1 > 100 && col > 28) {
-        line += "\n" + std::string(28, ' ');
-        col = 28;
+      const size_t b = std::min(help.find(' ', a), help.size());
+      const std::string_view word = std::string_view(help).substr(a, b - a);
+      if (col > kHelpColumn && col + 1 + word.size() > kWidth) {
+        line += "\n" + indent;
+        col = kHelpColumn;
       }
-      line += (col > 28 ? " " : "") + word;
-      col += word.size() + (col > 28 ? 1 : 0);
+      if (col > kHelpColumn) {
+        line += ' ';
+        ++col;
+      }
+      line += word;
+      col += word.size();
       a = b + 1;
     }
     out += line + "\n";

@@ -63,6 +63,11 @@ TEST(ServeFlagTableTest, FlagsWinOverTheFileAndTheModelMayBePositional) {
   auto short_form = parse_serve_args({"-m", model});
   ASSERT_TRUE(short_form.is_ok());
   EXPECT_EQ(short_form->get("model"), model);
+  // A flag whose value is the same text as the model stays that flag's.
+  auto same_text = parse_serve_args({"--tokenizer", model, model});
+  ASSERT_TRUE(same_text.is_ok()) << same_text.status().to_string();
+  EXPECT_EQ(same_text->get("tokenizer"), model);
+  EXPECT_EQ(same_text->get("model"), model);
   EXPECT_FALSE(parse_serve_args({model, "--model", model}).is_ok());
   EXPECT_FALSE(parse_serve_args({model, model}).is_ok());
 }
@@ -95,8 +100,12 @@ TEST(ServeFlagTableTest, EveryFlagHasHelpAndASectionAndTheTableIsConsistent) {
     EXPECT_FALSE(f.help.empty()) << f.name;
     EXPECT_FALSE(f.section.empty()) << f.name;
     EXPECT_NE(f.targets, 0u) << f.name;
-    if (f.kind == FlagKind::kInt) EXPECT_LT(f.min, f.max) << f.name;
-    if (f.kind == FlagKind::kChoice) EXPECT_FALSE(f.choices.empty()) << f.name;
+    if (f.kind == FlagKind::kInt) {
+      EXPECT_LT(f.min, f.max) << f.name;
+    }
+    if (f.kind == FlagKind::kChoice) {
+      EXPECT_FALSE(f.choices.empty()) << f.name;
+    }
     EXPECT_NE(serve_usage().find("--" + std::string(f.name)), std::string::npos) << f.name;
     EXPECT_NE(serve_flag_reference().find("`--" + std::string(f.name) + "`"), std::string::npos) << f.name;
   }
