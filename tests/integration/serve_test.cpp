@@ -396,7 +396,15 @@ TEST_F(ServeTest, MetricsCountWhatHappened) {
   ASSERT_EQ(ok.status, 200);
   const auto bad = post("/v1/completions", {{"prompt", kPrompt}, {"temperature", "hot"}});
   ASSERT_EQ(bad.status, 400);
-  const std::string after = metrics();
+  // The engine publishes its statistics after its step, so a scrape right after the
+  // response may be a step behind (seen under ASan): wait until it has caught up.
+  std::string after = metrics();
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       std::chrono::steady_clock::now() < deadline &&
+       (metric_value(after, "hearth_engine_running") != 0 || metric_value(after, "hearth_kv_blocks_used") != 0);) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    after = metrics();
+  }
   // Two generation requests (scrapes are not counted); other tests of the suite may not run
   // meanwhile (ctest runs each in its own process, one fixture instance each).
   // (A fresh server has no sample of it yet: no route answered.)
