@@ -107,10 +107,11 @@ int main(int argc, char** argv) {
   // KV a decode step reads at the end of the run: every layer's K and V of every position.
   const uint64_t kv_bytes = static_cast<uint64_t>(prompt_len + gen) * 2 * static_cast<uint64_t>(config.n_layers) *
                             static_cast<uint64_t>(config.kv_dim()) * static_cast<uint64_t>(kernels::kv_dtype_bytes(*kv_dtype));
-  std::printf("{\"model\":\"%s\",\"harness\":\"hearth\",\"isa\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,"
+  std::printf("{\"model\":\"%s\",\"harness\":\"hearth\",\"cpu\":\"%s\",\"prefetch\":%d,\"isa\":\"%s\",\"threads\":%d,\"n_prompt\":%d,\"n_gen\":%d,"
               "\"kv_dtype\":\"%s\",\"weight_bytes_per_token\":%llu,\"kv_bytes_last_token\":%llu,\"prefill_tok_s\":%.2f,"
               "\"decode_tok_s\":%.3f,\"load_s\":%.3f,\"first_ids\":[",
-              name.c_str(), std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(),
+              name.c_str(), kernels::cpu::cpu_host_summary().c_str(), kernels::cpu::weight_prefetch_bytes(),
+              std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(),
               backend_options.threads == 0 ? default_thread_count() : backend_options.threads, prompt_len, gen,
               kernels::kv_dtype_name(*kv_dtype), static_cast<unsigned long long>(weight_bytes),
               static_cast<unsigned long long>(kv_bytes), prompt_len / run->prefill_seconds, gen / run->decode_seconds,

@@ -75,7 +75,10 @@ med = statistics.median
 bw = [r for r in rows if "threads1_gb_s" in r]
 bw1, bw2 = med(r["threads1_gb_s"] for r in bw), med(r["threads2_gb_s"] for r in bw)
 print(f"peer_compare: medians of {sys.argv[2]} interleaved rounds; read bandwidth (membw) "
-      f"{bw1:.1f} GB/s on 1 thread, {bw2:.1f} GB/s on 2\n")
+      f"{bw1:.1f} GB/s on 1 thread, {bw2:.1f} GB/s on 2")
+cpus = sorted({r.get("cpu", "?") for r in rows if r.get("harness") == "hearth"})
+prefetch = sorted({r.get("prefetch", "?") for r in rows if r.get("harness") == "hearth"})
+print(f"cpu: {'; '.join(cpus)}; hearth weight prefetch: {', '.join(map(str, prefetch))} bytes\n")
 print("| model | threads | llama.cpp prefill | hearth prefill | ratio | llama.cpp decode | hearth decode | ratio "
       "| hearth decode GB/s | of membw |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -28,6 +28,7 @@
 #include "common/args.h"
 #include "common/process.h"
 #include "common/subprocess.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -145,6 +146,7 @@ int main(int argc, char** argv) {
   };
   if (auto device = args->get("device")) return device_table(*device, types, model_of, shm, reps, env);
 
+  std::printf("# cpu: %s\n", hearth::kernels::cpu::cpu_host_summary().c_str());
   std::printf("# resident weights: 1B synthetic Llama (dim 2048, ffn 8192, 16 layers, 32/8 heads, vocab 32000)\n");
   std::printf("# shm %s, %s threads, medians of %d runs, page cache %s before the cold load\n", shm.c_str(),
               args->get("threads").value_or("all").c_str(), reps, can_drop ? "dropped" : "NOT dropped (not root)");

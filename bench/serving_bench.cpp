@@ -22,6 +22,7 @@
 #include "common/subprocess.h"
 #include "ipc/broker_client.h"
 #include "ipc/segment.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -128,6 +129,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int max_batch = 32;
+  std::printf("# cpu: %s\n", hearth::kernels::cpu::cpu_host_summary().c_str());
   std::printf("# serving: %s, prompt %d tokens, %d generated per stream, max batch %d sequences, %s threads\n",
               std::filesystem::path(model).filename().c_str(), prompt_tokens, max_tokens, max_batch,
               std::getenv("HEARTH_THREADS") ? std::getenv("HEARTH_THREADS") : "all");

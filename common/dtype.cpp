@@ -11,13 +11,15 @@ std::string_view dtype_name(DType type) {
     case DType::kQ4_0: return "q4_0";
     case DType::kQ8_0R16: return "q8_0r16";
     case DType::kQ4_0R16: return "q4_0r16";
+    case DType::kF16R16: return "f16r16";
+    case DType::kBF16R16: return "bf16r16";
   }
   return "unknown";
 }
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ8_0R16,
-                  DType::kQ4_0R16}) {
+                  DType::kQ4_0R16, DType::kF16R16, DType::kBF16R16}) {
     if (dtype_name(t) == name) return t;
   }
   return std::nullopt;
@@ -32,13 +34,15 @@ int dtype_block_elems(DType type) {
 }
 
 int dtype_row_group(DType type) {
-  return (type == DType::kQ8_0R16 || type == DType::kQ4_0R16) ? kRowInterleave : 1;
+  return dtype_plain(type) != type ? kRowInterleave : 1;
 }
 
 DType dtype_plain(DType type) {
   switch (type) {
     case DType::kQ8_0R16: return DType::kQ8_0;
     case DType::kQ4_0R16: return DType::kQ4_0;
+    case DType::kF16R16: return DType::kF16;
+    case DType::kBF16R16: return DType::kBF16;
     default: return type;
   }
 }
@@ -52,6 +56,8 @@ int dtype_block_bytes(DType type) {
     case DType::kQ4_0: return sizeof(BlockQ4_0);
     case DType::kQ8_0R16: return sizeof(BlockQ8_0);
     case DType::kQ4_0R16: return sizeof(BlockQ4_0);
+    case DType::kF16R16: return 2;
+    case DType::kBF16R16: return 2;
   }
   return 0;
 }

@@ -3,8 +3,9 @@
 // Quantized types are stored in blocks (ggml's layouts): Q8_0 is 32 int8 values with one
 // fp16 scale (34 bytes), Q4_0 is 32 4-bit values with one fp16 scale (18 bytes; byte j
 // holds element j in its low nibble and element j+16 in its high nibble, w = d*(q-8)).
-// The R16 variants hold the same blocks with 16 rows interleaved, the resident layout the
-// CPU kernels stream fastest (kernels/cpu/repack.h); they need rows % 16 == 0.
+// The R16 variants hold the same blocks (or, for F16/BF16, the same values) with 16 rows
+// interleaved, the resident layout the CPU kernels stream fastest (kernels/cpu/repack.h);
+// they need rows % 16 == 0 (and for F16R16/BF16R16 cols % 32 == 0).
 // Pure functions; thread-safe.
 #pragma once
 
@@ -23,6 +24,8 @@ enum class DType : uint8_t {
   kQ4_0 = 4,
   kQ8_0R16 = 5,  // Q8_0 blocks, 16 rows interleaved
   kQ4_0R16 = 6,  // Q4_0 blocks, 16 rows interleaved
+  kF16R16 = 7,   // F16 values, 16 rows interleaved 32 columns at a time
+  kBF16R16 = 8,  // BF16 values, the same
 };
 
 inline constexpr int kRowInterleave = 16;
@@ -47,7 +50,7 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ4_0) == 18);
 
-// "f32", "f16", "bf16", "q8_0", "q4_0", "q8_0r16", "q4_0r16".
+// "f32", "f16", "bf16", "q8_0", "q4_0", "q8_0r16", "q4_0r16", "f16r16", "bf16r16".
 std::string_view dtype_name(DType type);
 std::optional<DType> dtype_from_name(std::string_view name);
 

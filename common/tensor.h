@@ -36,8 +36,9 @@ std::string shape_string(const TensorView& t);
 
 // How a set of tensors is laid out for a backend's kernels, named in the weights segment
 // so that a backend can refuse one it cannot read. "plain": every tensor as its dtype
-// defines it (what model files hold); "cpu-r16": Q8_0 and Q4_0 matrices row-interleaved
-// by 16 (DType kQ8_0R16, kQ4_0R16) for the CPU kernels, the rest plain.
+// defines it (what model files hold); "cpu-r16": Q8_0, Q4_0, F16 and BF16 matrices
+// row-interleaved by 16 (DType kQ8_0R16, kQ4_0R16, kF16R16, kBF16R16) for the CPU
+// kernels, the rest (F32 tensors, vectors, the embedding table) plain.
 inline constexpr std::string_view kLayoutPlain = "plain";
 inline constexpr std::string_view kLayoutCpuR16 = "cpu-r16";
 

@@ -22,8 +22,8 @@
 namespace hearth {
 
 inline constexpr uint64_t kWeightsMagic = 0x5354484757525448ull;  // "HTRWGHTS" little-endian
-// 2: row-interleaved (R16) tensors; 3: names its layout; 4: token bytes
-inline constexpr uint32_t kWeightsLayoutVersion = 4;
+// 2: row-interleaved (R16) tensors; 3: names its layout; 4: token bytes; 5: F16/BF16 R16
+inline constexpr uint32_t kWeightsLayoutVersion = 5;
 inline constexpr uint32_t kWeightsHeaderBytes = 4096;
 inline constexpr int kMaxTensorParallel = 16;
 inline constexpr uint64_t kTensorAlignment = 64;

@@ -117,7 +117,7 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
     const WeightsEntry& e = entries[i];
     const std::string name = fixed_string(e.name, sizeof(e.name));
     if (name.empty() || e.n_dims < 1 || e.n_dims > 4 || e.rank >= h->tp_size ||
-        e.dtype > static_cast<uint32_t>(DType::kQ4_0R16) || e.split > 2) {
+        e.dtype > static_cast<uint32_t>(DType::kBF16R16) || e.split > 2) {
       return make_error(ErrorCode::kFormat, "{}: manifest entry {} is corrupt", path.string(), i);
     }
     int64_t elements = 1;

@@ -29,7 +29,9 @@ uint32_t ggml_type_code(DType type) {
     case DType::kQ8_0: return 8;
     case DType::kBF16: return 30;
     case DType::kQ8_0R16:
-    case DType::kQ4_0R16: break;  // hearth's own resident layouts have no GGUF type
+    case DType::kQ4_0R16:
+    case DType::kF16R16:
+    case DType::kBF16R16: break;  // hearth's own resident layouts have no GGUF type
   }
   return 0;
 }

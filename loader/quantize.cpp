@@ -54,7 +54,9 @@ void quantize_row(DType type, const float* src, int64_t n, std::byte* dst) {
       return;
     }
     case DType::kQ8_0R16:
-    case DType::kQ4_0R16: return;  // refused above
+    case DType::kQ4_0R16:
+    case DType::kF16R16:
+    case DType::kBF16R16: return;  // refused above
   }
 }
 

@@ -138,11 +138,11 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
                           "--tp {} splits {} into {} columns, not whole {} blocks: use a smaller --tp", o.tp,
                           spec.name, cols, dtype_name(type));
       }
-      // Quantized matrices take the row-interleaved layout the CPU kernels stream fastest;
-      // the embedding table stays plain because it is read a row at a time.
+      // Quantized and 16-bit matrices take the row-interleaved layout the CPU kernels
+      // stream fastest; the embedding table stays plain because it is read a row at a time.
       if (o.layout == kLayoutCpuR16 && spec.name != "token_embd.weight" && e.n_dims == 2 &&
           kernels::cpu::repack_supported(type, e.shape[0], cols)) {
-        type = type == DType::kQ8_0 ? DType::kQ8_0R16 : DType::kQ4_0R16;
+        type = kernels::cpu::r16_of(type);
       }
       e.dtype = static_cast<uint32_t>(type);
       int64_t elements = 1;
@@ -194,6 +194,12 @@ void write_tensor(const PlannedTensor& p, std::byte* base) {
   const WeightsEntry& e = p.entry;
   const auto resident_type = static_cast<DType>(e.dtype);
   const DType out_type = dtype_plain(resident_type);
+  // Whole source rows of the same type: repacked straight from the model file.
+  if (resident_type != out_type && src.dtype == out_type && p.col_begin == 0 && src.cols() == e.shape[1]) {
+    const uint64_t row_bytes = *dtype_bytes(src.dtype, src.cols());
+    kernels::cpu::repack_r16(out_type, src.data + p.row_begin * row_bytes, e.shape[0], e.shape[1], base + e.offset);
+    return;
+  }
   std::vector<std::byte> plain;
   std::byte* dst = base + e.offset;
   if (resident_type != out_type) {

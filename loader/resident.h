@@ -29,7 +29,7 @@ struct ResidentOptions {
   std::optional<DType> quant;       // kQ8_0 for --quant int8, kQ4_0 for --quant int4
   int tp = 1;
   bool hugepages = false;           // 2 MiB alignment and MADV_HUGEPAGE
-  // The tensor layout to write (kLayoutCpuR16: quantized matrices row-interleaved for
+  // The tensor layout to write (kLayoutCpuR16: quantized and 16-bit matrices row-interleaved for
   // the CPU kernels, by kernels/cpu/repack; kLayoutPlain: as quantized).
   std::string layout{kLayoutCpuR16};
 };

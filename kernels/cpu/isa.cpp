@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 namespace hearth::kernels::cpu {
 namespace {
@@ -34,6 +35,25 @@ CpuIsa initial() {
   return static_cast<int>(wanted) <= static_cast<int>(best) ? wanted : best;
 }
 
+int clamp_prefetch(int bytes) { return bytes < 0 ? 0 : bytes > 65536 ? 65536 : bytes / 64 * 64; }
+
+int parse_prefetch_env() {
+  const char* env = std::getenv("HEARTH_CPU_PREFETCH");
+  if (env == nullptr || *env == '\0') return -1;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*end != '\0' || v < 0 || v > 65536) return -1;
+  return static_cast<int>(v);
+}
+
+std::atomic<int>& prefetch() {
+  static std::atomic<int> bytes{[] {
+    const int env = parse_prefetch_env();
+    return env >= 0 ? clamp_prefetch(env) : kDefaultPrefetchBytes;
+  }()};
+  return bytes;
+}
+
 std::atomic<int>& current() {
   static std::atomic<int> isa{static_cast<int>(initial())};
   return isa;
@@ -50,12 +70,49 @@ std::string_view cpu_isa_name(CpuIsa isa) {
   return "unknown";
 }
 
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t begin = line.find_first_not_of(" \t", colon + 1);
+    return begin == std::string::npos ? "unknown cpu" : line.substr(begin);
+  }
+  return "unknown cpu";
+}
+
+std::string cpu_host_summary() {
+  __builtin_cpu_init();
+  std::string s = cpu_model_name() + "; path " + std::string(cpu_isa_name(cpu_isa())) + ";";
+  const auto flag = [&s](bool has, const char* name) {
+    if (has) s += std::string(" ") + name;
+  };
+  flag(__builtin_cpu_supports("avx2"), "avx2");
+  flag(__builtin_cpu_supports("fma"), "fma");
+  flag(has_f16c(), "f16c");
+  flag(__builtin_cpu_supports("avx512f"), "avx512f");
+  flag(__builtin_cpu_supports("avx512bw"), "avx512bw");
+  flag(__builtin_cpu_supports("avx512vl"), "avx512vl");
+  flag(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
+  flag(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
+  flag(__builtin_cpu_supports("avx512fp16"), "avx512fp16");
+  return s;
+}
+
 CpuIsa cpu_isa_detected() {
   static const CpuIsa best = detect();
   return best;
 }
 
 CpuIsa cpu_isa() { return static_cast<CpuIsa>(current().load(std::memory_order_relaxed)); }
+
+int weight_prefetch_bytes() { return prefetch().load(std::memory_order_relaxed); }
+
+void set_weight_prefetch_bytes(int bytes) { prefetch().store(clamp_prefetch(bytes), std::memory_order_relaxed); }
+
+int weight_prefetch_from_env() { return parse_prefetch_env(); }
 
 bool cpu_isa_force(CpuIsa isa) {
   if (static_cast<int>(isa) > static_cast<int>(cpu_isa_detected())) return false;

@@ -6,6 +6,7 @@
 // Thread-safe (the choice is an atomic).
 #pragma once
 
+#include <string>
 #include <string_view>
 
 namespace hearth::kernels::cpu {
@@ -22,5 +23,25 @@ CpuIsa cpu_isa();
 
 // Uses `isa` from now on; returns false (and changes nothing) when the CPU lacks it.
 bool cpu_isa_force(CpuIsa isa);
+
+// /proc/cpuinfo's "model name" ("unknown cpu" when there is none).
+std::string cpu_model_name();
+// What benchmarks print beside their figures: the model name, the path in use, and the
+// instruction-set extensions the kernels care about, e.g. "AMD EPYC; path avx512;
+// avx2 fma f16c avx512f avx512bw avx512vl avx512vnni avx512bf16".
+std::string cpu_host_summary();
+
+// How far ahead of use (bytes) the matmul kernels prefetch a decode step's weight stream
+// in software; 0 leaves it to the hardware prefetchers. Which distance is fastest depends
+// on the host (hardware prefetchers, page size, memory latency), so the engine measures
+// the candidates at start (engine/cpu_tuning.h) and sets it. HEARTH_CPU_PREFETCH=<bytes>
+// fixes it for the process: the engine then skips its measurement.
+inline constexpr int kDefaultPrefetchBytes = 8192;
+int weight_prefetch_bytes();
+// Sets the distance (clamped to [0, 65536], rounded down to whole cache lines).
+void set_weight_prefetch_bytes(int bytes);
+// The HEARTH_CPU_PREFETCH value, or -1 when it is unset (an unparsable value is -1 too,
+// and reported by the engine).
+int weight_prefetch_from_env();
 
 }  // namespace hearth::kernels::cpu

@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "common/check.h"
 #include "common/half.h"
@@ -134,12 +135,13 @@ void matmul_rows_scalar(const MatmulParams& params, int64_t row_begin, int64_t r
   const uint64_t row_bytes = *dtype_bytes(p.type, p.cols);
   const float* lut = fp16_table();
   const int64_t blocks = p.cols / 32;
-  thread_local BlockQ8_0 unpacked[8192];  // one R16 row in plain blocks (cols <= 262144)
+  thread_local std::vector<std::byte> unpacked;  // one R16 row in its plain layout
+  if (interleaved && unpacked.size() < row_bytes) unpacked.resize(row_bytes);
   for (int64_t r = row_begin; r < row_end; ++r) {
     const std::byte* row = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(r) * row_bytes;
     if (interleaved) {
-      unpack_row_r16(params.type, p.w, p.cols, r, unpacked);
-      row = reinterpret_cast<const std::byte*>(unpacked);
+      unpack_row_r16(params.type, p.w, p.cols, r, unpacked.data());
+      row = unpacked.data();
     }
     for (int64_t t = 0; t < p.n_tokens; ++t) {
       const float* x = p.x + t * p.cols;
@@ -176,7 +178,8 @@ void matmul_rows_scalar(const MatmulParams& params, int64_t row_begin, int64_t r
 void matmul_rows(const MatmulParams& params, int64_t row_begin, int64_t row_end) {
   MatmulParams p = params;
   p.row_bytes = *dtype_bytes(p.type, p.cols);
-  HEARTH_CHECK(dtype_row_group(p.type) == 1 || (p.rows % kRowInterleave == 0 && p.cols <= 262144))
+  p.prefetch_bytes = weight_prefetch_bytes();
+  HEARTH_CHECK(dtype_row_group(p.type) == 1 || (p.rows % kRowInterleave == 0 && p.cols % 32 == 0))
       << "row-interleaved weights of " << p.rows << " x " << p.cols << " reached the kernels";
   switch (cpu_isa()) {
     case CpuIsa::kAvx512: matmul_rows_avx512(p, row_begin, row_end); return;
@@ -225,6 +228,8 @@ void dequantize_row(DType type, const void* row, float* dst, int64_t n) {
     }
     case DType::kQ8_0R16:
     case DType::kQ4_0R16:
+    case DType::kF16R16:
+    case DType::kBF16R16:
       // Rows of interleaved matrices are not contiguous; callers unpack them with
       // unpack_row_r16. Models never use these layouts for row lookups.
       for (int64_t i = 0; i < n; ++i) dst[i] = 0.0f;

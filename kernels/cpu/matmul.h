@@ -50,6 +50,7 @@ struct MatmulParams {
   int64_t n_tokens = 0;
   float* y = nullptr;                          // [n_tokens, rows]
   uint64_t row_bytes = 0;                      // set by matmul_rows
+  int prefetch_bytes = 0;                      // set by matmul_rows (weight_prefetch_bytes(), isa.h)
 };
 
 // Computes y[t, r] for r in [row_begin, row_end) and every token, on the active path.

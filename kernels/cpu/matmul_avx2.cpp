@@ -27,7 +27,15 @@ inline __m256 load_w(const uint16_t* p, bool bf16) {
   return _mm256_cvtph_ps(h);
 }
 
-template <int R, int T, typename W, typename Load>
+// Where column k of a tile row lies: k itself in a plain row; in an F16R16/BF16R16 group
+// (repack.h) rows are 32 elements apart within 512-element chunks of 32 columns.
+template <bool Interleaved>
+inline int64_t col_at(int64_t k) {
+  if constexpr (Interleaved) return (k >> 5) * (kRowInterleave * 32) + (k & 31);
+  return k;
+}
+
+template <int R, int T, bool I, typename W, typename Load>
 void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride, int64_t k0, int64_t k1, Load load,
                 float* y, int64_t y_stride, bool accumulate) {
   __m256 acc[R][T];
@@ -54,8 +62,8 @@ void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       // The next tile's rows at this column, one prefetch per cache line.
-      if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0) prefetch_lines(w + (r + R) * row_stride + k, 64);
-      wr[r] = w + r * row_stride + k;
+      if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0) prefetch_lines(w + (r + R) * row_stride + col_at<I>(k), 64);
+      wr[r] = w + r * row_stride + col_at<I>(k);
     }
     #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) xr[t] = x + t * x_stride + k;
@@ -67,7 +75,7 @@ void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride
     const W* wr[R];
     const float* xr[T];
     for (int r = 0; r < R; ++r) {
-      for (int64_t i = k; i < k1; ++i) wpad[r][i - k] = w[r * row_stride + i];
+      for (int64_t i = k; i < k1; ++i) wpad[r][i - k] = w[r * row_stride + col_at<I>(i)];
       wr[r] = wpad[r];
     }
     for (int t = 0; t < T; ++t) {
@@ -86,24 +94,65 @@ void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride
   }
 }
 
-template <int R, typename W, typename Load>
+template <int R, bool I, typename W, typename Load>
 void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x, int64_t x_stride, int64_t k0,
                        int64_t k1, Load load, float* y, int64_t y_stride, bool accumulate) {
   switch (n) {
-    case 1: tile_float<R, 1>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
-    case 2: tile_float<R, 2>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
-    case 3: tile_float<R, 3>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
-    default: tile_float<R, 4>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+    case 1: tile_float<R, 1, I>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+    case 2: tile_float<R, 2, I>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+    case 3: tile_float<R, 3, I>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+    default: tile_float<R, 4, I>(w, row_stride, x, x_stride, k0, k1, load, y, y_stride, accumulate); return;
+  }
+}
+
+// Decode on F16R16/BF16R16: a group's 16 rows at once, chunk after chunk, so the matrix
+// is read front to back; the arithmetic is tile_float's (bit for bit the plain layout's).
+template <typename Load>
+void decode_float_r16(const uint16_t* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load) {
+  constexpr int G = kRowInterleave;
+  float out[G] = {};
+  for (int64_t g = row_begin / G; g * G < row_end; ++g) {
+    const uint16_t* gw = w + g * G * p.cols;
+    for (int64_t k0 = 0; k0 < p.cols; k0 += kFloatColBlock) {
+      const int64_t k1 = p.cols - k0 < kFloatColBlock ? p.cols : k0 + kFloatColBlock;
+      __m256 acc[G];
+      #pragma GCC unroll 16
+      for (int i = 0; i < G; ++i) acc[i] = _mm256_setzero_ps();
+      for (int64_t k = k0; k < k1; k += 32) {
+        const uint16_t* c = gw + col_at<true>(k);
+        prefetch_ahead(c, G * 64, p.prefetch_bytes);
+        #pragma GCC unroll 4
+        for (int q = 0; q < 4; ++q) {
+          const __m256 xv = _mm256_loadu_ps(p.x + k + 8 * q);
+          #pragma GCC unroll 16
+          for (int i = 0; i < G; ++i) acc[i] = _mm256_fmadd_ps(load(c + i * 32 + 8 * q), xv, acc[i]);
+        }
+      }
+      #pragma GCC unroll 16
+      for (int i = 0; i < G; ++i) {
+        const float v = hsum(acc[i]);
+        out[i] = k0 > 0 ? out[i] + v : v;
+      }
+    }
+    for (int i = 0; i < G; ++i) {
+      const int64_t r = g * G + i;
+      if (r >= row_begin && r < row_end) p.y[r] = out[i];
+    }
   }
 }
 
 // Rows [row_begin, row_end), 64 rows by kFloatColBlock columns at a time (the block's
 // weights stay in L2 for every token tile), 2 rows x 4 tokens per tile (16 registers),
-// 4 rows x 1 token for decode.
-template <typename W, typename Load>
+// 4 rows x 1 token for decode; never across a group of interleaved rows.
+template <bool I, typename W, typename Load>
 void matmul_float(const W* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load) {
   constexpr int kRows = 2, kTokens = 4;
   constexpr int64_t kRowBlock = 64;
+  // Row r's first element and the distance between the rows of a tile.
+  const int64_t row_stride = I ? 32 : p.cols;
+  auto row_at = [&](int64_t r) {
+    return I ? w + (r / kRowInterleave) * kRowInterleave * p.cols + (r % kRowInterleave) * 32 : w + r * p.cols;
+  };
   for (int64_t rb = row_begin; rb < row_end; rb += kRowBlock) {
     const int64_t re = row_end - rb < kRowBlock ? row_end : rb + kRowBlock;
     for (int64_t k0 = 0; k0 < p.cols; k0 += kFloatColBlock) {
@@ -112,16 +161,19 @@ void matmul_float(const W* w, const MatmulParams& p, int64_t row_begin, int64_t 
         const int64_t nt = p.n_tokens - t0 < kTokens ? p.n_tokens - t0 : kTokens;
         const float* x = p.x + t0 * p.cols;
         float* y = p.y + t0 * p.rows;
-        int64_t r = rb;
-        // One token (decode): 4 rows at a time, for 4 independent accumulator chains.
-        for (; nt == 1 && r + 4 <= re; r += 4) {
-          tile_float<4, 1>(w + r * p.cols, p.cols, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
-        }
-        for (; r + kRows <= re; r += kRows) {
-          tile_float_tokens<kRows>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
-        }
-        for (; r < re; ++r) {
-          tile_float_tokens<1>(nt, w + r * p.cols, p.cols, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
+        for (int64_t r = rb; r < re;) {
+          const int64_t group_end = (r / kRowInterleave + 1) * kRowInterleave;
+          const int64_t lim = I && group_end < re ? group_end : re;
+          // One token (decode): 4 rows at a time, for 4 independent accumulator chains.
+          for (; nt == 1 && r + 4 <= lim; r += 4) {
+            tile_float<4, 1, I>(row_at(r), row_stride, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
+          }
+          for (; r + kRows <= lim; r += kRows) {
+            tile_float_tokens<kRows, I>(nt, row_at(r), row_stride, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
+          }
+          for (; r < lim; ++r) {
+            tile_float_tokens<1, I>(nt, row_at(r), row_stride, x, p.cols, k0, k1, load, y + r, p.rows, k0 > 0);
+          }
         }
       }
     }
@@ -136,7 +188,7 @@ void rows_q8_0(const BlockQ8_0* w, const MatmulParams& p, int64_t t0, float* out
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_ahead(w + b, sizeof(BlockQ8_0));
+    prefetch_ahead(w + b, sizeof(BlockQ8_0), p.prefetch_bytes);
     const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b].qs));
     const __m256i aw = _mm256_sign_epi8(wv, wv);
     const float d = _cvtsh_ss(w[b].d);
@@ -166,7 +218,7 @@ void rows_q4_0(const BlockQ4_0* w, const MatmulParams& p, int64_t t0, float* out
     offset[t] = 0.0f;
   }
   for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_ahead(w + b, sizeof(BlockQ4_0));
+    prefetch_ahead(w + b, sizeof(BlockQ4_0), p.prefetch_bytes);
     const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b].qs));
     const __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low4);
     const float d = _cvtsh_ss(w[b].d);
@@ -193,6 +245,8 @@ void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* o
     case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
     case DType::kQ8_0R16:
     case DType::kQ4_0R16: return;  // computed by whole groups in matmul_rows_r16
+    case DType::kF16R16:
+    case DType::kBF16R16: return;  // computed by matmul_float and decode_float_r16
   }
 }
 
@@ -218,7 +272,7 @@ void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* a
   for (int t = 0; t < 2 * N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * block_bytes;
-    prefetch_ahead(o, static_cast<int>(block_bytes));
+    prefetch_ahead(o, static_cast<int>(block_bytes), p.prefetch_bytes);
     #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16 * h)));
@@ -284,18 +338,27 @@ void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) 
 }  // namespace
 
 void matmul_rows_avx2(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
+  const DType plain = dtype_plain(p.type);
+  if (plain == DType::kF32) {
+    matmul_float<false>(static_cast<const float*>(p.w), p, row_begin, row_end,
+                        [](const float* q) { return load_w(q); });
+    return;
+  }
+  if (plain == DType::kF16 || plain == DType::kBF16) {
+    const auto* w = static_cast<const uint16_t*>(p.w);
+    const bool bf16 = plain == DType::kBF16;
+    auto load = [bf16](const uint16_t* q) { return load_w(q, bf16); };
+    if (p.type == plain) {
+      matmul_float<false>(w, p, row_begin, row_end, load);
+    } else if (p.n_tokens == 1) {
+      decode_float_r16(w, p, row_begin, row_end, load);
+    } else {
+      matmul_float<true>(w, p, row_begin, row_end, load);
+    }
+    return;
+  }
   if (dtype_row_group(p.type) > 1) {
     matmul_rows_r16(p, row_begin, row_end);
-    return;
-  }
-  if (p.type == DType::kF32) {
-    matmul_float(static_cast<const float*>(p.w), p, row_begin, row_end, [](const float* q) { return load_w(q); });
-    return;
-  }
-  if (p.type == DType::kF16 || p.type == DType::kBF16) {
-    const bool bf16 = p.type == DType::kBF16;
-    matmul_float(static_cast<const uint16_t*>(p.w), p, row_begin, row_end,
-                 [bf16](const uint16_t* q) { return load_w(q, bf16); });
     return;
   }
   const uint64_t row_bytes = p.row_bytes;

@@ -27,17 +27,17 @@ inline constexpr int64_t kFloatColBlock = 1024;
 
 // Weights stream from memory once per decode step, and the hardware prefetchers stop at
 // 4 KiB page boundaries (the weights segment is not huge-page backed). Prefetching each
-// cache line kPrefetchBytes ahead of its use (into L2) keeps the stream going across
-// them, into the next row of the task when one ends: measured +30-40% decode on the
-// 1B F16 model at 2 threads (8192 beat 512-4096 and 16384). `static`: each
-// instruction-set file keeps its own copy.
-inline constexpr int kPrefetchBytes = 8192;
+// cache line `distance` bytes ahead of its use (into L2) can keep the stream going
+// across them: on an Intel host 8 KiB gave +30-40% decode on the 1B F16 model at 2
+// threads, while on Zen 5 the same prefetches cost up to half the bandwidth of a
+// sequential stream. So the distance is a run-time choice (MatmulParams::prefetch_bytes,
+// isa.h), 0 for none. `static`: each instruction-set file keeps its own copy.
 static inline void prefetch_lines(const void* p, int bytes) {
   const char* c = static_cast<const char*>(p);
   for (int o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
 }
-static inline void prefetch_ahead(const void* p, int bytes) {
-  prefetch_lines(static_cast<const char*>(p) + kPrefetchBytes, bytes);
+static inline void prefetch_ahead(const void* p, int bytes, int distance) {
+  if (distance > 0) prefetch_lines(static_cast<const char*>(p) + distance, bytes);
 }
 
 }  // namespace hearth::kernels::cpu

@@ -168,6 +168,8 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
     }
     case DType::kQ8_0R16:
     case DType::kQ4_0R16:
+    case DType::kF16R16:
+    case DType::kBF16R16:
       return cudaErrorNotSupported;  // the CPU's interleaved rows: the loader writes plain ones with --layout plain
   }
   return cudaErrorNotSupported;

@@ -119,7 +119,9 @@ bool is_row_readable(DType type) {
     case DType::kQ8_0:
     case DType::kQ4_0: return true;
     case DType::kQ8_0R16:
-    case DType::kQ4_0R16: return false;
+    case DType::kQ4_0R16:
+    case DType::kF16R16:
+    case DType::kBF16R16: return false;
   }
   return false;
 }

@@ -36,6 +36,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
     }
     case DType::kQ8_0R16:
     case DType::kQ4_0R16:
+    case DType::kF16R16:
+    case DType::kBF16R16:
       // Interleaved rows are not contiguous: matmul unpacks them; lookups never see them.
       for (int64_t i = 0; i < n; ++i) dst[i] = 0.0f;
       return;
@@ -134,8 +136,14 @@ void matmul(DType type, const void* w, int64_t rows, int64_t cols, const float* 
     return;
   }
   std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<std::byte> unpacked(static_cast<size_t>(row_bytes));
   for (int64_t r = 0; r < rows; ++r) {
-    dequantize_row(type, static_cast<const std::byte*>(w) + r * row_bytes, row.data(), cols);
+    const std::byte* src = static_cast<const std::byte*>(w) + r * row_bytes;
+    if (plain != type) {
+      cpu::unpack_row_r16(type, w, cols, r, unpacked.data());
+      src = unpacked.data();
+    }
+    dequantize_row(plain, src, row.data(), cols);
     for (int64_t t = 0; t < n_tokens; ++t) {
       float sum = 0.0f;
       for (int64_t c = 0; c < cols; ++c) sum += row[c] * x[t * cols + c];

@@ -66,8 +66,10 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
   const int block = dtype_block_elems(type) == 1 ? 32 : dtype_block_elems(type);
   // Columns: whole blocks, odd block counts (a lone block after the pairs), and for plain
   // types widths that are not multiples of any vector.
-  std::vector<int64_t> col_counts = {block, 3 * block, 9 * block, 64 * block};
-  if (dtype_block_elems(type) == 1) col_counts.insert(col_counts.end(), {1, 7, 19, 67, 133});
+  std::vector<int64_t> col_counts = {block, 3 * block, 9 * block, 64 * block, 65 * block};
+  if (dtype_block_elems(type) == 1 && dtype_row_group(type) == 1) {
+    col_counts.insert(col_counts.end(), {1, 7, 19, 67, 133});
+  }
   std::map<std::pair<int64_t, int64_t>, std::vector<float>> scalar_results;
   for (cpu::CpuIsa isa : available_cpu_paths()) {
     ASSERT_TRUE(cpu::cpu_isa_force(isa));
@@ -93,14 +95,31 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
               << dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ": " << rows << "x" << cols << " n=" << n
               << " at " << i;
         }
-        // On the R16 layouts every path adds the blocks of a row in the same order, with
-        // one fused multiply-add each: bit-identical to the scalar path.
-        if (dtype_row_group(type) > 1) {
+        // On the quantized R16 layouts every path adds the blocks of a row in the same
+        // order, with one fused multiply-add each: bit-identical to the scalar path.
+        if (dtype_row_group(type) > 1 && cpu::matmul_uses_quantized_activations(type)) {
           auto [it, first] = scalar_results.try_emplace({cols, n}, got);
           if (!first) {
             EXPECT_EQ(got, it->second) << dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ": " << rows << "x"
                                        << cols << " n=" << n;
           }
+        }
+        // The 16-bit R16 layouts compute each output exactly as the plain layout does on
+        // the same path: bit for bit the plain matrix's result.
+        if (dtype_row_group(type) > 1 && !cpu::matmul_uses_quantized_activations(type)) {
+          std::vector<std::byte> plain(w.size());
+          for (int64_t r = 0; r < rows; ++r) {
+            cpu::unpack_row_r16(type, w.data(), cols, r, plain.data() + r * cols * 2);
+          }
+          std::vector<float> from_plain(want.size());
+          p.type = dtype_plain(type);
+          p.w = plain.data();
+          p.y = from_plain.data();
+          cpu_matmul(p, 0, rows);
+          p.type = type;
+          p.w = w.data();
+          EXPECT_EQ(from_plain, got) << dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ": " << rows << "x"
+                                     << cols << " n=" << n;
         }
         // Split row ranges give the same rows (how the thread pool calls it), also when a
         // range cuts a group of interleaved rows.
@@ -139,20 +158,23 @@ TEST_P(MatmulTest, DequantizeMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                                           DType::kQ8_0R16, DType::kQ4_0R16),
+                                           DType::kQ8_0R16, DType::kQ4_0R16, DType::kF16R16, DType::kBF16R16),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
 TEST(KernelsTest, RepackRoundTripsEveryRow) {
   std::mt19937 rng(3);
   const int64_t rows = 32, cols = 96;
-  for (DType plain : {DType::kQ8_0, DType::kQ4_0}) {
+  for (DType plain : {DType::kQ8_0, DType::kQ4_0, DType::kF16, DType::kBF16}) {
     const auto src = quantize(plain, random_floats(static_cast<size_t>(rows * cols), rng));
     std::vector<std::byte> packed(src.size()), row(*dtype_bytes(plain, cols));
     ASSERT_TRUE(cpu::repack_supported(plain, rows, cols));
     EXPECT_FALSE(cpu::repack_supported(plain, 17, cols));
     cpu::repack_r16(plain, src.data(), rows, cols, packed.data());
     EXPECT_NE(packed, src);
-    const DType packed_type = plain == DType::kQ8_0 ? DType::kQ8_0R16 : DType::kQ4_0R16;
+    EXPECT_FALSE(cpu::repack_supported(plain, rows, 48));
+    const DType packed_type = cpu::r16_of(plain);
+    EXPECT_EQ(dtype_plain(packed_type), plain);
+    EXPECT_EQ(dtype_row_group(packed_type), 16);
     for (int64_t r = 0; r < rows; ++r) {
       cpu::unpack_row_r16(packed_type, packed.data(), cols, r, row.data());
       EXPECT_EQ(std::memcmp(row.data(), src.data() + r * row.size(), row.size()), 0) << r;

@@ -8,8 +8,10 @@
 #include <cstring>
 
 #include "ipc/weights_segment.h"
+#include "kernels/cpu/repack.h"
 #include "kernels/reference/reference.h"
 #include "loader/model.h"
+#include "loader/synth.h"
 #include "tests/test_util.h"
 #include "tokenizer/source_codec.h"
 
@@ -134,6 +136,57 @@ TEST(ResidentTest, QuantizationShrinksMatricesAndKeepsVectors) {
   EXPECT_EQ(std::string(w->header->quant), "int4");
   EXPECT_EQ(quant_from_name("int8").value(), DType::kQ8_0);
   EXPECT_FALSE(quant_from_name("fp8").is_ok());
+}
+
+// F16 and BF16 matrices are served row-interleaved as they are, never converted: every
+// row of the cpu-r16 segment unpacks to the plain segment's row, byte for byte.
+TEST(ResidentTest, SixteenBitMatricesAreInterleavedAsStored) {
+  TempDir dir, shm;
+  SynthOptions s;
+  s.gguf = dir.path() / "f16.gguf";
+  s.gguf_type = DType::kF16;
+  s.hf = dir.path() / "hf-bf16";
+  s.hf_type = DType::kBF16;
+  ASSERT_TRUE(synth_write(s).is_ok());
+  for (const auto& [model, type] : {std::pair{s.gguf, DType::kF16}, std::pair{s.hf, DType::kBF16}}) {
+    std::vector<std::vector<TensorView>> views;
+    std::vector<AttachedWeights> keep;
+    for (const char* layout : {"plain", "cpu-r16"}) {
+      ResidentOptions o;
+      o.model = model;
+      o.shm_dir = shm.path();
+      o.instance = std::string("l") + layout[0] + (type == DType::kF16 ? "h" : "b");
+      o.layout = layout;
+      auto published = resident_publish(o);
+      ASSERT_TRUE(published.is_ok()) << published.status().to_string();
+      auto w = weights_attach(published->segment.path());
+      ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+      views.push_back(w->tensors(0));
+      keep.push_back(std::move(*w));
+    }
+    ASSERT_EQ(views[0].size(), views[1].size());
+    int interleaved = 0;
+    for (size_t i = 0; i < views[0].size(); ++i) {
+      const TensorView& plain = views[0][i];
+      const TensorView& packed = views[1][i];
+      ASSERT_EQ(plain.name, packed.name);
+      if (plain.n_dims != 2) continue;
+      EXPECT_EQ(plain.dtype, type) << plain.name << " kept as stored";
+      if (plain.name == "token_embd.weight" || plain.rows() % 16 != 0) {
+        EXPECT_EQ(packed.dtype, type) << packed.name;
+        continue;
+      }
+      ASSERT_EQ(packed.dtype, kernels::cpu::r16_of(type)) << packed.name;
+      ++interleaved;
+      const uint64_t row_bytes = *dtype_bytes(type, plain.cols());
+      std::vector<std::byte> row(row_bytes);
+      for (int64_t r = 0; r < plain.rows(); ++r) {
+        kernels::cpu::unpack_row_r16(packed.dtype, packed.data, plain.cols(), r, row.data());
+        ASSERT_EQ(std::memcmp(row.data(), plain.data + r * row_bytes, row_bytes), 0) << plain.name << " row " << r;
+      }
+    }
+    EXPECT_GE(interleaved, 5 * 7) << "every layer's seven matrices";
+  }
 }
 
 TEST(ResidentTest, FingerprintFollowsFilesAndOptions) {

@@ -1,0 +1,52 @@
+// The CPU kernels' per-host setting: how far ahead a decode step's weight stream is
+// prefetched in software (kernels/cpu/isa.h). Hardware prefetchers differ by vendor and
+// generation, so the best distance differs by host (on Zen 5 the prefetches Intel
+// decode wants cost bandwidth). The engine measures the candidates once at start over
+// its own weights, on its own thread pool, and caches the winner per CPU model, path,
+// thread count and weight type, so later starts read it back instead.
+#pragma once
+
+#include <array>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace hearth {
+
+inline constexpr std::array<int, 4> kPrefetchCandidates = {0, 2048, 4096, 8192};
+
+struct PrefetchTuningOptions {
+  // What the choice holds for: CPU model, instruction-set path, threads, weight type.
+  std::string key;
+  // Where choices are cached (one "key<TAB>bytes" line each); empty: not cached.
+  std::filesystem::path cache_file;
+  // Interleaved rounds of every candidate; each candidate's best round counts.
+  int rounds = 5;
+  // Bytes one pass reads, for the log's GB/s.
+  double pass_bytes = 0;
+};
+
+struct PrefetchTuning {
+  int bytes = 0;        // the distance now in use
+  std::string source;   // "HEARTH_CPU_PREFETCH", "cached", "measured"
+  // Per candidate measured: its best seconds per pass.
+  std::vector<std::pair<int, double>> seconds;
+  double elapsed_ms = 0;  // time the choice took
+  std::string describe(double pass_bytes) const;  // one log line's worth
+};
+
+// Chooses and sets (set_weight_prefetch_bytes) the distance: HEARTH_CPU_PREFETCH when
+// set; else the cache's entry for o.key; else the candidate whose pass(distance) (seconds,
+// run with that distance set
+// for one decode-like pass over weights too large for the caches) is least, where the
+// default (kDefaultPrefetchBytes) stays unless another is at least 3% faster; a measured
+// choice is written to the cache (failure to write is not an error).
+PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::function<double(int)>& pass);
+
+// HEARTH_CACHE_DIR, else systemd's CACHE_DIRECTORY, else $XDG_CACHE_HOME/hearth, else
+// $HOME/.cache/hearth; with "cpu-tuning" appended. Empty when none is set.
+std::filesystem::path default_tuning_cache_file();
+
+}  // namespace hearth
