@@ -191,8 +191,8 @@ class CpuBackend final : public Backend {
   // reads one window of whole layers' matrices (at least 64 MiB, the same matrices in
   // every window), and successive passes take successive windows, so no pass finds its
   // weights in the caches; models too small for 5 such windows keep the default.
-  // Costs one read of the windows (page faults the first decode step would otherwise
-  // take) and 13 passes.
+  // Measuring costs one read of the windows (page faults the first decode step would
+  // otherwise take) and 12 passes; a cached choice costs nothing.
   void tune_prefetch(std::span<const TensorView> tensors) {
     static std::atomic<bool> tuned{false};
     if (tuned.load()) return;
@@ -229,6 +229,8 @@ class CpuBackend final : public Backend {
         }
       }
     }
+    // Six windows suffice: a window comes back every sixth pass, 384 MiB and more later.
+    if (windows.size() > 6) windows.resize(6);
     const std::string isa(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa()));
     if (windows.size() < 5 && kernels::cpu::weight_prefetch_from_env() < 0) {
       HEARTH_LOG_DEBUG("weight prefetch {} bytes (default): the model's matrices are too small to measure others",
@@ -245,13 +247,18 @@ class CpuBackend final : public Backend {
       pass_bytes += static_cast<double>(t->bytes);
     }
     std::vector<float> x(static_cast<size_t>(max_cols), 0.01f), y(static_cast<size_t>(max_rows));
-    // Every window once first: the first pass over a page pays its page fault (as the
-    // first decode step would), which must not count against a candidate.
-    for (const auto& window : windows) {
-      for (const TensorView* t : window) matmul(*t, x.data(), 1, y.data());
-    }
     size_t next = 0;
+    bool warm = false;
     auto pass = [&](int) {
+      // Before the first measured pass (none when the choice is cached or fixed), every
+      // window once: the first read of a page pays its page fault (as the first decode
+      // step would), which must not count against a candidate.
+      if (!warm) {
+        for (const auto& all : windows) {
+          for (const TensorView* t : all) matmul(*t, x.data(), 1, y.data());
+        }
+        warm = true;
+      }
       const auto& window = windows[next++ % windows.size()];
       const auto pass_start = std::chrono::steady_clock::now();
       for (const TensorView* t : window) matmul(*t, x.data(), 1, y.data());
