@@ -7,10 +7,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <span>
 #include <vector>
 
@@ -75,7 +73,10 @@ class CpuBackend final : public Backend {
                           dtype_name(t.dtype));
       }
     }
-    if (!reference_) tune_prefetch(tensors);
+    if (!reference_) {
+      HEARTH_RETURN_IF_ERROR(prefetch_env_check());
+      tune_prefetch(tensors);
+    }
     return std::unique_ptr<BoundWeights>(new HostWeights(tensors));
   }
 
@@ -187,83 +188,42 @@ class CpuBackend final : public Backend {
   }
 
   // Chooses the kernels' weight prefetch distance for this host (cpu_tuning.h) once per
-  // process, with decode passes over this model's own matrices on this pool. A pass
-  // reads one window of whole layers' matrices (at least 64 MiB, the same matrices in
-  // every window), and successive passes take successive windows, so no pass finds its
-  // weights in the caches; models too small for 5 such windows keep the default.
-  // Measuring costs one read of the windows (page faults the first decode step would
-  // otherwise take) and 12 passes; a cached choice costs nothing.
+  // process, with decode passes over this model's own matrices on this pool. Measuring
+  // costs one read of the windows (page faults the first decode step would otherwise
+  // take) and 12 passes; a cached or fixed choice costs nothing.
   void tune_prefetch(std::span<const TensorView> tensors) {
     static std::atomic<bool> tuned{false};
     if (tuned.load()) return;
-    constexpr uint64_t kWindowBytes = 64ull << 20;
-    std::map<int, std::vector<const TensorView*>> layers;
-    for (const TensorView& t : tensors) {
-      int layer = -1;
-      if (t.n_dims == 2 && std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1 && layer >= 0) {
-        layers[layer].push_back(&t);
-      }
-    }
-    const auto layer_bytes = [](const std::vector<const TensorView*>& l, size_t n) {
-      uint64_t b = 0;
-      for (size_t i = 0; i < n && i < l.size(); ++i) b += l[i]->bytes;
-      return b;
-    };
-    // A window: the first `take` matrices of `per_window` consecutive layers.
-    std::vector<std::vector<const TensorView*>> windows;
-    if (!layers.empty()) {
-      const auto& first = layers.begin()->second;
-      size_t take = first.size();
-      while (take > 1 && layer_bytes(first, take - 1) >= kWindowBytes) --take;
-      const uint64_t bytes = layer_bytes(first, take);
-      const size_t per_window = bytes == 0 ? layers.size() + 1 : (kWindowBytes + bytes - 1) / bytes;
-      std::vector<const TensorView*> window;
-      size_t in_window = 0;
-      for (const auto& [index, l] : layers) {
-        if (l.size() < take) break;  // layers unlike the first: stop at the windows so far
-        for (size_t i = 0; i < take; ++i) window.push_back(l[i]);
-        if (++in_window == per_window) {
-          windows.push_back(std::move(window));
-          window.clear();
-          in_window = 0;
-        }
-      }
-    }
-    // Six windows suffice: a window comes back every sixth pass, 384 MiB and more later.
-    if (windows.size() > 6) windows.resize(6);
-    const std::string isa(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa()));
-    if (windows.size() < 5 && kernels::cpu::weight_prefetch_from_env() < 0) {
+    const auto windows = prefetch_tuning_windows(tensors);
+    const bool fixed = kernels::cpu::weight_prefetch_from_env() >= 0;
+    if (windows.size() < kMinTuningWindows && !fixed) {
       HEARTH_LOG_DEBUG("weight prefetch {} bytes (default): the model's matrices are too small to measure others",
                        kernels::cpu::weight_prefetch_bytes());
       return;
     }
     if (tuned.exchange(true)) return;
-    const auto start = std::chrono::steady_clock::now();
     int64_t max_rows = 0, max_cols = 0;
-    double pass_bytes = 0;
+    double pass_bytes = 0;  // every window holds the same matrices
     for (const TensorView* t : windows.empty() ? std::vector<const TensorView*>{} : windows[0]) {
       max_rows = std::max(max_rows, t->rows());
       max_cols = std::max(max_cols, t->cols());
       pass_bytes += static_cast<double>(t->bytes);
     }
     std::vector<float> x(static_cast<size_t>(max_cols), 0.01f), y(static_cast<size_t>(max_rows));
+    auto read = [&](const std::vector<const TensorView*>& window) {
+      for (const TensorView* t : window) matmul(*t, x.data(), 1, y.data());
+    };
     size_t next = 0;
-    bool warm = false;
     auto pass = [&](int) {
-      // Before the first measured pass (none when the choice is cached or fixed), every
-      // window once: the first read of a page pays its page fault (as the first decode
-      // step would), which must not count against a candidate.
-      if (!warm) {
-        for (const auto& all : windows) {
-          for (const TensorView* t : all) matmul(*t, x.data(), 1, y.data());
-        }
-        warm = true;
+      if (next == 0) {
+        for (const auto& window : windows) read(window);  // page faults: not a candidate's cost
       }
       const auto& window = windows[next++ % windows.size()];
-      const auto pass_start = std::chrono::steady_clock::now();
-      for (const TensorView* t : window) matmul(*t, x.data(), 1, y.data());
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - pass_start).count();
+      const auto begin = std::chrono::steady_clock::now();
+      read(window);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     };
+    const std::string isa(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa()));
     PrefetchTuningOptions o;
     o.key = fmt::format("{}|{}|{} threads|{}", kernels::cpu::cpu_model_name(), isa, pool_.size(),
                         windows.empty() ? "-" : std::string(dtype_name(windows[0][0]->dtype)));
@@ -271,10 +231,8 @@ class CpuBackend final : public Backend {
     o.pass_bytes = pass_bytes;
     o.rounds = 3;
     const PrefetchTuning t = tune_weight_prefetch(o, pass);
-    const double total_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    HEARTH_LOG_INFO("cpu kernels on {} ({}, {} threads): {}; {:.0f} ms at start in all", kernels::cpu::cpu_model_name(),
-                    isa, pool_.size(), t.describe(pass_bytes), total_ms);
+    HEARTH_LOG_INFO("cpu kernels on {} ({}, {} threads): {}", kernels::cpu::cpu_model_name(), isa, pool_.size(),
+                    t.describe(pass_bytes));
   }
 
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {

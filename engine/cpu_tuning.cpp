@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "common/log.h"
@@ -84,7 +86,6 @@ PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::f
   const auto start = std::chrono::steady_clock::now();
   const int env = kernels::cpu::weight_prefetch_from_env();
   if (env >= 0) {
-    t.bytes = env;
     t.source = "HEARTH_CPU_PREFETCH";
     kernels::cpu::set_weight_prefetch_bytes(env);
     t.bytes = kernels::cpu::weight_prefetch_bytes();
@@ -122,6 +123,46 @@ PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::f
   if (!o.cache_file.empty()) write_cache(o.cache_file, o.key, t.bytes);
   t.elapsed_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return t;
+}
+
+std::vector<std::vector<const TensorView*>> prefetch_tuning_windows(std::span<const TensorView> tensors,
+                                                                    uint64_t window_bytes, size_t max_windows) {
+  std::map<int, std::vector<const TensorView*>> layers;
+  for (const TensorView& t : tensors) {
+    int layer = -1;
+    if (t.n_dims == 2 && std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1 && layer >= 0) {
+      layers[layer].push_back(&t);
+    }
+  }
+  std::vector<std::vector<const TensorView*>> windows;
+  if (layers.empty()) return windows;
+  // The first layer decides how many of each layer's matrices a window takes and how
+  // many layers it spans.
+  const std::vector<const TensorView*>& first = layers.begin()->second;
+  size_t take = 0;
+  uint64_t layer_bytes = 0;
+  while (take < first.size() && layer_bytes < window_bytes) layer_bytes += first[take++]->bytes;
+  if (layer_bytes == 0) return windows;
+  const uint64_t per_window = (window_bytes + layer_bytes - 1) / layer_bytes;
+  std::vector<const TensorView*> window;
+  uint64_t layers_in = 0;
+  for (const auto& [index, matrices] : layers) {
+    if (windows.size() == max_windows || matrices.size() < take) break;
+    window.insert(window.end(), matrices.begin(), matrices.begin() + static_cast<std::ptrdiff_t>(take));
+    if (++layers_in == per_window) {
+      windows.push_back(std::move(window));
+      window.clear();
+      layers_in = 0;
+    }
+  }
+  return windows;
+}
+
+Status prefetch_env_check() {
+  const char* env = std::getenv("HEARTH_CPU_PREFETCH");
+  if (env == nullptr || *env == '\0' || kernels::cpu::weight_prefetch_from_env() >= 0) return Status::ok();
+  return make_error(ErrorCode::kInvalidArgument,
+                    "HEARTH_CPU_PREFETCH={} is not a byte count from 0 to 65536 (0 turns software prefetch off)", env);
 }
 
 std::filesystem::path default_tuning_cache_file() {

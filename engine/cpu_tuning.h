@@ -7,11 +7,16 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "common/status.h"
+#include "common/tensor.h"
 
 namespace hearth {
 
@@ -44,6 +49,20 @@ struct PrefetchTuning {
 // default (kDefaultPrefetchBytes) stays unless another is at least 3% faster; a measured
 // choice is written to the cache (failure to write is not an error).
 PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::function<double(int)>& pass);
+
+// What the passes read: windows of whole layers' matrices ("blk.N." tensors), each the
+// same matrices of `per window` consecutive layers (the first of a layer's matrices
+// that reach `window_bytes`, or every one when a layer holds less), at most
+// `max_windows` of them. Successive passes take successive windows, so none finds its
+// weights in the caches; fewer than kMinTuningWindows means too small a model to measure.
+inline constexpr size_t kMinTuningWindows = 5;
+std::vector<std::vector<const TensorView*>> prefetch_tuning_windows(std::span<const TensorView> tensors,
+                                                                    uint64_t window_bytes = 64ull << 20,
+                                                                    size_t max_windows = 6);
+
+// kInvalidArgument naming HEARTH_CPU_PREFETCH when it is set but not a byte count in
+// [0, 65536] (the kernels would ignore it).
+Status prefetch_env_check();
 
 // HEARTH_CACHE_DIR, else systemd's CACHE_DIRECTORY, else $XDG_CACHE_HOME/hearth, else
 // $HOME/.cache/hearth; with "cpu-tuning" appended. Empty when none is set.

@@ -40,8 +40,8 @@ inline constexpr int kDefaultPrefetchBytes = 8192;
 int weight_prefetch_bytes();
 // Sets the distance (clamped to [0, 65536], rounded down to whole cache lines).
 void set_weight_prefetch_bytes(int bytes);
-// The HEARTH_CPU_PREFETCH value, or -1 when it is unset (an unparsable value is -1 too,
-// and reported by the engine).
+// The HEARTH_CPU_PREFETCH value, or -1 when it is unset or not a byte count in
+// [0, 65536] (the engine refuses such a value: engine/cpu_tuning.h).
 int weight_prefetch_from_env();
 
 }  // namespace hearth::kernels::cpu

@@ -27,14 +27,6 @@ inline __m256 load_w(const uint16_t* p, bool bf16) {
   return _mm256_cvtph_ps(h);
 }
 
-// Where column k of a tile row lies: k itself in a plain row; in an F16R16/BF16R16 group
-// (repack.h) rows are 32 elements apart within 512-element chunks of 32 columns.
-template <bool Interleaved>
-inline int64_t col_at(int64_t k) {
-  if constexpr (Interleaved) return (k >> 5) * (kRowInterleave * 32) + (k & 31);
-  return k;
-}
-
 template <int R, int T, bool I, typename W, typename Load>
 void tile_float(const W* w, int64_t row_stride, const float* x, int64_t x_stride, int64_t k0, int64_t k1, Load load,
                 float* y, int64_t y_stride, bool accumulate) {
@@ -150,9 +142,7 @@ void matmul_float(const W* w, const MatmulParams& p, int64_t row_begin, int64_t 
   constexpr int64_t kRowBlock = 64;
   // Row r's first element and the distance between the rows of a tile.
   const int64_t row_stride = I ? 32 : p.cols;
-  auto row_at = [&](int64_t r) {
-    return I ? w + (r / kRowInterleave) * kRowInterleave * p.cols + (r % kRowInterleave) * 32 : w + r * p.cols;
-  };
+  auto row_at = [&](int64_t r) { return w + float_row_at<I>(r, p.cols); };
   for (int64_t rb = row_begin; rb < row_end; rb += kRowBlock) {
     const int64_t re = row_end - rb < kRowBlock ? row_end : rb + kRowBlock;
     for (int64_t k0 = 0; k0 < p.cols; k0 += kFloatColBlock) {

@@ -25,6 +25,22 @@ inline constexpr int kTokenGroup = 4;
 // Every path uses the same blocks, so results do not depend on how a batch is tiled.
 inline constexpr int64_t kFloatColBlock = 1024;
 
+// Element offsets in F32/F16/BF16 matrices and their R16 layouts (repack.h), shared by
+// the paths (integer arithmetic only). Column k of a row: k in a plain row; in a group
+// of interleaved rows, rows are 32 elements apart within 512-element chunks of 32
+// columns. Row r's first element: r * cols, or its group's start plus 32 per row before
+// it in the group; a tile's rows are then `Interleaved ? 32 : cols` elements apart.
+template <bool Interleaved>
+static inline int64_t col_at(int64_t k) {
+  if constexpr (Interleaved) return (k >> 5) * (kRowInterleave * 32) + (k & 31);
+  return k;
+}
+template <bool Interleaved>
+static inline int64_t float_row_at(int64_t r, int64_t cols) {
+  if constexpr (Interleaved) return (r / kRowInterleave) * kRowInterleave * cols + (r % kRowInterleave) * 32;
+  return r * cols;
+}
+
 // Weights stream from memory once per decode step, and the hardware prefetchers stop at
 // 4 KiB page boundaries (the weights segment is not huge-page backed). Prefetching each
 // cache line `distance` bytes ahead of its use (into L2) can keep the stream going

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/isa.h"
 
@@ -150,6 +151,68 @@ TEST_F(CpuTuningTest, TheCacheFollowsTheUsualDirectories) {
   if (!saved_systemd.empty()) ::setenv("CACHE_DIRECTORY", saved_systemd.c_str(), 1);
   EXPECT_FALSE(kernels::cpu::cpu_model_name().empty());
   EXPECT_NE(kernels::cpu::cpu_host_summary().find("; path "), std::string::npos);
+}
+
+// Views of a Llama-like model: `layers` layers of q (2 MiB), ffn_up (8 MiB) and
+// ffn_down (8 MiB) matrices, plus an embedding table and norms that are never read.
+std::vector<TensorView> fake_model(int layers) {
+  std::vector<TensorView> v;
+  auto matrix = [&](std::string name, int64_t rows, int64_t cols) {
+    TensorView t;
+    t.name = std::move(name);
+    t.dtype = DType::kF16;
+    t.n_dims = 2;
+    t.shape = {rows, cols, 0, 0};
+    t.bytes = static_cast<uint64_t>(rows * cols * 2);
+    v.push_back(t);
+  };
+  matrix("token_embd.weight", 32000, 1024);
+  for (int l = 0; l < layers; ++l) {
+    const std::string b = "blk." + std::to_string(l) + ".";
+    matrix(b + "attn_q.weight", 1024, 1024);
+    matrix(b + "ffn_up.weight", 4096, 1024);
+    matrix(b + "ffn_down.weight", 1024, 4096);
+    TensorView norm;
+    norm.name = b + "attn_norm.weight";
+    norm.n_dims = 1;
+    norm.shape = {1024, 0, 0, 0};
+    v.push_back(norm);
+  }
+  return v;
+}
+
+TEST(PrefetchWindowsTest, WindowsHoldTheSameMatricesOfWholeLayers) {
+  const auto model = fake_model(16);
+  // 4 MiB windows: a layer's first two matrices (2 + 8 MiB) reach them.
+  auto w = prefetch_tuning_windows(model, 4ull << 20, 6);
+  ASSERT_EQ(w.size(), 6u);
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_EQ(w[i].size(), 2u);
+    EXPECT_EQ(w[i][0]->name, "blk." + std::to_string(i) + ".attn_q.weight");
+    EXPECT_EQ(w[i][1]->name, "blk." + std::to_string(i) + ".ffn_up.weight");
+  }
+  // 40 MiB windows: every matrix of three layers (18 MiB each).
+  w = prefetch_tuning_windows(model, 40ull << 20, 100);
+  ASSERT_EQ(w.size(), 5u) << "16 layers make 5 windows of 3 (54 MiB, the last layer left over)";
+  for (const auto& window : w) EXPECT_EQ(window.size(), 9u);
+  EXPECT_EQ(w[1][0]->name, "blk.3.attn_q.weight");
+  // A small model makes too few windows to measure anything.
+  EXPECT_LT(prefetch_tuning_windows(fake_model(3)).size(), kMinTuningWindows);
+  EXPECT_TRUE(prefetch_tuning_windows(std::vector<TensorView>{}).empty());
+}
+
+TEST(PrefetchWindowsTest, AnUnparsableEnvironmentValueIsRefused) {
+  ::unsetenv("HEARTH_CPU_PREFETCH");
+  EXPECT_TRUE(prefetch_env_check().is_ok());
+  ::setenv("HEARTH_CPU_PREFETCH", "4096", 1);
+  EXPECT_TRUE(prefetch_env_check().is_ok());
+  for (const char* bad : {"4k", "-1", "70000", "64 "}) {
+    ::setenv("HEARTH_CPU_PREFETCH", bad, 1);
+    const Status s = prefetch_env_check();
+    EXPECT_FALSE(s.is_ok()) << bad;
+    EXPECT_NE(s.message().find("HEARTH_CPU_PREFETCH"), std::string::npos) << s.message();
+  }
+  ::unsetenv("HEARTH_CPU_PREFETCH");
 }
 
 }  // namespace
