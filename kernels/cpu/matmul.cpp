@@ -68,7 +68,7 @@ float dot_q4_0(const BlockQ4_0* w, const int8_t* xq, const float* xd, int64_t n_
 
 size_t quantized_activation_bytes(int64_t n_tokens, int64_t cols) {
   const auto blocks = static_cast<size_t>(n_tokens * (cols / 32));
-  return static_cast<size_t>(n_tokens * cols) + 3 * blocks * sizeof(float) + 64;
+  return static_cast<size_t>(n_tokens * cols) + 4 * blocks * sizeof(float) + 64;
 }
 
 QuantizedActivations quantized_activations_view(int64_t n_tokens, int64_t cols, void* scratch) {
@@ -79,8 +79,9 @@ QuantizedActivations quantized_activations_view(int64_t n_tokens, int64_t cols, 
   auto* base = static_cast<std::byte*>(scratch);
   q.d = reinterpret_cast<float*>(base);
   q.s = q.d + n_tokens * blocks;
-  q.sum = reinterpret_cast<int32_t*>(q.s + n_tokens * blocks);
-  q.qs = reinterpret_cast<int8_t*>(q.sum + n_tokens * blocks);
+  q.offset4 = reinterpret_cast<int32_t*>(q.s + n_tokens * blocks);
+  q.offset8 = q.offset4 + n_tokens * blocks;
+  q.qs = reinterpret_cast<int8_t*>(q.offset8 + n_tokens * blocks);
   return q;
 }
 
@@ -112,7 +113,8 @@ void quantize_rows_scalar(const float* x, const QuantizedActivations& q, int64_t
       }
       q.d[t * blocks + b] = d;
       q.s[t * blocks + b] = d * static_cast<float>(sum);
-      q.sum[t * blocks + b] = sum;
+      q.offset4[t * blocks + b] = -8 * sum;
+      q.offset8[t * blocks + b] = -128 * sum;
     }
   }
 }

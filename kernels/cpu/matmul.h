@@ -22,7 +22,8 @@ struct QuantizedActivations {
   int8_t* qs = nullptr;  // [n_tokens, cols]
   float* d = nullptr;    // [n_tokens, cols / 32] scales
   float* s = nullptr;    // [n_tokens, cols / 32] d * sum(q) of each block
-  int32_t* sum = nullptr;  // [n_tokens, cols / 32] sum(q) of each block
+  int32_t* offset4 = nullptr;  // [n_tokens, cols / 32] -8 * sum(q) of each block (Q4_0 nibbles are q + 8)
+  int32_t* offset8 = nullptr;  // [n_tokens, cols / 32] -128 * sum(q) (Q8_0 read as biased bytes q + 128)
   int64_t cols = 0;
   int64_t n_tokens = 0;
 };

@@ -282,7 +282,7 @@ void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* a
       for (int t = 0; t < N; ++t) {
         const int64_t tb = (t0 + t) * blocks + b;
         const int8_t* x = p.xq->qs + tb * 32;
-        __m256i s = _mm256_set1_epi32(q4 ? -8 * p.xq->sum[tb] : 0);
+        __m256i s = _mm256_set1_epi32(q4 ? p.xq->offset4[tb] : 0);
         #pragma GCC unroll 16
         for (int k = 0; k < 8; ++k) {
           // Q4_0: chunk k < 4 is elements 4k..4k+3, k >= 4 is 16 + 4(k-4)..: both at x + 4k.

@@ -5,6 +5,8 @@
 // multiplied with VNNI (vpdpbusd).
 #include <immintrin.h>
 
+#include <algorithm>
+
 #include "kernels/cpu/matmul_paths.h"
 
 namespace hearth::kernels::cpu {
@@ -310,19 +312,25 @@ void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* o
 
 // R16 layouts (repack.h): 16 rows per 512-bit lane set, activations broadcast 4 bytes at
 // a time; the block offsets (- 8 * sum(x) for Q4_0, - 128 * sum(x) for Q8_0 stored as
-// biased bytes) seed the integer accumulator, so each block's sum is exact.
-inline __m512i bcast4(const int8_t* x) {
-  int32_t v;
-  __builtin_memcpy(&v, x, 4);
-  return _mm512_set1_epi32(v);
+// biased bytes, QuantizedActivations::offset4/offset8) seed the integer accumulator, so
+// each block's sum is exact. In a batched step the loop is bound by how many
+// instructions it issues besides the multiplies, so each activation broadcast is folded
+// into its vpdpbusd ({1to16}) and the offsets are read ready-made.
+inline __m512i dpbusd_bcast(__m512i s, __m512i w, const int8_t* x) {
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(s) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return s;
 }
 
+// out[t] = the group's 16 rows times token t0 + t. The N tokens' integer sums of a block
+// are interleaved (N independent chains of vpdpbusd), and the accumulators are locals
+// (nothing the loads could alias), so all of them stay in registers.
 template <int N>
-void group_q4_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* acc) {
+void group_q4_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* out) {
   const int64_t blocks = p.cols / 32;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+  __m512 a[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+  for (int t = 0; t < N; ++t) a[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * 288;
     prefetch_ahead(o, 288, p.prefetch_bytes);
@@ -334,27 +342,39 @@ void group_q4_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m5
       lo[m] = _mm512_and_si512(c, low4);
       hi[m] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
     }
+    const int8_t* x[N];
+    __m512i s[N];
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
-      const int8_t* x = p.xq->qs + tb * 32;
-      __m512i s = _mm512_set1_epi32(-8 * p.xq->sum[tb]);
+      x[t] = p.xq->qs + tb * 32;
+      s[t] = _mm512_set1_epi32(p.xq->offset4[tb]);
+    }
+    // Token after token within each step: N independent chains in flight.
+    #pragma GCC unroll 16
+    for (int m = 0; m < 4; ++m) {
       #pragma GCC unroll 16
-      for (int m = 0; m < 4; ++m) {
-        s = _mm512_dpbusd_epi32(s, lo[m], bcast4(x + 4 * m));
-        s = _mm512_dpbusd_epi32(s, hi[m], bcast4(x + 16 + 4 * m));
-      }
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), acc[t]);
+      for (int t = 0; t < N; ++t) s[t] = dpbusd_bcast(s[t], lo[m], x[t] + 4 * m);
+      #pragma GCC unroll 16
+      for (int t = 0; t < N; ++t) s[t] = dpbusd_bcast(s[t], hi[m], x[t] + 16 + 4 * m);
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), a[t]);
     }
   }
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) out[t] = a[t];
 }
 
 template <int N>
-void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* acc) {
+void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* out) {
   const int64_t blocks = p.cols / 32;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 a[N];
   #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) acc[t] = _mm512_setzero_ps();
+  for (int t = 0; t < N; ++t) a[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
     const std::byte* o = gw + b * 544;
     prefetch_ahead(o, 544, p.prefetch_bytes);
@@ -362,16 +382,27 @@ void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m5
     __m512i w[8];
     #pragma GCC unroll 16
     for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(o + 32 + 64 * k), bias);  // w + 128
+    const int8_t* x[N];
+    __m512i s[N];
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
-      const int8_t* x = p.xq->qs + tb * 32;
-      __m512i s = _mm512_set1_epi32(-128 * p.xq->sum[tb]);
+      x[t] = p.xq->qs + tb * 32;
+      s[t] = _mm512_set1_epi32(p.xq->offset8[tb]);
+    }
+    #pragma GCC unroll 16
+    for (int k = 0; k < 8; ++k) {
       #pragma GCC unroll 16
-      for (int k = 0; k < 8; ++k) s = _mm512_dpbusd_epi32(s, w[k], bcast4(x + 4 * k));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), acc[t]);
+      for (int t = 0; t < N; ++t) s[t] = dpbusd_bcast(s[t], w[k], x[t] + 4 * k);
+    }
+    #pragma GCC unroll 16
+    for (int t = 0; t < N; ++t) {
+      const int64_t tb = (t0 + t) * blocks + b;
+      a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), a[t]);
     }
   }
+  #pragma GCC unroll 16
+  for (int t = 0; t < N; ++t) out[t] = a[t];
 }
 
 template <int N>
@@ -383,49 +414,57 @@ void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* a
   }
 }
 
-// Tokens an R16 group's unpacked weights are multiplied with before the next block:
-// 16 accumulators and 8 weight registers fit the 32 vector registers, so a batched
-// decode step of up to 16 sequences reads and unpacks each weight block once.
-constexpr int kR16Tokens = 16;
+void group_r16_tokens(int64_t n, const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* acc) {
+  switch (n) {
+    case 1: group_r16<1>(p, gw, t0, acc); break;
+    case 2: group_r16<2>(p, gw, t0, acc); break;
+    case 3: group_r16<3>(p, gw, t0, acc); break;
+    case 4: group_r16<4>(p, gw, t0, acc); break;
+    case 5: group_r16<5>(p, gw, t0, acc); break;
+    case 6: group_r16<6>(p, gw, t0, acc); break;
+    case 7: group_r16<7>(p, gw, t0, acc); break;
+    case 8: group_r16<8>(p, gw, t0, acc); break;
+    default: group_r16<8>(p, gw, t0, acc); break;
+  }
+}
+
+// Tokens an R16 group's unpacked weights are multiplied with before the next block: 8
+// accumulators, 8 integer sums and 8 weight registers fit the 32 vector registers. (16
+// tokens in one pass had to run each token's 8 vpdpbusd as one dependent chain, and
+// reached 60% of the multiplier; more tokens are further passes over the group, which
+// is in L1 or L2 by then.)
+constexpr int kR16Tokens = 8;
+// Writes acc (the group's 16 rows for n tokens from t0) into y, keeping only the rows
+// of [row_begin, row_end) when the range cuts the group.
+void store_group(const MatmulParams& p, int64_t g, int64_t t0, int64_t n, int64_t row_begin, int64_t row_end,
+                 const __m512* acc) {
+  alignas(64) float out[kRowInterleave];
+  for (int64_t t = 0; t < n; ++t) {
+    float* y = p.y + (t0 + t) * p.rows + g * kRowInterleave;
+    if (g * kRowInterleave >= row_begin && (g + 1) * kRowInterleave <= row_end) {
+      _mm512_storeu_ps(y, acc[t]);
+    } else {
+      _mm512_store_ps(out, acc[t]);
+      for (int i = 0; i < kRowInterleave; ++i) {
+        const int64_t r = g * kRowInterleave + i;
+        if (r >= row_begin && r < row_end) y[i] = out[i];
+      }
+    }
+  }
+}
 
 void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) {
   const uint64_t group_bytes = p.row_bytes * kRowInterleave;
+  const int64_t g_begin = row_begin / kRowInterleave, g_end = (row_end + kRowInterleave - 1) / kRowInterleave;
+  auto group_w = [&](int64_t g) {
+    return static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(g) * group_bytes;
+  };
   __m512 acc[kR16Tokens];
-  alignas(64) float out[kRowInterleave];
-  for (int64_t g = row_begin / kRowInterleave; g * kRowInterleave < row_end; ++g) {
-    const std::byte* gw = static_cast<const std::byte*>(p.w) + static_cast<uint64_t>(g) * group_bytes;
+  for (int64_t g = g_begin; g < g_end; ++g) {
     for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kR16Tokens) {
-      const int64_t n = p.n_tokens - t0 < kR16Tokens ? p.n_tokens - t0 : kR16Tokens;
-      switch (n) {
-        case 1: group_r16<1>(p, gw, t0, acc); break;
-        case 2: group_r16<2>(p, gw, t0, acc); break;
-        case 3: group_r16<3>(p, gw, t0, acc); break;
-        case 4: group_r16<4>(p, gw, t0, acc); break;
-        case 5: group_r16<5>(p, gw, t0, acc); break;
-        case 6: group_r16<6>(p, gw, t0, acc); break;
-        case 7: group_r16<7>(p, gw, t0, acc); break;
-        case 8: group_r16<8>(p, gw, t0, acc); break;
-        case 9: group_r16<9>(p, gw, t0, acc); break;
-        case 10: group_r16<10>(p, gw, t0, acc); break;
-        case 11: group_r16<11>(p, gw, t0, acc); break;
-        case 12: group_r16<12>(p, gw, t0, acc); break;
-        case 13: group_r16<13>(p, gw, t0, acc); break;
-        case 14: group_r16<14>(p, gw, t0, acc); break;
-        case 15: group_r16<15>(p, gw, t0, acc); break;
-        default: group_r16<16>(p, gw, t0, acc); break;
-      }
-      for (int64_t t = 0; t < n; ++t) {
-        float* y = p.y + (t0 + t) * p.rows + g * kRowInterleave;
-        if (g * kRowInterleave >= row_begin && (g + 1) * kRowInterleave <= row_end) {
-          _mm512_storeu_ps(y, acc[t]);
-        } else {  // a range that cuts a group: keep only its rows
-          _mm512_store_ps(out, acc[t]);
-          for (int i = 0; i < kRowInterleave; ++i) {
-            const int64_t r = g * kRowInterleave + i;
-            if (r >= row_begin && r < row_end) y[i] = out[i];
-          }
-        }
-      }
+      const int64_t n = std::min<int64_t>(p.n_tokens - t0, kR16Tokens);
+      group_r16_tokens(n, p, group_w(g), t0, acc);
+      store_group(p, g, t0, n, row_begin, row_end, acc);
     }
   }
 }
@@ -451,7 +490,8 @@ void quantize_rows_avx512(const float* x, const QuantizedActivations& q, int64_t
       const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
       q.d[t * blocks + b] = d;
       q.s[t * blocks + b] = d * static_cast<float>(sum);
-      q.sum[t * blocks + b] = sum;
+      q.offset4[t * blocks + b] = -8 * sum;
+      q.offset8[t * blocks + b] = -128 * sum;
     }
   }
 }

@@ -48,11 +48,14 @@ static inline int64_t float_row_at(int64_t r, int64_t cols) {
 // threads, while on Zen 5 the same prefetches cost up to half the bandwidth of a
 // sequential stream. So the distance is a run-time choice (MatmulParams::prefetch_bytes,
 // isa.h), 0 for none. `static`: each instruction-set file keeps its own copy.
-static inline void prefetch_lines(const void* p, int bytes) {
+// Always inlined: GCC 12 otherwise splits prefetch_ahead into an out-of-line part, finds
+// that part free of side effects (a prefetch is not one) and deletes every call to it,
+// which silently removed the prefetches of all quantized paths.
+[[gnu::always_inline]] static inline void prefetch_lines(const void* p, int bytes) {
   const char* c = static_cast<const char*>(p);
   for (int o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
 }
-static inline void prefetch_ahead(const void* p, int bytes, int distance) {
+[[gnu::always_inline]] static inline void prefetch_ahead(const void* p, int bytes, int distance) {
   if (distance > 0) prefetch_lines(static_cast<const char*>(p) + distance, bytes);
 }
 
