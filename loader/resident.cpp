@@ -138,12 +138,7 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
                           "--tp {} splits {} into {} columns, not whole {} blocks: use a smaller --tp", o.tp,
                           spec.name, cols, dtype_name(type));
       }
-      // Quantized and 16-bit matrices take the row-interleaved layout the CPU kernels
-      // stream fastest; the embedding table stays plain because it is read a row at a time.
-      if (o.layout == kLayoutCpuR16 && spec.name != "token_embd.weight" && e.n_dims == 2 &&
-          kernels::cpu::repack_supported(type, e.shape[0], cols)) {
-        type = kernels::cpu::r16_of(type);
-      }
+      if (o.layout == kLayoutCpuR16) type = cpu_r16_type(spec.name, static_cast<int>(e.n_dims), type, e.shape[0], cols);
       e.dtype = static_cast<uint32_t>(type);
       int64_t elements = 1;
       for (uint32_t d = 0; d < e.n_dims; ++d) elements *= e.shape[d];
@@ -269,6 +264,11 @@ Result<DType> quant_from_name(std::string_view name) {
   if (name == "int8") return DType::kQ8_0;
   if (name == "int4") return DType::kQ4_0;
   return make_error(ErrorCode::kInvalidArgument, "--quant must be int8 or int4, not \"{}\"", name);
+}
+
+DType cpu_r16_type(std::string_view name, int n_dims, DType type, int64_t rows, int64_t cols) {
+  if (name == "token_embd.weight" || n_dims != 2 || !kernels::cpu::repack_supported(type, rows, cols)) return type;
+  return kernels::cpu::r16_of(type);
 }
 
 Status layout_check_name(std::string_view name) {

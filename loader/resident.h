@@ -51,5 +51,9 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& options);
 Result<DType> quant_from_name(std::string_view name);
 // kInvalidArgument unless `name` is a layout the loader writes ("cpu-r16", "plain").
 Status layout_check_name(std::string_view name);
+// The type tensor `name` ([rows, cols] of `type` when n_dims is 2) takes in the cpu-r16
+// layout: the R16 form of quantized and 16-bit matrices (kernels/cpu/repack.h), `type`
+// for everything else. The embedding table stays plain: it is read a row at a time.
+DType cpu_r16_type(std::string_view name, int n_dims, DType type, int64_t rows, int64_t cols);
 
 }  // namespace hearth

@@ -134,7 +134,9 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   }
   Options& o = parsed.value();
 
-  auto source = o.attach.empty() ? open_model_files(o.model, o.tokenizer)
+  // The CPU backend runs the layout hearth-loader publishes; other backends the files' own.
+  const std::string_view layout = o.backend == "cpu" ? kLayoutCpuR16 : kLayoutPlain;
+  auto source = o.attach.empty() ? open_model_files(o.model, o.tokenizer, layout)
                                  : attach_instance(o.attach, o.shm_dir);
   if (!source.is_ok()) return fail(source.status());
   RunnableModel& model = source.value();

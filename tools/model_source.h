@@ -26,9 +26,17 @@ struct RunnableModel {
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<LoadedModel> file;        // set when read from files
   std::optional<AttachedWeights> attached;  // set when attached to a segment
+  // Matrices repacked from the files into the cpu-r16 layout: one private mapping.
+  std::shared_ptr<std::byte> repacked;
 };
 
-Result<RunnableModel> open_model_files(const std::filesystem::path& model, const std::filesystem::path& tokenizer);
+// Reads the model files. With `layout` kLayoutCpuR16 (what the CPU backend runs fastest,
+// and what hearth-loader publishes by default) the matrices are repacked into private
+// memory as the loader would write them, so a model run from its files computes with the
+// same layout and kernels as one attached to a resident segment; kLayoutPlain (for other
+// backends) uses the mapped files as they are.
+Result<RunnableModel> open_model_files(const std::filesystem::path& model, const std::filesystem::path& tokenizer,
+                                       std::string_view layout = kLayoutCpuR16);
 
 // Attaches to hearth.<instance>.weights in `shm_dir` (empty: the default directory).
 Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir);

@@ -180,7 +180,12 @@ void matmul_rows_scalar(const MatmulParams& params, int64_t row_begin, int64_t r
 void matmul_rows(const MatmulParams& params, int64_t row_begin, int64_t row_end) {
   MatmulParams p = params;
   p.row_bytes = *dtype_bytes(p.type, p.cols);
-  p.prefetch_bytes = weight_prefetch_bytes();
+  // The calibrated distance is the best for decode, where the weights stream at full
+  // bandwidth. A batched step is bound by arithmetic and reads them at a fifth of that
+  // rate, too slowly for the hardware prefetchers to run ahead: without software
+  // prefetch a 16-token Q4_0 step from memory ran at 60% of its speed from L3 (Zen 5).
+  const int calibrated = weight_prefetch_bytes();
+  p.prefetch_bytes = p.n_tokens > 1 && calibrated == 0 ? kDefaultPrefetchBytes : calibrated;
   HEARTH_CHECK(dtype_row_group(p.type) == 1 || (p.rows % kRowInterleave == 0 && p.cols % 32 == 0))
       << "row-interleaved weights of " << p.rows << " x " << p.cols << " reached the kernels";
   switch (cpu_isa()) {
