@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/ops.h"
 #include "kernels/sampling_math.h"
 
 namespace hearth {
@@ -54,9 +55,7 @@ SampledToken Sampler::sample(std::span<float> logits, std::span<const TokenId> p
       if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = i;
     }
     // Log-probability under the full distribution.
-    double sum = 0.0;
-    const float max = logits[static_cast<size_t>(best)];
-    for (int32_t i = 0; i < vocab_size_; ++i) sum += std::exp(static_cast<double>(logits[static_cast<size_t>(i)] - max));
+    const double sum = kernels::cpu::sum_exp_below(logits.data(), vocab_size_, logits[static_cast<size_t>(best)]);
     return {best, static_cast<float>(-std::log(sum))};
   }
 
@@ -122,8 +121,7 @@ SampledRow sample_row(Sampler& sampler, std::span<const float> l, int32_t top_lo
   const size_t vocab = l.size();
   float max = l[0];
   for (size_t i = 1; i < vocab; ++i) max = std::max(max, l[i]);
-  double sum = 0.0;
-  for (size_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(l[i] - max));
+  const double sum = kernels::cpu::sum_exp_below(l.data(), static_cast<int64_t>(vocab), max);
   const float log_z = max + static_cast<float>(std::log(sum));
   const auto k = static_cast<size_t>(std::clamp(top_logprobs, 0, kMaxTopLogprobs));
   SampledRow out;

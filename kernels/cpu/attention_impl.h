@@ -28,6 +28,7 @@
 
 #include "common/check.h"
 #include "common/half.h"
+#include "kernels/cpu/fast_exp.h"
 #include "kernels/attention_params.h"
 #include "kernels/cpu/attention.h"
 
@@ -88,28 +89,7 @@ inline void prefetch_bytes(const void* p, int64_t bytes) {
   for (int64_t i = 0; i < std::min(bytes, kPrefetchMax); i += 64) __builtin_prefetch(c + i);
 }
 
-// e^x for x <= 0 (a score minus the running maximum), within 2 ulp, in plain float
-// operations so the loop over a block's scores vectorizes and every path rounds alike:
-// x = n ln2 + r (Cody-Waite), a degree-6 polynomial for e^r, times 2^n built in the
-// exponent bits. Below -87 the result is ~1e-38, nothing next to the block's maximum (1).
-inline float exp_nonpositive(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to an integer
-  const float n = (x * 1.44269504088896341f + kMagic) - kMagic;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  __builtin_memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
-}
+using hearth::kernels::cpu::exp_nonpositive;  // fast_exp.h
 
 // sc[j] = scale * q . key j for the n (<= N) keys of a block, keys[d * bs + j]. Every
 // N computes each score the same way, so a full tile (N = kKeyTile, which the compiler

@@ -20,8 +20,12 @@ void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, 
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
           const float* inv_freq, RopeStyle style);
 
-// out = silu(gate) * up over n values (out may alias gate).
+// out = silu(gate) * up over n values (out may alias gate); e^x by fast_exp.h.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// The sum of e^(x[i] - max) over n values, each x[i] <= max (the log-normaliser of a row
+// of logits, without its log): vectorized, within ~1e-6 relative of the exact sum.
+double sum_exp_below(const float* x, int64_t n, float max);
 
 // y += x over n values.
 void add(float* y, const float* x, int64_t n);

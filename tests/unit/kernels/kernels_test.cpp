@@ -359,13 +359,40 @@ TEST(KernelsTest, RopeStylesAgreeUnderTheRowPermutation) {
   }
 }
 
+// SwiGLU's vectorized e^x (fast_exp.h) against libm's, over the activations' usual range
+// and far beyond it (where e^-g would overflow), in place as the engine runs it.
 TEST(KernelsTest, SwigluMatchesReference) {
   std::mt19937 rng(7);
-  const auto g = random_floats(37, rng, 6.0f), u = random_floats(37, rng);
-  std::vector<float> a(37), b(37);
-  ref::swiglu(g.data(), u.data(), 37, a.data());
-  cpu::swiglu(g.data(), u.data(), 37, b.data());
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_FLOAT_EQ(a[i], b[i]);
+  for (float scale : {6.0f, 100.0f}) {
+    auto g = random_floats(1037, rng, scale);
+    g[0] = 0.0f;
+    g[1] = -0.0f;
+    g[2] = 88.5f;
+    g[3] = -88.5f;
+    const auto u = random_floats(1037, rng);
+    std::vector<float> want(g.size());
+    ref::swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), want.data());
+    cpu::swiglu(g.data(), u.data(), static_cast<int64_t>(g.size()), g.data());
+    for (size_t i = 0; i < want.size(); ++i) {
+      // Below e^-87 the clamp gives ~1e-37 instead of smaller: nothing next to any sum.
+      ASSERT_NEAR(g[i], want[i], 4e-7f * std::fabs(want[i]) + 1e-30f) << "scale " << scale << " at " << i;
+    }
+  }
+}
+
+// The log-normaliser's sum of a row of logits, against a double-precision sum of libm's
+// exponentials: a vocabulary-sized row, a ragged one, one with -inf entries.
+TEST(KernelsTest, SumExpBelowMatchesADoubleSum) {
+  std::mt19937 rng(8);
+  for (size_t n : {size_t{32000}, size_t{37}, size_t{151936}}) {
+    auto l = random_floats(n, rng, 30.0f);
+    if (n == 37) l[5] = -std::numeric_limits<float>::infinity();
+    const float max = *std::max_element(l.begin(), l.end());
+    double want = 0.0;
+    for (float v : l) want += std::exp(static_cast<double>(v) - static_cast<double>(max));
+    const double got = cpu::sum_exp_below(l.data(), static_cast<int64_t>(n), max);
+    EXPECT_NEAR(got, want, 1e-6 * want) << n << " logits";
+  }
 }
 
 TEST(KernelsTest, PagedAttentionMatchesReferenceOnEveryPath) {
