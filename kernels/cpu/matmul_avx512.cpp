@@ -5,8 +5,6 @@
 // multiplied with VNNI (vpdpbusd).
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "kernels/cpu/matmul_paths.h"
 
 namespace hearth::kernels::cpu {
@@ -462,7 +460,7 @@ void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) 
   __m512 acc[kR16Tokens];
   for (int64_t g = g_begin; g < g_end; ++g) {
     for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kR16Tokens) {
-      const int64_t n = std::min<int64_t>(p.n_tokens - t0, kR16Tokens);
+      const int64_t n = p.n_tokens - t0 < kR16Tokens ? p.n_tokens - t0 : kR16Tokens;
       group_r16_tokens(n, p, group_w(g), t0, acc);
       store_group(p, g, t0, n, row_begin, row_end, acc);
     }

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -360,9 +361,22 @@ TEST(KernelsTest, RopeStylesAgreeUnderTheRowPermutation) {
 }
 
 // SwiGLU's vectorized e^x (fast_exp.h) against libm's, over the activations' usual range
-// and far beyond it (where e^-g would overflow), in place as the engine runs it.
+// and far beyond it (where e^-g would overflow), in place as the engine runs it; every
+// path gives the same bits.
 TEST(KernelsTest, SwigluMatchesReference) {
   std::mt19937 rng(7);
+  for (float scale : {6.0f, 100.0f}) {
+    IsaGuard guard;
+    const auto gate = random_floats(1037, rng, scale), up = random_floats(1037, rng);
+    std::vector<float> first;
+    for (cpu::CpuIsa isa : available_cpu_paths()) {
+      ASSERT_TRUE(cpu::cpu_isa_force(isa));
+      std::vector<float> out(gate.size());
+      cpu::swiglu(gate.data(), up.data(), static_cast<int64_t>(gate.size()), out.data());
+      if (first.empty()) first = out;
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], first[i]) << cpu::cpu_isa_name(isa) << " at " << i;
+    }
+  }
   for (float scale : {6.0f, 100.0f}) {
     auto g = random_floats(1037, rng, scale);
     g[0] = 0.0f;
@@ -390,8 +404,15 @@ TEST(KernelsTest, SumExpBelowMatchesADoubleSum) {
     const float max = *std::max_element(l.begin(), l.end());
     double want = 0.0;
     for (float v : l) want += std::exp(static_cast<double>(v) - static_cast<double>(max));
-    const double got = cpu::sum_exp_below(l.data(), static_cast<int64_t>(n), max);
-    EXPECT_NEAR(got, want, 1e-6 * want) << n << " logits";
+    IsaGuard guard;
+    std::optional<double> first;
+    for (cpu::CpuIsa isa : available_cpu_paths()) {
+      ASSERT_TRUE(cpu::cpu_isa_force(isa));
+      const double got = cpu::sum_exp_below(l.data(), static_cast<int64_t>(n), max);
+      EXPECT_NEAR(got, want, 1e-6 * want) << n << " logits on " << cpu::cpu_isa_name(isa);
+      if (!first) first = got;
+      EXPECT_EQ(got, *first) << cpu::cpu_isa_name(isa) << ": every path sums alike";
+    }
   }
 }
 
