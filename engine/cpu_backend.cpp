@@ -225,7 +225,8 @@ class CpuBackend final : public Backend {
     };
     const std::string isa(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa()));
     PrefetchTuningOptions o;
-    o.key = fmt::format("{}|{}|{} threads|{}", kernels::cpu::cpu_model_name(), isa, pool_.size(),
+    o.key = fmt::format("v{}|{}|{}|{} threads|{}", kPrefetchTuningVersion, kernels::cpu::cpu_model_name(), isa,
+                        pool_.size(),
                         windows.empty() ? "-" : std::string(dtype_name(windows[0][0]->dtype)));
     o.cache_file = default_tuning_cache_file();
     o.pass_bytes = pass_bytes;

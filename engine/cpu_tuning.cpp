@@ -110,11 +110,11 @@ PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::f
   }
   size_t choice = 0;
   for (size_t i = 0; i < kPrefetchCandidates.size(); ++i) {
-    if (kPrefetchCandidates[i] == kernels::cpu::kDefaultPrefetchBytes) choice = i;
+    if (kPrefetchCandidates[i] == 0) choice = i;
   }
-  const double default_seconds = best[choice];
+  const double none_seconds = best[choice];
   for (size_t i = 0; i < kPrefetchCandidates.size(); ++i) {
-    if (best[i] < default_seconds * 0.97 && best[i] < best[choice]) choice = i;
+    if (best[i] < none_seconds * 0.97 && best[i] < best[choice]) choice = i;
   }
   for (size_t i = 0; i < kPrefetchCandidates.size(); ++i) t.seconds.emplace_back(kPrefetchCandidates[i], best[i]);
   t.bytes = kPrefetchCandidates[choice];

@@ -45,10 +45,17 @@ struct PrefetchTuning {
 // Chooses and sets (set_weight_prefetch_bytes) the distance: HEARTH_CPU_PREFETCH when
 // set; else the cache's entry for o.key; else the candidate whose pass(distance) (seconds,
 // run with that distance set
-// for one decode-like pass over weights too large for the caches) is least, where the
-// default (kDefaultPrefetchBytes) stays unless another is at least 3% faster; a measured
-// choice is written to the cache (failure to write is not an error).
+// for one decode-like pass over weights too large for the caches) is least, where no
+// software prefetch (0) stays unless a distance is at least 3% faster: it must earn its
+// place (on Zen 5 the windows measured 8 KiB within 1-2% of none while whole decode steps
+// ran 12% slower with it; on an Intel host it was worth 30-40%). A measured choice is
+// written to the cache (failure to write is not an error).
 PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::function<double(int)>& pass);
+
+// Part of every cache key: raised when the kernels or the rule above change, so that a
+// host measures again instead of keeping a choice made for other code (2: the quantized
+// kernels prefetch at all, and none is the baseline).
+inline constexpr int kPrefetchTuningVersion = 2;
 
 // What the passes read: windows of whole layers' matrices ("blk.N." tensors), each the
 // same matrices of `per window` consecutive layers (the first of a layer's matrices

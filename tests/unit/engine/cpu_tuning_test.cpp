@@ -82,13 +82,16 @@ TEST_F(CpuTuningTest, TheFastestCandidateWinsAndIsCached) {
   EXPECT_EQ(never.calls, 0);
 }
 
-TEST_F(CpuTuningTest, TheDefaultStaysUnlessClearlyBeaten) {
-  // 2% faster is within a noisy host's spread: the default is kept.
-  FakePass fake{{{0, 0.98}, {2048, 0.99}, {4096, 1.0}, {8192, 1.0}}};
+TEST_F(CpuTuningTest, NoPrefetchStaysUnlessClearlyBeaten) {
+  // 2% faster is within a noisy host's spread: no software prefetch is kept.
+  FakePass fake{{{0, 1.0}, {2048, 0.99}, {4096, 0.98}, {8192, 0.985}}};
   PrefetchTuningOptions o = options("cpu C");
   o.cache_file.clear();  // not cached
-  EXPECT_EQ(tune_weight_prefetch(o, std::ref(fake)).bytes, kernels::cpu::kDefaultPrefetchBytes);
+  EXPECT_EQ(tune_weight_prefetch(o, std::ref(fake)).bytes, 0);
   EXPECT_FALSE(std::filesystem::exists(dir_ / "cpu-tuning"));
+  // A distance that earns its place is taken (the Intel host's 8 KiB, 30% faster).
+  FakePass intel{{{0, 1.0}, {2048, 0.9}, {4096, 0.8}, {8192, 0.7}}};
+  EXPECT_EQ(tune_weight_prefetch(o, std::ref(intel)).bytes, 8192);
 }
 
 TEST_F(CpuTuningTest, EachCandidateCountsItsBestRound) {
