@@ -319,75 +319,46 @@ inline __m512i dpbusd_bcast(__m512i s, __m512i w, const int8_t* x) {
   return s;
 }
 
-// out[t] = the group's 16 rows times token t0 + t. The N tokens' integer sums of a block
-// are interleaved (N independent chains of vpdpbusd), and the accumulators are locals
-// (nothing the loads could alias), so all of them stay in registers.
-template <int N>
-void group_q4_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* out) {
+// out[t] = the group's 16 rows times token t0 + t. A block's 8 weight chunks w[k] each
+// multiply activations x + 4k (Q4_0: k < 4 the low nibbles, elements 4k..4k+3; k >= 4
+// the high ones, 16 + 4(k - 4)..); the N tokens' integer sums are interleaved (N
+// independent chains of vpdpbusd), and the accumulators are locals (nothing the loads
+// could alias), so all of them stay in registers.
+template <int N, bool Q4>
+void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* out) {
+  constexpr int64_t kBlockBytes = Q4 ? 288 : 544;
   const int64_t blocks = p.cols / 32;
+  const int32_t* offsets = Q4 ? p.xq->offset4 : p.xq->offset8;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  __m512 a[N];
-  #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) a[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    const std::byte* o = gw + b * 288;
-    prefetch_ahead(o, 288, p.prefetch_bytes);
-    const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
-    __m512i lo[4], hi[4];
-    #pragma GCC unroll 16
-    for (int m = 0; m < 4; ++m) {
-      const __m512i c = _mm512_loadu_si512(o + 32 + 64 * m);
-      lo[m] = _mm512_and_si512(c, low4);
-      hi[m] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
-    }
-    const int8_t* x[N];
-    __m512i s[N];
-    #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) {
-      const int64_t tb = (t0 + t) * blocks + b;
-      x[t] = p.xq->qs + tb * 32;
-      s[t] = _mm512_set1_epi32(p.xq->offset4[tb]);
-    }
-    // Token after token within each step: N independent chains in flight.
-    #pragma GCC unroll 16
-    for (int m = 0; m < 4; ++m) {
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t) s[t] = dpbusd_bcast(s[t], lo[m], x[t] + 4 * m);
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t) s[t] = dpbusd_bcast(s[t], hi[m], x[t] + 16 + 4 * m);
-    }
-    #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) {
-      const int64_t tb = (t0 + t) * blocks + b;
-      a[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(scale, _mm512_set1_ps(p.xq->d[tb])), a[t]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int t = 0; t < N; ++t) out[t] = a[t];
-}
-
-template <int N>
-void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m512* out) {
-  const int64_t blocks = p.cols / 32;
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 a[N];
   #pragma GCC unroll 16
   for (int t = 0; t < N; ++t) a[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const std::byte* o = gw + b * 544;
-    prefetch_ahead(o, 544, p.prefetch_bytes);
+    const std::byte* o = gw + b * kBlockBytes;
+    prefetch_ahead(o, kBlockBytes, p.prefetch_bytes);
     const __m512 scale = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(o)));
     __m512i w[8];
-    #pragma GCC unroll 16
-    for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(o + 32 + 64 * k), bias);  // w + 128
+    if constexpr (Q4) {
+      #pragma GCC unroll 16
+      for (int m = 0; m < 4; ++m) {
+        const __m512i c = _mm512_loadu_si512(o + 32 + 64 * m);
+        w[m] = _mm512_and_si512(c, low4);
+        w[m + 4] = _mm512_and_si512(_mm512_srli_epi16(c, 4), low4);
+      }
+    } else {
+      #pragma GCC unroll 16
+      for (int k = 0; k < 8; ++k) w[k] = _mm512_xor_si512(_mm512_loadu_si512(o + 32 + 64 * k), bias);  // w + 128
+    }
     const int8_t* x[N];
     __m512i s[N];
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) {
       const int64_t tb = (t0 + t) * blocks + b;
       x[t] = p.xq->qs + tb * 32;
-      s[t] = _mm512_set1_epi32(p.xq->offset8[tb]);
+      s[t] = _mm512_set1_epi32(offsets[tb]);
     }
+    // Token after token within each chunk: N independent chains in flight.
     #pragma GCC unroll 16
     for (int k = 0; k < 8; ++k) {
       #pragma GCC unroll 16
@@ -403,26 +374,17 @@ void group_q8_0_r16(const std::byte* gw, const MatmulParams& p, int64_t t0, __m5
   for (int t = 0; t < N; ++t) out[t] = a[t];
 }
 
-template <int N>
-void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* acc) {
-  if (p.type == DType::kQ4_0R16) {
-    group_q4_0_r16<N>(gw, p, t0, acc);
-  } else {
-    group_q8_0_r16<N>(gw, p, t0, acc);
-  }
-}
-
+template <bool Q4>
 void group_r16_tokens(int64_t n, const MatmulParams& p, const std::byte* gw, int64_t t0, __m512* acc) {
   switch (n) {
-    case 1: group_r16<1>(p, gw, t0, acc); break;
-    case 2: group_r16<2>(p, gw, t0, acc); break;
-    case 3: group_r16<3>(p, gw, t0, acc); break;
-    case 4: group_r16<4>(p, gw, t0, acc); break;
-    case 5: group_r16<5>(p, gw, t0, acc); break;
-    case 6: group_r16<6>(p, gw, t0, acc); break;
-    case 7: group_r16<7>(p, gw, t0, acc); break;
-    case 8: group_r16<8>(p, gw, t0, acc); break;
-    default: group_r16<8>(p, gw, t0, acc); break;
+    case 1: group_r16<1, Q4>(p, gw, t0, acc); break;
+    case 2: group_r16<2, Q4>(p, gw, t0, acc); break;
+    case 3: group_r16<3, Q4>(p, gw, t0, acc); break;
+    case 4: group_r16<4, Q4>(p, gw, t0, acc); break;
+    case 5: group_r16<5, Q4>(p, gw, t0, acc); break;
+    case 6: group_r16<6, Q4>(p, gw, t0, acc); break;
+    case 7: group_r16<7, Q4>(p, gw, t0, acc); break;
+    default: group_r16<8, Q4>(p, gw, t0, acc); break;
   }
 }
 
@@ -461,7 +423,11 @@ void matmul_rows_r16(const MatmulParams& p, int64_t row_begin, int64_t row_end) 
   for (int64_t g = g_begin; g < g_end; ++g) {
     for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kR16Tokens) {
       const int64_t n = p.n_tokens - t0 < kR16Tokens ? p.n_tokens - t0 : kR16Tokens;
-      group_r16_tokens(n, p, group_w(g), t0, acc);
+      if (p.type == DType::kQ4_0R16) {
+        group_r16_tokens<true>(n, p, group_w(g), t0, acc);
+      } else {
+        group_r16_tokens<false>(n, p, group_w(g), t0, acc);
+      }
       store_group(p, g, t0, n, row_begin, row_end, acc);
     }
   }
