@@ -4,6 +4,7 @@
 
 #include "common/json.h"
 #include "loader/model.h"
+#include "loader/prequantized.h"
 #include "loader/safetensors.h"
 
 namespace hearth {
@@ -23,31 +24,32 @@ constexpr HfArch kArchs[] = {
     {"Qwen2ForCausalLM", "qwen2", true},
 };
 
+constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
+    {"model.embed_tokens.weight", "token_embd.weight"},
+    {"model.norm.weight", "output_norm.weight"},
+    {"lm_head.weight", "output.weight"},
+};
+constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
 // HF parameter name -> canonical name; empty for buffers that carry no weights.
 // Names that match nothing are kept as they are, so that the tensor check refuses them.
 std::string canonical_name(const std::string& hf) {
-  static const std::pair<std::string_view, std::string_view> kGlobal[] = {
-      {"model.embed_tokens.weight", "token_embd.weight"},
-      {"model.norm.weight", "output_norm.weight"},
-      {"lm_head.weight", "output.weight"},
-  };
-  for (const auto& [from, to] : kGlobal) {
+  for (const auto& [from, to] : kGlobalNames) {
     if (hf == from) return std::string(to);
   }
-  static const std::pair<std::string_view, std::string_view> kLayer[] = {
-      {"input_layernorm.weight", "attn_norm.weight"},
-      {"self_attn.q_proj.weight", "attn_q.weight"},
-      {"self_attn.k_proj.weight", "attn_k.weight"},
-      {"self_attn.v_proj.weight", "attn_v.weight"},
-      {"self_attn.q_proj.bias", "attn_q.bias"},
-      {"self_attn.k_proj.bias", "attn_k.bias"},
-      {"self_attn.v_proj.bias", "attn_v.bias"},
-      {"self_attn.o_proj.weight", "attn_output.weight"},
-      {"post_attention_layernorm.weight", "ffn_norm.weight"},
-      {"mlp.gate_proj.weight", "ffn_gate.weight"},
-      {"mlp.up_proj.weight", "ffn_up.weight"},
-      {"mlp.down_proj.weight", "ffn_down.weight"},
-  };
   constexpr std::string_view kPrefix = "model.layers.";
   if (hf.starts_with(kPrefix)) {
     const size_t dot = hf.find('.', kPrefix.size());
@@ -56,7 +58,7 @@ std::string canonical_name(const std::string& hf) {
       const std::string_view rest = std::string_view(hf).substr(dot + 1);
       if (index.find_first_not_of("0123456789") == std::string::npos) {
         if (rest == "self_attn.rotary_emb.inv_freq") return "";
-        for (const auto& [from, to] : kLayer) {
+        for (const auto& [from, to] : kLayerNames) {
           if (rest == from) return fmt::format("blk.{}.{}", std::stoi(index), to);
         }
       }
@@ -178,6 +180,23 @@ bool safe_file_name(const std::string& name) {
 
 }  // namespace
 
+std::optional<std::string> hf_parameter_name(const std::string& canonical) {
+  for (const auto& [hf, ours] : kGlobalNames) {
+    if (canonical == ours) return std::string(hf);
+  }
+  constexpr std::string_view kPrefix = "blk.";
+  if (!canonical.starts_with(kPrefix)) return std::nullopt;
+  const size_t dot = canonical.find('.', kPrefix.size());
+  if (dot == std::string::npos) return std::nullopt;
+  const std::string index = canonical.substr(kPrefix.size(), dot - kPrefix.size());
+  if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  const std::string_view rest = std::string_view(canonical).substr(dot + 1);
+  for (const auto& [hf, ours] : kLayerNames) {
+    if (rest == ours) return fmt::format("model.layers.{}.{}", index, hf);
+  }
+  return std::nullopt;
+}
+
 Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
   LoadedModel model;
   model.format = ModelFormat::kSafetensors;
@@ -189,6 +208,7 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
   if (!config_json.is_object()) return make_error(ErrorCode::kFormat, "config.json is not a JSON object");
   const auto& cfg = config_json.as_object();
   HEARTH_RETURN_IF_ERROR(read_config(cfg, model.config).with_context("config.json"));
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<PrequantConfig> prequant, prequant_config(cfg));
 
   // Which files hold the weights: the shard index when there is one.
   std::vector<std::string> shard_files;
@@ -215,9 +235,16 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
   }
 
   std::set<std::string> seen;
+  std::vector<TensorView> int32_tensors;  // the packed words of a pre-quantized checkpoint
   for (const std::string& shard : shard_files) {
     HEARTH_ASSIGN_OR_RETURN(MappedFile file, MappedFile::open(dir / shard));
-    HEARTH_ASSIGN_OR_RETURN(SafetensorsFile st, safetensors_parse(file.bytes(), shard));
+    HEARTH_ASSIGN_OR_RETURN(SafetensorsFile st, safetensors_parse(file.bytes(), shard, prequant.has_value()));
+    for (TensorView& t : st.int32_tensors) {
+      if (!seen.insert(t.name).second) {
+        return make_error(ErrorCode::kFormat, "tensor {} appears in more than one place", t.name);
+      }
+      int32_tensors.push_back(std::move(t));
+    }
     for (TensorView& t : st.tensors) {
       std::string name = canonical_name(t.name);
       if (name.empty()) continue;
@@ -229,6 +256,9 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
       model.tensors.push_back(std::move(t));
     }
     model.files.push_back(std::move(file));
+  }
+  if (prequant) {
+    HEARTH_RETURN_IF_ERROR(prequant_apply(*prequant, std::move(int32_tensors), canonical_name, model));
   }
   if (!model.config.tied_embeddings && !seen.contains("output.weight")) {
     model.config.tied_embeddings = true;  // no lm_head: the embeddings serve as the output layer

@@ -5,13 +5,15 @@
 // Containers: a Hugging Face directory (config.json, model.safetensors or a sharded
 // model.safetensors.index.json, tokenizer files), a GGUF v2/v3 file (tokenizer inside),
 // a llama2.c checkpoint (tokenizer.bin beside it or given). Weights are mapped, never
-// copied. Each container keeps its own q/k row layout and says which RoPE pairing it
+// copied (except the packed layers of pre-quantized checkpoints, repacked into blocks:
+// loader/prequantized.h). Each container keeps its own q/k row layout and says which RoPE pairing it
 // needs (ModelConfig::rope_style), so all containers of one model compute the same
 // function. Unsupported architectures, tensor types or features are refused with a
 // message naming them. A LoadedModel is immutable after model_open; thread-compatible.
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +42,9 @@ struct LoadedModel {
   std::vector<TensorView> tensors;  // canonical names; views into `files`
   TokenizerSource tokenizer;
   std::vector<MappedFile> files;    // keep the mappings alive
+  // Matrices repacked from a pre-quantized checkpoint's packed layers (the one case
+  // where tensor views point elsewhere than into `files`).
+  std::vector<std::vector<std::byte>> owned;
 
   // The tensor of that canonical name, or nullptr.
   const TensorView* find(std::string_view name) const;
@@ -53,6 +58,9 @@ Result<LoadedModel> model_open(const std::filesystem::path& path, const ModelOpe
 // Container-specific openers, used by model_open after it has sniffed the format.
 Result<LoadedModel> gguf_model_open(const std::filesystem::path& path);
 Result<LoadedModel> hf_model_open(const std::filesystem::path& dir);
+// The Hugging Face parameter name of a canonical tensor name ("blk.3.attn_q.weight" ->
+// "model.layers.3.self_attn.q_proj.weight"); nullopt for names HF checkpoints lack.
+std::optional<std::string> hf_parameter_name(const std::string& canonical);
 // `tokenizer_path` may be empty: then tok<vocab>.bin or tokenizer.bin beside the checkpoint.
 Result<LoadedModel> llama2c_model_open(const std::filesystem::path& path, const std::filesystem::path& tokenizer_path);
 

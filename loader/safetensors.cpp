@@ -21,7 +21,7 @@ Result<DType> parse_dtype(std::string_view dtype, std::string_view tensor) {
 
 }  // namespace
 
-Result<SafetensorsFile> safetensors_parse(std::span<const std::byte> bytes, std::string_view what) {
+Result<SafetensorsFile> safetensors_parse(std::span<const std::byte> bytes, std::string_view what, bool accept_int32) {
   if (bytes.size() < 8) {
     return make_error(ErrorCode::kFormat, "{} is too short to be a safetensors file ({} bytes)", what, bytes.size());
   }
@@ -40,6 +40,7 @@ Result<SafetensorsFile> safetensors_parse(std::span<const std::byte> bytes, std:
   const uint64_t data_size = bytes.size() - data_start;
   SafetensorsFile file;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<std::string> range_names;
   for (const auto& [key, entry] : root.as_object()) {
     if (key == "__metadata__") continue;
     TensorView view;
@@ -48,7 +49,12 @@ Result<SafetensorsFile> safetensors_parse(std::span<const std::byte> bytes, std:
     const auto& obj = entry.as_object();
     HEARTH_ASSIGN_OR_RETURN(auto dtype, json_opt_string(obj, "dtype"));
     if (!dtype) return make_error(ErrorCode::kFormat, "{}: tensor {} has no dtype", what, view.name);
-    HEARTH_ASSIGN_OR_RETURN(view.dtype, parse_dtype(*dtype, view.name));
+    const bool int32 = accept_int32 && *dtype == "I32";
+    if (int32) {
+      view.dtype = DType::kF32;  // 4 bytes per element, like I32
+    } else {
+      HEARTH_ASSIGN_OR_RETURN(view.dtype, parse_dtype(*dtype, view.name));
+    }
 
     const auto* shape = json_find_array(obj, "shape");
     const auto* offsets = json_find_array(obj, "data_offsets");
@@ -102,8 +108,9 @@ Result<SafetensorsFile> safetensors_parse(std::span<const std::byte> bytes, std:
     }
     view.bytes = expected;
     view.data = bytes.data() + data_start + begin;
-    file.tensors.push_back(std::move(view));
     ranges.emplace_back(begin, end);
+    range_names.push_back(view.name);
+    (int32 ? file.int32_tensors : file.tensors).push_back(std::move(view));
   }
   // Tensors must not overlap (the format requires a dense, non-overlapping layout).
   std::vector<size_t> order(ranges.size());
@@ -111,8 +118,8 @@ Result<SafetensorsFile> safetensors_parse(std::span<const std::byte> bytes, std:
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ranges[a] < ranges[b]; });
   for (size_t i = 1; i < order.size(); ++i) {
     if (ranges[order[i]].first < ranges[order[i - 1]].second) {
-      return make_error(ErrorCode::kFormat, "{}: tensors {} and {} overlap", what, file.tensors[order[i - 1]].name,
-                        file.tensors[order[i]].name);
+      return make_error(ErrorCode::kFormat, "{}: tensors {} and {} overlap", what, range_names[order[i - 1]],
+                        range_names[order[i]]);
     }
   }
   return file;

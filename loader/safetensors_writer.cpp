@@ -22,8 +22,21 @@ Status SafetensorsWriter::add_lazy(std::string_view name, DType type, std::span<
   }
   int64_t elements = 1;
   for (int64_t d : shape) elements *= d;
-  tensors_.push_back({std::string(name), type, {shape.begin(), shape.end()}, *dtype_bytes(type, elements),
+  tensors_.push_back({std::string(name), type, false, {shape.begin(), shape.end()}, *dtype_bytes(type, elements),
                       std::move(produce)});
+  return Status::ok();
+}
+
+Status SafetensorsWriter::add_int32(std::string_view name, std::span<const int64_t> shape,
+                                    std::span<const int32_t> data) {
+  int64_t elements = 1;
+  for (int64_t d : shape) elements *= d;
+  if (elements != static_cast<int64_t>(data.size())) {
+    return make_error(ErrorCode::kInvalidArgument, "tensor {}: {} values for {} elements", name, data.size(), elements);
+  }
+  auto copy = std::make_shared<std::vector<std::byte>>(std::as_bytes(data).begin(), std::as_bytes(data).end());
+  tensors_.push_back({std::string(name), DType::kF32, true, {shape.begin(), shape.end()}, copy->size(),
+                      [copy] { return *copy; }});
   return Status::ok();
 }
 
@@ -32,7 +45,7 @@ std::string SafetensorsWriter::header() const {
   uint64_t offset = 0;
   for (const Tensor& t : tensors_) {
     boost::json::object entry;
-    entry["dtype"] = t.type == DType::kF32 ? "F32" : t.type == DType::kF16 ? "F16" : "BF16";
+    entry["dtype"] = t.int32 ? "I32" : t.type == DType::kF32 ? "F32" : t.type == DType::kF16 ? "F16" : "BF16";
     boost::json::array shape;
     for (int64_t d : t.shape) shape.push_back(d);
     entry["shape"] = std::move(shape);

@@ -24,6 +24,8 @@ class SafetensorsWriter {
   // `type` is F32, F16 or BF16; `data` holds exactly the tensor's bytes.
   Status add(std::string_view name, DType type, std::span<const int64_t> shape, std::span<const std::byte> data);
   Status add_lazy(std::string_view name, DType type, std::span<const int64_t> shape, Producer produce);
+  // An I32 tensor (the packed words of a GPTQ / AWQ checkpoint).
+  Status add_int32(std::string_view name, std::span<const int64_t> shape, std::span<const int32_t> data);
   std::string bytes() const;
   Status write(const std::filesystem::path& path) const;
 
@@ -31,6 +33,7 @@ class SafetensorsWriter {
   struct Tensor {
     std::string name;
     DType type;
+    bool int32;  // written as I32 (type is then kF32, the same size)
     std::vector<int64_t> shape;
     uint64_t bytes;
     Producer produce;
