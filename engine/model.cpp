@@ -176,13 +176,11 @@ Status LlamaModel::forward_sampled(const ModelInput& input, KvCache& cache, std:
   });
 }
 
-template <typename OnLogits>
-Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits) {
-  HEARTH_RETURN_IF_ERROR(check(input, cache));
+Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, const float* next_norm) {
   const KvCacheConfig& kc = cache.config();
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
-  const StepInput step = be.upload(input);
+  const Layer& l = layers_[static_cast<size_t>(li)];
   const int64_t n = step.n_tokens;
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.hidden_dim;
   float* x = x_.f32();
@@ -193,38 +191,81 @@ Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, On
   float* att = att_.f32();
   float* gate = gate_.f32();
   float* up = up_.f32();
+  // Attention block (xn: this layer's attention norm of x).
+  const MatmulTarget qkv[] = {{l.attn_q, q}, {l.attn_k, k}, {l.attn_v, v}};  // [n, q_dim], [n, kv_dim] x 2
+  be.matmuls(xn, n, qkv);
+  if (l.q_bias != nullptr) {
+    be.add_bias(q, l.q_bias, n, q_dim);
+    be.add_bias(k, l.k_bias, n, kv_dim);
+    be.add_bias(v, l.v_bias, n, kv_dim);
+  }
+  be.rope(q, n, c.n_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
+  be.rope(k, n, c.n_kv_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
+  be.kv_store({k, v, cache.k(li), cache.v(li), kc.dtype, &step, c.n_kv_heads, c.head_dim});
+  be.attention({q, att, cache.k(li), cache.v(li), kc.dtype, &step, c.n_heads, c.n_kv_heads, c.head_dim,
+                1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
+  be.matmul(*l.attn_output, att, n, xn);  // [n, dim], this rank's partial sum
+  HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
+  // Feed-forward block: the residual add fused with its norm.
+  be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
+  const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
+  be.matmuls(xn, n, gate_up);
+  be.swiglu(gate, up, n * ffn, gate);
+  be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim], this rank's partial sum
+  HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
+  if (next_norm != nullptr) {
+    be.add_rms_norm(x, xn, next_norm, n, dim, c.norm_eps, xn);
+  } else {
+    be.add(x, xn, n * dim);
+  }
+  return Status::ok();
+}
+
+Status LlamaModel::embed(const ModelInput& input, KvCache& cache, float* hidden) {
+  HEARTH_RETURN_IF_ERROR(check(input, cache));
+  const StepInput step = backend_.upload(input);
+  backend_.embedding(*token_embd_, step.tokens, step.n_tokens, x_.f32());
+  backend_.read(x_, 0, hidden, static_cast<size_t>(step.n_tokens * rank_config_.dim) * sizeof(float));
+  return Status::ok();
+}
+
+Status LlamaModel::run_layer(const ModelInput& input, KvCache& cache, int32_t layer_index, float* hidden) {
+  HEARTH_RETURN_IF_ERROR(check(input, cache));
+  if (comm_.size() != 1) {
+    return make_error(ErrorCode::kUnsupported, "a layer at a time runs on a single rank, not on rank {} of {}",
+                      comm_.rank(), comm_.size());
+  }
+  if (layer_index < 0 || layer_index >= rank_config_.n_layers) {
+    return make_error(ErrorCode::kInvalidArgument, "layer {} of a model of {} layers", layer_index,
+                      rank_config_.n_layers);
+  }
+  const StepInput step = backend_.upload(input);
+  const int64_t n = step.n_tokens, dim = rank_config_.dim;
+  const size_t bytes = static_cast<size_t>(n * dim) * sizeof(float);
+  backend_.write(x_, 0, hidden, bytes);
+  backend_.rms_norm(x_.f32(), layers_[static_cast<size_t>(layer_index)].attn_norm, n, dim, rank_config_.norm_eps,
+                    xn_.f32());
+  HEARTH_RETURN_IF_ERROR(layer(layer_index, step, cache, nullptr));
+  backend_.read(x_, 0, hidden, bytes);
+  return Status::ok();
+}
+
+template <typename OnLogits>
+Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits) {
+  HEARTH_RETURN_IF_ERROR(check(input, cache));
+  const ModelConfig& c = rank_config_;
+  Backend& be = backend_;
+  const StepInput step = be.upload(input);
+  const int64_t n = step.n_tokens;
+  const int64_t dim = c.dim;
+  float* x = x_.f32();
+  float* xn = xn_.f32();
 
   be.embedding(*token_embd_, step.tokens, n, x);
   be.rms_norm(x, layers_[0].attn_norm, n, dim, c.norm_eps, xn);
   for (int32_t li = 0; li < c.n_layers; ++li) {
-    const Layer& l = layers_[static_cast<size_t>(li)];
-    // Attention block (xn: this layer's attention norm of x).
-    const MatmulTarget qkv[] = {{l.attn_q, q}, {l.attn_k, k}, {l.attn_v, v}};  // [n, q_dim], [n, kv_dim] x 2
-    be.matmuls(xn, n, qkv);
-    if (l.q_bias != nullptr) {
-      be.add_bias(q, l.q_bias, n, q_dim);
-      be.add_bias(k, l.k_bias, n, kv_dim);
-      be.add_bias(v, l.v_bias, n, kv_dim);
-    }
-    be.rope(q, n, c.n_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
-    be.rope(k, n, c.n_kv_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
-    be.kv_store({k, v, cache.k(li), cache.v(li), kc.dtype, &step, c.n_kv_heads, c.head_dim});
-    be.attention({q, att, cache.k(li), cache.v(li), kc.dtype, &step, c.n_heads, c.n_kv_heads, c.head_dim,
-                  1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
-    be.matmul(*l.attn_output, att, n, xn);  // [n, dim], this rank's partial sum
-    HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
-    // Feed-forward block: the residual add fused with its norm.
-    be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
-    const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
-    be.matmuls(xn, n, gate_up);
-    be.swiglu(gate, up, n * ffn, gate);
-    be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim], this rank's partial sum
-    HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
-    if (li + 1 < c.n_layers) {
-      be.add_rms_norm(x, xn, layers_[static_cast<size_t>(li) + 1].attn_norm, n, dim, c.norm_eps, xn);
-    } else {
-      be.add(x, xn, n * dim);
-    }
+    const float* next_norm = li + 1 < c.n_layers ? layers_[static_cast<size_t>(li) + 1].attn_norm : nullptr;
+    HEARTH_RETURN_IF_ERROR(layer(li, step, cache, next_norm));
   }
 
   if (!lm_head) return Status::ok();  // a rank that does not sample

@@ -70,6 +70,13 @@ class LlamaModel {
   // forward's checks alone: whether `input` can run on `cache`.
   Status check(const ModelInput& input, const KvCache& cache) const;
 
+  // The forward pass a layer at a time, for quantization's calibration (quant/): the
+  // hidden states the pass starts from ([n_tokens, dim], host memory), and one layer
+  // run on them in place, writing its K/V into `cache`. Single-rank models only (a
+  // shard's partial sums would need its group).
+  Status embed(const ModelInput& input, KvCache& cache, float* hidden);
+  Status run_layer(const ModelInput& input, KvCache& cache, int32_t layer, float* hidden);
+
   // The per-pair inverse RoPE frequencies ([head_dim / 2]) this model uses.
   const std::vector<float>& inv_freq() const { return inv_freq_; }
 
@@ -78,6 +85,10 @@ class LlamaModel {
   // from logits_. A template (model.cpp), so that a step allocates nothing.
   template <typename OnLogits>
   Status run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits);
+
+  // Layer `li` on x_ (with xn_ its attention norm): K/V into the cache, x_ advanced;
+  // xn_ becomes x_'s norm with `next_norm` (the next layer's attention norm) when given.
+  Status layer(int32_t li, const StepInput& step, KvCache& cache, const float* next_norm);
 
   struct Layer {
     const TensorView* attn_q = nullptr;

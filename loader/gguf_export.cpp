@@ -1,5 +1,6 @@
 #include "loader/gguf_export.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "common/model_tensors.h"
@@ -8,7 +9,19 @@
 #include "loader/quantize.h"
 
 namespace hearth {
-Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path) {
+namespace {
+
+// Where row r of a rotate-half q/k matrix goes in the interleaved layout: row
+// h*hd + j*hd/2 + i moves to h*hd + 2i + j.
+int64_t interleaved_row(int64_t r, int64_t head_dim) {
+  const int64_t half = head_dim / 2, head = r / head_dim, in_head = r % head_dim;
+  return head * head_dim + 2 * (in_head % half) + in_head / half;
+}
+
+}  // namespace
+
+Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path,
+                   const ExportOverride& override_matrix) {
   const ModelConfig& c = model.config;
   if (model.tokenizer.kind != TokenizerSource::Kind::kGguf) {
     return make_error(ErrorCode::kUnsupported, "only models with a GGUF vocabulary can be exported to GGUF");
@@ -79,13 +92,32 @@ Status gguf_export(const LoadedModel& model, DType matrix_type, const std::files
   for (const TensorSpec& spec : llama_tensor_specs(c)) {
     const TensorView* t = model.find(spec.name);
     if (t == nullptr) continue;
+    const bool qk = spec.name.ends_with("attn_q.weight") || spec.name.ends_with("attn_k.weight");
+    const std::span<const int64_t> shape(t->shape.data(), static_cast<size_t>(t->n_dims));
+    if (std::optional<ExportedTensor> given = spec.matrix && override_matrix ? override_matrix(spec.name) : std::nullopt) {
+      const std::optional<uint64_t> row_bytes = dtype_bytes(given->type, t->cols());
+      if (!row_bytes || given->bytes.size() != *row_bytes * static_cast<uint64_t>(t->rows())) {
+        return make_error(ErrorCode::kInternal, "{} given as {} bytes of {} for shape {}", spec.name,
+                          given->bytes.size(), dtype_name(given->type), shape_string(*t));
+      }
+      if (qk && c.rope_style != target_style) {  // whole rows move, so any row format can
+        std::vector<std::byte> moved(given->bytes.size());
+        for (int64_t r = 0; r < t->rows(); ++r) {
+          const int64_t dst = interleaved_row(r, c.head_dim);
+          std::copy_n(given->bytes.begin() + static_cast<ptrdiff_t>(r * *row_bytes), *row_bytes,
+                      moved.begin() + static_cast<ptrdiff_t>(dst * *row_bytes));
+        }
+        given->bytes = std::move(moved);
+      }
+      HEARTH_RETURN_IF_ERROR(w.add_tensor(spec.name, given->type, shape, given->bytes));
+      continue;
+    }
     std::vector<float> values(static_cast<size_t>(t->elements()));
     kernels::ref::dequantize_row(t->dtype, t->data, values.data(), t->elements());
-    const bool qk = spec.name.ends_with("attn_q.weight") || spec.name.ends_with("attn_k.weight");
     if (qk && c.rope_style != target_style) values = rope_rows_half_to_interleaved(values, t->rows(), t->cols(), c.head_dim);
     const DType type = spec.matrix && t->cols() % dtype_block_elems(matrix_type) == 0 ? matrix_type : DType::kF32;
     const std::vector<std::byte> bytes = quantize(type, values);
-    HEARTH_RETURN_IF_ERROR(w.add_tensor(spec.name, type, std::span(t->shape.data(), static_cast<size_t>(t->n_dims)), bytes));
+    HEARTH_RETURN_IF_ERROR(w.add_tensor(spec.name, type, shape, bytes));
   }
   return w.write(path);
 }
@@ -93,12 +125,8 @@ Status gguf_export(const LoadedModel& model, DType matrix_type, const std::files
 // Rows of a q/k matrix laid out for rotate-half pairs -> laid out for interleaved pairs.
 std::vector<float> rope_rows_half_to_interleaved(const std::vector<float>& w, int64_t rows, int64_t cols, int64_t head_dim) {
   std::vector<float> out(w.size());
-  const int64_t half = head_dim / 2;
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t head = r / head_dim, in_head = r % head_dim;
-    const int64_t i = in_head % half, j = in_head / half;  // source row: head*hd + j*half + i
-    const int64_t dst = head * head_dim + 2 * i + j;
-    std::copy(w.begin() + r * cols, w.begin() + (r + 1) * cols, out.begin() + dst * cols);
+    std::copy(w.begin() + r * cols, w.begin() + (r + 1) * cols, out.begin() + interleaved_row(r, head_dim) * cols);
   }
   return out;
 }

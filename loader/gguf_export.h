@@ -6,6 +6,9 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
@@ -20,6 +23,16 @@ namespace hearth {
 std::vector<float> rope_rows_half_to_interleaved(const std::vector<float>& w, int64_t rows, int64_t cols,
                                                  int64_t head_dim);
 
-Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path);
+// A matrix already converted by the caller: its type and bytes, rows in the source
+// model's order (gguf_export reorders q/k rows itself). Asked for weight matrices only;
+// nullopt: convert as usual.
+struct ExportedTensor {
+  DType type = DType::kF32;
+  std::vector<std::byte> bytes;
+};
+using ExportOverride = std::function<std::optional<ExportedTensor>(const std::string& name)>;
+
+Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path,
+                   const ExportOverride& override_matrix = {});
 
 }  // namespace hearth

@@ -19,6 +19,10 @@ commands:
              (or on resident weights: hearth generate --attach INSTANCE --prompt TEXT)
   status     what the instances hold in shared memory: hearth status [--instance NAME]
   synth      write a synthetic model: hearth synth --preset 1b --type q4_0 --gguf FILE
+  quantize   GPTQ / round-to-nearest of a model into GGUF: hearth quantize MODEL --out FILE.gguf
+             --calibration TEXT
+  eval       perplexity, and KL divergence against a reference: hearth eval MODEL --text FILE
+             [--reference MODEL]
   clean      remove an instance's segments: hearth clean [--instance NAME]
   version    print the version (also --version)
 
@@ -55,6 +59,8 @@ int main(int argc, char** argv) {
   if (command == "synth") return hearth::cli::synth_command(args);
   if (command == "serve") return hearth::cli::serve_command(args);
   if (command == "clean") return hearth::cli::clean_command(args);
+  if (command == "quantize") return hearth::cli::quantize_command(args);
+  if (command == "eval") return hearth::cli::eval_command(args);
   if (command == "--version" || command == "version") {
     std::printf("%s\n", hearth::version_line("hearth").c_str());
     return 0;

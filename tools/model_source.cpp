@@ -107,4 +107,15 @@ Result<RunnableModel> attach_instance(const std::string& instance, const std::fi
   return m;
 }
 
+Result<std::string> model_argument(const Args& args) {
+  const std::string flag = args.get("model").value_or("");
+  const auto& positionals = args.positionals();
+  if (positionals.size() > 1 || (!positionals.empty() && !flag.empty())) {
+    return make_error(ErrorCode::kInvalidArgument, "give one model");
+  }
+  const std::string model = positionals.empty() ? flag : positionals[0];
+  if (model.empty()) return make_error(ErrorCode::kInvalidArgument, "give the model (MODEL or --model PATH)");
+  return model;
+}
+
 }  // namespace hearth::cli

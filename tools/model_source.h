@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/args.h"
 #include "common/model_config.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -37,6 +38,10 @@ struct RunnableModel {
 // backends) uses the mapped files as they are.
 Result<RunnableModel> open_model_files(const std::filesystem::path& model, const std::filesystem::path& tokenizer,
                                        std::string_view layout = kLayoutCpuR16);
+
+// The model a command is given: its one positional argument or --model (not both).
+// kInvalidArgument naming the problem otherwise.
+Result<std::string> model_argument(const Args& args);
 
 // Attaches to hearth.<instance>.weights in `shm_dir` (empty: the default directory).
 Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir);

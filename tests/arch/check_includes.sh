@@ -15,7 +15,8 @@ declare -A allowed=(
   [loader]="common ipc kernels loader tokenizer"
   [engine]="common engine grammar ipc kernels"
   [frontend]="common ipc tokenizer chat grammar frontend"
-  [tools]="common ipc tokenizer chat grammar loader kernels engine frontend tools"
+  [quant]="common tokenizer loader kernels engine quant"
+  [tools]="common ipc tokenizer chat grammar loader kernels engine frontend quant tools"
 )
 bad=0
 for dir in "${!allowed[@]}"; do

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/generate.h"
+#include "kernels/reference/reference.h"
 #include "loader/gguf_export.h"
 #include "loader/model.h"
 #include "tests/test_util.h"
@@ -181,6 +182,36 @@ TEST(ModelTest, TwoSequencesInOneBatchMatchEachAlone) {
     ASSERT_NEAR(logits[v], la[4 * 512 + v], 1e-4f);
     ASSERT_NEAR(logits[512 + v], lb[3 * 512 + v], 1e-4f);
   }
+}
+
+TEST(ModelTest, LayerAtATimeMatchesTheForwardPass) {
+  // embed + run_layer over every layer, then the final norm and the (tied) LM head by
+  // the reference kernels: the logits forward gives, on the reference backend.
+  const auto path = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(path);
+  Runner r = Runner::open(path, true);
+  const std::vector<float> expected = r.all_logits(kPrompt);
+  const ModelConfig& c = r.model.config;
+  KvSequence seq;
+  ASSERT_TRUE(kv_sequence_reserve(*r.cache, seq, static_cast<int32_t>(kPrompt.size())).is_ok());
+  ModelInput in;
+  in.clear(r.cache->config().block_size);
+  ASSERT_TRUE(in.add_sequence(kPrompt, 0, seq.blocks, false).is_ok());
+  std::vector<float> hidden(kPrompt.size() * static_cast<size_t>(c.dim));
+  ASSERT_TRUE(r.llama->embed(in, *r.cache, hidden.data()).is_ok());
+  for (int32_t l = 0; l < c.n_layers; ++l) ASSERT_TRUE(r.llama->run_layer(in, *r.cache, l, hidden.data()).is_ok());
+  EXPECT_FALSE(r.llama->run_layer(in, *r.cache, c.n_layers, hidden.data()).is_ok());
+  kv_sequence_release(*r.cache, seq);
+
+  const auto n = static_cast<int64_t>(kPrompt.size());
+  std::vector<float> norm(static_cast<size_t>(c.dim)), normed(hidden.size()), logits(expected.size());
+  const TensorView* norm_t = r.model.find("output_norm.weight");
+  kernels::ref::dequantize_row(norm_t->dtype, norm_t->data, norm.data(), c.dim);
+  kernels::ref::rms_norm(hidden.data(), norm.data(), n, c.dim, c.norm_eps, normed.data());
+  const TensorView* head = r.model.find("output.weight");
+  if (head == nullptr) head = r.model.find("token_embd.weight");
+  kernels::ref::matmul(head->dtype, head->data, c.vocab_size, c.dim, normed.data(), n, logits.data());
+  for (size_t i = 0; i < logits.size(); ++i) ASSERT_NEAR(logits[i], expected[i], 1e-4f) << i;
 }
 
 TEST(ModelTest, MalformedBatchesAreRefused) {

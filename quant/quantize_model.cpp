@@ -1,0 +1,560 @@
+#include "quant/quantize_model.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+
+#include "common/half.h"
+#include "common/json.h"
+#include "common/model_tensors.h"
+#include "engine/backend.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/thread_pool.h"
+#include "kernels/reference/reference.h"
+#include "common/mapped_file.h"
+#include "loader/gguf_export.h"
+#include "loader/safetensors_writer.h"
+
+namespace hearth::quant {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The seven linear layers of a block, and which of the four inputs each reads.
+constexpr const char* kLinears[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+constexpr int kInputOf[] = {0, 0, 0, 1, 2, 2, 3};
+constexpr int kInputs = 4;
+
+std::string linear_name(int32_t layer, int i) { return fmt::format("blk.{}.{}.weight", layer, kLinears[i]); }
+
+// A CPU backend that shows every matmul's input to an observer before running it: how
+// the calibration pass sees what each linear layer reads, through the engine's own
+// forward pass.
+class ObservedBackend final : public Backend {
+ public:
+  using Observer = std::function<void(const TensorView& w, const float* x, int64_t n)>;
+  ObservedBackend(std::unique_ptr<Backend> inner, Observer observer)
+      : inner_(std::move(inner)), observer_(std::move(observer)) {}
+
+  void observe(bool on) { on_ = on; }
+
+  std::string_view name() const override { return inner_->name(); }
+  int threads() const override { return inner_->threads(); }
+  bool supports(BackendOp op, DType type) const override { return inner_->supports(op, type); }
+  Result<std::unique_ptr<BoundWeights>> bind_weights(std::span<const TensorView> tensors,
+                                                     std::string_view layout) override {
+    return inner_->bind_weights(tensors, layout);
+  }
+  StepInput upload(const ModelInput& input) override { return inner_->upload(input); }
+  Result<BackendBuffer> alloc(size_t bytes) override { return inner_->alloc(bytes); }
+  void write(const BackendBuffer& dst, size_t offset, const void* src, size_t bytes) override {
+    inner_->write(dst, offset, src, bytes);
+  }
+  void read(const BackendBuffer& src, size_t offset, void* dst, size_t bytes) override {
+    inner_->read(src, offset, dst, bytes);
+  }
+  void embedding(const TensorView& table, const TokenId* ids, int64_t n, float* out) override {
+    inner_->embedding(table, ids, n, out);
+  }
+  void matmul(const TensorView& w, const float* x, int64_t n, float* y) override {
+    if (on_) observer_(w, x, n);
+    inner_->matmul(w, x, n, y);
+  }
+  void matmuls(const float* x, int64_t n, std::span<const MatmulTarget> targets) override {
+    if (on_) {
+      for (const MatmulTarget& t : targets) observer_(*t.w, x, n);
+    }
+    inner_->matmuls(x, n, targets);
+  }
+  void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
+    inner_->rms_norm(x, weight, n, dim, eps, out);
+  }
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
+            RopeStyle style) override {
+    inner_->rope(x, n, n_heads, head_dim, positions, inv_freq, style);
+  }
+  void kv_store(const KvStoreParams& p) override { inner_->kv_store(p); }
+  void attention(const AttentionBatch& p) override { inner_->attention(p); }
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_->swiglu(gate, up, n, out); }
+  void add(float* y, const float* x, int64_t n) override { inner_->add(y, x, n); }
+  void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                    float* out) override {
+    inner_->add_rms_norm(x, delta, weight, n, dim, eps, out);
+  }
+  void add_bias(float* x, const float* bias, int64_t n, int64_t dim) override { inner_->add_bias(x, bias, n, dim); }
+  void gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) override {
+    inner_->gather_rows(x, rows, n, dim, out);
+  }
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  Observer observer_;
+  bool on_ = false;
+};
+
+// The model's tensors widened to float32, owned, with views onto them.
+struct FloatModel {
+  std::vector<std::vector<float>> data;
+  std::vector<TensorView> views;
+
+  std::vector<float>* find(std::string_view name) {
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (views[i].name == name) return &data[i];
+    }
+    return nullptr;
+  }
+};
+
+FloatModel widen(const LoadedModel& model) {
+  FloatModel f;
+  f.data.reserve(model.tensors.size());
+  for (const TensorView& t : model.tensors) {
+    std::vector<float>& v = f.data.emplace_back(static_cast<size_t>(t.elements()));
+    kernels::ref::dequantize_row(t.dtype, t.data, v.data(), t.elements());
+    TensorView view = t;
+    view.dtype = DType::kF32;
+    view.data = reinterpret_cast<const std::byte*>(v.data());
+    view.bytes = v.size() * sizeof(float);
+    f.views.push_back(view);
+  }
+  return f;
+}
+
+// Why `t` cannot be quantized with these options (nullopt: it can): a group size that
+// does not divide its inputs, or outputs that are not whole packed words (HF GPTQ).
+std::optional<std::string> unfit_reason(const TensorView& t, const ModelQuantOptions& o) {
+  if (t.cols() % o.scheme.group_size != 0) {
+    return fmt::format("{} inputs are not whole groups of {}", t.cols(), o.scheme.group_size);
+  }
+  const int64_t pack = 32 / o.scheme.bits;
+  if (o.output == OutputFormat::kHfGptq && t.rows() % pack != 0) {
+    return fmt::format("{} outputs are not whole packed words of {}", t.rows(), pack);
+  }
+  return std::nullopt;
+}
+
+// The matrix as blocks of 32 values: each block's d is its group's scale, `fill` sets
+// its values from the 32 codes.
+template <typename Block, typename Fill>
+std::vector<std::byte> blocks_of(const QuantizedMatrix& m, Fill&& fill) {
+  const int64_t blocks = m.cols / 32;
+  std::vector<std::byte> bytes(static_cast<size_t>(m.rows * blocks) * sizeof(Block));
+  auto* out = reinterpret_cast<Block*>(bytes.data());
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      Block& blk = out[r * blocks + b];
+      blk.d = m.scales[static_cast<size_t>((b * 32 / m.scheme.group_size) * m.rows + r)];
+      fill(blk, &m.q[static_cast<size_t>(r * m.cols + b * 32)]);
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+std::string_view method_name(Method method) { return method == Method::kGptq ? "gptq" : "rtn"; }
+
+Result<std::vector<std::vector<TokenId>>> calibration_samples(const Tokenizer& tokenizer, std::string_view text,
+                                                              bool json_lines, int32_t samples, int32_t seq_len) {
+  if (samples < 1 || seq_len < 2) {
+    return make_error(ErrorCode::kInvalidArgument, "--samples must be at least 1 and --seq-len at least 2");
+  }
+  const TokenId bos = tokenizer.bos_id();
+  std::vector<std::vector<TokenId>> out;
+  auto window_from = [&](std::span<const TokenId> ids) {
+    std::vector<TokenId> w;
+    if (bos >= 0) w.push_back(bos);
+    for (TokenId id : ids) {
+      if (static_cast<int32_t>(w.size()) == seq_len) break;
+      if (id != bos) w.push_back(id);
+    }
+    return w;
+  };
+  int64_t have = 0;  // tokens found, for the message
+  if (json_lines) {
+    size_t line_no = 0;
+    for (size_t pos = 0; pos < text.size() && static_cast<int32_t>(out.size()) < samples;) {
+      const size_t end = std::min(text.find('\n', pos), text.size());
+      const std::string_view line = text.substr(pos, end - pos);
+      pos = end + 1;
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      auto doc = json_parse(line, "a calibration line");
+      std::optional<std::string> text_field;
+      if (doc.is_ok() && doc->is_object()) {
+        auto field = json_opt_string(doc->as_object(), "text");
+        if (field.is_ok()) text_field = *field;
+      }
+      if (!text_field) {
+        return make_error(ErrorCode::kInvalidArgument, "calibration line {}: expected a JSON object with a \"text\" string",
+                          line_no);
+      }
+      auto ids = tokenizer.encode(*text_field, {false, false});
+      if (!ids.is_ok()) return ids.status().with_context(fmt::format("calibration line {}", line_no));
+      have += static_cast<int64_t>(ids->size());
+      std::vector<TokenId> w = window_from(*ids);
+      if (static_cast<int32_t>(w.size()) == seq_len) out.push_back(std::move(w));
+    }
+    if (static_cast<int32_t>(out.size()) < samples) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "the calibration file has {} lines of at least {} tokens ({} tokens in all), --samples asks "
+                        "for {}: give more text or lower --samples / --seq-len",
+                        out.size(), seq_len, have, samples);
+    }
+    return out;
+  }
+  auto ids = tokenizer.encode(text, {false, false});
+  if (!ids.is_ok()) return ids.status().with_context("calibration text");
+  const int32_t body = bos >= 0 ? seq_len - 1 : seq_len;
+  const int64_t windows = static_cast<int64_t>(ids->size()) / body;
+  if (windows < samples) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the calibration text has {} tokens, enough for {} windows of {}; --samples {} needs {}: give "
+                      "more text or lower --samples / --seq-len",
+                      ids->size(), windows, seq_len, samples, static_cast<int64_t>(samples) * body);
+  }
+  for (int32_t s = 0; s < samples; ++s) {
+    std::vector<TokenId> w;
+    if (bos >= 0) w.push_back(bos);
+    w.insert(w.end(), ids->begin() + static_cast<ptrdiff_t>(s) * body, ids->begin() + static_cast<ptrdiff_t>(s + 1) * body);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
+  HEARTH_RETURN_IF_ERROR(scheme_check(o.scheme));
+  if (o.method == Method::kRtn && o.scheme.act_order) {
+    return make_error(ErrorCode::kInvalidArgument, "--act-order needs --method gptq");
+  }
+  if (o.output == OutputFormat::kGguf) {
+    if (model.tokenizer.kind != TokenizerSource::Kind::kGguf) {
+      return make_error(ErrorCode::kUnsupported,
+                        "a GGUF file carries a GGUF vocabulary, which this {} model has none of: quantize its GGUF "
+                        "file, or write a Hugging Face GPTQ directory (--out DIR)",
+                        model_format_name(model.format));
+    }
+    if (!o.scheme.sym) {
+      return make_error(ErrorCode::kUnsupported,
+                        "--asym cannot be written to GGUF (its Q4_0 / Q8_0 blocks are symmetric): use --sym, or "
+                        "write a Hugging Face GPTQ directory (--out DIR)");
+    }
+    if (o.scheme.act_order && !o.scheme.static_groups) {
+      return make_error(ErrorCode::kUnsupported,
+                        "--act-order without --static-groups scatters each group's columns (g_idx), which GGUF "
+                        "blocks cannot hold: add --static-groups");
+    }
+  } else if (model.format != ModelFormat::kSafetensors) {
+    return make_error(ErrorCode::kUnsupported,
+                      "a Hugging Face GPTQ directory is written from a Hugging Face model directory (its tokenizer "
+                      "and config are copied), not from a {} file: give --out FILE.gguf",
+                      model_format_name(model.format));
+  }
+  std::vector<std::string> unfit;
+  for (int32_t l = 0; l < model.config.n_layers; ++l) {
+    for (int i = 0; i < 7; ++i) {
+      const TensorView* t = model.find(linear_name(l, i));
+      if (t == nullptr) return make_error(ErrorCode::kFormat, "the model has no {}", linear_name(l, i));
+      if (const std::optional<std::string> why = unfit_reason(*t, o)) unfit.push_back(fmt::format("{} ({})", t->name, *why));
+    }
+  }
+  if (!unfit.empty() && !o.skip_indivisible) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{} matrices cannot be quantized as asked, e.g. {}: choose a group size that fits, or add "
+                      "--skip-indivisible to keep them unquantized",
+                      unfit.size(), unfit.front());
+  }
+  return Status::ok();
+}
+
+Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const std::vector<TokenId>> calibration,
+                                      const ModelQuantOptions& o, const LayerProgress& progress) {
+  HEARTH_RETURN_IF_ERROR(quantize_check(model, o));
+  const auto t0 = std::chrono::steady_clock::now();
+  const ModelConfig& c = model.config;
+  ThreadPool pool(o.threads);
+  QuantizedModel out;
+
+  auto divisible = [&](const TensorView& t) { return !unfit_reason(t, o).has_value(); };
+  if (o.method == Method::kRtn) {
+    for (int32_t l = 0; l < c.n_layers; ++l) {
+      const auto tl = std::chrono::steady_clock::now();
+      for (int i = 0; i < 7; ++i) {
+        const TensorView& t = *model.find(linear_name(l, i));
+        if (!divisible(t)) {
+          out.kept.push_back(t.name);
+          continue;
+        }
+        std::vector<float> w(static_cast<size_t>(t.elements()));
+        kernels::ref::dequantize_row(t.dtype, t.data, w.data(), t.elements());
+        HEARTH_ASSIGN_OR_RETURN(QuantizedMatrix m, rtn_quantize(w, t.rows(), t.cols(), o.scheme));
+        out.matrices.emplace_back(t.name, std::move(m));
+      }
+      if (progress) progress(l, c.n_layers, seconds_since(tl));
+    }
+    out.seconds = seconds_since(t0);
+    return out;
+  }
+
+  if (calibration.empty()) return make_error(ErrorCode::kInvalidArgument, "GPTQ needs calibration samples");
+  int32_t seq_len = 0;
+  for (const auto& s : calibration) {
+    if (s.empty()) return make_error(ErrorCode::kInvalidArgument, "an empty calibration sample");
+    seq_len = std::max(seq_len, static_cast<int32_t>(s.size()));
+  }
+  if (seq_len > c.max_context) {
+    return make_error(ErrorCode::kInvalidArgument, "--seq-len {} is longer than the model's context of {}", seq_len,
+                      c.max_context);
+  }
+
+  // The engine's forward pass over a float32 copy of the model, watched.
+  FloatModel f = widen(model);
+  std::vector<Hessian> hessians;
+  int32_t layer = 0;
+  auto observe = [&](const TensorView& w, const float* x, int64_t n) {
+    for (int i = 0; i < 7; ++i) {
+      if (w.name != linear_name(layer, i)) continue;
+      if (i == 1 || i == 2 || i == 5) return;  // the same input as attn_q / ffn_gate
+      hessians[static_cast<size_t>(kInputOf[i])].add(x, n, &pool);
+      return;
+    }
+  };
+  auto backend = std::make_unique<ObservedBackend>(make_cpu_backend({false, o.threads}), observe);
+  HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> llama,
+                          LlamaModel::create(c, f.views, *backend, seq_len, {kLayoutPlain, nullptr}));
+  const int32_t block = 16;
+  HEARTH_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(*backend, {c.n_layers, c.kv_dim(), block,
+                                                                    (seq_len + block - 1) / block, KvDType::kF32}));
+  KvSequence seq;
+  HEARTH_RETURN_IF_ERROR(kv_sequence_reserve(cache, seq, seq_len));
+
+  auto input_for = [&](const std::vector<TokenId>& tokens) {
+    ModelInput in;
+    in.clear(block);
+    (void)in.add_sequence(tokens, 0, seq.blocks, false);  // the blocks cover seq_len positions
+    return in;
+  };
+  // Every sample's hidden state entering the current layer.
+  std::vector<std::vector<float>> hidden(calibration.size());
+  for (size_t s = 0; s < calibration.size(); ++s) {
+    hidden[s].resize(calibration[s].size() * static_cast<size_t>(c.dim));
+    HEARTH_RETURN_IF_ERROR(llama->embed(input_for(calibration[s]), cache, hidden[s].data()));
+    out.hidden_bytes += hidden[s].size() * sizeof(float);
+  }
+
+  std::vector<float> scratch;
+  for (layer = 0; layer < c.n_layers; ++layer) {
+    const auto tl = std::chrono::steady_clock::now();
+    hessians.clear();
+    uint64_t hbytes = 0;
+    for (int k = 0; k < kInputs; ++k) {
+      const TensorView* first = nullptr;
+      for (int i = 0; i < 7; ++i) {
+        if (kInputOf[i] == k && first == nullptr) first = model.find(linear_name(layer, i));
+      }
+      hessians.emplace_back(first->cols());
+      hbytes += static_cast<uint64_t>(first->cols() * first->cols()) * sizeof(double);
+    }
+    out.hessian_bytes = std::max(out.hessian_bytes, hbytes);
+    // Pass 1: the layer in float, its inputs into the Hessians.
+    backend->observe(true);
+    for (size_t s = 0; s < calibration.size(); ++s) {
+      scratch = hidden[s];
+      HEARTH_RETURN_IF_ERROR(llama->run_layer(input_for(calibration[s]), cache, layer, scratch.data()));
+    }
+    backend->observe(false);
+    // The seven matrices, each against its input's Hessian; the float copy then holds
+    // the quantized values, so pass 2 and every later layer see them.
+    std::vector<double> h;
+    int h_of = -1;
+    for (int i = 0; i < 7; ++i) {
+      const std::string name = linear_name(layer, i);
+      const TensorView& t = *model.find(name);
+      if (!divisible(t)) {
+        out.kept.push_back(name);
+        continue;
+      }
+      if (h_of != kInputOf[i]) {
+        h_of = kInputOf[i];
+        h = hessians[static_cast<size_t>(h_of)].matrix();
+      }
+      std::vector<float>& w = *f.find(name);
+      HEARTH_ASSIGN_OR_RETURN(QuantizedMatrix m, gptq_quantize(w, t.rows(), t.cols(), h, o.scheme, o.damp, &pool));
+      const std::vector<float> values = m.dequantize();
+      std::copy(values.begin(), values.end(), w.begin());  // in place: the bound views point here
+      out.matrices.emplace_back(name, std::move(m));
+    }
+    h = {};
+    hessians.clear();
+    // Pass 2: the quantized layer gives the next layer's inputs.
+    for (size_t s = 0; s < calibration.size(); ++s) {
+      HEARTH_RETURN_IF_ERROR(llama->run_layer(input_for(calibration[s]), cache, layer, hidden[s].data()));
+    }
+    if (progress) progress(layer, c.n_layers, seconds_since(tl));
+  }
+  out.seconds = seconds_since(t0);
+  return out;
+}
+
+Result<std::vector<std::byte>> to_gguf_blocks(const QuantizedMatrix& m, DType* type) {
+  if (!m.scheme.sym || !m.groups_in_order() || m.cols % 32 != 0 || m.scheme.group_size % 32 != 0) {
+    return make_error(ErrorCode::kUnsupported, "a {} matrix does not fit GGUF blocks (symmetric, groups in order)",
+                      scheme_name(m.scheme));
+  }
+  if (m.scheme.bits == 4) {
+    *type = DType::kQ4_0;
+    return blocks_of<BlockQ4_0>(m, [](BlockQ4_0& blk, const uint8_t* q) {
+      for (int j = 0; j < 16; ++j) blk.qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+    });
+  }
+  *type = DType::kQ8_0;
+  return blocks_of<BlockQ8_0>(m, [](BlockQ8_0& blk, const uint8_t* q) {
+    for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<int8_t>(static_cast<int32_t>(q[j]) - 128);
+  });
+}
+
+Status write_quantized_gguf(const LoadedModel& model, const QuantizedModel& quantized,
+                            const std::filesystem::path& path) {
+  std::map<std::string, const QuantizedMatrix*, std::less<>> by_name;
+  for (const auto& [name, m] : quantized.matrices) by_name[name] = &m;
+  Status failed = Status::ok();
+  auto override_matrix = [&](const std::string& name) -> std::optional<ExportedTensor> {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) {  // not quantized: exactly as stored
+      const TensorView* source = model.find(name);
+      if (source == nullptr || dtype_row_group(source->dtype) != 1) return std::nullopt;
+      return ExportedTensor{source->dtype, std::vector<std::byte>(source->data, source->data + source->bytes)};
+    }
+    ExportedTensor t;
+    auto bytes = to_gguf_blocks(*it->second, &t.type);
+    if (!bytes.is_ok()) {
+      failed = bytes.status().with_context(name);
+      return std::nullopt;
+    }
+    t.bytes = std::move(bytes).value();
+    return t;
+  };
+  std::filesystem::path tmp = path;
+  tmp += fmt::format(".tmp.{}", ::getpid());
+  Status st = gguf_export(model, DType::kF32, tmp, override_matrix);
+  if (st.is_ok() && !failed.is_ok()) st = failed;
+  std::error_code ec;
+  if (st.is_ok()) {
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) st = make_error(ErrorCode::kIo, "cannot rename {} to {}: {}", tmp.string(), path.string(), ec.message());
+  }
+  if (!st.is_ok()) std::filesystem::remove(tmp, ec);
+  return st;
+}
+
+namespace {
+
+// AutoGPTQ's packing of one matrix: qweight [cols / pack, rows] (low bits first along
+// the input dimension), qzeros [groups, rows / pack] (zero - zero_offset, along the
+// output dimension).
+void pack_gptq(const QuantizedMatrix& m, int32_t zero_offset, std::vector<int32_t>& qweight,
+               std::vector<int32_t>& qzeros) {
+  const int bits = m.scheme.bits, pack = 32 / bits;
+  qweight.assign(static_cast<size_t>(m.cols / pack * m.rows), 0);
+  for (int64_t r = 0; r < m.rows; ++r) {
+    for (int64_t c = 0; c < m.cols; ++c) {
+      auto& w = qweight[static_cast<size_t>((c / pack) * m.rows + r)];
+      w = static_cast<int32_t>(static_cast<uint32_t>(w) |
+                               (static_cast<uint32_t>(m.q[static_cast<size_t>(r * m.cols + c)]) << ((c % pack) * bits)));
+    }
+  }
+  qzeros.assign(static_cast<size_t>(m.groups() * (m.rows / pack)), 0);
+  for (int64_t g = 0; g < m.groups(); ++g) {
+    for (int64_t r = 0; r < m.rows; ++r) {
+      const auto z = static_cast<uint32_t>(m.zeros[static_cast<size_t>(g * m.rows + r)] - zero_offset);
+      auto& w = qzeros[static_cast<size_t>(g * (m.rows / pack) + r / pack)];
+      w = static_cast<int32_t>(static_cast<uint32_t>(w) | (z << ((r % pack) * bits)));
+    }
+  }
+}
+
+}  // namespace
+
+Status write_quantized_hf(const LoadedModel& model, const QuantizedModel& quantized, const ModelQuantOptions& o,
+                          const std::filesystem::path& source_dir, const std::filesystem::path& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
+    return make_error(ErrorCode::kInvalidArgument, "{} exists and is not an empty directory", out.string());
+  }
+  HEARTH_ASSIGN_OR_RETURN(std::string config_text, read_small_file(source_dir / "config.json", 16 << 20));
+  HEARTH_ASSIGN_OR_RETURN(boost::json::value config, json_parse(config_text, "config.json"));
+  if (!config.is_object()) return make_error(ErrorCode::kFormat, "config.json is not a JSON object");
+  const bool v1 = o.scheme.sym;
+  config.as_object()["quantization_config"] = {
+      {"quant_method", "gptq"},          {"bits", o.scheme.bits},
+      {"group_size", o.scheme.group_size}, {"desc_act", o.scheme.act_order},
+      {"static_groups", o.scheme.static_groups}, {"sym", o.scheme.sym},
+      {"damp_percent", o.damp},          {"true_sequential", false},
+      {"checkpoint_format", v1 ? "gptq" : "gptq_v2"}};
+
+  std::map<std::string, const QuantizedMatrix*, std::less<>> by_name;
+  for (const auto& [name, m] : quantized.matrices) by_name[name] = &m;
+  SafetensorsWriter w;
+  for (const TensorView& t : model.tensors) {
+    const std::optional<std::string> hf = hf_parameter_name(t.name);
+    if (!hf) return make_error(ErrorCode::kInternal, "no Hugging Face name for {}", t.name);
+    const std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.n_dims);
+    const auto it = by_name.find(t.name);
+    if (it == by_name.end()) {
+      if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16) {
+        HEARTH_RETURN_IF_ERROR(w.add(*hf, t.dtype, shape, {t.data, t.bytes}));
+      } else {
+        std::vector<float> values(static_cast<size_t>(t.elements()));
+        kernels::ref::dequantize_row(t.dtype, t.data, values.data(), t.elements());
+        HEARTH_RETURN_IF_ERROR(w.add(*hf, DType::kF32, shape, std::as_bytes(std::span(values))));
+      }
+      continue;
+    }
+    const QuantizedMatrix& m = *it->second;
+    const std::string module = hf->substr(0, hf->size() - std::string_view(".weight").size());
+    std::vector<int32_t> qweight, qzeros;
+    pack_gptq(m, v1 ? 1 : 0, qweight, qzeros);
+    const int64_t pack = 32 / m.scheme.bits;
+    HEARTH_RETURN_IF_ERROR(w.add_int32(module + ".qweight", std::vector<int64_t>{m.cols / pack, m.rows}, qweight));
+    HEARTH_RETURN_IF_ERROR(w.add_int32(module + ".qzeros", std::vector<int64_t>{m.groups(), m.rows / pack}, qzeros));
+    HEARTH_RETURN_IF_ERROR(w.add(module + ".scales", DType::kF16, std::vector<int64_t>{m.groups(), m.rows},
+                                 std::as_bytes(std::span(m.scales))));
+    HEARTH_RETURN_IF_ERROR(w.add_int32(module + ".g_idx", std::vector<int64_t>{m.cols}, m.g_idx));
+  }
+
+  fs::path tmp = out;
+  tmp += fmt::format(".tmp.{}", ::getpid());
+  auto write_all = [&]() -> Status {
+    fs::create_directories(tmp, ec);
+    if (ec) return make_error(ErrorCode::kIo, "cannot create {}: {}", tmp.string(), ec.message());
+    HEARTH_RETURN_IF_ERROR(w.write(tmp / "model.safetensors"));
+    {
+      std::ofstream f(tmp / "config.json");
+      f << boost::json::serialize(config) << "\n";
+      if (!f.good()) return make_error(ErrorCode::kIo, "cannot write {}", (tmp / "config.json").string());
+    }
+    for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                             "generation_config.json", "chat_template.jinja", "chat_template.json"}) {
+      if (!fs::exists(source_dir / name)) continue;
+      fs::copy_file(source_dir / name, tmp / name, ec);
+      if (ec) return make_error(ErrorCode::kIo, "cannot copy {}: {}", name, ec.message());
+    }
+    if (fs::exists(out)) fs::remove(out, ec);  // an empty directory
+    fs::rename(tmp, out, ec);
+    if (ec) return make_error(ErrorCode::kIo, "cannot rename {} to {}: {}", tmp.string(), out.string(), ec.message());
+    return Status::ok();
+  };
+  Status st = write_all();
+  if (!st.is_ok()) fs::remove_all(tmp, ec);
+  return st;
+}
+
+}  // namespace hearth::quant

@@ -1,0 +1,306 @@
+// Quantizing a real model (stories260K): GPTQ against round-to-nearest by the KL
+// divergence of the served model from the float one, the GGUF written holding exactly
+// the quantized values, calibration text handling, and bad input leaving nothing behind.
+#include "quant/quantize_model.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include "engine/backend.h"
+#include "engine/generate.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "kernels/reference/reference.h"
+#include "quant/eval.h"
+#include "tests/test_util.h"
+#include "tools/model_source.h"
+
+namespace hearth::quant {
+namespace {
+
+using testing::shared_path;
+using testing::TempDir;
+
+std::filesystem::path stories() { return shared_path("models/stories260K/stories260K.gguf"); }
+
+// Text the model writes itself, sampled at temperature 1 from `seeds` (the calibration
+// and evaluation texts of these tests: no corpus ships with the repository).
+std::vector<TokenId> sampled_tokens(const cli::RunnableModel& m, uint64_t first_seed, int n_seeds) {
+  auto backend = make_cpu_backend();
+  auto llama = LlamaModel::create(m.config, m.tensors, *backend, 64, {m.layout, nullptr});
+  EXPECT_TRUE(llama.is_ok());
+  auto cache = KvCache::create(*backend, {m.config.n_layers, m.config.kv_dim(), 16, 40, KvDType::kF32});
+  EXPECT_TRUE(cache.is_ok());
+  std::vector<TokenId> out;
+  for (uint64_t seed = first_seed; seed < first_seed + static_cast<uint64_t>(n_seeds); ++seed) {
+    GenerateOptions o;
+    o.max_tokens = 500;
+    o.sampling.temperature = 1.0f;
+    o.sampling.seed = seed;
+    o.ignore_stop = true;
+    const std::vector<TokenId> prompt = {m.tokenizer->bos_id()};
+    auto r = generate(**llama, *cache, prompt, o);
+    EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+    for (TokenId t : r->tokens) {
+      if (t != m.tokenizer->bos_id() && t != m.tokenizer->eos_id()) out.push_back(t);
+    }
+  }
+  return out;
+}
+
+double kl_of(const std::filesystem::path& quantized, const cli::RunnableModel& reference,
+             std::span<const TokenId> text) {
+  auto q = cli::open_model_files(quantized, {});
+  EXPECT_TRUE(q.is_ok()) << q.status().to_string();
+  auto qs = SequenceScorer::create(q->config, q->tensors, q->layout, 128, 0);
+  auto rs = SequenceScorer::create(reference.config, reference.tensors, reference.layout, 128, 0);
+  EXPECT_TRUE(qs.is_ok() && rs.is_ok());
+  auto r = evaluate(**qs, rs->get(), text, {128, 0, reference.tokenizer->bos_id()});
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_GT(r->top1.mean, 0.5);
+  EXPECT_LE(r->kl.low, r->kl.mean);
+  EXPECT_LE(r->perplexity.low, r->perplexity.mean);
+  return r->kl.mean;
+}
+
+TEST(QuantizeModelTest, GptqBeatsRoundToNearestOnStories260K) {
+  HEARTH_REQUIRE_SHARED(stories());
+  auto model = model_open(stories());
+  ASSERT_TRUE(model.is_ok());
+  auto runnable = cli::open_model_files(stories(), {});
+  ASSERT_TRUE(runnable.is_ok());
+  const std::vector<TokenId> calibration_text = sampled_tokens(*runnable, 1, 6);
+  const std::vector<TokenId> eval_text = sampled_tokens(*runnable, 1001, 6);
+  std::vector<std::vector<TokenId>> calibration;
+  for (size_t i = 0; i + 127 <= calibration_text.size() && calibration.size() < 16; i += 127) {
+    calibration.emplace_back(1, runnable->tokenizer->bos_id());
+    calibration.back().insert(calibration.back().end(), calibration_text.begin() + static_cast<ptrdiff_t>(i),
+                              calibration_text.begin() + static_cast<ptrdiff_t>(i + 127));
+  }
+  ASSERT_EQ(calibration.size(), 16u);
+
+  TempDir dir;
+  ModelQuantOptions o;
+  o.scheme = {4, 32, true};
+  o.skip_indivisible = true;  // stories260K's FFN is 172 wide
+  o.method = Method::kRtn;
+  auto rtn = quantize_model(*model, {}, o);
+  ASSERT_TRUE(rtn.is_ok()) << rtn.status().to_string();
+  ASSERT_TRUE(write_quantized_gguf(*model, *rtn, dir.path() / "rtn.gguf").is_ok());
+  o.method = Method::kGptq;
+  int layers_seen = 0;
+  auto gptq = quantize_model(*model, calibration, o, [&](int32_t layer, int32_t n, double) {
+    EXPECT_EQ(layer, layers_seen++);
+    EXPECT_EQ(n, 5);
+  });
+  ASSERT_TRUE(gptq.is_ok()) << gptq.status().to_string();
+  EXPECT_EQ(layers_seen, 5);
+  EXPECT_EQ(gptq->matrices.size(), 30u);
+  EXPECT_EQ(gptq->kept.size(), 5u);  // every ffn_down
+  ASSERT_TRUE(write_quantized_gguf(*model, *gptq, dir.path() / "gptq.gguf").is_ok());
+
+  const double kl_rtn = kl_of(dir.path() / "rtn.gguf", *runnable, eval_text);
+  const double kl_gptq = kl_of(dir.path() / "gptq.gguf", *runnable, eval_text);
+  RecordProperty("kl_rtn", std::to_string(kl_rtn));
+  RecordProperty("kl_gptq", std::to_string(kl_gptq));
+  std::printf("stories260K 4-bit g32: KL vs F32 %.4f (RTN) %.4f (GPTQ)\n", kl_rtn, kl_gptq);
+  EXPECT_LT(kl_gptq, 0.85 * kl_rtn);
+
+  // The file holds exactly the quantized values: Q4_0 blocks, the F16 fallback for the
+  // indivisible matrices, F16 embeddings.
+  auto written = model_open(dir.path() / "gptq.gguf");
+  ASSERT_TRUE(written.is_ok());
+  for (const auto& [name, m] : gptq->matrices) {
+    const TensorView* t = written->find(name);
+    ASSERT_NE(t, nullptr) << name;
+    ASSERT_EQ(t->dtype, DType::kQ4_0) << name;
+    std::vector<float> values(static_cast<size_t>(t->elements()));
+    kernels::ref::dequantize_row(t->dtype, t->data, values.data(), t->elements());
+    ASSERT_EQ(values, m.dequantize()) << name;
+  }
+  EXPECT_EQ(written->find("blk.0.ffn_down.weight")->dtype, DType::kF32);  // as stored
+  EXPECT_EQ(written->find("token_embd.weight")->dtype, DType::kF32);
+}
+
+TEST(QuantizeModelTest, AGptqDirectoryReloadsWithTheLogitsOfTheGgufWrittenFromIt) {
+  const auto hf = shared_path("models/stories260K-hf");
+  HEARTH_REQUIRE_SHARED(hf);
+  HEARTH_REQUIRE_SHARED(stories());
+  auto model = model_open(hf);
+  ASSERT_TRUE(model.is_ok());
+  auto runnable = cli::open_model_files(hf, {});
+  ASSERT_TRUE(runnable.is_ok());
+  const std::vector<TokenId> text = sampled_tokens(*runnable, 1, 3);
+  std::vector<std::vector<TokenId>> calibration;
+  for (size_t i = 0; i + 63 <= text.size() && calibration.size() < 8; i += 63) {
+    calibration.emplace_back(1, runnable->tokenizer->bos_id());
+    calibration.back().insert(calibration.back().end(), text.begin() + static_cast<ptrdiff_t>(i),
+                              text.begin() + static_cast<ptrdiff_t>(i + 63));
+  }
+  TempDir dir;
+  for (bool sym : {true, false}) {
+    SCOPED_TRACE(sym ? "sym" : "asym");
+    ModelQuantOptions o;
+    o.output = OutputFormat::kHfGptq;
+    o.scheme = {4, 32, sym};
+    o.skip_indivisible = true;  // the FFN: 172 outputs / inputs
+    ASSERT_TRUE(quantize_check(*model, o).is_ok());
+    auto q = quantize_model(*model, calibration, o);
+    ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+    EXPECT_EQ(q->matrices.size(), 20u);  // q, k, v, o of 5 layers
+    const auto out = dir.path() / (sym ? "sym" : "asym");
+    ASSERT_TRUE(write_quantized_hf(*model, *q, o, hf, out).is_ok());
+    EXPECT_FALSE(write_quantized_hf(*model, *q, o, hf, out).is_ok()) << "an existing checkpoint was overwritten";
+    auto reloaded = model_open(out);
+    ASSERT_TRUE(reloaded.is_ok()) << reloaded.status().to_string();
+    for (const auto& [name, m] : q->matrices) {
+      const TensorView* t = reloaded->find(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(t->dtype, sym ? DType::kQ4_0 : DType::kQ8_0) << name;
+      std::vector<float> values(static_cast<size_t>(t->elements()));
+      kernels::ref::dequantize_row(t->dtype, t->data, values.data(), t->elements());
+      ASSERT_EQ(values, m.dequantize()) << name;
+    }
+    if (!sym) continue;
+    // The same quantized model as GGUF (q/k rows reordered for its RoPE layout), against
+    // the reloaded directory: the same logits at every position.
+    auto vocab = model_open(stories());
+    LoadedModel with_vocab = std::move(model_open(hf)).value();
+    with_vocab.tokenizer = vocab->tokenizer;
+    ASSERT_TRUE(write_quantized_gguf(with_vocab, *q, dir.path() / "same.gguf").is_ok());
+    auto a = cli::open_model_files(out, {}), b = cli::open_model_files(dir.path() / "same.gguf", {});
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    auto sa = SequenceScorer::create(a->config, a->tensors, a->layout, 64, 1);
+    auto sb = SequenceScorer::create(b->config, b->tensors, b->layout, 64, 1);
+    ASSERT_TRUE(sa.is_ok() && sb.is_ok());
+    std::vector<float> la, lb;
+    ASSERT_TRUE((*sa)->logits(calibration[0], la).is_ok());
+    ASSERT_TRUE((*sb)->logits(calibration[0], lb).is_ok());
+    ASSERT_EQ(la.size(), lb.size());
+    float max_abs = 0.0f, max_diff = 0.0f;
+    for (size_t i = 0; i < la.size(); ++i) {
+      max_abs = std::max(max_abs, std::fabs(la[i]));
+      max_diff = std::max(max_diff, std::fabs(la[i] - lb[i]));
+    }
+    EXPECT_LT(max_diff, 1e-4f * max_abs) << "largest logit " << max_abs;
+  }
+}
+
+TEST(QuantizeModelTest, BlocksHoldTheValuesExactly) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d(0.0f, 0.05f);
+  const int64_t rows = 6, cols = 256;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (auto& v : w) v = d(rng);
+  for (int bits : {4, 8}) {
+    for (int gs : {32, 128}) {
+      auto m = rtn_quantize(w, rows, cols, {bits, gs, true});
+      ASSERT_TRUE(m.is_ok());
+      DType type{};
+      auto bytes = to_gguf_blocks(*m, &type);
+      ASSERT_TRUE(bytes.is_ok());
+      EXPECT_EQ(type, bits == 4 ? DType::kQ4_0 : DType::kQ8_0);
+      std::vector<float> values(w.size());
+      kernels::ref::dequantize_row(type, bytes->data(), values.data(), rows * cols);
+      EXPECT_EQ(values, m->dequantize()) << bits << "-bit g" << gs;
+    }
+  }
+  auto asym = rtn_quantize(w, rows, cols, {4, 32, false});
+  ASSERT_TRUE(asym.is_ok());
+  DType type{};
+  EXPECT_EQ(to_gguf_blocks(*asym, &type).status().code(), ErrorCode::kUnsupported);
+}
+
+TEST(QuantizeModelTest, CalibrationTextBecomesWindows) {
+  HEARTH_REQUIRE_SHARED(stories());
+  auto runnable = cli::open_model_files(stories(), {});
+  ASSERT_TRUE(runnable.is_ok());
+  const Tokenizer& tok = *runnable->tokenizer;
+  const std::string text = "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+  std::string long_text;
+  for (int i = 0; i < 20; ++i) long_text += text;
+  auto windows = calibration_samples(tok, long_text, false, 4, 32);
+  ASSERT_TRUE(windows.is_ok()) << windows.status().to_string();
+  ASSERT_EQ(windows->size(), 4u);
+  for (const auto& w : *windows) {
+    EXPECT_EQ(w.size(), 32u);
+    EXPECT_EQ(w[0], tok.bos_id());
+  }
+  auto too_short = calibration_samples(tok, text, false, 4, 32);
+  ASSERT_FALSE(too_short.is_ok());
+  EXPECT_NE(too_short.status().message().find("lower --samples"), std::string::npos) << too_short.status().message();
+
+  const std::string jsonl = "{\"text\": \"" + long_text + "\"}\n\n{\"text\": \"" + long_text + "\"}\n";
+  auto lines = calibration_samples(tok, jsonl, true, 2, 64);
+  ASSERT_TRUE(lines.is_ok()) << lines.status().to_string();
+  EXPECT_EQ(lines->size(), 2u);
+  EXPECT_FALSE(calibration_samples(tok, jsonl, true, 3, 64).is_ok());
+  auto bad = calibration_samples(tok, "{\"text\": 5}\n", true, 1, 8);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("line 1"), std::string::npos);
+  EXPECT_FALSE(calibration_samples(tok, "{\"text\": \"\xff\"}\n", true, 1, 8).is_ok());
+}
+
+TEST(QuantizeModelTest, BadOptionsAreRefusedBeforeAnyWork) {
+  HEARTH_REQUIRE_SHARED(stories());
+  auto model = model_open(stories());
+  ASSERT_TRUE(model.is_ok());
+  auto refused = [&](ModelQuantOptions o, const std::string& words) {
+    const Status st = quantize_check(*model, o);
+    EXPECT_FALSE(st.is_ok()) << words;
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.message();
+  };
+  ModelQuantOptions o;
+  o.scheme = {4, 32, true};
+  refused(o, "--skip-indivisible");  // 172-wide FFN
+  o.skip_indivisible = true;
+  EXPECT_TRUE(quantize_check(*model, o).is_ok());
+  o.scheme.sym = false;
+  refused(o, "--asym");
+  o.scheme = {4, 32, true, true, false};
+  refused(o, "--static-groups");
+  o.scheme = {4, 32, true, true, true};
+  EXPECT_TRUE(quantize_check(*model, o).is_ok());
+  o.method = Method::kRtn;
+  refused(o, "--method gptq");
+  // No calibration for GPTQ, and a sample longer than the context.
+  o = {};
+  o.scheme = {4, 32, true};
+  o.skip_indivisible = true;
+  EXPECT_FALSE(quantize_model(*model, {}, o).is_ok());
+  const std::vector<std::vector<TokenId>> too_long = {std::vector<TokenId>(3000, 5)};
+  EXPECT_FALSE(quantize_model(*model, too_long, o).is_ok());
+  // A model whose tokenizer is not a GGUF vocabulary cannot be written as GGUF.
+  const auto bin = shared_path("models/stories260K/stories260K.bin");
+  auto llama2c = model_open(bin);
+  ASSERT_TRUE(llama2c.is_ok());
+  EXPECT_EQ(quantize_check(*llama2c, o).code(), ErrorCode::kUnsupported);
+}
+
+TEST(QuantizeModelTest, AFailedWriteLeavesNothingBehind) {
+  HEARTH_REQUIRE_SHARED(stories());
+  auto model = model_open(stories());
+  ASSERT_TRUE(model.is_ok());
+  ModelQuantOptions o;
+  o.method = Method::kRtn;
+  o.scheme = {4, 32, false};  // asymmetric: quantizes, but cannot be written
+  o.skip_indivisible = true;
+  auto m = quantize_model(*model, {}, o);
+  ASSERT_FALSE(m.is_ok());  // quantize_check refuses it first
+  o.scheme.sym = true;
+  auto ok = quantize_model(*model, {}, o);
+  ASSERT_TRUE(ok.is_ok());
+  QuantizedModel broken = *ok;
+  broken.matrices[0].second.scheme.sym = false;  // a matrix the writer must refuse
+  TempDir dir;
+  const Status st = write_quantized_gguf(*model, broken, dir.path() / "out.gguf");
+  EXPECT_FALSE(st.is_ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "a failed write left files behind";
+  EXPECT_FALSE(write_quantized_gguf(*model, *ok, dir.path() / "missing" / "out.gguf").is_ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+}  // namespace
+}  // namespace hearth::quant
