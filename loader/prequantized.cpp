@@ -107,6 +107,8 @@ Result<std::optional<PrequantConfig>> prequant_config(const boost::json::object&
     }
     c.zero_offset = 0;
   } else {
+    HEARTH_ASSIGN_OR_RETURN(auto desc_act, json_opt_bool(*q, "desc_act"));
+    c.desc_act = desc_act.value_or(false);
     HEARTH_ASSIGN_OR_RETURN(auto format, json_opt_string(*q, "checkpoint_format"));
     if (!format || *format == "gptq") {
       c.zero_offset = 1;
@@ -247,6 +249,10 @@ Status prequant_apply(const PrequantConfig& cfg, std::vector<TensorView> int32_t
     if (!parts.qweight || !parts.qzeros || !parts.scales) {
       return make_error(ErrorCode::kFormat, "quantized layer {} lacks its {}", module,
                         !parts.qweight ? "qweight" : !parts.qzeros ? "qzeros" : "scales");
+    }
+    if (cfg.desc_act && !parts.g_idx) {
+      return make_error(ErrorCode::kFormat, "quantized layer {} has no g_idx, which an act-order (desc_act) checkpoint "
+                        "needs to say which group each column is in", module);
     }
     if (cfg.method == PrequantConfig::Method::kAwq && parts.g_idx) {
       return make_error(ErrorCode::kFormat, "AWQ layer {} has a g_idx, which AWQ does not use", module);

@@ -45,6 +45,7 @@ struct PrequantConfig {
   int32_t bits = 4;
   int32_t group_size = 128;  // -1 in the file: one group over all input columns
   int32_t zero_offset = 1;   // GPTQ v1 stores zero - 1
+  bool desc_act = false;     // GPTQ act-order: every layer must carry its g_idx
 };
 
 // config.json's quantization_config: nullopt when the model has none; kUnsupported

@@ -236,6 +236,7 @@ TEST(PrequantizedTest, ConfigIsReadOrRefusedByName) {
   EXPECT_EQ((*gptq)->bits, 8);
   EXPECT_EQ((*gptq)->group_size, 64);
   EXPECT_EQ((*gptq)->zero_offset, 0);
+  EXPECT_FALSE((*gptq)->desc_act);
   auto v1 = parse(R"({"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1}})");
   ASSERT_TRUE(v1.is_ok());
   EXPECT_EQ((*v1)->zero_offset, 1);
@@ -433,6 +434,19 @@ TEST(PrequantizedTest, ALayerMissingAPartIsRefused) {
   const Status st = prequant_apply({PrequantConfig::Method::kGptq, 4, 32, 1}, ints, canonical, m);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("lacks its qzeros"), std::string::npos) << st.message();
+  // An act-order checkpoint must say each column's group.
+  std::vector<int32_t> zeros(8, 0), qw(64, 0);
+  std::vector<uint16_t> scales(2 * 8, f32_to_fp16(0.01f));
+  std::vector<TensorView> parts = {view_of("model.layers.0.self_attn.q_proj.qweight", DType::kF32, {8, 8}, qw.data(), 256),
+                                   view_of("model.layers.0.self_attn.q_proj.qzeros", DType::kF32, {2, 1}, zeros.data(), 8)};
+  LoadedModel with_scales;
+  with_scales.tensors.push_back(
+      view_of("model.layers.0.self_attn.q_proj.scales", DType::kF16, {2, 8}, scales.data(), scales.size() * 2));
+  PrequantConfig act_order{PrequantConfig::Method::kGptq, 4, 32, 1};
+  act_order.desc_act = true;
+  const Status no_g_idx = prequant_apply(act_order, parts, canonical, with_scales);
+  ASSERT_FALSE(no_g_idx.is_ok());
+  EXPECT_NE(no_g_idx.message().find("no g_idx"), std::string::npos) << no_g_idx.message();
   std::vector<TensorView> stray = {view_of("model.layers.0.mlp.extra", DType::kF32, {2}, words.data(), 8)};
   EXPECT_EQ(prequant_apply({PrequantConfig::Method::kGptq, 4, 32, 1}, stray, canonical, m).code(), ErrorCode::kFormat);
 }
