@@ -1,6 +1,7 @@
 #include "quant/gptq.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
 
@@ -86,85 +87,112 @@ Status check_shapes(std::span<const float> w, int64_t rows, int64_t cols, const 
   return Status::ok();
 }
 
+// The vector loops of the factorisations and updates, built for AVX-512, AVX2 and the
+// baseline (picked at load time by the CPU's features: GCC's target_clones). The
+// reductions may be reordered (OpenMP simd), so results can differ in the last bits
+// between those builds, never between thread counts.
+#define HEARTH_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+HEARTH_VECTOR_CLONES double dot(const double* a, const double* b, int64_t n) {
+  double s = 0.0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// y[i] -= a * x[i] (float y, double x: GPTQ's weight updates).
+HEARTH_VECTOR_CLONES void sub_scaled(float* y, double a, const double* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] -= static_cast<float>(a * x[i]);
+}
+
+// acc[i] += a * x[i] over floats (the Hessian's token blocks).
+HEARTH_VECTOR_CLONES void add_scaled(float* acc, float a, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) acc[i] += a * x[i];
+}
+
+HEARTH_VECTOR_CLONES void add_to_double(double* y, const float* x, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] += static_cast<double>(x[i]);
+}
+
+// Runs fn(i) for i in [0, n) where item i costs about i: interleaved over the tasks so
+// that each gets a similar share.
+template <typename Fn>
+void split_triangle(ThreadPool* pool, int64_t n, int64_t work, Fn&& fn) {
+  if (pool == nullptr || !pool->worth_splitting(work) || n < 2) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  const int64_t tasks = std::min<int64_t>(n, pool->size() * 4);
+  pool->parallel_for(tasks, [&](int64_t t) {
+    for (int64_t i = t; i < n; i += tasks) fn(i);
+  });
+}
+
 // In-place lower Cholesky factor of a (n x n, row-major, symmetric positive definite):
-// a = L L^T, L in the lower triangle (the upper is left as it was). False when a pivot
-// is not positive.
+// a = L L^T, L in the lower triangle, read from the lower triangle only (the upper is
+// left as it was). Blocks of 64 columns: each row below a block reads its prefix once
+// for the block's 64 entries, so the factorisation streams memory n / 64 times instead
+// of n. False when a pivot is not positive.
 bool cholesky_lower(std::vector<double>& a, int64_t n, ThreadPool* pool) {
-  for (int64_t j = 0; j < n; ++j) {
-    double* rj = &a[static_cast<size_t>(j * n)];
-    double d = rj[j];
-    for (int64_t k = 0; k < j; ++k) d -= rj[k] * rj[k];
-    if (!(d > 0.0)) return false;
-    const double ljj = std::sqrt(d);
-    rj[j] = ljj;
-    split(pool, n - j - 1, j + 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = j + 1 + b; i < j + 1 + e; ++i) {
-        double* ri = &a[static_cast<size_t>(i * n)];
-        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
-        int64_t k = 0;
-        for (; k + 4 <= j; k += 4) {
-          s0 += ri[k] * rj[k];
-          s1 += ri[k + 1] * rj[k + 1];
-          s2 += ri[k + 2] * rj[k + 2];
-          s3 += ri[k + 3] * rj[k + 3];
-        }
-        for (; k < j; ++k) s0 += ri[k] * rj[k];
-        ri[j] = (ri[j] - ((s0 + s1) + (s2 + s3))) / ljj;
+  constexpr int64_t kBlock = 64;
+  auto row = [&](int64_t i) { return &a[static_cast<size_t>(i * n)]; };
+  for (int64_t jb = 0; jb < n; jb += kBlock) {
+    const int64_t je = std::min(n, jb + kBlock);
+    for (int64_t j = jb; j < je; ++j) {  // the block's own rows
+      double* rj = row(j);
+      for (int64_t k = jb; k < j; ++k) rj[k] = (rj[k] - dot(rj, row(k), k)) / row(k)[k];
+      const double d = rj[j] - dot(rj, rj, j);
+      if (!(d > 0.0)) return false;
+      rj[j] = std::sqrt(d);
+    }
+    split(pool, n - je, (je - jb) * je, [&](int64_t b, int64_t e) {
+      for (int64_t i = je + b; i < je + e; ++i) {
+        double* ri = row(i);
+        for (int64_t j = jb; j < je; ++j) ri[j] = (ri[j] - dot(ri, row(j), j)) / row(j)[j];
       }
     });
   }
   return true;
 }
 
-// The upper Cholesky factor U of H^-1 (H^-1 = U^T U), from H: the matrix GPTQ's column
-// updates read. n x n, row-major, lower triangle zero.
+// The upper Cholesky factor U of H^-1 (H^-1 = U^T U) from H, n x n row-major, lower
+// triangle zero. With J the reversal, J H J = L L^T gives H = R R^T for the upper
+// R = J L J, so H^-1 = (R^-1)^T R^-1 and U = R^-1 = J L^-1 J: one factorisation and
+// one triangular inverse. Two n x n buffers at most: h's, which is reused, and one more.
 Result<std::vector<double>> inverse_cholesky_upper(std::vector<double> h, int64_t n, ThreadPool* pool) {
+  std::reverse(h.begin(), h.end());  // J H J: entry (i, j) <-> (n-1-i, n-1-j)
   if (!cholesky_lower(h, n, pool)) {
     return make_error(ErrorCode::kInvalidArgument,
                       "the calibration Hessian is not positive definite even when dampened: raise --damp or use "
                       "more calibration samples");
   }
-  // Linv = L^-1 (lower), by forward substitution one column of the identity at a time:
-  // column j's entries i >= j. Stored transposed (row j of lt = column j of Linv) so
-  // each solve writes a contiguous row.
+  // Linv = L^-1 by forward substitution on each e_j, kept transposed (row j of lt is
+  // column j of Linv, entries j..n-1), 64 columns at a time so that each row of L is
+  // read once per block.
+  constexpr int64_t kBlock = 64;
   std::vector<double> lt(static_cast<size_t>(n * n), 0.0);
-  split(pool, n, n * n / 2, [&](int64_t b, int64_t e) {
-    for (int64_t j = b; j < e; ++j) {
-      double* x = &lt[static_cast<size_t>(j * n)];
-      for (int64_t i = j; i < n; ++i) {
-        const double* li = &h[static_cast<size_t>(i * n)];
-        double s = i == j ? 1.0 : 0.0;
-        for (int64_t k = j; k < i; ++k) s -= li[k] * x[k];
-        x[i] = s / li[i];
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  split_triangle(pool, blocks, n * n * n / 6, [&](int64_t bb) {
+    const int64_t c0 = (blocks - 1 - bb) * kBlock, c1 = std::min(n, c0 + kBlock);  // longest first
+    for (int64_t j = c0; j < c1; ++j) lt[static_cast<size_t>(j * n + j)] = 1.0 / h[static_cast<size_t>(j * n + j)];
+    for (int64_t i = c0 + 1; i < n; ++i) {
+      const double* li = &h[static_cast<size_t>(i * n)];
+      for (int64_t j = c0; j < std::min(c1, i); ++j) {
+        double* x = &lt[static_cast<size_t>(j * n)];
+        x[i] = -dot(li + j, x + j, i - j) / li[i];
       }
     }
   });
-  // H^-1 = Linv^T Linv: entry (a, b) = sum_k Linv[k, a] Linv[k, b] = dot(lt[a], lt[b])
-  // over k >= max(a, b).
-  std::vector<double> inv(static_cast<size_t>(n * n), 0.0);
-  split(pool, n, n * n / 2, [&](int64_t b0, int64_t e0) {
-    for (int64_t a = b0; a < e0; ++a) {
-      const double* ra = &lt[static_cast<size_t>(a * n)];
-      for (int64_t b = 0; b <= a; ++b) {
-        const double* rb = &lt[static_cast<size_t>(b * n)];
-        double s = 0.0;
-        for (int64_t k = a; k < n; ++k) s += ra[k] * rb[k];
-        inv[static_cast<size_t>(a * n + b)] = s;
-      }
-    }
-  });
+  // U[a][b] = Linv[n-1-a][n-1-b] = lt[(n-1-b) n + (n-1-a)] for a <= b, into h's buffer.
   for (int64_t a = 0; a < n; ++a) {
-    for (int64_t b = a + 1; b < n; ++b) inv[static_cast<size_t>(a * n + b)] = inv[static_cast<size_t>(b * n + a)];
+    double* ua = &h[static_cast<size_t>(a * n)];
+    std::fill(ua, ua + a, 0.0);
+    for (int64_t b = a; b < n; ++b) ua[b] = lt[static_cast<size_t>((n - 1 - b) * n + (n - 1 - a))];
   }
-  if (!cholesky_lower(inv, n, pool)) {
-    return make_error(ErrorCode::kInvalidArgument, "the inverse calibration Hessian is not positive definite: raise --damp");
-  }
-  // U = L'^T where inv = L' L'^T.
-  std::vector<double> u(static_cast<size_t>(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j <= i; ++j) u[static_cast<size_t>(j * n + i)] = inv[static_cast<size_t>(i * n + j)];
-  }
-  return u;
+  return h;
 }
 
 }  // namespace
@@ -210,32 +238,53 @@ bool QuantizedMatrix::groups_in_order() const {
 }
 
 void Hessian::add(const float* x, int64_t n, ThreadPool* pool) {
-  // Lower triangle of X^T X; matrix() mirrors it.
-  split(pool, cols_, n * cols_ / 2, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      double* row = &sum_[static_cast<size_t>(i * cols_)];
-      for (int64_t t = 0; t < n; ++t) {
-        const float* xt = x + t * cols_;
-        const double xi = xt[i];
-        if (xi == 0.0) continue;
-        for (int64_t j = 0; j <= i; ++j) row[j] += xi * static_cast<double>(xt[j]);
+  // Lower triangle of X^T X, 16 tokens at a time: row i gains sum_t x[t, i] x[t, 0..i],
+  // summed in float over the block and added to the double row once per block.
+  constexpr int64_t kBlock = 16;
+  const int threads = pool != nullptr ? pool->size() : 1;
+  std::vector<std::vector<float>> scratch(static_cast<size_t>(threads) * 4, std::vector<float>(static_cast<size_t>(cols_)));
+  std::atomic<int> next_scratch{0};
+  for (int64_t t0 = 0; t0 < n; t0 += kBlock) {
+    const int64_t tb = std::min(kBlock, n - t0);
+    const float* xb = x + t0 * cols_;
+    next_scratch = 0;
+    const int64_t tasks = pool != nullptr && pool->worth_splitting(tb * cols_ * cols_ / 2) ? std::min<int64_t>(cols_, threads * 4) : 1;
+    auto task = [&](int64_t t) {
+      float* acc = scratch[static_cast<size_t>(next_scratch++)].data();
+      for (int64_t i = t; i < cols_; i += tasks) {
+        std::fill(acc, acc + i + 1, 0.0f);
+        for (int64_t k = 0; k < tb; ++k) {
+          const float xi = xb[k * cols_ + i];
+          if (xi != 0.0f) add_scaled(acc, xi, xb + k * cols_, i + 1);
+        }
+        add_to_double(&sum_[static_cast<size_t>(i * cols_)], acc, i + 1);
       }
+    };
+    if (tasks == 1) {
+      task(0);
+    } else {
+      pool->parallel_for(tasks, task);
     }
-  });
+  }
   n_ += n;
 }
 
 std::vector<double> Hessian::matrix() const {
-  std::vector<double> h(sum_.size());
+  Hessian copy = *this;
+  return copy.take();
+}
+
+std::vector<double> Hessian::take() {
   const double f = n_ > 0 ? 2.0 / static_cast<double>(n_) : 0.0;
   for (int64_t i = 0; i < cols_; ++i) {
     for (int64_t j = 0; j <= i; ++j) {
       const double v = sum_[static_cast<size_t>(i * cols_ + j)] * f;
-      h[static_cast<size_t>(i * cols_ + j)] = v;
-      h[static_cast<size_t>(j * cols_ + i)] = v;
+      sum_[static_cast<size_t>(i * cols_ + j)] = v;
+      sum_[static_cast<size_t>(j * cols_ + i)] = v;
     }
   }
-  return h;
+  n_ = 0;
+  return std::move(sum_);
 }
 
 Result<QuantizedMatrix> rtn_quantize(std::span<const float> w, int64_t rows, int64_t cols, const QuantScheme& scheme) {
@@ -257,49 +306,69 @@ Result<QuantizedMatrix> rtn_quantize(std::span<const float> w, int64_t rows, int
   return m;
 }
 
-Result<QuantizedMatrix> gptq_quantize(std::span<const float> w_in, int64_t rows, int64_t cols,
-                                      std::span<const double> h_in, const QuantScheme& scheme, double damp,
-                                      ThreadPool* pool) {
-  HEARTH_RETURN_IF_ERROR(check_shapes(w_in, rows, cols, scheme));
-  if (static_cast<int64_t>(h_in.size()) != cols * cols) {
-    return make_error(ErrorCode::kInvalidArgument, "a Hessian of {} values for {} columns", h_in.size(), cols);
+Result<GptqFactor> gptq_factor(std::vector<double> h, int64_t cols, bool act_order, double damp, ThreadPool* pool) {
+  if (cols <= 0 || static_cast<int64_t>(h.size()) != cols * cols) {
+    return make_error(ErrorCode::kInvalidArgument, "a Hessian of {} values for {} columns", h.size(), cols);
   }
   if (!(damp > 0.0) || damp > 1.0) return make_error(ErrorCode::kInvalidArgument, "--damp must be in (0, 1], not {}", damp);
-  const int64_t gs = scheme.group_size;
-  const int32_t maxq = (1 << scheme.bits) - 1;
-
+  GptqFactor f;
+  f.cols = cols;
+  f.dead.resize(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) f.dead[static_cast<size_t>(c)] = h[static_cast<size_t>(c * cols + c)] == 0.0;
   // Column order: act-order sorts by decreasing H[c, c] (stable, as argsort on the
   // reference's tensors is for distinct values).
-  std::vector<int64_t> perm(static_cast<size_t>(cols));
-  std::iota(perm.begin(), perm.end(), 0);
-  if (scheme.act_order) {
-    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
-      return h_in[static_cast<size_t>(a * cols + a)] > h_in[static_cast<size_t>(b * cols + b)];
+  f.perm.resize(static_cast<size_t>(cols));
+  std::iota(f.perm.begin(), f.perm.end(), 0);
+  if (act_order) {
+    std::stable_sort(f.perm.begin(), f.perm.end(), [&](int64_t a, int64_t b) {
+      return h[static_cast<size_t>(a * cols + a)] > h[static_cast<size_t>(b * cols + b)];
     });
+    std::vector<double> p(h.size());
+    for (int64_t i = 0; i < cols; ++i) {
+      const int64_t pi = f.perm[static_cast<size_t>(i)];
+      for (int64_t j = 0; j < cols; ++j) {
+        p[static_cast<size_t>(i * cols + j)] = h[static_cast<size_t>(pi * cols + f.perm[static_cast<size_t>(j)])];
+      }
+    }
+    h = std::move(p);
   }
-  // W and H in that order; columns no input ever reached (H[c, c] == 0) are zeroed and
-  // given a unit diagonal, as the reference does.
-  std::vector<float> w(static_cast<size_t>(rows * cols));
-  std::vector<double> h(static_cast<size_t>(cols * cols));
-  for (int64_t i = 0; i < cols; ++i) {
-    const int64_t pi = perm[static_cast<size_t>(i)];
-    for (int64_t j = 0; j < cols; ++j) h[static_cast<size_t>(i * cols + j)] = h_in[static_cast<size_t>(pi * cols + perm[static_cast<size_t>(j)])];
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t i = 0; i < cols; ++i) w[static_cast<size_t>(r * cols + i)] = w_in[static_cast<size_t>(r * cols + perm[static_cast<size_t>(i)])];
-  }
+  // Columns no input reached get a unit diagonal, as the reference does (their weights
+  // are zeroed by gptq_quantize); then the dampening.
   double mean_diag = 0.0;
   for (int64_t i = 0; i < cols; ++i) {
     double& d = h[static_cast<size_t>(i * cols + i)];
-    if (d == 0.0) {
-      d = 1.0;
-      for (int64_t r = 0; r < rows; ++r) w[static_cast<size_t>(r * cols + i)] = 0.0f;
-    }
+    if (d == 0.0) d = 1.0;
     mean_diag += d;
   }
   mean_diag /= static_cast<double>(cols);
   for (int64_t i = 0; i < cols; ++i) h[static_cast<size_t>(i * cols + i)] += damp * mean_diag;
-  HEARTH_ASSIGN_OR_RETURN(const std::vector<double> u, inverse_cholesky_upper(std::move(h), cols, pool));
+  HEARTH_ASSIGN_OR_RETURN(f.u, inverse_cholesky_upper(std::move(h), cols, pool));
+  return f;
+}
+
+Result<QuantizedMatrix> gptq_quantize(std::span<const float> w_in, int64_t rows, int64_t cols, const GptqFactor& f,
+                                      const QuantScheme& scheme, ThreadPool* pool) {
+  HEARTH_RETURN_IF_ERROR(check_shapes(w_in, rows, cols, scheme));
+  if (f.cols != cols) {
+    return make_error(ErrorCode::kInvalidArgument, "a Hessian factor of {} columns for a matrix of {}", f.cols, cols);
+  }
+  const bool act_order = !std::is_sorted(f.perm.begin(), f.perm.end());
+  if (act_order && !scheme.act_order) {
+    return make_error(ErrorCode::kInternal, "a factor made for act-order used without it");
+  }
+  const int64_t gs = scheme.group_size;
+  const int32_t maxq = (1 << scheme.bits) - 1;
+  const std::vector<int64_t>& perm = f.perm;
+  const std::vector<double>& u = f.u;
+
+  // W in the factor's column order, dead columns zeroed.
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < cols; ++i) {
+      const int64_t c = perm[static_cast<size_t>(i)];
+      w[static_cast<size_t>(r * cols + i)] = f.dead[static_cast<size_t>(c)] ? 0.0f : w_in[static_cast<size_t>(r * cols + c)];
+    }
+  }
 
   QuantizedMatrix m = empty_result(rows, cols, scheme);
   // Static groups: each original group's grid from the weights as given.
@@ -318,11 +387,14 @@ Result<QuantizedMatrix> gptq_quantize(std::span<const float> w_in, int64_t rows,
   }
 
   constexpr int64_t kBlock = 128;
+  constexpr int64_t kChunk = 256;  // columns of the trailing update per task: the block's rows of U stay in L2
   std::vector<float> err(static_cast<size_t>(rows * kBlock));
   std::vector<Grid> current(static_cast<size_t>(rows));  // each row's grid for the group being quantized
   for (int64_t i1 = 0; i1 < cols; i1 += kBlock) {
     const int64_t i2 = std::min(cols, i1 + kBlock), count = i2 - i1;
-    split(pool, rows, count * (count + cols), [&](int64_t rb, int64_t re) {
+    // The block's columns, one row at a time: quantize, and spread each column's error
+    // over the block's later columns.
+    split(pool, rows, count * count, [&](int64_t rb, int64_t re) {
       for (int64_t r = rb; r < re; ++r) {
         float* wr = &w[static_cast<size_t>(r * cols)];
         float* er = &err[static_cast<size_t>(r * kBlock)];
@@ -341,22 +413,39 @@ Result<QuantizedMatrix> gptq_quantize(std::span<const float> w_in, int64_t rows,
           const int32_t q = quantize_value(wr[i], grid, maxq);
           m.q[static_cast<size_t>(r * cols + orig)] = static_cast<uint8_t>(q);
           const double d = u[static_cast<size_t>(i * cols + i)];
-          const float e = static_cast<float>((wr[i] - dequantize_value(q, grid)) / d);
-          er[i - i1] = e;
-          const double* ui = &u[static_cast<size_t>(i * cols)];
-          for (int64_t j = i + 1; j < i2; ++j) wr[j] -= static_cast<float>(e * ui[j]);
+          const double e = (wr[i] - dequantize_value(q, grid)) / d;
+          er[i - i1] = static_cast<float>(e);
+          sub_scaled(wr + i + 1, e, &u[static_cast<size_t>(i * cols + i + 1)], i2 - i - 1);
         }
-        // The block's errors onto the columns after it.
-        for (int64_t k = 0; k < count; ++k) {
-          const double e = er[k];
-          if (e == 0.0) continue;
-          const double* uk = &u[static_cast<size_t>((i1 + k) * cols)];
-          for (int64_t j = i2; j < cols; ++j) wr[j] -= static_cast<float>(e * uk[j]);
+      }
+    });
+    // The block's errors onto every later column: W[:, i2:] -= Err U[i1:i2, i2:], in
+    // column chunks so that U's rows are read from memory once.
+    const int64_t tail = cols - i2;
+    if (tail == 0) continue;
+    const int64_t chunks = (tail + kChunk - 1) / kChunk;
+    split(pool, chunks, rows * count * kChunk, [&](int64_t cb, int64_t ce) {
+      for (int64_t ch = cb; ch < ce; ++ch) {
+        const int64_t j0 = i2 + ch * kChunk, j1 = std::min(cols, j0 + kChunk);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* wr = &w[static_cast<size_t>(r * cols)];
+          const float* er = &err[static_cast<size_t>(r * kBlock)];
+          for (int64_t k = 0; k < count; ++k) {
+            if (er[k] != 0.0f) sub_scaled(wr + j0, er[k], &u[static_cast<size_t>((i1 + k) * cols + j0)], j1 - j0);
+          }
         }
       }
     });
   }
   return m;
+}
+
+Result<QuantizedMatrix> gptq_quantize(std::span<const float> w, int64_t rows, int64_t cols, std::span<const double> h,
+                                      const QuantScheme& scheme, double damp, ThreadPool* pool) {
+  HEARTH_RETURN_IF_ERROR(check_shapes(w, rows, cols, scheme));
+  HEARTH_ASSIGN_OR_RETURN(GptqFactor f,
+                          gptq_factor(std::vector<double>(h.begin(), h.end()), cols, scheme.act_order, damp, pool));
+  return gptq_quantize(w, rows, cols, f, scheme, pool);
 }
 
 double reconstruction_error(std::span<const float> w, const QuantizedMatrix& m, std::span<const double> h) {

@@ -75,6 +75,8 @@ class Hessian {
   int64_t samples() const { return n_; }
   // H itself, [cols, cols].
   std::vector<double> matrix() const;
+  // The same, made in place: the accumulator is given up (one copy of cols^2 less).
+  std::vector<double> take();
 
  private:
   int64_t cols_;
@@ -86,7 +88,26 @@ class Hessian {
 // fit the matrix, or asks for act-order (which needs a Hessian).
 Result<QuantizedMatrix> rtn_quantize(std::span<const float> w, int64_t rows, int64_t cols, const QuantScheme& scheme);
 
-// GPTQ against the Hessian h ([cols, cols]). `damp`: fraction of the mean diagonal
+// What GPTQ's column updates read, computed once for all the matrices reading one input:
+// the column order (act-order sorts by decreasing H[c, c]), the columns no input reached
+// (H[c, c] == 0), and the upper Cholesky factor of the dampened H^-1 in that order.
+struct GptqFactor {
+  int64_t cols = 0;
+  std::vector<int64_t> perm;  // position -> column
+  std::vector<bool> dead;     // by column
+  std::vector<double> u;      // [cols, cols], upper triangle
+};
+
+// `h` ([cols, cols]) is consumed. kInvalidArgument on a bad damp or size, or when the
+// dampened Hessian is not positive definite. Uses about two h's worth of memory.
+Result<GptqFactor> gptq_factor(std::vector<double> h, int64_t cols, bool act_order, double damp,
+                               ThreadPool* pool = nullptr);
+
+// GPTQ of w ([rows, cols]) with a factor made for `scheme.act_order`.
+Result<QuantizedMatrix> gptq_quantize(std::span<const float> w, int64_t rows, int64_t cols, const GptqFactor& factor,
+                                      const QuantScheme& scheme, ThreadPool* pool = nullptr);
+
+// GPTQ against the Hessian h ([cols, cols]): gptq_factor, then gptq_quantize. `damp`: fraction of the mean diagonal
 // added to it (0.01 as the reference implementations). kInvalidArgument on a bad
 // scheme or shapes and when the dampened Hessian is not positive
 // definite (raise damp).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <memory>
 
 #include "common/half.h"
@@ -98,34 +99,6 @@ class ObservedBackend final : public Backend {
   Observer observer_;
   bool on_ = false;
 };
-
-// The model's tensors widened to float32, owned, with views onto them.
-struct FloatModel {
-  std::vector<std::vector<float>> data;
-  std::vector<TensorView> views;
-
-  std::vector<float>* find(std::string_view name) {
-    for (size_t i = 0; i < views.size(); ++i) {
-      if (views[i].name == name) return &data[i];
-    }
-    return nullptr;
-  }
-};
-
-FloatModel widen(const LoadedModel& model) {
-  FloatModel f;
-  f.data.reserve(model.tensors.size());
-  for (const TensorView& t : model.tensors) {
-    std::vector<float>& v = f.data.emplace_back(static_cast<size_t>(t.elements()));
-    kernels::ref::dequantize_row(t.dtype, t.data, v.data(), t.elements());
-    TensorView view = t;
-    view.dtype = DType::kF32;
-    view.data = reinterpret_cast<const std::byte*>(v.data());
-    view.bytes = v.size() * sizeof(float);
-    f.views.push_back(view);
-  }
-  return f;
-}
 
 // Why `t` cannot be quantized with these options (nullopt: it can): a group size that
 // does not divide its inputs, or outputs that are not whole packed words (HF GPTQ).
@@ -314,8 +287,9 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
                       c.max_context);
   }
 
-  // The engine's forward pass over a float32 copy of the model, watched.
-  FloatModel f = widen(model);
+  // The engine's forward pass, watched, a layer at a time. Only the layer being
+  // calibrated runs, so only its seven matrices are widened to float32 (the views of
+  // every other tensor stay on the model's own memory).
   std::vector<Hessian> hessians;
   int32_t layer = 0;
   auto observe = [&](const TensorView& w, const float* x, int64_t n) {
@@ -327,40 +301,53 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
     }
   };
   auto backend = std::make_unique<ObservedBackend>(make_cpu_backend({false, o.threads}), observe);
-  HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> llama,
-                          LlamaModel::create(c, f.views, *backend, seq_len, {kLayoutPlain, nullptr}));
   const int32_t block = 16;
   HEARTH_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(*backend, {c.n_layers, c.kv_dim(), block,
                                                                     (seq_len + block - 1) / block, KvDType::kF32}));
   KvSequence seq;
   HEARTH_RETURN_IF_ERROR(kv_sequence_reserve(cache, seq, seq_len));
-
   auto input_for = [&](const std::vector<TokenId>& tokens) {
     ModelInput in;
     in.clear(block);
     (void)in.add_sequence(tokens, 0, seq.blocks, false);  // the blocks cover seq_len positions
     return in;
   };
-  // Every sample's hidden state entering the current layer.
-  std::vector<std::vector<float>> hidden(calibration.size());
-  for (size_t s = 0; s < calibration.size(); ++s) {
-    hidden[s].resize(calibration[s].size() * static_cast<size_t>(c.dim));
-    HEARTH_RETURN_IF_ERROR(llama->embed(input_for(calibration[s]), cache, hidden[s].data()));
-    out.hidden_bytes += hidden[s].size() * sizeof(float);
-  }
 
+  std::vector<std::vector<float>> hidden(calibration.size());  // each sample's input to the current layer
   std::vector<float> scratch;
+  std::vector<TensorView> views = model.tensors;
   for (layer = 0; layer < c.n_layers; ++layer) {
     const auto tl = std::chrono::steady_clock::now();
+    std::vector<std::vector<float>> weights(7);  // this layer's matrices in float32, bound below
+    for (int i = 0; i < 7; ++i) {
+      const std::string name = linear_name(layer, i);
+      for (TensorView& v : views) {
+        if (v.name != name) continue;
+        const TensorView& t = *model.find(name);
+        weights[static_cast<size_t>(i)].resize(static_cast<size_t>(t.elements()));
+        kernels::ref::dequantize_row(t.dtype, t.data, weights[static_cast<size_t>(i)].data(), t.elements());
+        v.dtype = DType::kF32;
+        v.data = reinterpret_cast<const std::byte*>(weights[static_cast<size_t>(i)].data());
+        v.bytes = weights[static_cast<size_t>(i)].size() * sizeof(float);
+      }
+    }
+    HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> llama,
+                            LlamaModel::create(c, views, *backend, seq_len, {kLayoutPlain, nullptr}));
+    if (layer == 0) {
+      for (size_t s = 0; s < calibration.size(); ++s) {
+        hidden[s].resize(calibration[s].size() * static_cast<size_t>(c.dim));
+        HEARTH_RETURN_IF_ERROR(llama->embed(input_for(calibration[s]), cache, hidden[s].data()));
+        out.hidden_bytes += hidden[s].size() * sizeof(float);
+      }
+    }
     hessians.clear();
     uint64_t hbytes = 0;
     for (int k = 0; k < kInputs; ++k) {
-      const TensorView* first = nullptr;
-      for (int i = 0; i < 7; ++i) {
-        if (kInputOf[i] == k && first == nullptr) first = model.find(linear_name(layer, i));
-      }
-      hessians.emplace_back(first->cols());
-      hbytes += static_cast<uint64_t>(first->cols() * first->cols()) * sizeof(double);
+      int first = 0;
+      while (kInputOf[first] != k) ++first;
+      const int64_t cols = model.find(linear_name(layer, first))->cols();
+      hessians.emplace_back(cols);
+      hbytes += static_cast<uint64_t>(cols * cols) * sizeof(double);
     }
     out.hessian_bytes = std::max(out.hessian_bytes, hbytes);
     // Pass 1: the layer in float, its inputs into the Hessians.
@@ -370,32 +357,39 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
       HEARTH_RETURN_IF_ERROR(llama->run_layer(input_for(calibration[s]), cache, layer, scratch.data()));
     }
     backend->observe(false);
-    // The seven matrices, each against its input's Hessian; the float copy then holds
-    // the quantized values, so pass 2 and every later layer see them.
-    std::vector<double> h;
-    int h_of = -1;
-    for (int i = 0; i < 7; ++i) {
-      const std::string name = linear_name(layer, i);
-      const TensorView& t = *model.find(name);
-      if (!divisible(t)) {
-        out.kept.push_back(name);
-        continue;
+    // Each input's factor once, then the matrices reading it; the float copies then hold
+    // the quantized values, so pass 2 sees them.
+    for (int k = 0; k < kInputs; ++k) {
+      std::optional<GptqFactor> factor;
+      for (int i = 0; i < 7; ++i) {
+        if (kInputOf[i] != k) continue;
+        const std::string name = linear_name(layer, i);
+        const TensorView& t = *model.find(name);
+        if (!divisible(t)) {
+          out.kept.push_back(name);
+          continue;
+        }
+        if (!factor) {
+          HEARTH_ASSIGN_OR_RETURN(factor, gptq_factor(hessians[static_cast<size_t>(k)].take(), t.cols(),
+                                                      o.scheme.act_order, o.damp, &pool));
+        }
+        std::vector<float>& w = weights[static_cast<size_t>(i)];
+        HEARTH_ASSIGN_OR_RETURN(QuantizedMatrix m, gptq_quantize(w, t.rows(), t.cols(), *factor, o.scheme, &pool));
+        const std::vector<float> values = m.dequantize();
+        std::copy(values.begin(), values.end(), w.begin());  // in place: the bound views point here
+        out.matrices.emplace_back(name, std::move(m));
       }
-      if (h_of != kInputOf[i]) {
-        h_of = kInputOf[i];
-        h = hessians[static_cast<size_t>(h_of)].matrix();
-      }
-      std::vector<float>& w = *f.find(name);
-      HEARTH_ASSIGN_OR_RETURN(QuantizedMatrix m, gptq_quantize(w, t.rows(), t.cols(), h, o.scheme, o.damp, &pool));
-      const std::vector<float> values = m.dequantize();
-      std::copy(values.begin(), values.end(), w.begin());  // in place: the bound views point here
-      out.matrices.emplace_back(name, std::move(m));
     }
-    h = {};
     hessians.clear();
     // Pass 2: the quantized layer gives the next layer's inputs.
     for (size_t s = 0; s < calibration.size(); ++s) {
       HEARTH_RETURN_IF_ERROR(llama->run_layer(input_for(calibration[s]), cache, layer, hidden[s].data()));
+    }
+    llama.reset();
+    for (int i = 0; i < 7; ++i) {  // back to the model's own memory before the float copies go
+      for (TensorView& v : views) {
+        if (v.name == linear_name(layer, i)) v = *model.find(v.name);
+      }
     }
     if (progress) progress(layer, c.n_layers, seconds_since(tl));
   }

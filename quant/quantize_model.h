@@ -6,8 +6,9 @@
 // own forward pass, LlamaModel::run_layer) while the inputs of its seven matrices are
 // accumulated into four Hessians (q/k/v share one, gate/up another); the matrices are
 // quantized; the layer runs again with its quantized weights to give the next layer's
-// inputs. Memory is bounded by one float32 copy of the model, the hidden states of the
-// calibration set and one layer's Hessians, never the whole model's activations.
+// inputs. Memory is bounded by the model as stored, one layer in float32, the hidden
+// states of the calibration set and one layer's Hessians, never the whole model's
+// activations or a float32 copy of it.
 // Token embeddings and the LM head are not quantized (they are written as stored).
 // Not thread-safe; uses `threads` cores.
 #pragma once

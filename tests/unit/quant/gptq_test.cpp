@@ -60,7 +60,9 @@ TEST(GptqTest, RoundToNearestFollowsTheGrid) {
           const float scale = fp16_to_f32(m->scales[static_cast<size_t>(g * rows + r)]);
           EXPECT_EQ(scale, fp16_to_f32(f32_to_fp16((hi - lo) / static_cast<float>(maxq))));
           const int32_t zero = m->zeros[static_cast<size_t>(g * rows + r)];
-          if (sym) EXPECT_EQ(zero, (maxq + 1) / 2);
+          if (sym) {
+            EXPECT_EQ(zero, (maxq + 1) / 2);
+          }
           for (int64_t c = g * 32; c < (g + 1) * 32; ++c) {
             const float x = w[static_cast<size_t>(r * cols + c)];
             const int32_t q = m->q[static_cast<size_t>(r * cols + c)];
@@ -120,6 +122,31 @@ TEST(GptqTest, GptqLowersTheReconstructionErrorOnCorrelatedInputs) {
     for (int n : per_group) EXPECT_EQ(n, s.group_size);
     EXPECT_EQ(g->groups_in_order(), !s.act_order || s.static_groups) << scheme_name(s);
   }
+}
+
+TEST(GptqTest, OneFactorServesEveryMatrixOfAnInput) {
+  // q, k and v read the same input: one factor, the same codes as each on its own.
+  std::mt19937 rng(6);
+  const int64_t cols = 128;
+  const std::vector<double> h = correlated_hessian(cols, 1024, rng);
+  for (bool act_order : {false, true}) {
+    const QuantScheme s{4, 32, true, act_order, act_order};
+    auto f = gptq_factor(h, cols, act_order, 0.01);
+    ASSERT_TRUE(f.is_ok()) << f.status().to_string();
+    for (int64_t rows : {32, 8}) {
+      const std::vector<float> w = random_matrix(rows, cols, rng);
+      auto shared = gptq_quantize(w, rows, cols, *f, s);
+      auto alone = gptq_quantize(w, rows, cols, h, s);
+      ASSERT_TRUE(shared.is_ok() && alone.is_ok());
+      EXPECT_EQ(shared->q, alone->q);
+      EXPECT_EQ(shared->scales, alone->scales);
+    }
+  }
+  auto f = gptq_factor(h, cols, false, 0.01);
+  ASSERT_TRUE(f.is_ok());
+  const std::vector<float> wide = random_matrix(4, 256, rng);
+  EXPECT_FALSE(gptq_quantize(wide, 4, 256, *f, {4, 32, true}).is_ok());
+  EXPECT_FALSE(gptq_factor(std::vector<double>(10), cols, false, 0.01).is_ok());
 }
 
 TEST(GptqTest, DeadColumnsAreZero) {
