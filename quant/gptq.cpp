@@ -7,6 +7,7 @@
 
 #include "common/half.h"
 #include "engine/thread_pool.h"
+#include "kernels/cpu/isa.h"
 
 namespace hearth::quant {
 namespace {
@@ -87,35 +88,47 @@ Status check_shapes(std::span<const float> w, int64_t rows, int64_t cols, const 
   return Status::ok();
 }
 
-// The vector loops of the factorisations and updates, built for AVX-512, AVX2 and the
-// baseline (picked at load time by the CPU's features: GCC's target_clones). The
-// reductions may be reordered (OpenMP simd), so results can differ in the last bits
-// between those builds, never between thread counts.
-#define HEARTH_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+// The vector loops of the factorisations and updates, built three times (AVX-512, AVX2
+// with FMA, the baseline) and chosen per call by the kernels' instruction-set choice
+// (kernels/cpu/isa.h, so HEARTH_CPU_ISA narrows it too). Plain target attributes, not
+// ifunc-based clones, which crash under ThreadSanitizer. The reductions may be
+// reordered (OpenMP simd), so results can differ in the last bits between those paths,
+// never between thread counts.
+#define HEARTH_GPTQ_LOOPS(SUFFIX, TARGET)                                                 \
+  TARGET double dot_##SUFFIX(const double* a, const double* b, int64_t n) {              \
+    double s = 0.0;                                                                      \
+    _Pragma("omp simd reduction(+ : s)") for (int64_t i = 0; i < n; ++i) s += a[i] * b[i]; \
+    return s;                                                                            \
+  }                                                                                      \
+  TARGET void sub_scaled_##SUFFIX(float* y, double a, const double* x, int64_t n) {      \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) y[i] -= static_cast<float>(a * x[i]); \
+  }                                                                                      \
+  TARGET void add_scaled_##SUFFIX(float* acc, float a, const float* x, int64_t n) {      \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) acc[i] += a * x[i];              \
+  }                                                                                      \
+  TARGET void add_to_double_##SUFFIX(double* y, const float* x, int64_t n) {             \
+    _Pragma("omp simd") for (int64_t i = 0; i < n; ++i) y[i] += static_cast<double>(x[i]); \
+  }
 
-HEARTH_VECTOR_CLONES double dot(const double* a, const double* b, int64_t n) {
-  double s = 0.0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+HEARTH_GPTQ_LOOPS(avx512, __attribute__((target("avx512f,avx2,fma"))))
+HEARTH_GPTQ_LOOPS(avx2, __attribute__((target("avx2,fma"))))
+HEARTH_GPTQ_LOOPS(base, )
+#undef HEARTH_GPTQ_LOOPS
 
+#define HEARTH_GPTQ_DISPATCH(NAME, ...)                                           \
+  switch (kernels::cpu::cpu_isa()) {                                             \
+    case kernels::cpu::CpuIsa::kAvx512: return NAME##_avx512(__VA_ARGS__);      \
+    case kernels::cpu::CpuIsa::kAvx2: return NAME##_avx2(__VA_ARGS__);          \
+    default: return NAME##_base(__VA_ARGS__);                                    \
+  }
+
+double dot(const double* a, const double* b, int64_t n) { HEARTH_GPTQ_DISPATCH(dot, a, b, n) }
 // y[i] -= a * x[i] (float y, double x: GPTQ's weight updates).
-HEARTH_VECTOR_CLONES void sub_scaled(float* y, double a, const double* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] -= static_cast<float>(a * x[i]);
-}
-
+void sub_scaled(float* y, double a, const double* x, int64_t n) { HEARTH_GPTQ_DISPATCH(sub_scaled, y, a, x, n) }
 // acc[i] += a * x[i] over floats (the Hessian's token blocks).
-HEARTH_VECTOR_CLONES void add_scaled(float* acc, float a, const float* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) acc[i] += a * x[i];
-}
-
-HEARTH_VECTOR_CLONES void add_to_double(double* y, const float* x, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += static_cast<double>(x[i]);
-}
+void add_scaled(float* acc, float a, const float* x, int64_t n) { HEARTH_GPTQ_DISPATCH(add_scaled, acc, a, x, n) }
+void add_to_double(double* y, const float* x, int64_t n) { HEARTH_GPTQ_DISPATCH(add_to_double, y, x, n) }
+#undef HEARTH_GPTQ_DISPATCH
 
 // Runs fn(i) for i in [0, n) where item i costs about i: interleaved over the tasks so
 // that each gets a similar share.
