@@ -292,9 +292,10 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   // every other tensor stay on the model's own memory).
   std::vector<Hessian> hessians;
   int32_t layer = 0;
+  std::string names[7];  // the current layer's matrices, named once per layer
   auto observe = [&](const TensorView& w, const float* x, int64_t n) {
     for (int i = 0; i < 7; ++i) {
-      if (w.name != linear_name(layer, i)) continue;
+      if (w.name != names[i]) continue;
       if (i == 1 || i == 2 || i == 5) return;  // the same input as attn_q / ffn_gate
       hessians[static_cast<size_t>(kInputOf[i])].add(x, n, &pool);
       return;
@@ -318,6 +319,7 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   std::vector<TensorView> views = model.tensors;
   for (layer = 0; layer < c.n_layers; ++layer) {
     const auto tl = std::chrono::steady_clock::now();
+    for (int i = 0; i < 7; ++i) names[i] = linear_name(layer, i);
     std::vector<std::vector<float>> weights(7);  // this layer's matrices in float32, bound below
     for (int i = 0; i < 7; ++i) {
       const std::string name = linear_name(layer, i);

@@ -50,6 +50,17 @@ std::vector<TokenId> sampled_tokens(const cli::RunnableModel& m, uint64_t first_
   return out;
 }
 
+// Up to `count` calibration windows: BOS, then `body` consecutive tokens of `text`.
+std::vector<std::vector<TokenId>> windows_of(const std::vector<TokenId>& text, size_t body, size_t count, TokenId bos) {
+  std::vector<std::vector<TokenId>> out;
+  for (size_t i = 0; i + body <= text.size() && out.size() < count; i += body) {
+    out.emplace_back(1, bos);
+    out.back().insert(out.back().end(), text.begin() + static_cast<ptrdiff_t>(i),
+                      text.begin() + static_cast<ptrdiff_t>(i + body));
+  }
+  return out;
+}
+
 double kl_of(const std::filesystem::path& quantized, const cli::RunnableModel& reference,
              std::span<const TokenId> text) {
   auto q = cli::open_model_files(quantized, {});
@@ -73,12 +84,7 @@ TEST(QuantizeModelTest, GptqBeatsRoundToNearestOnStories260K) {
   ASSERT_TRUE(runnable.is_ok());
   const std::vector<TokenId> calibration_text = sampled_tokens(*runnable, 1, 6);
   const std::vector<TokenId> eval_text = sampled_tokens(*runnable, 1001, 6);
-  std::vector<std::vector<TokenId>> calibration;
-  for (size_t i = 0; i + 127 <= calibration_text.size() && calibration.size() < 16; i += 127) {
-    calibration.emplace_back(1, runnable->tokenizer->bos_id());
-    calibration.back().insert(calibration.back().end(), calibration_text.begin() + static_cast<ptrdiff_t>(i),
-                              calibration_text.begin() + static_cast<ptrdiff_t>(i + 127));
-  }
+  const auto calibration = windows_of(calibration_text, 127, 16, runnable->tokenizer->bos_id());
   ASSERT_EQ(calibration.size(), 16u);
 
   TempDir dir;
@@ -133,12 +139,7 @@ TEST(QuantizeModelTest, AGptqDirectoryReloadsWithTheLogitsOfTheGgufWrittenFromIt
   auto runnable = cli::open_model_files(hf, {});
   ASSERT_TRUE(runnable.is_ok());
   const std::vector<TokenId> text = sampled_tokens(*runnable, 1, 3);
-  std::vector<std::vector<TokenId>> calibration;
-  for (size_t i = 0; i + 63 <= text.size() && calibration.size() < 8; i += 63) {
-    calibration.emplace_back(1, runnable->tokenizer->bos_id());
-    calibration.back().insert(calibration.back().end(), text.begin() + static_cast<ptrdiff_t>(i),
-                              text.begin() + static_cast<ptrdiff_t>(i + 63));
-  }
+  const auto calibration = windows_of(text, 63, 8, runnable->tokenizer->bos_id());
   TempDir dir;
   for (bool sym : {true, false}) {
     SCOPED_TRACE(sym ? "sym" : "asym");
