@@ -26,6 +26,11 @@ std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
     specs.push_back({p + "ffn_gate.weight", {f, d}, true, true});
     specs.push_back({p + "ffn_up.weight", {f, d}, true, true});
     specs.push_back({p + "ffn_down.weight", {d, f}, true, true});
+    // Act-order matrices stored with their columns permuted: the order, one per matrix.
+    for (const char* m : {"attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"}) {
+      specs.push_back({p + m + ".perm", {d}, false, false});
+    }
+    specs.push_back({p + "attn_output.perm", {q}, false, false});
   }
   specs.push_back({"output_norm.weight", {d}, true, false});
   specs.push_back({"output.weight", {v, d}, !c.tied_embeddings, true});

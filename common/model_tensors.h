@@ -5,7 +5,11 @@
 // Names: token_embd.weight, output_norm.weight, output.weight (absent when tied),
 // rope_freqs.weight (optional per-dimension frequency divisors, GGUF Llama 3),
 // blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
-// ffn_down}.weight and, with qkv_bias, blk.N.attn_{q,k,v}.bias.
+// ffn_down}.weight, with qkv_bias blk.N.attn_{q,k,v}.bias, and optionally
+// blk.N.{attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up}.perm: a matrix whose
+// columns are stored permuted (act-order GPTQ, so that each quantization group is
+// contiguous) reads input column perm[j] as its column j; float values, exact integers.
+// ffn_down has none: the loader moves its order into ffn_gate's and ffn_up's rows.
 #pragma once
 
 #include <string>

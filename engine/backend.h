@@ -40,6 +40,7 @@ enum class BackendOp : uint8_t {
   kAdd,
   kAddRmsNorm,
   kGatherRows,
+  kPermuteColumns,
 };
 
 // Memory owned by a backend (host or device), freed when the handle dies. Move-only.
@@ -216,6 +217,10 @@ class Backend {
   // out[i] = x[rows[i]] for i < n. x: [*, dim]; out: [n, dim]; rows: backend memory
   // (a StepInput's logit_rows).
   virtual void gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) = 0;
+  // out[t, j] = x[t, perm[j]] for t < n, j < cols: a matrix's inputs in the column order
+  // its weights are stored in (act-order GPTQ). x, out: [n, cols] (distinct); perm:
+  // backend memory, a permutation of [0, cols).
+  virtual void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) = 0;
 };
 
 struct CpuBackendOptions {

@@ -379,6 +379,16 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
+    for_token_rows(n, cols, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* src = x + t * cols;
+        float* dst = out + t * cols;
+        for (int64_t j = 0; j < cols; ++j) dst[j] = src[perm[j]];
+      }
+    });
+  }
+
  private:
   // Runs fn(t_begin, t_end) over the rows [0, n) of a row-independent op on [n, dim]
   // values, split across the pool when there is enough of it.

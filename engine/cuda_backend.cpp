@@ -324,6 +324,10 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::gather_rows(x, rows, n, dim, out, stream_.get()), "gather_rows");
   }
 
+  void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
+    check_cuda(kernels::cuda::permute_columns(x, n, cols, perm, out, stream_.get()), "permute_columns");
+  }
+
  private:
   explicit CudaBackend(std::string name) : name_(std::move(name)) {}
 

@@ -9,6 +9,28 @@
 #include "kernels/reference/reference.h"
 
 namespace hearth {
+namespace {
+
+// A `.perm` tensor ([cols] float values, each an input column) as int32, checked to be
+// a permutation of [0, cols).
+Result<std::vector<int32_t>> read_column_order(const TensorView& t, int64_t cols) {
+  std::vector<float> values(static_cast<size_t>(t.elements()));
+  kernels::ref::dequantize_row(t.dtype, t.data, values.data(), t.elements());
+  std::vector<int32_t> perm(values.size());
+  std::vector<bool> taken(static_cast<size_t>(cols));
+  for (size_t j = 0; j < values.size(); ++j) {
+    const float v = values[j];
+    if (!(v >= 0.0f && v < static_cast<float>(cols)) || v != std::floor(v) || taken[static_cast<size_t>(v)]) {
+      return make_error(ErrorCode::kFormat, "{}[{}] = {} is not one of the {} columns, each taken once", t.name, j, v,
+                        cols);
+    }
+    taken[static_cast<size_t>(v)] = true;
+    perm[j] = static_cast<int32_t>(v);
+  }
+  return perm;
+}
+
+}  // namespace
 
 Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int size) {
   if (size < 1 || rank < 0 || rank >= size) {
@@ -87,6 +109,26 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
     fixups.emplace_back(target, offset);
   };
 
+  // Column orders (act-order matrices): int32 copies in one buffer, equal ones shared.
+  std::vector<int32_t> perm_host;
+  std::vector<std::pair<const int32_t**, size_t>> perm_fixups;  // pointer to set, offset in perm_host
+  auto add_perm = [&](const std::string& name, int64_t cols, std::vector<std::pair<size_t, int64_t>>& seen,
+                      const int32_t** target) -> Status {
+    const TensorView* t = find_host(name);
+    if (t == nullptr) return Status::ok();
+    HEARTH_ASSIGN_OR_RETURN(std::vector<int32_t> perm, read_column_order(*t, cols));
+    for (const auto& [offset, n] : seen) {
+      if (n == cols && std::equal(perm.begin(), perm.end(), perm_host.begin() + static_cast<ptrdiff_t>(offset))) {
+        perm_fixups.emplace_back(target, offset);
+        return Status::ok();
+      }
+    }
+    seen.emplace_back(perm_host.size(), cols);
+    perm_fixups.emplace_back(target, perm_host.size());
+    perm_host.insert(perm_host.end(), perm.begin(), perm.end());
+    return Status::ok();
+  };
+
   m->token_embd_ = find("token_embd.weight");
   m->output_ = find("output.weight");
   if (m->output_ == nullptr) m->output_ = m->token_embd_;  // tied embeddings
@@ -107,6 +149,13 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
     add_vector(find_host(p + "attn_q.bias"), &l.q_bias);
     add_vector(find_host(p + "attn_k.bias"), &l.k_bias);
     add_vector(find_host(p + "attn_v.bias"), &l.v_bias);
+    std::vector<std::pair<size_t, int64_t>> seen;
+    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_q.perm", rank_config.dim, seen, &l.q_perm));
+    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_k.perm", rank_config.dim, seen, &l.k_perm));
+    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_v.perm", rank_config.dim, seen, &l.v_perm));
+    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_output.perm", rank_config.q_dim(), seen, &l.output_perm));
+    HEARTH_RETURN_IF_ERROR(add_perm(p + "ffn_gate.perm", rank_config.dim, seen, &l.gate_perm));
+    HEARTH_RETURN_IF_ERROR(add_perm(p + "ffn_up.perm", rank_config.dim, seen, &l.up_perm));
   }
   std::vector<float> freq_factors;
   if (const TensorView* f = find_host("rope_freqs.weight")) {
@@ -125,6 +174,11 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
   for (auto& [target, offset] : fixups) *target = m->vectors_.f32() + offset;
   HEARTH_ASSIGN_OR_RETURN(m->inv_freq_buf_, backend.alloc(m->inv_freq_.size() * sizeof(float)));
   backend.write(m->inv_freq_buf_, 0, m->inv_freq_.data(), m->inv_freq_.size() * sizeof(float));
+  if (!perm_host.empty()) {
+    HEARTH_ASSIGN_OR_RETURN(m->perms_, backend.alloc(perm_host.size() * sizeof(int32_t)));
+    backend.write(m->perms_, 0, perm_host.data(), perm_host.size() * sizeof(int32_t));
+    for (auto& [target, offset] : perm_fixups) *target = static_cast<const int32_t*>(m->perms_.data()) + offset;
+  }
 
   const ModelConfig& rc = rank_config;
   const size_t n = static_cast<size_t>(max_batch_tokens);
@@ -140,6 +194,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
   HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), m->att_));
   HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, m->gate_));
   HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, m->up_));
+  if (!perm_host.empty()) HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), m->xp_));
   HEARTH_ASSIGN_OR_RETURN(m->logits_in_, backend.alloc(kLogitChunk * static_cast<size_t>(config.dim) * sizeof(float)));
   HEARTH_ASSIGN_OR_RETURN(m->logits_, backend.alloc(kLogitChunk * static_cast<size_t>(config.vocab_size) * sizeof(float)));
   return m;
@@ -193,7 +248,8 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
   float* up = up_.f32();
   // Attention block (xn: this layer's attention norm of x).
   const MatmulTarget qkv[] = {{l.attn_q, q}, {l.attn_k, k}, {l.attn_v, v}};  // [n, q_dim], [n, kv_dim] x 2
-  be.matmuls(xn, n, qkv);
+  const int32_t* const qkv_perms[] = {l.q_perm, l.k_perm, l.v_perm};
+  permuted_matmuls(xn, n, dim, qkv, qkv_perms);
   if (l.q_bias != nullptr) {
     be.add_bias(q, l.q_bias, n, q_dim);
     be.add_bias(k, l.k_bias, n, kv_dim);
@@ -204,12 +260,15 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
   be.kv_store({k, v, cache.k(li), cache.v(li), kc.dtype, &step, c.n_kv_heads, c.head_dim});
   be.attention({q, att, cache.k(li), cache.v(li), kc.dtype, &step, c.n_heads, c.n_kv_heads, c.head_dim,
                 1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
-  be.matmul(*l.attn_output, att, n, xn);  // [n, dim], this rank's partial sum
+  const MatmulTarget output[] = {{l.attn_output, xn}};  // [n, dim], this rank's partial sum
+  const int32_t* const output_perms[] = {l.output_perm};
+  permuted_matmuls(att, n, q_dim, output, output_perms);
   HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
   // Feed-forward block: the residual add fused with its norm.
   be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
   const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
-  be.matmuls(xn, n, gate_up);
+  const int32_t* const gate_up_perms[] = {l.gate_perm, l.up_perm};
+  permuted_matmuls(xn, n, dim, gate_up, gate_up_perms);
   be.swiglu(gate, up, n * ffn, gate);
   be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim], this rank's partial sum
   HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
@@ -219,6 +278,36 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
     be.add(x, xn, n * dim);
   }
   return Status::ok();
+}
+
+void LlamaModel::permuted_matmuls(const float* x, int64_t n, int64_t cols, std::span<const MatmulTarget> targets,
+                                  std::span<const int32_t* const> perms) {
+  if (std::all_of(perms.begin(), perms.end(), [](const int32_t* p) { return p == nullptr; })) {
+    if (targets.size() == 1) {
+      backend_.matmul(*targets[0].w, x, n, targets[0].y);
+    } else {
+      backend_.matmuls(x, n, targets);
+    }
+    return;
+  }
+  MatmulTarget group[4];
+  uint32_t done = 0;  // bit i: targets[i] computed
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (done & (1u << i)) continue;
+    size_t m = 0;
+    for (size_t j = i; j < targets.size(); ++j) {
+      if (perms[j] == perms[i]) {
+        group[m++] = targets[j];
+        done |= 1u << j;
+      }
+    }
+    const float* in = x;
+    if (perms[i] != nullptr) {
+      backend_.permute_columns(x, n, cols, perms[i], xp_.f32());
+      in = xp_.f32();
+    }
+    backend_.matmuls(in, n, std::span<const MatmulTarget>(group, m));
+  }
 }
 
 Status LlamaModel::embed(const ModelInput& input, KvCache& cache, float* hidden) {

@@ -103,7 +103,20 @@ class LlamaModel {
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
+    // The column order of each matrix stored permuted (act-order GPTQ), into perms_;
+    // null: in order. Equal orders share one pointer, so their input is permuted once.
+    const int32_t* q_perm = nullptr;
+    const int32_t* k_perm = nullptr;
+    const int32_t* v_perm = nullptr;
+    const int32_t* output_perm = nullptr;
+    const int32_t* gate_perm = nullptr;
+    const int32_t* up_perm = nullptr;
   };
+
+  // matmuls of `targets` over x ([n, cols]), each matrix reading x in its column order
+  // (perms[i]; null: as it is), permuting x once per distinct order.
+  void permuted_matmuls(const float* x, int64_t n, int64_t cols, std::span<const MatmulTarget> targets,
+                        std::span<const int32_t* const> perms);
 
   LlamaModel(const ModelConfig& config, Backend& backend, Communicator& comm)
       : config_(config), backend_(backend), comm_(comm) {}
@@ -122,8 +135,10 @@ class LlamaModel {
   std::vector<float> inv_freq_;
   BackendBuffer vectors_;  // norms and biases as float32
   BackendBuffer inv_freq_buf_;
-  // Activations, [max_batch_tokens, width] each.
-  BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_;
+  BackendBuffer perms_;  // the layers' column orders, int32
+  // Activations, [max_batch_tokens, width] each; xp_ (a matmul's input in its matrix's
+  // column order) only when some matrix is stored permuted.
+  BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, xp_;
   // Final-norm rows and logits, kLogitChunk rows at a time.
   static constexpr int64_t kLogitChunk = 16;
   BackendBuffer logits_in_, logits_;

@@ -1,7 +1,9 @@
 #include "loader/prequantized.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 
 #include "common/half.h"
 #include "common/json.h"
@@ -60,6 +62,38 @@ struct Unpacked {
 
 Status shape_error(const std::string& name, const TensorView* t, const std::string& want) {
   return make_error(ErrorCode::kFormat, "{}: {} has shape {}, expected {}", name, t->name, shape_string(*t), want);
+}
+
+// A view of `bytes`, which the model keeps (model.owned).
+TensorView owned_view(LoadedModel& model, const std::string& name, DType type, std::initializer_list<int64_t> shape,
+                      std::vector<std::byte> bytes) {
+  std::vector<std::byte>& kept = model.owned.emplace_back(std::move(bytes));
+  TensorView view;
+  view.name = name;
+  view.dtype = type;
+  view.n_dims = static_cast<int>(shape.size());
+  std::copy(shape.begin(), shape.end(), view.shape.begin());
+  view.data = kept.data();
+  view.bytes = kept.size();
+  return view;
+}
+
+// Replaces matrix `name`'s rows by rows perm[0], perm[1], ... of it.
+Status permute_rows(LoadedModel& model, const std::string& name, const std::vector<int32_t>& perm) {
+  auto it = std::find_if(model.tensors.begin(), model.tensors.end(), [&](const TensorView& t) { return t.name == name; });
+  if (it == model.tensors.end() || it->n_dims != 2 || it->rows() != static_cast<int64_t>(perm.size()) ||
+      dtype_row_group(it->dtype) != 1) {
+    return make_error(ErrorCode::kFormat,
+                      "{} must be a plain matrix of {} rows to take its down projection's act-order column order", name,
+                      perm.size());
+  }
+  const uint64_t row_bytes = *dtype_bytes(it->dtype, it->cols());
+  std::vector<std::byte> bytes(it->bytes);
+  for (size_t r = 0; r < perm.size(); ++r) {
+    std::memcpy(bytes.data() + r * row_bytes, it->data + static_cast<uint64_t>(perm[r]) * row_bytes, row_bytes);
+  }
+  *it = owned_view(model, name, it->dtype, {it->shape[0], it->shape[1]}, std::move(bytes));
+  return Status::ok();
 }
 
 }  // namespace
@@ -149,26 +183,39 @@ Result<RepackedMatrix> prequant_repack(const PrequantConfig& cfg, const PackedLi
   if (p.g_idx != nullptr && p.g_idx->shape[0] != u.cols) {
     return shape_error(name, p.g_idx, fmt::format("[{}]", u.cols));
   }
-  if (p.g_idx != nullptr) {
-    for (int64_t c = 0; c < u.cols; ++c) {
-      const int64_t g = u.group(c);
-      if (g < 0 || g >= u.groups) {
-        return make_error(ErrorCode::kFormat, "{}: g_idx[{}] = {} is not a group of the {} there are", name, c, g,
-                          u.groups);
-      }
-      if (g != c / u.group_size) {
-        return make_error(ErrorCode::kUnsupported,
-                          "{}: act-order (desc_act) checkpoints whose g_idx takes groups out of column order are not "
-                          "supported (column {} is in group {}, not {})",
-                          name, c, g, c / u.group_size);
-      }
-    }
-  }
   if (u.cols % 32 != 0 || u.group_size % 32 != 0) {
     return make_error(ErrorCode::kUnsupported,
                       "{}: {} input columns in groups of {} are not whole 32-value blocks, which the kernels need", name,
                       u.cols, u.group_size);
   }
+  RepackedMatrix out;
+  // The stored column order: as in the checkpoint, or (act-order, whose g_idx scatters
+  // each group's columns) sorted by group, so that every 32-column block has one scale.
+  std::vector<int64_t> order(static_cast<size_t>(u.cols));
+  std::iota(order.begin(), order.end(), 0);
+  bool in_order = true;
+  for (int64_t c = 0; c < u.cols; ++c) {
+    const int64_t g = u.group(c);
+    if (g < 0 || g >= u.groups) {
+      return make_error(ErrorCode::kFormat, "{}: g_idx[{}] = {} is not a group of the {} there are", name, c, g,
+                        u.groups);
+    }
+    in_order = in_order && g == c / u.group_size;
+  }
+  if (!in_order) {
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return u.group(a) < u.group(b); });
+    for (int64_t b = 0; b < u.cols / 32; ++b) {
+      const int64_t first = order[static_cast<size_t>(b * 32)], last = order[static_cast<size_t>(b * 32 + 31)];
+      if (u.group(first) != u.group(last)) {
+        return make_error(ErrorCode::kUnsupported,
+                          "{}: g_idx puts a number of columns other than a multiple of 32 in group {}, so its columns "
+                          "cannot be stored as whole 32-value blocks",
+                          name, u.group(first));
+      }
+    }
+    out.perm.assign(order.begin(), order.end());
+  }
+  auto col = [&](int64_t j) { return order[static_cast<size_t>(j)]; };
   // Symmetric when every zero is the grid's middle.
   const int32_t middle = 1 << (cfg.bits - 1);
   bool sym = true;
@@ -179,7 +226,6 @@ Result<RepackedMatrix> prequant_repack(const PrequantConfig& cfg, const PackedLi
     return make_error(ErrorCode::kUnsupported, "{}: 8-bit checkpoints with asymmetric zero points are not supported",
                       name);
   }
-  RepackedMatrix out;
   out.rows = u.rows;
   out.cols = u.cols;
   const int64_t blocks = u.cols / 32;
@@ -190,9 +236,9 @@ Result<RepackedMatrix> prequant_repack(const PrequantConfig& cfg, const PackedLi
     for (int64_t r = 0; r < u.rows; ++r) {
       for (int64_t b = 0; b < blocks; ++b) {
         BlockQ4_0& blk = dst[r * blocks + b];
-        blk.d = u.scale(u.group(b * 32), r);
+        blk.d = u.scale(u.group(col(b * 32)), r);
         for (int j = 0; j < 16; ++j) {
-          blk.qs[j] = static_cast<uint8_t>(u.q(r, b * 32 + j) | (u.q(r, b * 32 + j + 16) << 4));
+          blk.qs[j] = static_cast<uint8_t>(u.q(r, col(b * 32 + j)) | (u.q(r, col(b * 32 + j + 16)) << 4));
         }
       }
     }
@@ -204,10 +250,10 @@ Result<RepackedMatrix> prequant_repack(const PrequantConfig& cfg, const PackedLi
   for (int64_t r = 0; r < u.rows; ++r) {
     for (int64_t b = 0; b < blocks; ++b) {
       BlockQ8_0& blk = dst[r * blocks + b];
-      const int64_t g = u.group(b * 32);
+      const int64_t g = u.group(col(b * 32));
       blk.d = u.scale(g, r);
       const int32_t z = u.zero(g, r);
-      for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<int8_t>(u.q(r, b * 32 + j) - z);
+      for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<int8_t>(u.q(r, col(b * 32 + j)) - z);
     }
   }
   return out;
@@ -236,6 +282,7 @@ Status prequant_apply(const PrequantConfig& cfg, std::vector<TensorView> int32_t
       return make_error(ErrorCode::kFormat, "tensor {} is I32 but not part of a quantized layer", t.name);
     }
   }
+  std::map<std::string, std::vector<int32_t>> perms;  // canonical matrix name -> its column order
   std::vector<TensorView> kept;
   for (TensorView& t : model.tensors) {
     if (auto m = split(t.name, "scales"); m && modules.contains(*m)) {
@@ -266,15 +313,24 @@ Status prequant_apply(const PrequantConfig& cfg, std::vector<TensorView> int32_t
     for (const TensorView& t : model.tensors) {
       if (t.name == name) return make_error(ErrorCode::kFormat, "{} is both quantized and not", module);
     }
-    std::vector<std::byte>& bytes = model.owned.emplace_back(std::move(m.bytes));
-    TensorView view;
-    view.name = name;
-    view.dtype = m.type;
-    view.n_dims = 2;
-    view.shape = {m.rows, m.cols, 0, 0};
-    view.data = bytes.data();
-    view.bytes = bytes.size();
-    model.tensors.push_back(std::move(view));
+    model.tensors.push_back(owned_view(model, name, m.type, {m.rows, m.cols}, std::move(m.bytes)));
+    if (!m.perm.empty()) perms.emplace(name, std::move(m.perm));
+  }
+  for (auto& [name, perm] : perms) {
+    const std::string base = name.substr(0, name.size() - std::string_view(".weight").size());
+    if (base.ends_with("ffn_down")) {
+      // The down projection reads silu(gate) * up, whose order is gate's and up's row order.
+      const std::string prefix = base.substr(0, base.size() - std::string_view("ffn_down").size());
+      for (const char* sibling : {"ffn_gate.weight", "ffn_up.weight"}) {
+        HEARTH_RETURN_IF_ERROR(permute_rows(model, prefix + sibling, perm));
+      }
+      continue;
+    }
+    std::vector<float> order(perm.begin(), perm.end());
+    std::vector<std::byte> bytes(order.size() * sizeof(float));
+    std::memcpy(bytes.data(), order.data(), bytes.size());
+    model.tensors.push_back(
+        owned_view(model, base + ".perm", DType::kF32, {static_cast<int64_t>(order.size())}, std::move(bytes)));
   }
   return Status::ok();
 }

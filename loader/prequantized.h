@@ -16,9 +16,13 @@
 //   blocks (scale as the block's fp16 d, codes as they are);
 // - other 4-bit zeros (asymmetric GPTQ, AWQ) -> Q8_0 blocks holding q - zero (8.5 bits a
 //   weight: exact, twice the memory of the checkpoint);
-// refused by name: 8-bit asymmetric zeros, groups out of column order (act-order
-// checkpoints whose g_idx is not c / group_size), group sizes that are not whole 32-value
-// blocks, and any other quant_method.
+// - act-order (desc_act) layers, whose g_idx scatters each group's columns: the columns
+//   sorted by group (stably), so each 32-column block has one scale, and the order kept
+//   as the matrix's `.perm` tensor (common/model_tensors.h), which the engine applies to
+//   the input; the down projection's order moves into the gate and up rows instead
+//   (exact, and free at run time);
+// refused by name: 8-bit asymmetric zeros, group sizes (or act-order groups) that are not
+// whole 32-value blocks, and any other quant_method.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -65,6 +69,8 @@ struct RepackedMatrix {
   int64_t rows = 0;  // out_features
   int64_t cols = 0;  // in_features
   std::vector<std::byte> bytes;
+  // Act-order: stored column j is the layer's input column perm[j] (empty: in order).
+  std::vector<int32_t> perm;
 };
 
 // The layer's matrix in Q4_0 or Q8_0 blocks; `name` for messages. kFormat on shapes or

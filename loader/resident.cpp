@@ -71,8 +71,9 @@ Status add_file_identity(const std::filesystem::path& p, Fnv& a, Fnv& b) {
 }
 
 // Which split a tensor gets with tensor parallelism.
+// A column order (.perm) goes whole to every rank: the rows of its matrix are split.
 TensorSplit split_of(std::string_view name, int tp) {
-  if (tp == 1) return TensorSplit::kReplicated;
+  if (tp == 1 || name.ends_with(".perm")) return TensorSplit::kReplicated;
   for (std::string_view s : {"attn_q.", "attn_k.", "attn_v.", "ffn_gate.", "ffn_up."}) {
     if (name.find(s) != std::string_view::npos) return TensorSplit::kRows;
   }
@@ -107,6 +108,12 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
     for (const TensorSpec& spec : llama_tensor_specs(c)) {
       const TensorView* t = model.find(spec.name);
       if (t == nullptr) continue;
+      if (o.tp > 1 && spec.name.ends_with("attn_output.perm")) {
+        return make_error(ErrorCode::kUnsupported,
+                          "{}: the attention output projection's act-order column order mixes every rank's heads, so "
+                          "--tp {} cannot split it; serve this model with --tp 1",
+                          spec.name, o.tp);
+      }
       PlannedTensor p;
       p.source = t;
       WeightsEntry& e = p.entry;

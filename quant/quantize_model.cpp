@@ -93,6 +93,9 @@ class ObservedBackend final : public Backend {
   void gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) override {
     inner_->gather_rows(x, rows, n, dim, out);
   }
+  void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
+    inner_->permute_columns(x, n, cols, perm, out);
+  }
 
  private:
   std::unique_ptr<Backend> inner_;
@@ -229,6 +232,14 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
                       "a Hugging Face GPTQ directory is written from a Hugging Face model directory (its tokenizer "
                       "and config are copied), not from a {} file: give --out FILE.gguf",
                       model_format_name(model.format));
+  }
+  for (const TensorView& t : model.tensors) {
+    if (t.name.ends_with(".perm")) {
+      return make_error(ErrorCode::kUnsupported,
+                        "the model is an act-order quantized checkpoint ({} is a permuted column order): quantize the "
+                        "unquantized model it was made from",
+                        t.name);
+    }
   }
   std::vector<std::string> unfit;
   for (int32_t l = 0; l < model.config.n_layers; ++l) {

@@ -87,6 +87,13 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
   }
 }
 
+__global__ void permute_columns_kernel(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) {
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const float* src = x + t * cols;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) out[t * cols + j] = src[perm[j]];
+  }
+}
+
 __global__ void kv_store_kernel(KvStoreParams p) {
   const int64_t kv_dim = static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
   const int64_t total = p.n_tokens * kv_dim;
@@ -194,6 +201,14 @@ cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t 
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = rows_launch(n);
   gather_rows_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, rows, n, dim, out);
+  return launched();
+}
+
+cudaError_t permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out,
+                            cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return cudaSuccess;
+  const LaunchShape s = rows_launch(n);
+  permute_columns_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, n, cols, perm, out);
   return launched();
 }
 

@@ -67,6 +67,9 @@ cudaError_t swiglu(const float* gate, const float* up, int64_t n, float* out, cu
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);
 cudaError_t add_bias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
 cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out, cudaStream_t stream);
+// out[t, j] = x[t, perm[j]]: x, out [n, cols].
+cudaError_t permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out,
+                            cudaStream_t stream);
 
 // Token t's K and V rows to cache slot p.slots[t], converted to p.kv_dtype (the
 // reference's kv_store, bit for bit).

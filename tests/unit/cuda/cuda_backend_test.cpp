@@ -227,6 +227,18 @@ TEST_F(CudaBackendTest, NormsRopeAndElementwiseOpsMatchTheCpu) {
     gpu_->gather_rows(xd.f32(), static_cast<const int32_t*>(rd.data()), 2, dim, out.f32());
     expect_near(download(*gpu_, out, want.size()), want, 0.0f, "gather_rows");
   }
+  {  // permute_columns: a reversed, interleaved order of dim columns
+    std::vector<int32_t> perm(static_cast<size_t>(dim));
+    for (int64_t j = 0; j < dim; ++j) {
+      perm[static_cast<size_t>(j)] = static_cast<int32_t>(j % 2 == 0 ? dim - 1 - j / 2 : j / 2);
+    }
+    std::vector<float> want(static_cast<size_t>(n * dim));
+    cpu_->permute_columns(x.data(), n, dim, perm.data(), want.data());
+    const BackendBuffer pd = upload(*gpu_, perm);
+    const BackendBuffer out = poisoned(*gpu_, want.size());
+    gpu_->permute_columns(xd.f32(), n, dim, static_cast<const int32_t*>(pd.data()), out.f32());
+    expect_near(download(*gpu_, out, want.size()), want, 0.0f, "permute_columns");
+  }
 }
 
 // A step of several sequences, a prefill chunk among decodes, over shuffled blocks.

@@ -159,6 +159,9 @@ class SamplingCpuBackend final : public Backend {
   void gather_rows(const float* x, const int32_t* r, int64_t n, int64_t dim, float* out) override {
     cpu_->gather_rows(x, r, n, dim, out);
   }
+  void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
+    cpu_->permute_columns(x, n, cols, perm, out);
+  }
 
   int calls = 0;
 

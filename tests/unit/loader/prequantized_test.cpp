@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
+#include <algorithm>
 #include <fstream>
+#include <numeric>
 #include <random>
 
 #include "common/half.h"
@@ -17,8 +19,10 @@
 #include "engine/generate.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "ipc/weights_segment.h"
 #include "kernels/reference/reference.h"
 #include "loader/model.h"
+#include "loader/resident.h"
 #include "loader/safetensors.h"
 #include "loader/safetensors_writer.h"
 #include "tests/test_util.h"
@@ -35,9 +39,11 @@ struct Layer {
   int bits = 4;
   std::vector<int32_t> q, zeros;
   std::vector<uint16_t> scales;
+  std::vector<int32_t> g_idx;  // act-order: column c's group (empty: c / group_size)
   int64_t groups() const { return cols / group_size; }
+  int64_t group(int64_t c) const { return g_idx.empty() ? c / group_size : g_idx[static_cast<size_t>(c)]; }
   float value(int64_t r, int64_t c) const {
-    const auto g = static_cast<size_t>((c / group_size) * rows + r);
+    const auto g = static_cast<size_t>(group(c) * rows + r);
     return fp16_to_f32(scales[g]) * static_cast<float>(q[static_cast<size_t>(r * cols + c)] - zeros[g]);
   }
 };
@@ -54,6 +60,28 @@ Layer random_layer(int64_t rows, int64_t cols, int64_t group_size, int bits, boo
   l.scales.resize(l.zeros.size());
   for (auto& v : l.scales) v = f32_to_fp16(scale(rng));
   return l;
+}
+
+// An act-order g_idx as AutoGPTQ makes one: columns quantized in the order `perm` (by
+// decreasing Hessian diagonal there, a shuffle here), so column perm[i] is in group
+// i / group_size.
+std::vector<int32_t> act_order_g_idx(int64_t cols, int64_t group_size, std::mt19937& rng) {
+  std::vector<int32_t> perm(static_cast<size_t>(cols));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int32_t> g_idx(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) g_idx[static_cast<size_t>(perm[i])] = static_cast<int32_t>(i / group_size);
+  return g_idx;
+}
+
+// The stored order the loader gives an act-order layer: columns sorted by group, stably.
+std::vector<int32_t> sorted_by_group(const std::vector<int32_t>& g_idx) {
+  std::vector<int32_t> order(g_idx.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return g_idx[static_cast<size_t>(a)] < g_idx[static_cast<size_t>(b)];
+  });
+  return order;
 }
 
 // AutoGPTQ / GPTQModel packing: qweight [cols / pack, rows], qzeros [groups, rows / pack].
@@ -134,15 +162,18 @@ Result<RepackedMatrix> roundtrip(const Layer& l, const PrequantConfig& cfg, cons
   return prequant_repack(cfg, {&qw, &qz, &sc, gi ? &*gi : nullptr}, "x");
 }
 
+// Stored column j of `m` is column m.perm[j] of `l` (j itself without a perm).
 void expect_exact(const Layer& l, const RepackedMatrix& m, DType type) {
   ASSERT_EQ(m.type, type);
   ASSERT_EQ(m.rows, l.rows);
   ASSERT_EQ(m.cols, l.cols);
+  ASSERT_TRUE(m.perm.empty() || static_cast<int64_t>(m.perm.size()) == l.cols);
   std::vector<float> values(static_cast<size_t>(l.rows * l.cols));
   kernels::ref::dequantize_row(m.type, m.bytes.data(), values.data(), l.rows * l.cols);
   for (int64_t r = 0; r < l.rows; ++r) {
-    for (int64_t c = 0; c < l.cols; ++c) {
-      ASSERT_EQ(values[static_cast<size_t>(r * l.cols + c)], l.value(r, c)) << "row " << r << " column " << c;
+    for (int64_t j = 0; j < l.cols; ++j) {
+      const int64_t c = m.perm.empty() ? j : m.perm[static_cast<size_t>(j)];
+      ASSERT_EQ(values[static_cast<size_t>(r * l.cols + j)], l.value(r, c)) << "row " << r << " column " << c;
     }
   }
 }
@@ -171,21 +202,96 @@ TEST(PrequantizedTest, GptqRepacksExactly) {
       EXPECT_NE(a8.status().message().find("asymmetric"), std::string::npos);
     }
   }
-  // A g_idx in column order is accepted; one out of order (act-order) is refused by name.
-  const Layer l = random_layer(8, 128, 32, 4, true, rng);
+  // A g_idx in column order keeps the columns where they are.
+  Layer l = random_layer(8, 128, 32, 4, true, rng);
   std::vector<int32_t> g_idx(128);
   for (int c = 0; c < 128; ++c) g_idx[static_cast<size_t>(c)] = c / 32;
   const PrequantConfig cfg{PrequantConfig::Method::kGptq, 4, 32, 1};
   auto in_order = roundtrip(l, cfg, &g_idx);
   ASSERT_TRUE(in_order.is_ok());
+  EXPECT_TRUE(in_order->perm.empty());
   expect_exact(l, *in_order, DType::kQ4_0);
-  std::swap(g_idx[3], g_idx[100]);
-  auto act_order = roundtrip(l, cfg, &g_idx);
-  ASSERT_FALSE(act_order.is_ok());
-  EXPECT_EQ(act_order.status().code(), ErrorCode::kUnsupported);
-  EXPECT_NE(act_order.status().message().find("act-order"), std::string::npos);
   g_idx[3] = 9;  // not a group at all
   EXPECT_EQ(roundtrip(l, cfg, &g_idx).status().code(), ErrorCode::kFormat);
+}
+
+TEST(PrequantizedTest, ActOrderLayersAreStoredSortedByGroupWithTheirColumnOrder) {
+  std::mt19937 rng(14);
+  for (int bits : {4, 8}) {
+    for (bool sym : {true, false}) {
+      if (bits == 8 && !sym) continue;  // refused whatever the order
+      for (int gs : {32, 64, 128}) {
+        SCOPED_TRACE(fmt::format("{} bits {} g{}", bits, sym ? "sym" : "asym", gs));
+        Layer l = random_layer(16, 256, gs, bits, sym, rng);
+        l.g_idx = act_order_g_idx(l.cols, gs, rng);
+        auto m = roundtrip(l, {PrequantConfig::Method::kGptq, bits, gs, 1}, &l.g_idx);
+        ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+        EXPECT_EQ(m->perm, sorted_by_group(l.g_idx));
+        expect_exact(l, *m, bits == 4 && sym ? DType::kQ4_0 : DType::kQ8_0);
+      }
+    }
+  }
+  // A group whose column count is not a multiple of 32 cannot fill whole blocks.
+  Layer l = random_layer(8, 128, 32, 4, true, rng);
+  l.g_idx.resize(128);
+  for (int c = 0; c < 128; ++c) l.g_idx[static_cast<size_t>(c)] = c < 48 ? 0 : c < 64 ? 1 : c / 32;
+  std::swap(l.g_idx[0], l.g_idx[127]);
+  auto uneven = roundtrip(l, {PrequantConfig::Method::kGptq, 4, 32, 1}, &l.g_idx);
+  ASSERT_FALSE(uneven.is_ok());
+  EXPECT_EQ(uneven.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(uneven.status().message().find("multiple of 32"), std::string::npos) << uneven.status().message();
+}
+
+TEST(PrequantizedTest, TheDownProjectionsColumnOrderMovesIntoTheGateAndUpRows) {
+  std::mt19937 rng(15);
+  const int64_t dim = 32, hidden = 128;
+  Layer down = random_layer(dim, hidden, 32, 4, true, rng);
+  down.g_idx = act_order_g_idx(hidden, 32, rng);
+  std::vector<int32_t> qweight, qzeros;
+  pack_gptq(down, true, qweight, qzeros);
+  std::uniform_real_distribution<float> weight(-1.0f, 1.0f);
+  std::vector<float> gate(static_cast<size_t>(hidden * dim)), up(gate.size());
+  for (float& v : gate) v = weight(rng);
+  for (float& v : up) v = weight(rng);
+  LoadedModel m;
+  m.tensors.push_back(view_of("blk.0.ffn_gate.weight", DType::kF32, {hidden, dim}, gate.data(), gate.size() * 4));
+  m.tensors.push_back(view_of("blk.0.ffn_up.weight", DType::kF32, {hidden, dim}, up.data(), up.size() * 4));
+  m.tensors.push_back(view_of("model.layers.0.mlp.down_proj.scales", DType::kF16, {down.groups(), dim},
+                              down.scales.data(), down.scales.size() * 2));
+  const std::vector<TensorView> ints = {
+      view_of("model.layers.0.mlp.down_proj.qweight", DType::kF32, {hidden / 8, dim}, qweight.data(), qweight.size() * 4),
+      view_of("model.layers.0.mlp.down_proj.qzeros", DType::kF32, {down.groups(), dim / 8}, qzeros.data(),
+              qzeros.size() * 4),
+      view_of("model.layers.0.mlp.down_proj.g_idx", DType::kF32, {hidden}, down.g_idx.data(), down.g_idx.size() * 4)};
+  auto canonical = [](const std::string& s) {
+    return s == "model.layers.0.mlp.down_proj.weight" ? std::string("blk.0.ffn_down.weight") : s;
+  };
+  PrequantConfig cfg{PrequantConfig::Method::kGptq, 4, 32, 1};
+  cfg.desc_act = true;
+  const Status st = prequant_apply(cfg, ints, canonical, m);
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  const std::vector<int32_t> perm = sorted_by_group(down.g_idx);
+  for (const TensorView& t : m.tensors) EXPECT_FALSE(t.name.ends_with(".perm")) << t.name;
+  const TensorView* d = m.find("blk.0.ffn_down.weight");
+  ASSERT_NE(d, nullptr);
+  std::vector<float> dv(static_cast<size_t>(dim * hidden));
+  kernels::ref::dequantize_row(d->dtype, d->data, dv.data(), dim * hidden);
+  for (int64_t r = 0; r < dim; ++r) {
+    for (int64_t j = 0; j < hidden; ++j) {
+      ASSERT_EQ(dv[static_cast<size_t>(r * hidden + j)], down.value(r, perm[static_cast<size_t>(j)]));
+    }
+  }
+  // Row j of gate and up is their row perm[j]: down's column j reads silu(gate_j) * up_j.
+  for (const auto& [name, source] : {std::pair{"blk.0.ffn_gate.weight", &gate}, std::pair{"blk.0.ffn_up.weight", &up}}) {
+    const TensorView* t = m.find(name);
+    ASSERT_NE(t, nullptr);
+    const auto* rows = reinterpret_cast<const float*>(t->data);
+    for (int64_t j = 0; j < hidden; ++j) {
+      for (int64_t c = 0; c < dim; ++c) {
+        ASSERT_EQ(rows[j * dim + c], (*source)[static_cast<size_t>(perm[static_cast<size_t>(j)] * dim + c)]) << name;
+      }
+    }
+  }
 }
 
 TEST(PrequantizedTest, AwqRepacksExactly) {
@@ -265,8 +371,13 @@ TEST(PrequantizedTest, ConfigIsReadOrRefusedByName) {
 // stories260K's HF checkpoint with its attention projections quantized
 // (symmetric round-to-nearest, groups of 32) and packed as GPTQ (or AWQ) would write
 // them; the FFN (172 wide) stays F32 as a partly quantized checkpoint keeps it. Returns the expected value of every quantized matrix.
+// With act-order, each layer's q, k and v share one g_idx (as they share their inputs and
+// so their Hessian), except v in odd layers, which gets its own; o gets its own, or
+// (kQkv) keeps its columns in order.
+enum class ActOrder { kNone, kAttention, kQkv };
+
 std::map<std::string, std::vector<float>> write_quantized_hf(const std::filesystem::path& dir, const char* method,
-                                                              int bits, bool sym) {
+                                                              int bits, bool sym, ActOrder act_order = ActOrder::kNone) {
   const auto src = shared_path("models/stories260K-hf");
   std::filesystem::create_directories(dir);
   for (const char* f : {"tokenizer.model", "tokenizer_config.json", "generation_config.json"}) {
@@ -275,7 +386,7 @@ std::map<std::string, std::vector<float>> write_quantized_hf(const std::filesyst
   auto text = read_small_file(src / "config.json", 1 << 20);
   boost::json::object config = boost::json::parse(*text).as_object();
   config["quantization_config"] = {{"quant_method", method}, {"bits", bits}, {"group_size", 32},
-                                   {"desc_act", false},      {"sym", sym},   {"version", "gemm"}};
+                                   {"desc_act", act_order != ActOrder::kNone}, {"sym", sym}, {"version", "gemm"}};
   std::ofstream(dir / "config.json") << boost::json::serialize(config);
 
   auto file = MappedFile::open(src / "model.safetensors");
@@ -284,6 +395,8 @@ std::map<std::string, std::vector<float>> write_quantized_hf(const std::filesyst
   std::map<std::string, std::vector<float>> expected;
   const int32_t maxq = (1 << bits) - 1;
   const bool awq = std::string(method) == "awq";
+  std::mt19937 rng(16);
+  std::map<std::string, std::vector<int32_t>> shared_g_idx;  // per layer, for q, k and v
   for (const TensorView& t : st->tensors) {
     const std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.n_dims);
     // Attention projections only: the FFN's 172 outputs or inputs are not whole packed
@@ -296,11 +409,25 @@ std::map<std::string, std::vector<float>> write_quantized_hf(const std::filesyst
     const int64_t rows = t.rows(), cols = t.cols();
     const auto* v = reinterpret_cast<const float*>(t.data);
     Layer l{rows, cols, 32, bits};
+    const std::string layer = t.name.substr(0, t.name.find("self_attn"));
+    const bool odd = (t.name[std::string("model.layers.").size()] - '0') % 2 == 1;
+    if (act_order != ActOrder::kNone && !t.name.ends_with("o_proj.weight")) {
+      if (t.name.ends_with("v_proj.weight") && odd) {
+        l.g_idx = act_order_g_idx(cols, 32, rng);
+      } else {
+        if (!shared_g_idx.contains(layer)) shared_g_idx[layer] = act_order_g_idx(cols, 32, rng);
+        l.g_idx = shared_g_idx[layer];
+      }
+    } else if (act_order == ActOrder::kAttention) {
+      l.g_idx = act_order_g_idx(cols, 32, rng);
+    }
+    std::vector<std::vector<int64_t>> members(static_cast<size_t>(cols / 32));  // each group's columns
+    for (int64_t c = 0; c < cols; ++c) members[static_cast<size_t>(l.group(c))].push_back(c);
     l.q.resize(static_cast<size_t>(rows * cols));
-    for (int64_t g = 0; g < cols / 32; ++g) {
+    for (const std::vector<int64_t>& group : members) {
       for (int64_t r = 0; r < rows; ++r) {
         float lo = 0.0f, hi = 0.0f;
-        for (int64_t c = g * 32; c < (g + 1) * 32; ++c) {
+        for (int64_t c : group) {
           lo = std::min(lo, v[r * cols + c]);
           hi = std::max(hi, v[r * cols + c]);
         }
@@ -309,7 +436,7 @@ std::map<std::string, std::vector<float>> write_quantized_hf(const std::filesyst
         const int32_t zero = sym ? (maxq + 1) / 2 : std::clamp(static_cast<int32_t>(std::nearbyint(-lo / scale)), 1, maxq);
         l.scales.push_back(f32_to_fp16(scale));
         l.zeros.push_back(zero);
-        for (int64_t c = g * 32; c < (g + 1) * 32; ++c) {
+        for (int64_t c : group) {
           l.q[static_cast<size_t>(r * cols + c)] =
               std::clamp(static_cast<int32_t>(std::nearbyint(v[r * cols + c] / scale)) + zero, 0, maxq);
         }
@@ -328,7 +455,7 @@ std::map<std::string, std::vector<float>> write_quantized_hf(const std::filesyst
       EXPECT_TRUE(w.add_int32(module + ".qweight", std::vector<int64_t>{cols / pack, rows}, qweight).is_ok());
       EXPECT_TRUE(w.add_int32(module + ".qzeros", std::vector<int64_t>{cols / 32, rows / pack}, qzeros).is_ok());
       std::vector<int32_t> g_idx(static_cast<size_t>(cols));
-      for (int64_t c = 0; c < cols; ++c) g_idx[static_cast<size_t>(c)] = static_cast<int32_t>(c / 32);
+      for (int64_t c = 0; c < cols; ++c) g_idx[static_cast<size_t>(c)] = static_cast<int32_t>(l.group(c));
       EXPECT_TRUE(w.add_int32(module + ".g_idx", std::vector<int64_t>{cols}, g_idx).is_ok());
     }
     EXPECT_TRUE(w.add(module + ".scales", DType::kF16, std::vector<int64_t>{cols / 32, rows},
@@ -343,24 +470,42 @@ std::map<std::string, std::vector<float>> write_quantized_hf(const std::filesyst
   return expected;
 }
 
-// Every quantized matrix loads as exact blocks of the expected values.
-void expect_loaded_exactly(const LoadedModel& m, const std::map<std::string, std::vector<float>>& expected,
-                           DType type) {
+// "model.layers.3.self_attn.q_proj" -> "blk.3.attn_q" (stories260K's attention projections).
+std::string canonical_base(const std::string& module) {
   const std::pair<const char*, const char*> names[] = {
       {"self_attn.q_proj", "attn_q"}, {"self_attn.k_proj", "attn_k"}, {"self_attn.v_proj", "attn_v"},
       {"self_attn.o_proj", "attn_output"}};
+  const std::string layer = module.substr(std::string("model.layers.").size(), 1);
+  for (const auto& [hf, ours] : names) {
+    if (module.ends_with(hf)) return "blk." + layer + "." + ours;
+  }
+  return module;
+}
+
+// Every quantized matrix loads as exact blocks of the expected values (stored column j
+// being column perm[j] where the matrix has a .perm).
+void expect_loaded_exactly(const LoadedModel& m, const std::map<std::string, std::vector<float>>& expected,
+                           DType type) {
   size_t checked = 0;
   for (const auto& [module, values] : expected) {
-    const std::string layer = module.substr(std::string("model.layers.").size(), 1);
-    std::string canonical;
-    for (const auto& [hf, ours] : names) {
-      if (module.ends_with(hf)) canonical = "blk." + layer + "." + ours + ".weight";
-    }
+    const std::string canonical = canonical_base(module) + ".weight";
     const TensorView* t = m.find(canonical);
     ASSERT_NE(t, nullptr) << canonical;
     EXPECT_EQ(t->dtype, type) << canonical;
     std::vector<float> got(values.size());
     kernels::ref::dequantize_row(t->dtype, t->data, got.data(), static_cast<int64_t>(got.size()));
+    if (const TensorView* perm = m.find(canonical_base(module) + ".perm")) {
+      ASSERT_EQ(perm->dtype, DType::kF32);
+      ASSERT_EQ(perm->elements(), t->cols());
+      const auto* order = reinterpret_cast<const float*>(perm->data);
+      std::vector<float> in_order(got.size());
+      for (int64_t r = 0; r < t->rows(); ++r) {
+        for (int64_t j = 0; j < t->cols(); ++j) {
+          in_order[static_cast<size_t>(r * t->cols() + static_cast<int64_t>(order[j]))] = got[static_cast<size_t>(r * t->cols() + j)];
+        }
+      }
+      got = std::move(in_order);
+    }
     ASSERT_EQ(got, values) << canonical;
     ++checked;
   }
@@ -402,6 +547,140 @@ TEST(PrequantizedTest, GptqAndAwqCheckpointsOfStories260KLoadExactlyAndRun) {
   }
 }
 
+// Greedy decoding of stories260K's story prompt: every step's logits, and the tokens.
+struct Decoded {
+  std::vector<std::vector<float>> logits;
+  std::vector<TokenId> tokens;
+};
+
+Decoded decode(const ModelConfig& config, const std::vector<TensorView>& tensors, Backend& backend, int steps) {
+  Decoded out;
+  auto model = LlamaModel::create(config, tensors, backend, 64);
+  EXPECT_TRUE(model.is_ok()) << model.status().to_string();
+  if (!model.is_ok()) return out;
+  auto cache = KvCache::create(backend, {config.n_layers, config.kv_dim(), 16, 8, KvDType::kF32});
+  std::vector<TokenId> tokens = {1, 403, 407, 261, 378};
+  const int32_t blocks[] = {0, 1, 2, 3};
+  ModelInput in;
+  int32_t done = 0;
+  for (int step = 0; step < steps; ++step) {
+    in.clear(16);
+    EXPECT_TRUE(in.add_sequence(std::span(tokens).subspan(static_cast<size_t>(done)), done, blocks, true).is_ok());
+    std::vector<float>& row = out.logits.emplace_back(static_cast<size_t>(config.vocab_size));
+    EXPECT_TRUE((*model)->forward(in, *cache, row.data()).is_ok());
+    done = static_cast<int32_t>(tokens.size());
+    tokens.push_back(static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin()));
+    out.tokens.push_back(tokens.back());
+  }
+  return out;
+}
+
+// The largest difference of a logit between a and b, relative to the row's largest.
+double worst_difference(const Decoded& a, const Decoded& b) {
+  double worst = 0;
+  for (size_t s = 0; s < std::min(a.logits.size(), b.logits.size()); ++s) {
+    float scale = 0;
+    for (float v : a.logits[s]) scale = std::max(scale, std::fabs(v));
+    for (size_t i = 0; i < a.logits[s].size(); ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(a.logits[s][i] - b.logits[s][i]) / scale));
+    }
+  }
+  return worst;
+}
+
+TEST(PrequantizedTest, AnActOrderCheckpointRunsAsItsWeightsInColumnOrderDo) {
+  HEARTH_REQUIRE_SHARED(shared_path("models/stories260K-hf"));
+  TempDir dir;
+  const auto expected = write_quantized_hf(dir.path(), "gptq", 4, true, ActOrder::kAttention);
+  auto m = model_open(dir.path());
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  expect_loaded_exactly(*m, expected, DType::kQ4_0);
+  const auto perms = std::count_if(m->tensors.begin(), m->tensors.end(),
+                                   [](const TensorView& t) { return t.name.ends_with(".perm"); });
+  EXPECT_EQ(perms, 20);
+  // The same values unquantized, in column order: the plain checkpoint with its
+  // attention matrices replaced by them.
+  auto plain = model_open(shared_path("models/stories260K-hf"));
+  ASSERT_TRUE(plain.is_ok());
+  for (const auto& [module, values] : expected) {
+    auto it = std::find_if(plain->tensors.begin(), plain->tensors.end(),
+                           [&](const TensorView& t) { return t.name == canonical_base(module) + ".weight"; });
+    ASSERT_NE(it, plain->tensors.end());
+    ASSERT_EQ(it->dtype, DType::kF32);
+    it->data = reinterpret_cast<const std::byte*>(values.data());
+  }
+  // The loaded model with its Q4_0 matrices widened to F32, columns still sorted by
+  // group and read through their .perm orders.
+  std::vector<TensorView> widened = m->tensors;
+  std::vector<std::vector<float>> widened_values;
+  for (TensorView& t : widened) {
+    if (t.dtype != DType::kQ4_0) continue;
+    std::vector<float>& v = widened_values.emplace_back(static_cast<size_t>(t.elements()));
+    kernels::ref::dequantize_row(t.dtype, t.data, v.data(), t.elements());
+    t.dtype = DType::kF32;
+    t.data = reinterpret_cast<const std::byte*>(v.data());
+    t.bytes = v.size() * sizeof(float);
+  }
+  // What a loader that ignored g_idx would run: the sorted columns read in order.
+  std::vector<TensorView> unpermuted;
+  std::copy_if(widened.begin(), widened.end(), std::back_inserter(unpermuted),
+               [](const TensorView& t) { return !t.name.ends_with(".perm"); });
+
+  auto reference = make_backend("cpu-reference");
+  ASSERT_TRUE(reference.is_ok());
+  const Decoded want = decode(plain->config, plain->tensors, **reference, 16);
+  const Decoded permuted = decode(m->config, widened, **reference, 16);
+  EXPECT_EQ(permuted.tokens, want.tokens);
+  EXPECT_LT(worst_difference(permuted, want), 1e-5) << "the same weights, summed in another order";
+  const Decoded ignored = decode(m->config, unpermuted, **reference, 16);
+  EXPECT_GT(worst_difference(ignored, want), 0.1) << "the column order must matter for this test to mean anything";
+  // As Q4_0 (activations quantized in 32-value blocks of the permuted input), on the
+  // reference and the fast kernels: as close as any Q4_0 product is to its F32 weights.
+  const Decoded got = decode(m->config, m->tensors, **reference, 16);
+  auto cpu = make_cpu_backend();
+  const Decoded fast = decode(m->config, m->tensors, *cpu, 16);
+  EXPECT_LT(worst_difference(got, permuted), 0.02);
+  EXPECT_LT(worst_difference(fast, permuted), 0.02);
+  std::printf("act-order logits vs column order: F32 %.2g, Q4_0 reference %.2g, Q4_0 fast %.2g, order ignored %.2g\n",
+              worst_difference(permuted, want), worst_difference(got, permuted), worst_difference(fast, permuted),
+              worst_difference(ignored, want));
+}
+
+TEST(PrequantizedTest, ActOrderReplicatesColumnOrdersOverRanksAndRefusesToSplitTheOutputProjections) {
+  HEARTH_REQUIRE_SHARED(shared_path("models/stories260K-hf"));
+  TempDir dir;
+  for (ActOrder a : {ActOrder::kQkv, ActOrder::kAttention}) {
+    const auto path = dir.path() / (a == ActOrder::kQkv ? "qkv" : "attention");
+    write_quantized_hf(path, "gptq", 4, true, a);
+    ResidentOptions r;
+    r.model = path;
+    r.shm_dir = dir.path();
+    r.instance = a == ActOrder::kQkv ? "qkv" : "attention";
+    r.tp = 2;
+    auto published = resident_publish(r);
+    if (a == ActOrder::kAttention) {
+      ASSERT_FALSE(published.is_ok());
+      EXPECT_EQ(published.status().code(), ErrorCode::kUnsupported);
+      EXPECT_NE(published.status().message().find("--tp 1"), std::string::npos) << published.status().message();
+      continue;
+    }
+    ASSERT_TRUE(published.is_ok()) << published.status().to_string();
+    auto w = weights_attach(segment_path(dir.path(), r.instance, "weights"));
+    ASSERT_TRUE(w.is_ok()) << w.status().to_string();
+    for (int rank = 0; rank < 2; ++rank) {
+      const auto tensors = w->tensors(rank);
+      auto perm = std::find_if(tensors.begin(), tensors.end(),
+                               [](const TensorView& t) { return t.name == "blk.0.attn_q.perm"; });
+      ASSERT_NE(perm, tensors.end());
+      EXPECT_EQ(perm->shape[0], w->config.dim) << "every rank reads all of its input";
+      auto q = std::find_if(tensors.begin(), tensors.end(),
+                            [](const TensorView& t) { return t.name == "blk.0.attn_q.weight"; });
+      ASSERT_NE(q, tensors.end());
+      EXPECT_EQ(q->shape[0], w->config.q_dim() / 2);
+    }
+  }
+}
+
 TEST(PrequantizedTest, BrokenCheckpointsAreRefused) {
   HEARTH_REQUIRE_SHARED(shared_path("models/stories260K-hf"));
   TempDir dir;
@@ -414,7 +693,7 @@ TEST(PrequantizedTest, BrokenCheckpointsAreRefused) {
   auto plain = model_open(dir.path());
   ASSERT_FALSE(plain.is_ok());
   EXPECT_NE(plain.status().message().find("I32"), std::string::npos) << plain.status().message();
-  // An act-order checkpoint: refused naming it.
+  // desc_act with a g_idx in column order.
   config["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 32}, {"desc_act", true}};
   std::ofstream(dir.path() / "config.json") << boost::json::serialize(config);
   ASSERT_TRUE(model_open(dir.path()).is_ok());  // its g_idx is in column order: fine
