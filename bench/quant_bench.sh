@@ -82,7 +82,8 @@ RTN 4-bit g64|--method rtn --bits 4 --group-size 64
 GPTQ 4-bit g64|--bits 4 --group-size 64 --calibration $WORK/calibration.txt --samples 16 --seq-len 128
 RTN 4-bit g32|--method rtn --bits 4 --group-size 32
 GPTQ 4-bit g32|--bits 4 --group-size 32 --calibration $WORK/calibration.txt --samples 16 --seq-len 128
-GPTQ 4-bit g32 act-order|--bits 4 --group-size 32 --act-order --static-groups --calibration $WORK/calibration.txt --samples 16 --seq-len 128
+GPTQ 4-bit g32 act-order (static groups)|--bits 4 --group-size 32 --act-order --static-groups --calibration $WORK/calibration.txt --samples 16 --seq-len 128
+GPTQ 4-bit g32 act-order (column orders)|--bits 4 --group-size 32 --act-order --calibration $WORK/calibration.txt --samples 16 --seq-len 128
 EOF
 
 if [ "$SKIP_1B" = 0 ]; then

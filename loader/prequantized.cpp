@@ -282,7 +282,6 @@ Status prequant_apply(const PrequantConfig& cfg, std::vector<TensorView> int32_t
       return make_error(ErrorCode::kFormat, "tensor {} is I32 but not part of a quantized layer", t.name);
     }
   }
-  std::map<std::string, std::vector<int32_t>> perms;  // canonical matrix name -> its column order
   std::vector<TensorView> kept;
   for (TensorView& t : model.tensors) {
     if (auto m = split(t.name, "scales"); m && modules.contains(*m)) {
@@ -292,6 +291,7 @@ Status prequant_apply(const PrequantConfig& cfg, std::vector<TensorView> int32_t
     }
   }
   model.tensors = std::move(kept);
+  std::vector<std::pair<std::string, RepackedMatrix>> matrices;
   for (auto& [module, parts] : modules) {
     if (!parts.qweight || !parts.qzeros || !parts.scales) {
       return make_error(ErrorCode::kFormat, "quantized layer {} lacks its {}", module,
@@ -310,10 +310,22 @@ Status prequant_apply(const PrequantConfig& cfg, std::vector<TensorView> int32_t
     }
     const PackedLinear p{&*parts.qweight, &*parts.qzeros, &*parts.scales, parts.g_idx ? &*parts.g_idx : nullptr};
     HEARTH_ASSIGN_OR_RETURN(RepackedMatrix m, prequant_repack(cfg, p, module));
-    for (const TensorView& t : model.tensors) {
-      if (t.name == name) return make_error(ErrorCode::kFormat, "{} is both quantized and not", module);
+    if (model.find(name) != nullptr) return make_error(ErrorCode::kFormat, "{} is both quantized and not", module);
+    matrices.emplace_back(name, std::move(m));
+  }
+  return prequant_place(model, std::move(matrices));
+}
+
+Status prequant_place(LoadedModel& model, std::vector<std::pair<std::string, RepackedMatrix>> matrices) {
+  std::map<std::string, std::vector<int32_t>> perms;  // canonical matrix name -> its column order
+  for (auto& [name, m] : matrices) {
+    TensorView view = owned_view(model, name, m.type, {m.rows, m.cols}, std::move(m.bytes));
+    auto it = std::find_if(model.tensors.begin(), model.tensors.end(), [&](const TensorView& t) { return t.name == name; });
+    if (it != model.tensors.end()) {
+      *it = std::move(view);
+    } else {
+      model.tensors.push_back(std::move(view));
     }
-    model.tensors.push_back(owned_view(model, name, m.type, {m.rows, m.cols}, std::move(m.bytes)));
     if (!m.perm.empty()) perms.emplace(name, std::move(m.perm));
   }
   for (auto& [name, perm] : perms) {

@@ -31,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/json/object.hpp>
@@ -86,5 +87,12 @@ Result<RepackedMatrix> prequant_repack(const PrequantConfig& config, const Packe
 // hearth's.
 Status prequant_apply(const PrequantConfig& config, std::vector<TensorView> int32_tensors,
                       const std::function<std::string(const std::string&)>& canonical, LoadedModel& model);
+
+// Puts repacked matrices into `model` under their canonical names, replacing any tensor
+// of that name (the bytes live in model.owned): an act-order one's order becomes its
+// `.perm` tensor, except a down projection's, which reorders its layer's gate and up
+// rows. kFormat when those are missing or not plain matrices. (prequant_apply's last
+// step; hearth quantize writes act-order GGUF files through it.)
+Status prequant_place(LoadedModel& model, std::vector<std::pair<std::string, RepackedMatrix>> matrices);
 
 }  // namespace hearth

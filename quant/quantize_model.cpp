@@ -6,8 +6,9 @@
 #include <chrono>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <memory>
+#include <numeric>
+#include <optional>
 
 #include "common/half.h"
 #include "common/json.h"
@@ -19,6 +20,7 @@
 #include "kernels/reference/reference.h"
 #include "common/mapped_file.h"
 #include "loader/gguf_export.h"
+#include "loader/prequantized.h"
 #include "loader/safetensors_writer.h"
 
 namespace hearth::quant {
@@ -116,18 +118,22 @@ std::optional<std::string> unfit_reason(const TensorView& t, const ModelQuantOpt
   return std::nullopt;
 }
 
-// The matrix as blocks of 32 values: each block's d is its group's scale, `fill` sets
-// its values from the 32 codes.
+// The matrix as blocks of 32 values of the columns `order` lists: each block's d is its
+// group's scale, `fill` sets its values from the 32 codes.
 template <typename Block, typename Fill>
-std::vector<std::byte> blocks_of(const QuantizedMatrix& m, Fill&& fill) {
+std::vector<std::byte> blocks_of(const QuantizedMatrix& m, const std::vector<int32_t>& order, Fill&& fill) {
   const int64_t blocks = m.cols / 32;
   std::vector<std::byte> bytes(static_cast<size_t>(m.rows * blocks) * sizeof(Block));
   auto* out = reinterpret_cast<Block*>(bytes.data());
+  uint8_t codes[32];
   for (int64_t r = 0; r < m.rows; ++r) {
+    const uint8_t* row = &m.q[static_cast<size_t>(r * m.cols)];
     for (int64_t b = 0; b < blocks; ++b) {
+      const int32_t* cols = &order[static_cast<size_t>(b * 32)];
       Block& blk = out[r * blocks + b];
-      blk.d = m.scales[static_cast<size_t>((b * 32 / m.scheme.group_size) * m.rows + r)];
-      fill(blk, &m.q[static_cast<size_t>(r * m.cols + b * 32)]);
+      blk.d = m.scales[static_cast<size_t>(m.g_idx[static_cast<size_t>(cols[0])] * m.rows + r)];
+      for (int j = 0; j < 32; ++j) codes[j] = row[cols[j]];
+      fill(blk, codes);
     }
   }
   return bytes;
@@ -221,11 +227,6 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
       return make_error(ErrorCode::kUnsupported,
                         "--asym cannot be written to GGUF (its Q4_0 / Q8_0 blocks are symmetric): use --sym, or "
                         "write a Hugging Face GPTQ directory (--out DIR)");
-    }
-    if (o.scheme.act_order && !o.scheme.static_groups) {
-      return make_error(ErrorCode::kUnsupported,
-                        "--act-order without --static-groups scatters each group's columns (g_idx), which GGUF "
-                        "blocks cannot hold: add --static-groups");
     }
   } else if (model.format != ModelFormat::kSafetensors) {
     return make_error(ErrorCode::kUnsupported,
@@ -410,48 +411,68 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   return out;
 }
 
-Result<std::vector<std::byte>> to_gguf_blocks(const QuantizedMatrix& m, DType* type) {
-  if (!m.scheme.sym || !m.groups_in_order() || m.cols % 32 != 0 || m.scheme.group_size % 32 != 0) {
-    return make_error(ErrorCode::kUnsupported, "a {} matrix does not fit GGUF blocks (symmetric, groups in order)",
+Result<RepackedMatrix> to_gguf_blocks(const QuantizedMatrix& m) {
+  if (!m.scheme.sym || m.cols % 32 != 0 || m.scheme.group_size % 32 != 0) {
+    return make_error(ErrorCode::kUnsupported, "a {} matrix does not fit GGUF blocks (symmetric, 32-value groups)",
                       scheme_name(m.scheme));
   }
+  RepackedMatrix out;
+  out.rows = m.rows;
+  out.cols = m.cols;
+  std::vector<int32_t> order(static_cast<size_t>(m.cols));
+  std::iota(order.begin(), order.end(), 0);
+  if (!m.groups_in_order()) {  // act-order: columns sorted by group, the order kept
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return m.g_idx[static_cast<size_t>(a)] < m.g_idx[static_cast<size_t>(b)];
+    });
+    for (int64_t b = 0; b < m.cols / 32; ++b) {
+      if (m.g_idx[static_cast<size_t>(order[static_cast<size_t>(b * 32)])] !=
+          m.g_idx[static_cast<size_t>(order[static_cast<size_t>(b * 32 + 31)])]) {
+        return make_error(ErrorCode::kUnsupported, "a {} matrix has a group that is not whole 32-value blocks",
+                          scheme_name(m.scheme));
+      }
+    }
+    out.perm = order;
+  }
   if (m.scheme.bits == 4) {
-    *type = DType::kQ4_0;
-    return blocks_of<BlockQ4_0>(m, [](BlockQ4_0& blk, const uint8_t* q) {
+    out.type = DType::kQ4_0;
+    out.bytes = blocks_of<BlockQ4_0>(m, order, [](BlockQ4_0& blk, const uint8_t* q) {
       for (int j = 0; j < 16; ++j) blk.qs[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
     });
+  } else {
+    out.type = DType::kQ8_0;
+    out.bytes = blocks_of<BlockQ8_0>(m, order, [](BlockQ8_0& blk, const uint8_t* q) {
+      for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<int8_t>(static_cast<int32_t>(q[j]) - 128);
+    });
   }
-  *type = DType::kQ8_0;
-  return blocks_of<BlockQ8_0>(m, [](BlockQ8_0& blk, const uint8_t* q) {
-    for (int j = 0; j < 32; ++j) blk.qs[j] = static_cast<int8_t>(static_cast<int32_t>(q[j]) - 128);
-  });
+  return out;
 }
 
 Status write_quantized_gguf(const LoadedModel& model, const QuantizedModel& quantized,
                             const std::filesystem::path& path) {
-  std::map<std::string, const QuantizedMatrix*, std::less<>> by_name;
-  for (const auto& [name, m] : quantized.matrices) by_name[name] = &m;
-  Status failed = Status::ok();
-  auto override_matrix = [&](const std::string& name) -> std::optional<ExportedTensor> {
-    const auto it = by_name.find(name);
-    if (it == by_name.end()) {  // not quantized: exactly as stored
-      const TensorView* source = model.find(name);
-      if (source == nullptr || dtype_row_group(source->dtype) != 1) return std::nullopt;
-      return ExportedTensor{source->dtype, std::vector<std::byte>(source->data, source->data + source->bytes)};
-    }
-    ExportedTensor t;
-    auto bytes = to_gguf_blocks(*it->second, &t.type);
-    if (!bytes.is_ok()) {
-      failed = bytes.status().with_context(name);
-      return std::nullopt;
-    }
-    t.bytes = std::move(bytes).value();
-    return t;
+  // The model as written: views of the source, with the quantized matrices (and what
+  // act-order adds: .perm orders, reordered gate and up rows) in blocks of their own.
+  LoadedModel out;
+  out.config = model.config;
+  out.format = model.format;
+  out.name = model.name;
+  out.tokenizer = model.tokenizer;
+  out.tensors = model.tensors;
+  std::vector<std::pair<std::string, RepackedMatrix>> blocks;
+  for (const auto& [name, m] : quantized.matrices) {
+    auto r = to_gguf_blocks(m);
+    if (!r.is_ok()) return r.status().with_context(name);
+    blocks.emplace_back(name, std::move(r).value());
+  }
+  HEARTH_RETURN_IF_ERROR(prequant_place(out, std::move(blocks)));
+  auto as_stored = [&](const std::string& name) -> std::optional<ExportedTensor> {
+    const TensorView* t = out.find(name);
+    if (t == nullptr || dtype_row_group(t->dtype) != 1) return std::nullopt;
+    return ExportedTensor{t->dtype, std::vector<std::byte>(t->data, t->data + t->bytes)};
   };
   std::filesystem::path tmp = path;
   tmp += fmt::format(".tmp.{}", ::getpid());
-  Status st = gguf_export(model, DType::kF32, tmp, override_matrix);
-  if (st.is_ok() && !failed.is_ok()) st = failed;
+  Status st = gguf_export(out, DType::kF32, tmp, as_stored);
   std::error_code ec;
   if (st.is_ok()) {
     std::filesystem::rename(tmp, path, ec);

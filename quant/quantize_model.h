@@ -25,6 +25,7 @@
 #include "common/status.h"
 #include "common/token.h"
 #include "loader/model.h"
+#include "loader/prequantized.h"
 #include "quant/gptq.h"
 #include "tokenizer/tokenizer.h"
 
@@ -81,9 +82,11 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& options
 Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const std::vector<TokenId>> calibration,
                                       const ModelQuantOptions& options, const LayerProgress& progress = {});
 
-// The GGUF block bytes (Q4_0 for 4 bits, Q8_0 for 8) holding exactly the matrix's values:
-// symmetric schemes with groups in column order only (kUnsupported otherwise).
-Result<std::vector<std::byte>> to_gguf_blocks(const QuantizedMatrix& m, DType* type);
+// The GGUF blocks (Q4_0 for 4 bits, Q8_0 for 8) holding exactly the matrix's values, for
+// symmetric schemes (kUnsupported otherwise). Act-order with scattered groups: columns
+// sorted by group, the order in `perm` (loader/prequantized.h: stored column j is
+// column perm[j]).
+Result<RepackedMatrix> to_gguf_blocks(const QuantizedMatrix& m);
 
 // Writes `model` with its matrices replaced by `quantized` (others as stored) to `path`,
 // through a temporary file renamed at the end, so a failed run leaves nothing behind.

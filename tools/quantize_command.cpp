@@ -33,8 +33,9 @@ directory, whose other tensors, config and tokenizer it keeps).
   --sym                   symmetric grid (default)
   --asym                  asymmetric grid (Hugging Face output only: GGUF blocks are symmetric)
   --act-order             GPTQ: quantize columns by decreasing Hessian diagonal
-  --static-groups         with --act-order: groups stay in column order (required for GGUF,
-                          and for hearth to load the Hugging Face output)
+  --static-groups         with --act-order: groups stay in column order, so the output
+                          carries no column orders (GGUF: no .perm tensors, which other
+                          GGUF readers do not know)
   --calibration FILE      text (.txt) or JSON lines ({"text": ...} per line, .jsonl)
   --samples N             calibration sequences (default 64)
   --seq-len L             tokens per sequence (default 256, at most the model's context)

@@ -83,7 +83,7 @@ TEST(CliQuantizeTest, BadInputGetsAClearErrorAndWritesNothing) {
       {{model.string(), "--out", out, "--method", "rtn", "--group-size", "32"}, 1, "--skip-indivisible"},
       {{model.string(), "--out", out, "--method", "rtn", "--group-size", "48"}, 2, "multiple of 32"},
       {{model.string(), "--out", out, "--method", "rtn", "--asym", "--skip-indivisible"}, 1, "--asym"},
-      {{model.string(), "--out", out, "--act-order", "--calibration", short_text.string()}, 1, "--static-groups"},
+      {{model.string(), "--out", out, "--act-order", "--method", "rtn", "--skip-indivisible"}, 1, "--method gptq"},
       {{model.string(), "--out", out, "--bits", "3", "--method", "rtn"}, 2, "--bits"},
       {{model.string(), "--out", out}, 2, "--calibration"},
       {{model.string(), "--out", (dir.path() / "dir").string(), "--method", "rtn"}, 1, "Hugging Face model directory"},

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <numeric>
 #include <random>
 
 #include "engine/backend.h"
@@ -57,6 +59,28 @@ std::vector<std::vector<TokenId>> windows_of(const std::vector<TokenId>& text, s
     out.emplace_back(1, bos);
     out.back().insert(out.back().end(), text.begin() + static_cast<ptrdiff_t>(i),
                       text.begin() + static_cast<ptrdiff_t>(i + body));
+  }
+  return out;
+}
+
+// Matrix `name` of `m` dequantized, in the model's column order: stored column j is
+// column perm[j] where the matrix has a .perm (act-order).
+std::vector<float> in_column_order(const LoadedModel& m, const std::string& name) {
+  const TensorView* t = m.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (t == nullptr) return {};
+  std::vector<float> stored(static_cast<size_t>(t->elements()));
+  kernels::ref::dequantize_row(t->dtype, t->data, stored.data(), t->elements());
+  const std::string base = name.substr(0, name.size() - std::string(".weight").size());
+  const TensorView* perm = m.find(base + ".perm");
+  if (perm == nullptr) return stored;
+  EXPECT_EQ(perm->dtype, DType::kF32);
+  const auto* order = reinterpret_cast<const float*>(perm->data);
+  std::vector<float> out(stored.size());
+  for (int64_t r = 0; r < t->rows(); ++r) {
+    for (int64_t j = 0; j < t->cols(); ++j) {
+      out[static_cast<size_t>(r * t->cols() + static_cast<int64_t>(order[j]))] = stored[static_cast<size_t>(r * t->cols() + j)];
+    }
   }
   return out;
 }
@@ -141,17 +165,22 @@ TEST(QuantizeModelTest, AGptqDirectoryReloadsWithTheLogitsOfTheGgufWrittenFromIt
   const std::vector<TokenId> text = sampled_tokens(*runnable, 1, 3);
   const auto calibration = windows_of(text, 63, 8, runnable->tokenizer->bos_id());
   TempDir dir;
-  for (bool sym : {true, false}) {
-    SCOPED_TRACE(sym ? "sym" : "asym");
+  struct Case {
+    bool sym, act_order;
+  };
+  for (const Case& c : {Case{true, false}, Case{false, false}, Case{true, true}}) {
+    const bool sym = c.sym;
+    const std::string label = std::string(sym ? "sym" : "asym") + (c.act_order ? "-act-order" : "");
+    SCOPED_TRACE(label);
     ModelQuantOptions o;
     o.output = OutputFormat::kHfGptq;
-    o.scheme = {4, 32, sym};
+    o.scheme = {4, 32, sym, c.act_order, false};
     o.skip_indivisible = true;  // the FFN: 172 outputs / inputs
     ASSERT_TRUE(quantize_check(*model, o).is_ok());
     auto q = quantize_model(*model, calibration, o);
     ASSERT_TRUE(q.is_ok()) << q.status().to_string();
     EXPECT_EQ(q->matrices.size(), 20u);  // q, k, v, o of 5 layers
-    const auto out = dir.path() / (sym ? "sym" : "asym");
+    const auto out = dir.path() / label;
     ASSERT_TRUE(write_quantized_hf(*model, *q, o, hf, out).is_ok());
     EXPECT_FALSE(write_quantized_hf(*model, *q, o, hf, out).is_ok()) << "an existing checkpoint was overwritten";
     auto reloaded = model_open(out);
@@ -160,9 +189,8 @@ TEST(QuantizeModelTest, AGptqDirectoryReloadsWithTheLogitsOfTheGgufWrittenFromIt
       const TensorView* t = reloaded->find(name);
       ASSERT_NE(t, nullptr) << name;
       EXPECT_EQ(t->dtype, sym ? DType::kQ4_0 : DType::kQ8_0) << name;
-      std::vector<float> values(static_cast<size_t>(t->elements()));
-      kernels::ref::dequantize_row(t->dtype, t->data, values.data(), t->elements());
-      ASSERT_EQ(values, m.dequantize()) << name;
+      EXPECT_EQ(reloaded->find(name.substr(0, name.size() - 7) + ".perm") != nullptr, !m.groups_in_order()) << name;
+      ASSERT_EQ(in_column_order(*reloaded, name), m.dequantize()) << name;
     }
     if (!sym) continue;
     // The same quantized model as GGUF (q/k rows reordered for its RoPE layout), against
@@ -170,8 +198,21 @@ TEST(QuantizeModelTest, AGptqDirectoryReloadsWithTheLogitsOfTheGgufWrittenFromIt
     auto vocab = model_open(stories());
     LoadedModel with_vocab = std::move(model_open(hf)).value();
     with_vocab.tokenizer = vocab->tokenizer;
-    ASSERT_TRUE(write_quantized_gguf(with_vocab, *q, dir.path() / "same.gguf").is_ok());
-    auto a = cli::open_model_files(out, {}), b = cli::open_model_files(dir.path() / "same.gguf", {});
+    const auto gguf = dir.path() / (label + ".gguf");
+    ASSERT_TRUE(write_quantized_gguf(with_vocab, *q, gguf).is_ok());
+    if (c.act_order) {  // v and o as they are (q and k rows move to GGUF's RoPE layout), each with its order
+      auto written = model_open(gguf);
+      ASSERT_TRUE(written.is_ok()) << written.status().to_string();
+      int perms = 0;
+      for (const auto& [name, m] : q->matrices) {
+        perms += written->find(name.substr(0, name.size() - 7) + ".perm") != nullptr;
+        if (name.find("attn_v") != std::string::npos || name.find("attn_output") != std::string::npos) {
+          ASSERT_EQ(in_column_order(*written, name), m.dequantize()) << name;
+        }
+      }
+      EXPECT_EQ(perms, 20);
+    }
+    auto a = cli::open_model_files(out, {}), b = cli::open_model_files(gguf, {});
     ASSERT_TRUE(a.is_ok() && b.is_ok());
     auto sa = SequenceScorer::create(a->config, a->tensors, a->layout, 64, 1);
     auto sb = SequenceScorer::create(b->config, b->tensors, b->layout, 64, 1);
@@ -199,19 +240,41 @@ TEST(QuantizeModelTest, BlocksHoldTheValuesExactly) {
     for (int gs : {32, 128}) {
       auto m = rtn_quantize(w, rows, cols, {bits, gs, true});
       ASSERT_TRUE(m.is_ok());
-      DType type{};
-      auto bytes = to_gguf_blocks(*m, &type);
-      ASSERT_TRUE(bytes.is_ok());
-      EXPECT_EQ(type, bits == 4 ? DType::kQ4_0 : DType::kQ8_0);
+      auto blocks = to_gguf_blocks(*m);
+      ASSERT_TRUE(blocks.is_ok());
+      EXPECT_EQ(blocks->type, bits == 4 ? DType::kQ4_0 : DType::kQ8_0);
+      EXPECT_TRUE(blocks->perm.empty());
       std::vector<float> values(w.size());
-      kernels::ref::dequantize_row(type, bytes->data(), values.data(), rows * cols);
+      kernels::ref::dequantize_row(blocks->type, blocks->bytes.data(), values.data(), rows * cols);
       EXPECT_EQ(values, m->dequantize()) << bits << "-bit g" << gs;
+      // The same matrix with its columns shuffled, as act-order leaves them: the blocks
+      // hold the columns sorted by group, and perm says which each is.
+      std::vector<int32_t> shuffle(static_cast<size_t>(cols));
+      std::iota(shuffle.begin(), shuffle.end(), 0);
+      std::shuffle(shuffle.begin(), shuffle.end(), rng);
+      QuantizedMatrix scattered = *m;
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto from = static_cast<size_t>(shuffle[static_cast<size_t>(c)]);
+        scattered.g_idx[static_cast<size_t>(c)] = m->g_idx[from];
+        for (int64_t r = 0; r < rows; ++r) {
+          scattered.q[static_cast<size_t>(r * cols + c)] = m->q[static_cast<size_t>(r * cols) + from];
+        }
+      }
+      ASSERT_FALSE(scattered.groups_in_order());
+      auto sorted = to_gguf_blocks(scattered);
+      ASSERT_TRUE(sorted.is_ok());
+      ASSERT_EQ(sorted->perm.size(), static_cast<size_t>(cols));
+      kernels::ref::dequantize_row(sorted->type, sorted->bytes.data(), values.data(), rows * cols);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < cols; ++j) {
+          ASSERT_EQ(values[static_cast<size_t>(r * cols + j)], scattered.value(r, sorted->perm[static_cast<size_t>(j)]));
+        }
+      }
     }
   }
   auto asym = rtn_quantize(w, rows, cols, {4, 32, false});
   ASSERT_TRUE(asym.is_ok());
-  DType type{};
-  EXPECT_EQ(to_gguf_blocks(*asym, &type).status().code(), ErrorCode::kUnsupported);
+  EXPECT_EQ(to_gguf_blocks(*asym).status().code(), ErrorCode::kUnsupported);
 }
 
 TEST(QuantizeModelTest, CalibrationTextBecomesWindows) {
@@ -260,8 +323,8 @@ TEST(QuantizeModelTest, BadOptionsAreRefusedBeforeAnyWork) {
   EXPECT_TRUE(quantize_check(*model, o).is_ok());
   o.scheme.sym = false;
   refused(o, "--asym");
-  o.scheme = {4, 32, true, true, false};
-  refused(o, "--static-groups");
+  o.scheme = {4, 32, true, true, false};  // act-order: GGUF holds it, with .perm orders
+  EXPECT_TRUE(quantize_check(*model, o).is_ok());
   o.scheme = {4, 32, true, true, true};
   EXPECT_TRUE(quantize_check(*model, o).is_ok());
   o.method = Method::kRtn;
