@@ -11,7 +11,8 @@ Driver::Driver(ModelRunner& runner, const DriverConfig& config)
     : runner_(runner),
       config_(config),
       grammars_(config.vocabulary),
-      scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size) {
+      scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size,
+                 [this](uint64_t id) { return std::span<const TokenId>(seqs_.at(id).request.tokens); }) {
   scratch_.row.reserve(static_cast<size_t>(runner.vocab_size()));
   scratch_.top.reserve(kMaxTopLogprobs + 1);
 }
@@ -197,6 +198,7 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
       continue;
     }
     e.n_produced = s.produced();
+    e.cached_tokens = scheduler_.cached_tokens(p.id);
     e.finish = finish_of(s);
     if (e.finish != FinishReason::kNone) finished_.push_back(p.id);
   }

@@ -52,6 +52,7 @@ struct StepEvent {
   uint64_t id = 0;
   TokenResult token;
   int32_t n_produced = 0;  // tokens produced so far, this one included
+  int32_t cached_tokens = 0;  // prompt tokens its first admission found in the prefix cache
   FinishReason finish = FinishReason::kNone;
   Status error;
 };

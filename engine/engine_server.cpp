@@ -298,6 +298,8 @@ struct EngineServer::Impl {
         out.top_logprobs[k] = e.token.top_logprobs[static_cast<size_t>(k)];
       }
       broker->produced(a.slot)[e.n_produced - 1] = out;
+      SlotHeader& slot = broker->slot(a.slot);
+      if (slot.first_token_ns == 0) slot.cached_tokens = e.cached_tokens;  // published with the first token
       broker->slot_publish(a.slot, e.n_produced);
       if (a.owner >= 0 && a.owner < kMaxFrontends) wake[static_cast<size_t>(a.owner)] = true;
       if (e.finish != FinishReason::kNone) {
@@ -322,6 +324,8 @@ struct EngineServer::Impl {
   // the KV cache starts empty; the requests resume when the group is back.
   void drop_sequences() {
     preemptions_before += driver->scheduler().preemptions();
+    prefix_queries_before += driver->scheduler().prefix_queries();
+    prefix_hits_before += driver->scheduler().prefix_hits();
     driver.reset();
     active.clear();
     std::fill(by_slot.begin(), by_slot.end(), 0);
@@ -333,6 +337,7 @@ struct EngineServer::Impl {
   // needs them and kept across drivers.
   std::shared_ptr<const grammar::Vocabulary> vocabulary;
   uint64_t preemptions_before = 0;  // by earlier engines and drivers
+  uint64_t prefix_queries_before = 0, prefix_hits_before = 0;
   DriverConfig driver_config() {
     DriverConfig c{options.scheduler, context};
     c.vocabulary = [this]() -> Result<std::shared_ptr<const grammar::Vocabulary>> {
@@ -350,6 +355,8 @@ struct EngineServer::Impl {
     const Scheduler& sched = driver->scheduler();
     h.stat_running.store(static_cast<uint32_t>(sched.n_running()), std::memory_order_relaxed);
     h.stat_preemptions.store(preemptions_before + sched.preemptions(), std::memory_order_relaxed);
+    h.stat_prefix_queries.store(prefix_queries_before + sched.prefix_queries(), std::memory_order_relaxed);
+    h.stat_prefix_hits.store(prefix_hits_before + sched.prefix_hits(), std::memory_order_relaxed);
     h.stat_waiting.store(static_cast<uint32_t>(sched.n_waiting()), std::memory_order_relaxed);
     h.stat_kv_blocks_total.store(static_cast<uint32_t>(cache->config().n_blocks), std::memory_order_relaxed);
     h.stat_kv_blocks_used.store(static_cast<uint32_t>(sched.blocks_used()), std::memory_order_relaxed);
@@ -414,6 +421,8 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                                  options.grammar_bytes}));
   impl->broker.emplace(std::move(broker));
   impl->preemptions_before = impl->broker->header().stat_preemptions.load();  // counted by engines before this one
+  impl->prefix_queries_before = impl->broker->header().stat_prefix_queries.load();
+  impl->prefix_hits_before = impl->broker->header().stat_prefix_hits.load();
   impl->by_slot.assign(impl->broker->n_slots(), 0);
   impl->filling_suspects.assign(impl->broker->n_slots(), 0);
   std::unique_ptr<EngineServer> server(new EngineServer());

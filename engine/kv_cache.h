@@ -11,29 +11,77 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "common/token.h"
 #include "engine/backend.h"
 #include "kernels/attention_params.h"
 
 namespace hearth {
 
-// A free list of block indices. Not thread-safe.
+// A full block's content key: a hash chain over the tokens of the block and of every
+// block before it (key_i = H(key_{i-1}, tokens of block i), key_{-1} the chain's seed).
+struct BlockKey {
+  uint64_t hi = 0;
+  uint64_t lo = 0;
+  bool operator==(const BlockKey&) const = default;
+};
+// The key of a block holding `tokens` after the block keyed `parent`.
+BlockKey block_key(const BlockKey& parent, std::span<const TokenId> tokens);
+
+// The cache's blocks: who holds each (a reference count) and, for the prefix cache,
+// which full blocks hold known content. A block whose last holder lets go while it is
+// published stays findable by its key (evictable, least recently used first) until
+// alloc needs it; a block without content goes back to the free list. Not thread-safe.
 class BlockAllocator {
  public:
   explicit BlockAllocator(int32_t n_blocks = 0);
-  // Takes a free block (recently freed ones first: they are warm), or nullopt.
+  // Takes a block with one holder: a free one (recently freed first: they are warm),
+  // else the least recently used evictable one, whose content is forgotten; nullopt
+  // when every block is held.
   std::optional<int32_t> alloc();
-  // Returns a block taken with alloc.
+  // Drops one holder of `block`.
   void free(int32_t block);
-  int32_t free_count() const { return static_cast<int32_t>(free_.size()); }
+  // Blocks alloc can still give: free plus evictable.
+  int32_t free_count() const { return static_cast<int32_t>(free_.size() + lru_size_); }
   int32_t total() const { return total_; }
 
+  // The prefix cache. find: the block published under `key` whose tokens are `tokens`,
+  // taken as one more holder; nullopt when none is. publish: `block` (held, full) holds
+  // `tokens` under `key`; a key already published keeps its block (this one stays
+  // private and is freed as usual).
+  std::optional<int32_t> find(const BlockKey& key, std::span<const TokenId> tokens);
+  void publish(int32_t block, const BlockKey& key, std::span<const TokenId> tokens);
+  int32_t published_count() const { return static_cast<int32_t>(by_key_.size()); }
+  int32_t holders(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
+
+  // Checks the bookkeeping (tests and debugging): every block exactly once in free,
+  // evictable or held; every key's block publishing it. kInternal naming the first fault.
+  Status audit() const;
+
  private:
+  struct KeyHash {
+    size_t operator()(const BlockKey& k) const { return static_cast<size_t>(k.lo ^ (k.hi * 0x9e3779b97f4a7c15ull)); }
+  };
+  void unlink(int32_t block);  // out of the evictable list
+
   int32_t total_ = 0;
-  std::vector<int32_t> free_;
+  std::vector<int32_t> free_;  // no holder, no content
+  std::vector<int32_t> refs_;  // holders per block
+  // Published blocks: key, tokens (block_size_ each) and the evictable list (held by
+  // nobody, least recently used at the head), as links per block; -1 ends the list.
+  std::unordered_map<BlockKey, int32_t, KeyHash> by_key_;
+  std::vector<BlockKey> key_of_;
+  std::vector<uint8_t> published_;
+  std::vector<TokenId> tokens_;
+  int32_t block_size_ = 0;
+  std::vector<int32_t> prev_, next_;
+  int32_t lru_head_ = -1, lru_tail_ = -1;
+  size_t lru_size_ = 0;
 };
 
 using kernels::KvDType;
@@ -94,7 +142,7 @@ Status kv_sequence_reserve(BlockAllocator& blocks, KvSequence& seq, int32_t posi
 inline Status kv_sequence_reserve(KvCache& cache, KvSequence& seq, int32_t positions) {
   return kv_sequence_reserve(cache.blocks(), seq, positions, cache.config().block_size);
 }
-// Returns all of the sequence's blocks and empties it.
+// Returns all of the sequence's blocks (the last first) and empties it.
 void kv_sequence_release(BlockAllocator& blocks, KvSequence& seq);
 inline void kv_sequence_release(KvCache& cache, KvSequence& seq) { kv_sequence_release(cache.blocks(), seq); }
 

@@ -1,13 +1,57 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <random>
 
 #include "common/check.h"
 
 namespace hearth {
 
-Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& blocks, int32_t block_size)
-    : config_(config), blocks_(blocks), block_size_(block_size) {}
+Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& blocks, int32_t block_size, TokensOf tokens_of)
+    : config_(config), blocks_(blocks), block_size_(block_size), tokens_of_(std::move(tokens_of)) {
+  if (!config_.prefix_caching) tokens_of_ = nullptr;
+  std::random_device random;
+  chain_seed_ = {(uint64_t{random()} << 32) | random(), (uint64_t{random()} << 32) | random()};
+}
+
+void Scheduler::take_cached_prefix(uint64_t id, Seq& seq) {
+  if (!tokens_of_ || seq.n_computed != 0) return;
+  const std::span<const TokenId> tokens = tokens_of_(id);
+  // Never the block of the last known token: it must be computed for its logits.
+  const int32_t limit = (seq.n_tokens - 1) / block_size_;
+  const auto bs = static_cast<size_t>(block_size_);
+  BlockKey parent = chain_seed_;
+  for (int32_t i = 0; i < limit; ++i) {
+    const std::span<const TokenId> block = tokens.subspan(static_cast<size_t>(i) * bs, bs);
+    const BlockKey key = block_key(parent, block);
+    const std::optional<int32_t> b = blocks_.find(key, block);
+    if (!b) break;
+    seq.kv.blocks.push_back(*b);
+    seq.keys.push_back(key);
+    parent = key;
+  }
+  seq.n_computed = static_cast<int32_t>(seq.kv.blocks.size()) * block_size_;
+  seq.kv.length = seq.n_computed;
+}
+
+void Scheduler::publish_full_blocks(uint64_t id, Seq& seq) {
+  if (!tokens_of_) return;
+  const int32_t full = seq.n_computed / block_size_;
+  if (static_cast<int32_t>(seq.keys.size()) >= full) return;
+  const std::span<const TokenId> tokens = tokens_of_(id);
+  const auto bs = static_cast<size_t>(block_size_);
+  for (auto i = seq.keys.size(); i < static_cast<size_t>(full); ++i) {
+    const std::span<const TokenId> block = tokens.subspan(i * bs, bs);
+    const BlockKey key = block_key(seq.keys.empty() ? chain_seed_ : seq.keys.back(), block);
+    blocks_.publish(seq.kv.blocks[i], key, block);
+    seq.keys.push_back(key);
+  }
+}
+
+int32_t Scheduler::cached_tokens(uint64_t id) const {
+  const auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : std::max(it->second.cached, 0);
+}
 
 Status Scheduler::add(uint64_t id, int32_t n_tokens) {
   if (n_tokens < 1) return make_error(ErrorCode::kInvalidArgument, "a sequence needs at least one token");
@@ -27,6 +71,7 @@ bool Scheduler::reserve(Seq& seq, int32_t positions) {
 
 void Scheduler::release(Seq& seq) {
   kv_sequence_release(blocks_, seq.kv);
+  seq.keys.clear();
   seq.n_computed = 0;
 }
 
@@ -97,10 +142,19 @@ StepPlan Scheduler::plan(int64_t now_ms) {
       seqs_.erase(id);
       continue;
     }
+    take_cached_prefix(id, seq);
     const int32_t count = std::min(seq.n_tokens - seq.n_computed, budget);
-    if (!reserve(seq, seq.n_computed + count)) break;  // no preemption for newcomers
+    if (!reserve(seq, seq.n_computed + count)) {  // no preemption for newcomers
+      release(seq);  // the cached blocks it took stay published
+      break;
+    }
     waiting_.pop_front();
     running_.push_back(id);
+    if (seq.cached < 0 && tokens_of_) {  // its first admission
+      seq.cached = seq.n_computed;
+      prefix_queries_ += static_cast<uint64_t>(seq.n_tokens);
+      prefix_hits_ += static_cast<uint64_t>(seq.n_computed);
+    }
     plan.seqs.push_back({id, seq.n_computed, count, seq.n_computed + count == seq.n_tokens});
     plan.tokens += count;
     budget -= count;
@@ -117,6 +171,7 @@ void Scheduler::advance(const PlannedSeq& planned) {
   HEARTH_CHECK(planned.begin == seq.n_computed) << "sequence " << planned.id << " advanced out of order";
   seq.n_computed += planned.count;
   seq.kv.length = seq.n_computed;
+  publish_full_blocks(planned.id, seq);
   if (planned.sample) seq.n_tokens += 1;
 }
 

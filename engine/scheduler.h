@@ -7,7 +7,13 @@
 // in chunks across steps. KV blocks are taken as positions need them; when a running
 // sequence cannot get one, the most recently admitted running sequence is preempted: its
 // blocks are freed and it goes back to the front of the queue, to be recomputed from its
-// tokens later. A sequence longer than the whole cache can never run and is reported so
+// tokens later. With prefix caching, a sequence admitted with nothing computed first
+// takes the published blocks that hold its leading full blocks of tokens (found by
+// their key chain, tokens compared) and starts computing after them; every block a
+// sequence fills is published. Shared blocks are full, so nobody writes them again: a
+// sequence that diverges inside a block computes that block in one of its own (at most
+// block_size - 1 tokens again), and the last known token is always computed, in a
+// block of its own, so that it has logits. A sequence longer than the whole cache can never run and is reported so
 // its request can fail. The result is a StepPlan of plain data (which sequences, which
 // positions); the driver turns it into the step's ModelInput. Not thread-safe (the
 // driver's step loop).
@@ -15,11 +21,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "common/token.h"
 #include "engine/kv_cache.h"
 
 namespace hearth {
@@ -32,6 +41,10 @@ struct SchedulerConfig {
   // only when none is running, with max_batch_size sequences or after this many
   // milliseconds of waiting, and runs to its end before the next one is admitted.
   int32_t static_batch_timeout_ms = 0;
+  // Automatic prefix caching: a sequence admitted with tokens whose full blocks some
+  // sequence computed before (and the allocator has not evicted) takes those blocks
+  // instead of computing them again (hearth-engine --no-prefix-cache turns it off).
+  bool prefix_caching = true;
 };
 
 struct PlannedSeq {
@@ -48,9 +61,14 @@ struct StepPlan {
   int32_t tokens = 0;
 };
 
+// The known tokens of a scheduled sequence (the prefix cache's view of its content).
+using TokensOf = std::function<std::span<const TokenId>(uint64_t id)>;
+
 class Scheduler {
  public:
-  Scheduler(const SchedulerConfig& config, BlockAllocator& blocks, int32_t block_size);
+  // `tokens_of` is read while planning and advancing, for prefix caching; none: no
+  // prefix caching.
+  Scheduler(const SchedulerConfig& config, BlockAllocator& blocks, int32_t block_size, TokensOf tokens_of = {});
 
   // Queues a sequence with `n_tokens` known tokens (its prompt, or prompt plus output
   // when resuming). kResourceExhausted when the waiting queue is full; kInvalidArgument
@@ -73,16 +91,27 @@ class Scheduler {
   int32_t blocks_used() const { return blocks_.total() - blocks_.free_count(); }
   // Running sequences sent back to waiting (their blocks freed) for lack of blocks, ever.
   uint64_t preemptions() const { return preemptions_; }
+  // Prompt tokens of a sequence's first admission that came from the prefix cache.
+  int32_t cached_tokens(uint64_t id) const;
+  // Prefix cache totals over first admissions: tokens looked up, tokens found.
+  uint64_t prefix_queries() const { return prefix_queries_; }
+  uint64_t prefix_hits() const { return prefix_hits_; }
 
  private:
   struct Seq {
     int32_t n_tokens = 0;    // known tokens
     int32_t n_computed = 0;  // positions in the KV cache
     KvSequence kv;
+    std::vector<BlockKey> keys;  // of its leading full blocks, found or published
+    int32_t cached = -1;         // tokens found at its first admission; -1 before it
   };
   bool reserve(Seq& seq, int32_t positions);
   void release(Seq& seq);
   void preempt_last();
+  // Takes the cached blocks of a sequence about to be admitted with nothing computed.
+  void take_cached_prefix(uint64_t id, Seq& seq);
+  // Publishes the blocks a sequence has filled since.
+  void publish_full_blocks(uint64_t id, Seq& seq);
 
   SchedulerConfig config_;
   BlockAllocator& blocks_;
@@ -93,6 +122,9 @@ class Scheduler {
   uint64_t preemptions_ = 0;
   std::unordered_map<uint64_t, int64_t> arrived_ms_;  // static batching: when each was added
   int64_t last_now_ms_ = 0;
+  TokensOf tokens_of_;
+  BlockKey chain_seed_;  // random per scheduler: block keys cannot be predicted from outside
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace hearth

@@ -134,6 +134,7 @@ struct Generation {
   ApiResponseHead head;
   ToolCallFormat tool_format = ToolCallFormat::kNone;
   int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;  // of those, found in the engine's prefix cache (the most any choice found)
   std::string echo_text;
   std::vector<Choice> choices;
   std::weak_ptr<Session> session;
@@ -805,6 +806,12 @@ void Session::handle_metrics() {
   render_metric(out, "hearth_num_preemptions_total", "counter",
                 "Running sequences sent back to waiting for lack of KV-cache blocks",
                 static_cast<double>(h.stat_preemptions.load()), m);
+  render_metric(out, "hearth_prefix_cache_queries_total", "counter",
+                "Prompt tokens looked up in the prefix cache (each request's first admission)",
+                static_cast<double>(h.stat_prefix_queries.load()), m);
+  render_metric(out, "hearth_prefix_cache_hits_total", "counter",
+                "Prompt tokens found in the prefix cache: hits / queries is the hit ratio",
+                static_cast<double>(h.stat_prefix_hits.load()), m);
   render_metric(out, "hearth_engine_up", "gauge", "1 when an engine heartbeat is fresh", s.engine_ready() ? 1 : 0);
   render_metric(out, "hearth_engine_running", "gauge", "Sequences the engine runs", h.stat_running.load());
   render_metric(out, "hearth_engine_waiting", "gauge", "Sequences waiting for the engine", h.stat_waiting.load());
@@ -1073,6 +1080,7 @@ void FrontendServer::Impl::advance(Generation& g) {
   auto usage_now = [&] {
     ApiUsage u;
     u.prompt_tokens = g.prompt_tokens;
+    u.cached_tokens = g.cached_tokens;
     for (const auto& c : g.choices) u.completion_tokens += c.consumed;
     return u;
   };
@@ -1118,6 +1126,7 @@ void FrontendServer::Impl::advance(Generation& g) {
       queue_time.observe(std::chrono::duration<double>(g.submitted - g.started).count() +
                          static_cast<double>(p.queue_ns) * 1e-9);
     }
+    g.cached_tokens = std::max(g.cached_tokens, p.cached_tokens);
     const int32_t consumed_before = c.consumed;
     for (; c.consumed < p.n_produced && !c.done;) {
       const ProducedToken& t = client->token(c.slot, c.consumed);

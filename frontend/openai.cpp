@@ -907,7 +907,8 @@ json::value logprobs_value(const ApiRequest& request, const std::vector<ApiToken
 json::object usage_object(const ApiUsage& usage) {
   return json::object{{"prompt_tokens", usage.prompt_tokens},
                       {"completion_tokens", usage.completion_tokens},
-                      {"total_tokens", static_cast<int64_t>(usage.prompt_tokens) + usage.completion_tokens}};
+                      {"total_tokens", static_cast<int64_t>(usage.prompt_tokens) + usage.completion_tokens},
+                      {"prompt_tokens_details", json::object{{"cached_tokens", usage.cached_tokens}}}};
 }
 
 json::object envelope(const ApiRequest& request, const ApiResponseHead& head, bool chunk) {

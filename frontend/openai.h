@@ -132,6 +132,7 @@ struct ApiChoice {
 struct ApiUsage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // of the prompt tokens, those the engine's prefix cache held
 };
 
 // What every response and chunk of one request carries.

@@ -207,6 +207,7 @@ std::optional<uint32_t> Broker::slot_claim(int frontend) const {
       s.error_code = 0;
       s.error[0] = '\0';
       s.enqueued_ns = s.first_token_ns = s.finished_ns = 0;
+      s.cached_tokens = 0;
       s.admitted_ns.store(0, std::memory_order_relaxed);
       std::memset(s.client_request_id, 0, sizeof(s.client_request_id));
       return i;

@@ -39,6 +39,7 @@ struct SlotProgress {
   ErrorCode error_code = ErrorCode::kOk;
   std::string error;
   uint64_t queue_ns = 0;  // QUEUED until the engine admitted it (0 until then)
+  int32_t cached_tokens = 0;  // prompt tokens the engine found in its prefix cache (known with the first token)
   bool terminal() const {
     return state == SlotState::kDone || state == SlotState::kCancelled || state == SlotState::kFailed;
   }

@@ -24,7 +24,8 @@
 namespace hearth {
 
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
-inline constexpr uint32_t kBrokerLayoutVersion = 4;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions
+inline constexpr uint32_t kBrokerLayoutVersion = 5;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
+                                                     // 5: prefix-cache counts
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr int kMaxFrontends = 16;
@@ -83,6 +84,8 @@ struct BrokerHeader {
   std::atomic<uint64_t> stat_reclaimed;       // slots of gone frontends returned to FREE
   std::atomic<uint64_t> next_request_id;
   std::atomic<uint64_t> stat_preemptions;     // running sequences sent back to waiting for lack of KV blocks
+  std::atomic<uint64_t> stat_prefix_queries;  // prompt tokens looked up in the prefix cache (first admissions)
+  std::atomic<uint64_t> stat_prefix_hits;     // of those, tokens found there
   FrontendEntry frontends[kMaxFrontends];
 };
 static_assert(sizeof(BrokerHeader) <= kBrokerHeaderBytes);
@@ -122,6 +125,8 @@ struct alignas(64) SlotHeader {
   char error[256];
   uint64_t enqueued_ns, first_token_ns, finished_ns;  // CLOCK_MONOTONIC
   uint64_t admitted_epoch;  // engine epoch that last admitted it
+  int32_t cached_tokens;    // prompt tokens found in the prefix cache; written before the first token is published
+  int32_t reserved1;
   std::atomic<uint64_t> admitted_ns;  // CLOCK_MONOTONIC of its first admission (0 while QUEUED)
   // The client's request id (printable ASCII, NUL-padded; not NUL-terminated when full).
   char client_request_id[kClientRequestIdBytes];

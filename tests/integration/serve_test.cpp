@@ -425,6 +425,40 @@ TEST_F(ServeTest, MetricsCountWhatHappened) {
   EXPECT_EQ(value(after, "hearth_kv_blocks_used"), 0);
 }
 
+// The same long prompt twice: the second finds its full blocks in the engine's prefix
+// cache, says so in usage (prompt_tokens_details.cached_tokens, as OpenAI does) and in
+// /metrics, and answers the same text.
+TEST_F(ServeTest, ARepeatedPromptIsServedFromThePrefixCache) {
+  auto metrics = [] { return http_request(port_, "GET", "/metrics").body; };
+  const std::string before = metrics();
+  std::string prompt;
+  for (int i = 0; i < 6; ++i) prompt += "The little dog ran to the park with a red ball. ";
+  const json::object body{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+  const auto first = post("/v1/completions", body);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const auto second = post("/v1/completions", body);
+  ASSERT_EQ(second.status, 200) << second.body;
+  const auto usage1 = json::parse(first.body).at("usage"), usage2 = json::parse(second.body).at("usage");
+  const int prompt_tokens = usage2.at("prompt_tokens").to_number<int>();
+  ASSERT_GT(prompt_tokens, 64);
+  EXPECT_EQ(usage1.at("prompt_tokens_details").at("cached_tokens").to_number<int>(), 0);
+  const int cached = usage2.at("prompt_tokens_details").at("cached_tokens").to_number<int>();
+  EXPECT_EQ(cached, (prompt_tokens - 1) / 16 * 16) << "every full block before the last token's";
+  EXPECT_EQ(completion_text(second), completion_text(first));
+  // The engine publishes its counters after its step: a scrape may be a step behind.
+  auto delta = [&](const std::string& after, const char* name) {
+    return metric_value(after, name).value_or(-1) - metric_value(before, name).value_or(0);
+  };
+  std::string after = metrics();
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       std::chrono::steady_clock::now() < deadline && delta(after, "hearth_prefix_cache_queries_total") < 2 * prompt_tokens;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    after = metrics();
+  }
+  EXPECT_EQ(delta(after, "hearth_prefix_cache_queries_total"), 2 * prompt_tokens);
+  EXPECT_EQ(delta(after, "hearth_prefix_cache_hits_total"), cached);
+}
+
 TEST_F(ServeTest, AStopStringCancelsTheRestAtTheEngine) {
   const auto cancelled = [] {
     return metric_value(http_request(port_, "GET", "/metrics").body, "hearth_engine_cancelled_total").value_or(-1);
