@@ -215,7 +215,13 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
   const size_t colon = line->rfind(':', line->find("/v1"));
   const auto port = static_cast<uint16_t>(std::stoi(line->substr(colon + 1)));
 
-  const auto cases = long_streams(16);
+  // Every prompt opens with the same story, so the second run's requests find its blocks
+  // in the prefix cache: the engine that dies holds cached prefixes.
+  auto cases = long_streams(16);
+  for (Case& c : cases) {
+    c.body["prompt"] = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. " +
+                       std::string(c.body["prompt"].as_string());
+  }
   std::vector<std::string> refs;  // uninterrupted answers
   {
     ConcurrentStreams uninterrupted(port, cases);
@@ -239,6 +245,9 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
     EXPECT_EQ(streams.answers[i].error, "") << "stream " << i;
     EXPECT_EQ(streams.answers[i].text, refs[i]) << "stream " << i;
   }
+  const std::string metrics = http_request(port, "GET", "/metrics").body;
+  const auto hits = metric_value(metrics, "hearth_prefix_cache_hits_total");
+  EXPECT_GT(hits.value_or(0), 0) << "no request found a cached block\n" << metrics;
   // A new engine (epoch 2) served them on the same weights: the segment was neither
   // rebuilt nor adopted by another loader.
   const auto after = status_of(shm.path(), "crash");
