@@ -9,10 +9,11 @@
 #    quantize` and scored by `hearth eval --reference` the F32 file: file size, KL
 #    divergence from F32 and top-1 agreement with their 95% intervals, perplexity.
 #    ffn_down (172 inputs) stays F32 in every quantized row (--skip-indivisible).
-# 2. The 1B synthetic Llama (`hearth synth --preset 1b --type f16`, 2.2 GB): GPTQ 4-bit
-#    g128 and RTN 4-bit g128, calibrated on this repository's README: time, peak
-#    resident memory against the F32 model's size, and decode / prefill speed of the
-#    result (model_bench, 2 threads) beside the synthetic Q4_0 file's (same blocks).
+# 2. The 1B synthetic Llama (`hearth synth --preset 1b`, 2.2 GB in F16), per format (F16,
+#    the loader's INT8 and int4, ggml's Q8_0 and Q4_0, hearth quantize's RTN and GPTQ
+#    4-bit g128 calibrated on this repository's README): file and resident size,
+#    publish and attach time, prefill and decode speed on the resident segment
+#    (model_bench, 2 threads), and quantize time and peak resident memory.
 # The table is printed and written to --out (default build/quant_bench.md).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -87,36 +88,55 @@ GPTQ 4-bit g32 act-order (column orders)|--bits 4 --group-size 32 --act-order --
 EOF
 
 if [ "$SKIP_1B" = 0 ]; then
+    SHM=$WORK/shm
+    mkdir -p "$SHM"
     "$H" synth --preset 1b --type f16 --gguf "$WORK/1b-f16.gguf" 2>/dev/null
-    "$H" synth --preset 1b --type q4_0 --gguf "$WORK/1b-q4_0.gguf" 2>/dev/null
     f32_mib=$(($(stat -c %s "$WORK/1b-f16.gguf") * 2 / 1048576))
     {
         echo
-        echo "## 1B synthetic Llama (F16 source; its F32 size is $f32_mib MiB): quantizing, and serving the result"
+        echo "## 1B synthetic Llama: the formats side by side (its F32 size is $f32_mib MiB)"
         echo
-        echo "| format | file MiB | quantize s | peak RSS MiB | Hessians MiB | prefill tok/s | decode tok/s |"
-        echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        echo "Publish: hearth-loader reading the file and writing the segment (page cache warm); attach:"
+        echo "\`hearth generate --attach\` from process start to ready; speeds: model_bench on the resident"
+        echo "segment, 2 threads, 128-token prompt, 64 generated. Quantize: \`hearth quantize\` from the F16 file"
+        echo "(GPTQ calibrated on $SAMPLES windows of $SEQ_LEN tokens of this repository's README)."
+        echo
+        echo "| format | file MiB | resident MiB | publish s | attach ms | prefill tok/s | decode tok/s | quantize s | quantize peak RSS MiB |"
+        echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     } >>"$OUT"
-    speed_row() {  # label file seconds peak hessians
-        local j
-        j=$("$BIN/model_bench" --model "$2" --threads 2 2>/dev/null | tail -1)
-        printf '| %s | %d | %s | %s | %s | %.1f | %.1f |\n' "$1" "$(($(stat -c %s "$2") / 1048576))" "$3" "$4" "$5" \
-            "$(jq .prefill_tok_s <<<"$j")" "$(jq .decode_tok_s <<<"$j")" >>"$OUT"
+    format_row() {  # label file quantize_s peak [loader flags...]
+        local label=$1 file=$2 qs=$3 peak=$4 ready attach speed
+        shift 4
+        ready=$("$BIN/hearth-loader" --model "$file" --instance qb --shm-dir "$SHM" --exit-after-publish "$@" 2>/dev/null)
+        attach=$("$H" generate --attach qb --shm-dir "$SHM" --prompt "Once" --max-tokens 1 --json 2>/dev/null)
+        speed=$("$BIN/model_bench" --attach qb --shm-dir "$SHM" --threads 2 2>/dev/null | tail -1)
+        printf '| %s | %d | %d | %.2f | %.0f | %.1f | %.1f | %s | %s |\n' "$label" "$(($(stat -c %s "$file") / 1048576))" \
+            "$(($(jq .bytes <<<"$ready") / 1048576))" "$(jq .seconds <<<"$ready")" \
+            "$(jq '.ready_seconds * 1000' <<<"$attach")" "$(jq .prefill_tok_s <<<"$speed")" \
+            "$(jq .decode_tok_s <<<"$speed")" "$qs" "$peak" >>"$OUT"
+        rm -f "$SHM"/hearth.qb.*
     }
-    speed_row "Q4_0 (synth, ggml's rule)" "$WORK/1b-q4_0.gguf" "-" "-" "-"
-    rm -f "$WORK/1b-q4_0.gguf"
-    for method in rtn gptq; do
-        args="--method rtn"
-        [ "$method" = gptq ] && args="--calibration $ROOT/README.md --samples $SAMPLES --seq-len $SEQ_LEN"
+    quantize_1b() {  # out args...: the seconds and peak RSS of one hearth quantize run
+        local out=$1 start
+        shift
         start=$(date +%s)
-        # shellcheck disable=SC2086
-        "$H" quantize "$WORK/1b-f16.gguf" --out "$WORK/1b-$method.gguf" --bits 4 --group-size 128 $args \
-            2>"$WORK/q.log" || { cat "$WORK/q.log" >&2; exit 1; }
-        seconds=$(($(date +%s) - start))
-        peak=$(sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' "$WORK/q.log")
-        hess=$(sed -n 's/.*Hessians \([0-9.]*\) MiB.*/\1/p' "$WORK/q.log")
-        speed_row "$(echo "$method" | tr a-z A-Z) 4-bit g128" "$WORK/1b-$method.gguf" "$seconds" "$peak" "$hess"
-        rm -f "$WORK/1b-$method.gguf"
+        "$H" quantize "$WORK/1b-f16.gguf" --out "$out" "$@" 2>"$WORK/q.log" || { cat "$WORK/q.log" >&2; exit 1; }
+        echo "$(($(date +%s) - start)) $(sed -n 's/.*peak RSS \([0-9.]*\) MiB.*/\1/p' "$WORK/q.log")"
+    }
+    format_row "F16" "$WORK/1b-f16.gguf" - -
+    format_row "INT8 RTN (loader --quant int8, g32)" "$WORK/1b-f16.gguf" - - --quant int8
+    format_row "int4 RTN (loader --quant int4, g32)" "$WORK/1b-f16.gguf" - - --quant int4
+    for t in q8_0 q4_0; do
+        "$H" synth --preset 1b --type "$t" --gguf "$WORK/1b-$t.gguf" 2>/dev/null
+        format_row "$(tr a-z A-Z <<<"$t") (synth, ggml's rule)" "$WORK/1b-$t.gguf" - -
+        rm -f "$WORK/1b-$t.gguf"
     done
+    read -r qs peak < <(quantize_1b "$WORK/1b-rtn.gguf" --method rtn --bits 4 --group-size 128)
+    format_row "int4 RTN g128 (hearth quantize)" "$WORK/1b-rtn.gguf" "$qs" "$peak"
+    rm -f "$WORK/1b-rtn.gguf"
+    read -r qs peak < <(quantize_1b "$WORK/1b-gptq.gguf" --bits 4 --group-size 128 --calibration "$ROOT/README.md" \
+        --samples "$SAMPLES" --seq-len "$SEQ_LEN")
+    format_row "GPTQ 4-bit g128 (hearth quantize)" "$WORK/1b-gptq.gguf" "$qs" "$peak"
+    rm -f "$WORK/1b-gptq.gguf"
 fi
 cat "$OUT"
