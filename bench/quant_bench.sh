@@ -128,7 +128,7 @@ if [ "$SKIP_1B" = 0 ]; then
     format_row "int4 RTN (loader --quant int4, g32)" "$WORK/1b-f16.gguf" - - --quant int4
     for t in q8_0 q4_0; do
         "$H" synth --preset 1b --type "$t" --gguf "$WORK/1b-$t.gguf" 2>/dev/null
-        format_row "$(tr a-z A-Z <<<"$t") (synth, ggml's rule)" "$WORK/1b-$t.gguf" - -
+        format_row "$(tr '[:lower:]' '[:upper:]' <<<"$t") (synth, ggml's rule)" "$WORK/1b-$t.gguf" - -
         rm -f "$WORK/1b-$t.gguf"
     done
     read -r qs peak < <(quantize_1b "$WORK/1b-rtn.gguf" --method rtn --bits 4 --group-size 128)
