@@ -156,6 +156,26 @@ Result<std::optional<PrequantConfig>> prequant_config(const boost::json::object&
   return std::optional<PrequantConfig>(c);
 }
 
+Result<std::vector<int32_t>> columns_by_group(std::span<const int32_t> groups, int64_t group_size) {
+  bool in_order = true;
+  for (size_t c = 0; c < groups.size() && in_order; ++c) in_order = groups[c] == static_cast<int64_t>(c) / group_size;
+  if (in_order) return std::vector<int32_t>();
+  std::vector<int32_t> order(groups.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return groups[static_cast<size_t>(a)] < groups[static_cast<size_t>(b)];
+  });
+  for (size_t b = 0; b + 31 < order.size(); b += 32) {
+    if (groups[static_cast<size_t>(order[b])] != groups[static_cast<size_t>(order[b + 31])]) {
+      return make_error(ErrorCode::kUnsupported,
+                        "g_idx puts a number of columns other than a multiple of 32 in group {}, so its columns "
+                        "cannot be stored as whole 32-value blocks",
+                        groups[static_cast<size_t>(order[b])]);
+    }
+  }
+  return order;
+}
+
 Result<RepackedMatrix> prequant_repack(const PrequantConfig& cfg, const PackedLinear& p, const std::string& name) {
   if (!is_2d(p.qweight) || !is_2d(p.qzeros) || !is_2d(p.scales) || p.scales->dtype != DType::kF16 ||
       (p.g_idx != nullptr && p.g_idx->n_dims != 1)) {
@@ -188,32 +208,24 @@ Result<RepackedMatrix> prequant_repack(const PrequantConfig& cfg, const PackedLi
                       "{}: {} input columns in groups of {} are not whole 32-value blocks, which the kernels need", name,
                       u.cols, u.group_size);
   }
-  RepackedMatrix out;
-  // The stored column order: as in the checkpoint, or (act-order, whose g_idx scatters
-  // each group's columns) sorted by group, so that every 32-column block has one scale.
-  std::vector<int64_t> order(static_cast<size_t>(u.cols));
-  std::iota(order.begin(), order.end(), 0);
-  bool in_order = true;
+  std::vector<int32_t> groups(static_cast<size_t>(u.cols));
   for (int64_t c = 0; c < u.cols; ++c) {
     const int64_t g = u.group(c);
     if (g < 0 || g >= u.groups) {
       return make_error(ErrorCode::kFormat, "{}: g_idx[{}] = {} is not a group of the {} there are", name, c, g,
                         u.groups);
     }
-    in_order = in_order && g == c / u.group_size;
+    groups[static_cast<size_t>(c)] = static_cast<int32_t>(g);
   }
-  if (!in_order) {
-    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return u.group(a) < u.group(b); });
-    for (int64_t b = 0; b < u.cols / 32; ++b) {
-      const int64_t first = order[static_cast<size_t>(b * 32)], last = order[static_cast<size_t>(b * 32 + 31)];
-      if (u.group(first) != u.group(last)) {
-        return make_error(ErrorCode::kUnsupported,
-                          "{}: g_idx puts a number of columns other than a multiple of 32 in group {}, so its columns "
-                          "cannot be stored as whole 32-value blocks",
-                          name, u.group(first));
-      }
-    }
-    out.perm.assign(order.begin(), order.end());
+  RepackedMatrix out;
+  // Act-order layers (g_idx scattering each group's columns) are stored sorted by group.
+  auto perm = columns_by_group(groups, u.group_size);
+  if (!perm.is_ok()) return perm.status().with_context(name);
+  out.perm = std::move(perm).value();
+  std::vector<int32_t> order = out.perm;
+  if (order.empty()) {
+    order.resize(static_cast<size_t>(u.cols));
+    std::iota(order.begin(), order.end(), 0);
   }
   auto col = [&](int64_t j) { return order[static_cast<size_t>(j)]; };
   // Symmetric when every zero is the grid's middle.

@@ -74,6 +74,12 @@ struct RepackedMatrix {
   std::vector<int32_t> perm;
 };
 
+// The order to store a layer's columns in, given each column's group: empty when the
+// groups are in column order (groups[c] == c / group_size), else the columns sorted by
+// group (stably), so that every 32-column block has one group. kUnsupported when a group
+// is not a whole number of 32-column blocks.
+Result<std::vector<int32_t>> columns_by_group(std::span<const int32_t> groups, int64_t group_size);
+
 // The layer's matrix in Q4_0 or Q8_0 blocks; `name` for messages. kFormat on shapes or
 // dtypes that do not fit together, kUnsupported for what the repack refuses (above).
 Result<RepackedMatrix> prequant_repack(const PrequantConfig& config, const PackedLinear& layer,

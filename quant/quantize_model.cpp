@@ -419,20 +419,12 @@ Result<RepackedMatrix> to_gguf_blocks(const QuantizedMatrix& m) {
   RepackedMatrix out;
   out.rows = m.rows;
   out.cols = m.cols;
-  std::vector<int32_t> order(static_cast<size_t>(m.cols));
-  std::iota(order.begin(), order.end(), 0);
-  if (!m.groups_in_order()) {  // act-order: columns sorted by group, the order kept
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return m.g_idx[static_cast<size_t>(a)] < m.g_idx[static_cast<size_t>(b)];
-    });
-    for (int64_t b = 0; b < m.cols / 32; ++b) {
-      if (m.g_idx[static_cast<size_t>(order[static_cast<size_t>(b * 32)])] !=
-          m.g_idx[static_cast<size_t>(order[static_cast<size_t>(b * 32 + 31)])]) {
-        return make_error(ErrorCode::kUnsupported, "a {} matrix has a group that is not whole 32-value blocks",
-                          scheme_name(m.scheme));
-      }
-    }
-    out.perm = order;
+  // Act-order with scattered groups: the columns sorted by group, the order kept.
+  HEARTH_ASSIGN_OR_RETURN(out.perm, columns_by_group(m.g_idx, m.scheme.group_size));
+  std::vector<int32_t> order = out.perm;
+  if (order.empty()) {
+    order.resize(static_cast<size_t>(m.cols));
+    std::iota(order.begin(), order.end(), 0);
   }
   if (m.scheme.bits == 4) {
     out.type = DType::kQ4_0;
