@@ -11,6 +11,7 @@ packages=(
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libpcre2-dev libicu-dev libsystemd-dev
+  libpng-dev  # hearth bench's plots
   systemd  # systemd-analyze and systemd-socket-activate, for the tests
   yamllint jq  # the deploy/ files' checks (promtool, from the prometheus package, also
                # runs there when present: .ci/run installs it; it is left out here because

@@ -23,6 +23,8 @@ commands:
              --calibration TEXT
   eval       perplexity, and KL divergence against a reference: hearth eval MODEL --text FILE
              [--reference MODEL]
+  bench      load an OpenAI-compatible server and report latency and throughput per load
+             level: hearth bench --url http://127.0.0.1:8080/v1 --users 1,4,16,64
   clean      remove an instance's segments: hearth clean [--instance NAME]
   version    print the version (also --version)
 
@@ -61,6 +63,7 @@ int main(int argc, char** argv) {
   if (command == "clean") return hearth::cli::clean_command(args);
   if (command == "quantize") return hearth::cli::quantize_command(args);
   if (command == "eval") return hearth::cli::eval_command(args);
+  if (command == "bench") return hearth::cli::bench_command(args);
   if (command == "--version" || command == "version") {
     std::printf("%s\n", hearth::version_line("hearth").c_str());
     return 0;
