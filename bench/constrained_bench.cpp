@@ -128,9 +128,10 @@ int main(int argc, char** argv) {
   if (!plain.is_ok()) return fail(plain.status());
   auto constrained = measure(true);
   if (!constrained.is_ok()) return fail(constrained.status());
-  std::printf("{\"model\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"vocab\":%d,\"vocab_build_ms\":%.1f,\"tokens\":%d,"
+  std::printf("{\"model\":\"%s\",\"cpu\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"vocab\":%d,\"vocab_build_ms\":%.1f,\"tokens\":%d,"
               "\"step_ms_unconstrained\":%.2f,\"step_ms_constrained\":%.2f,\"ratio\":%.3f,\"constrained_sequences\":%d}\n",
-              args->get("model")->c_str(), std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(),
+              args->get("model")->c_str(), kernels::cpu::cpu_host_summary().c_str(),
+              std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(),
               bo.threads == 0 ? default_thread_count() : bo.threads, config.vocab_size, vocab_ms, gen, plain->step_ms,
               constrained->step_ms, constrained->step_ms / plain->step_ms, constrained->sequences);
   return 0;

@@ -19,6 +19,7 @@
 #include "common/args.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
+#include "kernels/cpu/isa.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -60,6 +61,7 @@ int main(int argc, char** argv) {
   };
   const Vocab vocabs[] = {{"llama2 (spm 32000)", shared + "/models/llama2-tokenizer/tokenizer.model"},
                           {"llama3 (bpe 128256)", shared + "/tokenizers/llama3/meta-llama-3-8b.tokenizer.json"}};
+  std::printf("# cpu: %s\n", hearth::kernels::cpu::cpu_host_summary().c_str());
   std::printf("%-20s %-9s %8s %7s %10s %10s %10s %10s %10s\n", "vocabulary", "schema", "build ms", "steps",
               "mask p50", "mask p99", "cold mean", "warm mean", "accept");
   for (const Vocab& v : vocabs) {

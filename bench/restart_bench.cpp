@@ -23,6 +23,7 @@
 #include "common/args.h"
 #include "common/process.h"
 #include "common/subprocess.h"
+#include "kernels/cpu/isa.h"
 #include "tests/integration/http_client.h"
 
 namespace {
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
   const size_t colon = line->rfind(':', line->find("/v1"));
   const auto port = static_cast<uint16_t>(std::stoi(line->substr(colon + 1)));
 
+  std::printf("# cpu: %s\n", hearth::kernels::cpu::cpu_host_summary().c_str());
   std::printf("# restarts under load: %s, %d clients, %d tokens per request, %lld s per phase\n",
               std::filesystem::path(model).filename().c_str(), clients, max_tokens,
               static_cast<long long>(seconds.count()));

@@ -28,6 +28,7 @@
 #include "engine/model_runner.h"
 #include "engine/tp_group.h"
 #include "ipc/weights_segment.h"
+#include "kernels/cpu/isa.h"
 #include "loader/resident.h"
 
 namespace hearth {
@@ -175,6 +176,7 @@ int run(int argc, char** argv) {
   const int prompt_len = static_cast<int>(args->get_int("prompt", 1, 256).value().value_or(8));
   const std::string model_path = args->get("model").value_or("");
   const auto cpus = cpu_set_current();
+  std::printf("# cpu: %s\n", kernels::cpu::cpu_host_summary().c_str());
   std::printf("tp_bench: %d ranks on CPUs %s (%zu)\n", tp, cpus.describe().c_str(), cpus.cpus.size());
 
   char dir_template[] = "/dev/shm/hearth-tp-bench-XXXXXX";
