@@ -46,6 +46,17 @@ if ((!SKIP_PEER)) && [ ! -x "$LLAMA_SERVER" ]; then
     echo "load_bench: no llama-server at $LLAMA_SERVER (bash ../shared/tools/peer/setup.sh, then server_setup.sh); measuring hearth alone" >&2
     SKIP_PEER=1
 fi
+for w in $WORKLOADS; do
+    case $w in
+        short | long | shared) ;;
+        *) echo "load_bench: unknown workload \"$w\" (short, long, shared)" >&2; exit 2 ;;
+    esac
+done
+# Another server on the port would be measured in place of the one started here.
+if curl -s -o /dev/null "http://127.0.0.1:$PORT/"; then
+    echo "load_bench: something already listens on port $PORT; stop it first" >&2
+    exit 1
+fi
 OUT_DIR=$(dirname "$OUT")
 mkdir -p "$OUT_DIR"
 WORK=$(mktemp -d)
@@ -65,7 +76,7 @@ trap cleanup EXIT
 EXTRA='{}'
 if [ -z "$MODEL" ]; then
     MODEL=$WORK/1b-q4_0.gguf
-    "$H" synth --preset 1b --type q4_0 --gguf "$MODEL" >/dev/null 2>&1
+    "$H" synth --preset 1b --type q4_0 --gguf "$MODEL" >"$WORK/synth.log" 2>&1 || { cat "$WORK/synth.log" >&2; exit 1; }
     # The synthetic model's random weights pick byte tokens too, and bytes 0x80-0xFF alone
     # are not UTF-8: llama-server then fails the stream ("does not match the expected
     # Content-only format"). Both servers get the same logit_bias banning those 128 tokens
@@ -78,7 +89,6 @@ workload_flags() {  # NAME
         short) echo "--input-tokens 64 --output-tokens 32" ;;
         long) echo "--input-tokens 64 --output-tokens 128" ;;
         shared) echo "--input-tokens 512 --shared-prefix 0.9 --output-tokens 32" ;;
-        *) echo "load_bench: unknown workload $1 (short, long, shared)" >&2; exit 2 ;;
     esac
 }
 # Context per sequence: the longest prompt and output, with room to spare.
@@ -86,8 +96,10 @@ CTX=1024
 
 wait_ready() {  # LOG URL
     for _ in $(seq 900); do
-        curl -sf -o /dev/null "$2/v1/models" && return 0
+        # The process is checked first: an answer from a server that has already exited
+        # would be some other process's.
         kill -0 "$SERVER_PID" 2>/dev/null || { cat "$1" >&2; exit 1; }
+        curl -sf -o /dev/null "$2/v1/models" && return 0
         sleep 0.2
     done
     echo "load_bench: the server at $2 did not come up" >&2

@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -175,6 +177,24 @@ Status write_plot(const std::string& path, const std::string& title, const std::
 int compare_command(const Args& args) {
   auto runs = read_runs(args.positionals());
   if (!runs.is_ok()) return fail(runs.status());
+  // Side by side means the same axis: users against users, rate against rate; and a
+  // column per run, so two runs may not share a name.
+  std::set<std::string> names;
+  for (const NamedRun& run : *runs) {
+    if (!names.insert(run.name).second) {
+      return fail(make_error(ErrorCode::kInvalidArgument,
+                             "two runs are named \"{}\": give each run its own --name when you run it", run.name));
+    }
+    for (const LevelSummary& level : run.levels) {
+      const std::string& first = runs->front().levels.empty() ? level.kind : runs->front().levels.front().kind;
+      if (level.kind != first) {
+        return fail(make_error(ErrorCode::kInvalidArgument,
+                               "run \"{}\" has {} levels and run \"{}\" {} levels: compare closed-loop runs "
+                               "(--users) with each other and open-loop runs (--rate) with each other",
+                               runs->front().name, first, run.name, level.kind));
+      }
+    }
+  }
   std::fputs(format_comparison(*runs).c_str(), stdout);
   if (auto plot = args.get("plot")) {
     std::string title = "hearth bench: ";
@@ -197,12 +217,37 @@ int bench_command(const std::vector<std::string>& argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  // A flag the chosen mode does not use is refused, never silently dropped.
+  auto refuse_with = [&](const char* mode, std::initializer_list<const char*> flags) -> std::optional<int> {
+    for (const char* f : flags) {
+      if (args->has(f)) return usage_error(fmt::format("--{} has no effect with {}", f, mode));
+    }
+    return std::nullopt;
+  };
   if (args->has("compare")) {
+    if (auto refused = refuse_with("--compare (it reads finished runs)",
+                                   {"url", "users", "rate", "duration", "timeout", "max-in-flight", "threads", "model",
+                                    "api", "input-tokens", "output-tokens", "shared-prefix", "num-prompts", "tokenizer",
+                                    "prompts", "temperature", "extra-body", "api-key", "seed", "name", "json",
+                                    "ignore-eos", "strict"})) {
+      return *refused;
+    }
     if (args->positionals().empty()) return usage_error("--compare needs the JSON files of runs");
     return compare_command(*args);
   }
   if (!args->positionals().empty()) return usage_error("unexpected argument \"" + args->positionals().front() + "\"");
   if (args->has("users") && args->has("rate")) return usage_error("give --users or --rate, not both");
+  if (!args->has("rate")) {
+    if (auto refused = refuse_with("closed-loop users (it caps open-loop --rate arrivals)", {"max-in-flight"})) {
+      return *refused;
+    }
+  }
+  if (args->has("prompts")) {
+    if (auto refused = refuse_with("--prompts (they shape synthetic prompts)",
+                                   {"input-tokens", "shared-prefix", "num-prompts", "tokenizer"})) {
+      return *refused;
+    }
+  }
 
   auto endpoint = parse_endpoint(args->get("url").value_or("http://127.0.0.1:8080/v1"));
   if (!endpoint.is_ok()) return usage_error(endpoint.status().message());
@@ -232,7 +277,7 @@ int bench_command(const std::vector<std::string>& argv) {
     if (!i->is_ok()) return usage_error(i->status().message());
   }
   if (duration->value_or(20) <= 0 || duration->value_or(20) > 86400) return usage_error("--duration: from 0 to 86400 seconds");
-  if (timeout->value_or(300) <= 0) return usage_error("--timeout: more than 0 seconds");
+  if (timeout->value_or(300) <= 0 || timeout->value_or(300) > 86400) return usage_error("--timeout: from 0 to 86400 seconds");
   if (shared->value_or(0) < 0 || shared->value_or(0) > 1) return usage_error("--shared-prefix: a ratio from 0 to 1");
   const std::string api = args->get("api").value_or("completions");
   if (api != "completions" && api != "chat") return usage_error("--api: completions or chat");

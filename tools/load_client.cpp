@@ -239,7 +239,14 @@ asio::awaitable<RequestRecord> LoadConnection::post_stream(const std::string& ta
     stream_.close();
     connected_ = false;
   };
-  auto socket_failure = [](const beast::error_code& ec) { return ec == beast::error::timeout ? "timeout" : "reset"; };
+  // A parse error (a header over Beast's limit, a broken chunk) is the server's fault in
+  // the stream's format; a closed or reset connection and the deadline are not.
+  auto socket_failure = [](const beast::error_code& ec) -> std::string {
+    if (ec == beast::error::timeout) return "timeout";
+    if (ec == http::error::end_of_stream || ec == http::error::partial_message) return "reset";
+    if (ec.category() == http::make_error_code(http::error::end_of_stream).category()) return "bad stream";
+    return "reset";
+  };
 
   stream_.expires_after(timeout);  // one deadline for the whole exchange
   const auto req = make_request(endpoint_, http::verb::post, target, body);
@@ -327,6 +334,16 @@ asio::awaitable<RequestRecord> LoadConnection::post_stream(const std::string& ta
         if (c.cached_tokens >= 0) r.cached_tokens = c.cached_tokens;
       }
     }
+    if (ec && done) {
+      // Everything the request needed arrived; the connection's end after [DONE] (a
+      // server closing without a final chunk) is not the request's failure.
+      beast::error_code ignored;
+      stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+      stream_.close();
+      connected_ = false;
+      if (r.output_tokens == 0) r.output_tokens = r.content_events;
+      co_return r;
+    }
     if (ec) {
       fail(ok_status ? socket_failure(ec) : "HTTP " + std::to_string(r.http_status), ec.message());
       co_return r;
@@ -336,7 +353,7 @@ asio::awaitable<RequestRecord> LoadConnection::post_stream(const std::string& ta
       co_return r;
     }
   }
-  if (!parser->get().keep_alive()) {
+  if (!parser->keep_alive()) {
     beast::error_code ignored;
     stream_.socket().shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
     stream_.close();

@@ -9,6 +9,7 @@
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
@@ -32,12 +33,25 @@ struct LevelState {
   std::atomic<size_t> in_flight{0};
   std::atomic<size_t> peak_in_flight{0};
   size_t dropped = 0;  // written by the one arrivals coroutine
+  std::exception_ptr failure;  // guarded by mu: the first exception a coroutine let escape
 
   void begin() {
     const size_t n = in_flight.fetch_add(1) + 1;
     size_t peak = peak_in_flight.load();
     while (n > peak && !peak_in_flight.compare_exchange_weak(peak, n)) {
     }
+  }
+  // A coroutine's completion handler: an exception (a bug, or memory) stops the level,
+  // and run_level() rethrows it once every thread has left the io_context.
+  auto on_exit(asio::io_context& ioc) {
+    return [this, &ioc](std::exception_ptr e) {
+      if (!e) return;
+      {
+        std::lock_guard lock(mu);
+        if (!failure) failure = e;
+      }
+      ioc.stop();
+    };
   }
   void end(RequestRecord record) {
     in_flight.fetch_sub(1);
@@ -76,8 +90,9 @@ asio::awaitable<void> one_request(LevelState& s, const std::string& body) {
   s.end(std::move(r));
 }
 
-// Poisson arrivals at `rate` per second until the deadline.
-asio::awaitable<void> arrivals(LevelState& s, double rate, uint64_t seed) {
+// Poisson arrivals at `rate` per second until the deadline. Each request runs on its own
+// strand, so with --threads > 1 no connection is touched by two threads at once.
+asio::awaitable<void> arrivals(LevelState& s, asio::io_context& ioc, double rate, uint64_t seed) {
   auto executor = co_await asio::this_coro::executor;
   asio::steady_timer timer(executor);
   std::mt19937_64 rng(seed);
@@ -93,9 +108,7 @@ asio::awaitable<void> arrivals(LevelState& s, double rate, uint64_t seed) {
       continue;
     }
     s.begin();
-    asio::co_spawn(executor, one_request(s, s.workload.next_body()), [](std::exception_ptr e) {
-      if (e) std::rethrow_exception(e);
-    });
+    asio::co_spawn(asio::make_strand(ioc), one_request(s, s.workload.next_body()), s.on_exit(ioc));
   }
 }
 
@@ -103,23 +116,24 @@ asio::awaitable<void> arrivals(LevelState& s, double rate, uint64_t seed) {
 
 LevelRun run_level(const Endpoint& endpoint, Workload& workload, const LoadLevel& level, const LoadOptions& options,
                    const std::function<void(const RequestRecord&)>& on_record) {
-  asio::io_context ioc(std::max(1, options.threads));
+  // The state outlives the io_context, whose destructor ends any coroutine a stop left.
   LevelState s{endpoint, workload, options, on_record, {}, {}};
+  asio::io_context ioc(std::max(1, options.threads));
   s.start = Clock::now();
   s.deadline = s.start + options.duration;
-  auto rethrow = [](std::exception_ptr e) {
-    if (e) std::rethrow_exception(e);
-  };
+  // A strand per user (and per open-loop request): a connection and its coroutine's
+  // locals are only ever touched by one thread at a time, whatever --threads is.
   if (level.kind == LoadLevel::Kind::kUsers) {
     const int users = std::max(1, static_cast<int>(level.value));
-    for (int u = 0; u < users; ++u) asio::co_spawn(ioc, user(s), rethrow);
+    for (int u = 0; u < users; ++u) asio::co_spawn(asio::make_strand(ioc), user(s), s.on_exit(ioc));
   } else {
-    asio::co_spawn(ioc, arrivals(s, level.value, options.seed), rethrow);
+    asio::co_spawn(asio::make_strand(ioc), arrivals(s, ioc, level.value, options.seed), s.on_exit(ioc));
   }
   std::vector<std::thread> threads;
   for (int t = 1; t < options.threads; ++t) threads.emplace_back([&ioc] { ioc.run(); });
   ioc.run();
   for (std::thread& t : threads) t.join();
+  if (s.failure) std::rethrow_exception(s.failure);
 
   LevelRun run;
   run.level = level;

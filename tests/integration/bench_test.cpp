@@ -107,13 +107,26 @@ TEST_F(BenchTest, LevelsAgainstHearthServeReportEveryRequestAndNoError) {
   EXPECT_TRUE(rate.at("errors").as_object().empty());
   EXPECT_GE(rate.at("mean_cached_tokens").to_number<double>(), 32);
 
-  // Side by side.
+  // Side by side: two closed-loop runs (the second the first under another name).
+  json::object renamed = run;
+  renamed["name"] = "again";
+  const auto again_path = out_.path() / "again.json";
+  std::ofstream(again_path) << json::serialize(renamed);
   const ProcessResult c = run_process({hearth_bin("hearth"), "bench", "--compare", json_path.string(),
-                                       rate_path.string(), "--plot", (out_.path() / "both.png").string()});
+                                       again_path.string(), "--plot", (out_.path() / "both.png").string()});
   ASSERT_EQ(c.exit_code, 0) << c.err;
   EXPECT_NE(c.out.find("| hearth "), std::string::npos) << c.out;
-  EXPECT_NE(c.out.find("| shared "), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("| again "), std::string::npos) << c.out;
   EXPECT_TRUE(std::filesystem::exists(out_.path() / "both.png"));
+  // Users against a rate share no axis; one name twice gives two columns nobody can tell apart.
+  const ProcessResult mixed = run_process({hearth_bin("hearth"), "bench", "--compare", json_path.string(),
+                                           rate_path.string()});
+  EXPECT_EQ(mixed.exit_code, 1);
+  EXPECT_NE(mixed.err.find("compare closed-loop runs (--users) with each other"), std::string::npos) << mixed.err;
+  const ProcessResult twice = run_process({hearth_bin("hearth"), "bench", "--compare", json_path.string(),
+                                           json_path.string()});
+  EXPECT_EQ(twice.exit_code, 1);
+  EXPECT_NE(twice.err.find("two runs are named \"hearth\""), std::string::npos) << twice.err;
 }
 
 TEST_F(BenchTest, RefusedRequestsAreCountedByStatusAndFailAStrictRun) {
@@ -136,6 +149,20 @@ TEST_F(BenchTest, RefusedRequestsAreCountedByStatusAndFailAStrictRun) {
   const ProcessResult bad = run_process({hearth_bin("hearth"), "bench", "--users", "0"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--users: \"0\""), std::string::npos) << bad.err;
+  // A flag the mode would not use is refused, not dropped.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused_flags = {
+      {{"--prompts", "p.txt", "--input-tokens", "8"}, "--input-tokens has no effect with --prompts"},
+      {{"--compare", "a.json", "--users", "4"}, "--users has no effect with --compare"},
+      {{"--users", "4", "--max-in-flight", "8"}, "--max-in-flight has no effect with closed-loop users"},
+      {{"--timeout", "1e9"}, "--timeout: from 0 to 86400 seconds"},
+  };
+  for (const auto& [flags, message] : refused_flags) {
+    std::vector<std::string> argv = {hearth_bin("hearth"), "bench"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const ProcessResult f = run_process(argv);
+    EXPECT_EQ(f.exit_code, 2) << message;
+    EXPECT_NE(f.err.find(message), std::string::npos) << f.err;
+  }
 }
 
 }  // namespace

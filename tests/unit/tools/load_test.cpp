@@ -206,6 +206,7 @@ TEST(WorkloadTest, SyntheticPromptsShareTheirPrefixAndDifferAfterIt) {
     prompts = synthetic_prompts(spec, tokenizer->get());
     ASSERT_TRUE(prompts.is_ok()) << prompts.status().to_string();
     std::vector<TokenId> head;
+    std::set<std::vector<TokenId>> openings;  // each prompt's first 8 tokens
     for (const std::string& p : *prompts) {
       auto ids = (*tokenizer)->encode(p, {.add_special = false, .parse_special = false});
       ASSERT_TRUE(ids.is_ok());
@@ -213,6 +214,13 @@ TEST(WorkloadTest, SyntheticPromptsShareTheirPrefixAndDifferAfterIt) {
       const size_t n = static_cast<size_t>(shared * 64) - (shared > 0 ? 1 : 0);  // the boundary token may merge
       if (head.empty()) head.assign(ids->begin(), ids->begin() + static_cast<long>(n));
       EXPECT_TRUE(std::equal(head.begin(), head.end(), ids->begin())) << p;
+      openings.emplace(ids->begin(), ids->begin() + 8);
+    }
+    // Nothing shared: the prompts differ from their first tokens on.
+    if (shared == 0.0) {
+      EXPECT_EQ(openings.size(), prompts->size());
+    } else {
+      EXPECT_EQ(openings.size(), 1u);
     }
   }
 }
