@@ -13,13 +13,25 @@ Driver::Driver(ModelRunner& runner, const DriverConfig& config)
       grammars_(config.vocabulary),
       scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size,
                  [this](uint64_t id) { return std::span<const TokenId>(seqs_.at(id).request.tokens); }) {
+  scheduler_.set_journal(config.journal);
   scratch_.row.reserve(static_cast<size_t>(runner.vocab_size()));
   scratch_.top.reserve(kMaxTopLogprobs + 1);
 }
 
 int32_t Driver::blocks_total() const { return runner_.cache().config().n_blocks; }
 
-Result<FinishReason> Driver::add(uint64_t id, SequenceRequest r) {
+Result<FinishReason> Driver::add(uint64_t id, SequenceRequest request) {
+  KvSequence none;
+  return add_sequence(id, std::move(request), none);
+}
+
+Result<FinishReason> Driver::add(uint64_t id, SequenceRequest request, KvSequence adopted) {
+  auto added = add_sequence(id, std::move(request), adopted);
+  if (!adopted.blocks.empty()) kv_sequence_release(runner_.cache().blocks(), adopted);  // not taken
+  return added;
+}
+
+Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequence& adopted) {
   HEARTH_RETURN_IF_ERROR(sampling_params_validate(r.sampling));
   const auto n_tokens = static_cast<int32_t>(r.tokens.size());
   if (r.n_prompt < 1 || r.n_prompt > n_tokens) {
@@ -69,7 +81,7 @@ Result<FinishReason> Driver::add(uint64_t id, SequenceRequest r) {
     return FinishReason::kStop;
   }
   if (produced >= r.max_tokens || n_tokens >= config_.max_sequence_tokens) return FinishReason::kLength;
-  HEARTH_RETURN_IF_ERROR(scheduler_.add(id, n_tokens));
+  HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens) : scheduler_.add(id, n_tokens, adopted));
   Sampler sampler(r.sampling, vocab);
   sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
   seqs_.emplace(id, Seq{std::move(r), std::move(sampler), std::move(matcher), {}});
@@ -183,6 +195,17 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   finished_.clear();
   for (const PlannedSeq& p : plan.seqs) {
     scheduler_.advance(p);
+    if (config_.journal != nullptr) {
+      RowCheck check;
+      const bool checked = p.sample && !logits.empty();
+      if (checked) {
+        const float* l = logits.data() + row * vocab;
+        check.pos = p.begin + p.count - 1;
+        check.token = static_cast<TokenId>(std::max_element(l, l + vocab) - l);
+        check.logit = l[check.token];
+      }
+      config_.journal->committed(p.id, *scheduler_.kv(p.id), checked ? &check : nullptr);
+    }
     if (!p.sample) continue;
     Seq& s = seqs_.at(p.id);
     StepEvent& e = events.emplace_back();

@@ -66,6 +66,9 @@ struct DriverConfig {
   // The model's tokens as text, for sequences with a grammar (built on first use); none:
   // such sequences are refused.
   VocabularySource vocabulary;
+  // Told what each step committed to the KV cache and what was released (a resident
+  // cache's tables); none: nobody is.
+  KvJournal* journal = nullptr;
 };
 
 class Driver {
@@ -79,6 +82,11 @@ class Driver {
   // not compile or that the tokens produced before do not follow, a sequence that does
   // not fit, an id in use or a full queue.
   Result<FinishReason> add(uint64_t id, SequenceRequest request);
+  // add() for a resumed sequence whose first adopted.length positions are already in
+  // `adopted`'s blocks (held for it in the cache's allocator): it continues from there
+  // instead of computing them again. Where the sequence does not run (over, refused) or
+  // cannot use them, the blocks are released.
+  Result<FinishReason> add(uint64_t id, SequenceRequest request, KvSequence adopted);
   // Drops a sequence (cancelled, or its client is gone) and frees its KV blocks.
   void remove(uint64_t id);
   bool contains(uint64_t id) const { return seqs_.contains(id); }
@@ -108,6 +116,7 @@ class Driver {
       return matcher.has_value() || !request.logit_bias.empty() || produced() < request.min_tokens;
     }
   };
+  Result<FinishReason> add_sequence(uint64_t id, SequenceRequest request, KvSequence& adopted);
   Status sample(Seq& seq, const float* logits, TokenResult& out);
   FinishReason finish_of(const Seq& seq) const;
 

@@ -53,6 +53,8 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --rank-timeout MS        a rank whose heartbeat is older is taken as hung (default 30000)
   --no-prefix-cache        turn off automatic prefix caching (later requests reusing the KV
                            blocks of earlier ones with the same leading tokens)
+  --no-kv-adopt            a restarted engine recomputes the requests it resumes instead of
+                           adopting the resident KV cache its predecessor left (hearth.<instance>.kv)
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
   --max-grammar-bytes N    largest grammar a request's structured output or tool choice may compile
                            to (default 65536; each slot holds this much)
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
                                               "static-batching", "kv-dtype", "backend", "rank", "tp", "cpus",
                                               "collective-timeout", "rank-timeout", "max-grammar-bytes"},
                                              kProgramValueFlags),
-                          with_program_flags({"help", "no-prefix-cache"}, kProgramBoolFlags));
+                          with_program_flags({"help", "no-prefix-cache", "no-kv-adopt"}, kProgramBoolFlags));
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
     std::fputs(kUsage, stdout);
@@ -150,6 +152,7 @@ int main(int argc, char** argv) {
   o.rank_stale_ms = stale_ms;
   o.cpus = args->get("cpus").value_or("");
   o.scheduler.prefix_caching = !args->has("no-prefix-cache");
+  o.kv_adopt = !args->has("no-kv-adopt");
   const Status logging = log_init(fmt::format("engine[{}]", o.rank));
   if (auto exit = handle_program_flags(*args, "hearth-engine", logging)) return *exit;
   if (o.tp > kMaxTensorParallel) return usage_error(fmt::format("--tp {} is out of range 1..{}", o.tp, kMaxTensorParallel));

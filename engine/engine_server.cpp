@@ -22,6 +22,7 @@
 #include "engine/tp_group.h"
 #include "ipc/broker.h"
 #include "ipc/futex.h"
+#include "ipc/kv_segment.h"
 #include "ipc/weights_segment.h"
 
 namespace hearth {
@@ -55,6 +56,74 @@ struct Active {
   std::string client_request_id;  // for log lines
   int32_t n_prompt = 0;
 };
+
+// The resident KV cache's tables: what each running sequence has committed to the KV
+// segment, kept by the step loop (KvJournal) so that a restarted engine can adopt it.
+struct ResidentKv final : KvJournal {
+  struct Owner {
+    uint32_t slot = 0;
+    uint64_t request_id = 0;
+    uint32_t generation = 0;
+  };
+  KvSegment segment;
+  std::unordered_map<uint64_t, Owner> owners;  // sequence id -> its broker slot and request
+
+  explicit ResidentKv(KvSegment s) : segment(std::move(s)) {}
+
+  void released(uint64_t id) override {
+    const auto it = owners.find(id);
+    if (it != owners.end()) segment.table(it->second.slot).committed.store(0, std::memory_order_release);
+  }
+
+  void committed(uint64_t id, const KvSequence& kv, const RowCheck* check) override {
+    const auto it = owners.find(id);
+    if (it == owners.end()) return;
+    const Owner& o = it->second;
+    KvSlotTable& t = segment.table(o.slot);
+    const auto max_blocks = static_cast<size_t>(segment.header().geometry.max_blocks);
+    if (kv.blocks.size() > max_blocks) {  // cannot happen within the context; then trust nothing
+      t.committed.store(0, std::memory_order_release);
+      return;
+    }
+    if (t.committed.load(std::memory_order_relaxed) == 0 || t.request_id != o.request_id ||
+        t.generation != o.generation) {
+      t.committed.store(0, std::memory_order_release);
+      t.request_id = o.request_id;
+      t.generation = o.generation;
+      t.check.store(0, std::memory_order_relaxed);
+    }
+    std::copy(kv.blocks.begin(), kv.blocks.end(), t.blocks());
+    t.n_blocks = static_cast<int32_t>(kv.blocks.size());
+    if (check != nullptr) {
+      t.check_logit = check->logit;
+      t.check.store(kv_check_pack(check->pos, check->token), std::memory_order_release);
+    }
+    HEARTH_TEST_POINT("engine.kv.commit");  // the table written, `committed` not yet advanced
+    t.committed.store(kv.length, std::memory_order_release);
+  }
+};
+
+// A RUNNING slot that a restarted engine may continue from the adopted cache, once its
+// check row is computed again and matches.
+struct AdoptCandidate {
+  uint32_t slot = 0;
+  SlotRequest request;
+  KvSequence kv;       // its blocks, held in the allocator; kv.length positions trusted
+  int32_t check_pos = 0;
+  TokenId check_token = 0;
+  float check_logit = 0;
+};
+
+// Whether a recomputed row agrees with the recorded one: the same top token (or one
+// within the tolerance of the top, for rows with near ties) and the same logit, up to
+// what a different batch shape changes in float arithmetic.
+bool check_matches(std::span<const float> row, TokenId token, float logit) {
+  if (token < 0 || static_cast<size_t>(token) >= row.size()) return false;
+  const float tolerance = 1e-2f * std::max(1.0f, std::fabs(logit));
+  const float top = *std::max_element(row.begin(), row.end());
+  const float got = row[static_cast<size_t>(token)];
+  return std::isfinite(got) && got >= top - tolerance && std::fabs(got - logit) <= tolerance;
+}
 
 }  // namespace
 
@@ -110,6 +179,8 @@ struct EngineServer::Impl {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<LlamaModel> model;
   std::optional<KvCache> cache;
+  std::unique_ptr<ResidentKv> resident;  // the KV segment's tables; none: a private cache
+  std::vector<AdoptCandidate> adopt_pending;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<Driver> driver;
   std::unique_ptr<TpGroup> group;
@@ -167,9 +238,99 @@ struct EngineServer::Impl {
       fail_slot(index, request.status().code(), request.status().message());
       return;
     }
-    SlotRequest& r = request.value();
+    if (resume && resident && adoptable(index, *request)) return;  // in adopt_pending
+    enter(index, std::move(request).value(), {});
+  }
+
+  // Whether slot `index`'s table in the adopted KV segment is for this request and names
+  // blocks and a check it can be verified by; then it waits in adopt_pending, holding its
+  // blocks, for adopt().
+  bool adoptable(uint32_t index, SlotRequest& r) {
+    KvSlotTable& t = resident->segment.table(index);
+    const int32_t committed = t.committed.load(std::memory_order_acquire);
+    const uint64_t check = t.check.load(std::memory_order_acquire);
+    const int32_t bs = cache->config().block_size;
+    const auto n_tokens = static_cast<int32_t>(r.tokens.size());
+    const int32_t pos = kv_check_pos(check);
+    if (committed <= 0 || check == 0 || t.request_id != broker->slot(index).request_id ||
+        t.generation != r.generation || pos < 0 || pos >= committed || pos >= n_tokens) {
+      return false;  // nothing committed for it, or a table torn by a crash mid-commit
+    }
+    const int32_t n_blocks = (committed + bs - 1) / bs;
+    if (n_blocks > t.n_blocks || n_blocks > resident->segment.header().geometry.max_blocks) return false;
+    AdoptCandidate c;
+    c.slot = index;
+    // The last known token is never trusted to the cache: it must be computed for logits.
+    c.kv.length = std::min(committed, n_tokens - 1);
+    for (int32_t i = 0; i < n_blocks; ++i) {
+      const int32_t b = t.blocks()[i];
+      if (!cache->blocks().hold(b)) {
+        kv_sequence_release(*cache, c.kv);
+        return false;
+      }
+      c.kv.blocks.push_back(b);
+    }
+    c.check_pos = pos;
+    c.check_token = kv_check_token(check);
+    c.check_logit = t.check_logit;
+    c.request = std::move(r);
+    adopt_pending.push_back(std::move(c));
+    return true;
+  }
+
+  // Recomputes each candidate's check row from the adopted cache, a batch at a time, and
+  // enters it: with its blocks when the row matches, else to be computed again.
+  Status adopt() {
+    if (adopt_pending.empty()) return Status::ok();
+    std::vector<AdoptCandidate> pending = std::move(adopt_pending);
+    adopt_pending.clear();
+    const auto vocab = static_cast<size_t>(model->config().vocab_size);
+    const size_t batch = static_cast<size_t>(std::max(1, std::min(options.scheduler.max_batch_size,
+                                                                  options.scheduler.max_batched_tokens)));
+    uint64_t adopted = 0, rejected = 0, positions = 0;
+    ModelInput input;
+    for (size_t first = 0; first < pending.size(); first += batch) {
+      const size_t end = std::min(pending.size(), first + batch);
+      input.clear(cache->config().block_size);
+      for (size_t i = first; i < end; ++i) {
+        const AdoptCandidate& c = pending[i];
+        HEARTH_RETURN_IF_ERROR(input.add_sequence(
+            std::span(c.request.tokens).subspan(static_cast<size_t>(c.check_pos), 1), c.check_pos, c.kv.blocks, true));
+      }
+      HEARTH_ASSIGN_OR_RETURN(std::span<const float> logits, runner->run(input));
+      for (size_t i = first; i < end; ++i) {
+        AdoptCandidate& c = pending[i];
+        const bool ok = check_matches(logits.subspan((i - first) * vocab, vocab), c.check_token, c.check_logit);
+        if (ok) {
+          ++adopted;
+          positions += static_cast<uint64_t>(c.kv.length);
+        } else {
+          ++rejected;
+          HEARTH_LOG_WARN("slot {}: the adopted KV cache does not reproduce position {} (token {}, logit {:.4f}); "
+                          "computing its {} tokens again",
+                          c.slot, c.check_pos, c.check_token, c.check_logit, c.request.tokens.size());
+          kv_sequence_release(*cache, c.kv);
+        }
+        enter(c.slot, std::move(c.request), std::move(c.kv));
+      }
+    }
+    BrokerHeader& h = broker->header();
+    h.stat_kv_adopted.fetch_add(adopted, std::memory_order_relaxed);
+    h.stat_kv_adopt_rejected.fetch_add(rejected, std::memory_order_relaxed);
+    HEARTH_LOG_INFO("adopted the KV cache of {} resumed requests ({} positions not computed again); {} failed the "
+                    "check and are computed again",
+                    adopted, positions, rejected);
+    return Status::ok();
+  }
+
+  // Gives a read request to the driver (with the blocks of an adopted cache, if any) and
+  // to our tables.
+  void enter(uint32_t index, SlotRequest r, KvSequence adopted) {
     const uint64_t id = next_seq++;
-    auto added = driver->add(id, {.tokens = std::move(r.tokens),
+    if (resident) {
+      resident->owners[id] = {index, broker->slot(index).request_id, r.generation};
+    }
+    SequenceRequest sequence{.tokens = std::move(r.tokens),
                                   .n_prompt = r.n_prompt,
                                   .max_tokens = r.max_tokens,
                                   .stop_ids = std::move(r.stop_ids),
@@ -178,7 +339,12 @@ struct EngineServer::Impl {
                                   .sampling = r.sampling,
                                   .min_tokens = r.min_tokens,
                                   .logit_bias = std::move(r.logit_bias),
-                                  .grammar = std::move(r.grammar)});
+                                  .grammar = std::move(r.grammar)};
+    auto added = adopted.blocks.empty() ? driver->add(id, std::move(sequence))
+                                        : driver->add(id, std::move(sequence), std::move(adopted));
+    if (!added.is_ok() || *added != FinishReason::kNone) {
+      if (resident) resident->owners.erase(id);
+    }
     if (!added.is_ok()) {
       fail_slot(index, added.status().code(), added.status().message());
       return;
@@ -198,6 +364,7 @@ struct EngineServer::Impl {
     by_slot[it->second.slot] = 0;
     driver->remove(id);
     active.erase(it);
+    if (resident) resident->owners.erase(id);
   }
 
   void take_new_requests(uint64_t now) {
@@ -288,6 +455,7 @@ struct EngineServer::Impl {
         fail_slot(a.slot, e.error.code(), e.error.message());
         by_slot[a.slot] = 0;
         active.erase(it);
+        if (resident) resident->owners.erase(e.id);
         continue;
       }
       ProducedToken out{};
@@ -307,6 +475,7 @@ struct EngineServer::Impl {
         log_end(a, finish_reason_name(e.finish));
         by_slot[a.slot] = 0;
         active.erase(it);
+        if (resident) resident->owners.erase(e.id);
       }
     }
     if (!ran) return Status::ok();
@@ -329,6 +498,12 @@ struct EngineServer::Impl {
     driver.reset();
     active.clear();
     std::fill(by_slot.begin(), by_slot.end(), 0);
+    if (resident) {  // the blocks are about to be given out again: no table may name them
+      resident->segment.clear_tables();
+      resident->owners.clear();
+    }
+    for (AdoptCandidate& c : adopt_pending) kv_sequence_release(*cache, c.kv);
+    adopt_pending.clear();
     cache->blocks() = BlockAllocator(cache->config().n_blocks);
     driver = std::make_unique<Driver>(*runner, driver_config());
   }
@@ -340,6 +515,7 @@ struct EngineServer::Impl {
   uint64_t prefix_queries_before = 0, prefix_hits_before = 0;
   DriverConfig driver_config() {
     DriverConfig c{options.scheduler, context};
+    c.journal = resident.get();
     c.vocabulary = [this]() -> Result<std::shared_ptr<const grammar::Vocabulary>> {
       if (vocabulary) return vocabulary;
       HEARTH_ASSIGN_OR_RETURN(std::vector<std::string> table, weights_token_table(weights, model->config().vocab_size));
@@ -348,6 +524,44 @@ struct EngineServer::Impl {
       return vocabulary;
     };
     return c;
+  }
+
+  // The KV cache: in the instance's KV segment, adopted when the one there matches (one
+  // rank on a host-memory backend, unless --no-kv-adopt), else private memory.
+  Status open_cache(const KvCacheConfig& kv, const std::filesystem::path& dir) {
+    const auto path = segment_path(dir, options.instance, "kv");
+    const bool host = backend->name().starts_with("cpu");
+    if (!options.kv_adopt || !host || options.tp != 1) {
+      std::error_code ec;
+      if (std::filesystem::remove(path, ec)) HEARTH_LOG_INFO("removed the resident KV segment {}", path.string());
+      if (options.kv_adopt) {
+        HEARTH_LOG_INFO("the KV cache is private: adopting it across restarts needs one rank on a CPU backend "
+                        "(this engine: {}, --tp {})",
+                        backend->name(), options.tp);
+      }
+      HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::create(*backend, kv));
+      cache.emplace(std::move(made));
+      return Status::ok();
+    }
+    KvSegmentConfig config;
+    config.weights = weights.header->fingerprint;
+    config.broker_id = broker->id();
+    config.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
+                       static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
+                       broker->n_slots(), (context + kv.block_size - 1) / kv.block_size + 1};
+    auto segment = KvSegment::open_or_create(path, config);
+    if (!segment.is_ok()) {
+      return segment.status().with_context("the resident KV cache (hearth-engine --no-kv-adopt keeps it private)");
+    }
+    if (segment->adopted()) {
+      HEARTH_LOG_INFO("adopting the resident KV cache {} ({} MiB)", path.string(), segment->header().total_bytes >> 20);
+    } else if (!segment->why_rebuilt().empty()) {
+      HEARTH_LOG_WARN("rebuilt the resident KV cache {} from empty: {}", path.string(), segment->why_rebuilt());
+    }
+    HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::wrap(kv, segment->k(), segment->v()));
+    cache.emplace(std::move(made));
+    resident = std::make_unique<ResidentKv>(std::move(segment).value());
+    return Status::ok();
   }
 
   void publish_stats() {
@@ -406,20 +620,18 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
   HEARTH_RETURN_IF_ERROR(backend_use_loader_slab(*impl->backend, impl->weights, 0, dir, options.instance));
   impl->group->note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                          static_cast<uint32_t>(impl->backend->threads()));
-  HEARTH_ASSIGN_OR_RETURN(auto cache,
-                          KvCache::create(*impl->backend, {c.n_layers, c.kv_dim() / options.tp, options.block_size,
-                                                           blocks, options.kv_dtype}));
-  impl->cache.emplace(std::move(cache));
+  HEARTH_ASSIGN_OR_RETURN(Broker broker, Broker::open_or_create(segment_path(dir, options.instance, "broker"),
+                                                                {options.slots, static_cast<uint32_t>(impl->context),
+                                                                 options.grammar_bytes}));
+  impl->broker.emplace(std::move(broker));
+  const KvCacheConfig kv{c.n_layers, c.kv_dim() / options.tp, options.block_size, blocks, options.kv_dtype};
+  HEARTH_RETURN_IF_ERROR(impl->open_cache(kv, dir));
   HEARTH_ASSIGN_OR_RETURN(impl->model, LlamaModel::create(c, impl->weights.tensors(0), *impl->backend, max_tokens,
                                                           {.layout = impl->weights.layout,
                                                            .comm = &impl->group->communicator()}));
   impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache,
                                                options.tp > 1 ? impl->group.get() : nullptr);
   impl->driver = std::make_unique<Driver>(*impl->runner, impl->driver_config());
-  HEARTH_ASSIGN_OR_RETURN(Broker broker, Broker::open_or_create(segment_path(dir, options.instance, "broker"),
-                                                                {options.slots, static_cast<uint32_t>(impl->context),
-                                                                 options.grammar_bytes}));
-  impl->broker.emplace(std::move(broker));
   impl->preemptions_before = impl->broker->header().stat_preemptions.load();  // counted by engines before this one
   impl->prefix_queries_before = impl->broker->header().stat_prefix_queries.load();
   impl->prefix_hits_before = impl->broker->header().stat_prefix_hits.load();
@@ -483,6 +695,7 @@ Status EngineServer::run(const std::function<void()>& on_serving) {
       waiting_since = 0;
       m.epoch = m.broker->engine_start();
       m.scan_slots(/*resume_running=*/true);  // requests a previous engine or epoch left in flight
+      HEARTH_RETURN_IF_ERROR(m.adopt());        // those whose KV cache it left are checked and continued
       HEARTH_LOG_INFO("engine epoch {}, group epoch {} of {} rank(s): {} requests in flight at start", m.epoch,
                       group.epoch(), group.size(), m.active.size());
       serving = true;

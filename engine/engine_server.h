@@ -57,6 +57,10 @@ struct EngineOptions {
   std::string cpus;
   int collective_timeout_ms = 30000;
   int rank_stale_ms = 30000;
+  // The KV cache lives in hearth.<instance>.kv and a restarted engine adopts what its
+  // predecessor computed for the requests it resumes (host-memory backends, one rank);
+  // false: the cache is private and resumed requests are computed again.
+  bool kv_adopt = true;
 };
 
 // Fills scheduler knobs from HEARTH_MAX_BATCH_SIZE, HEARTH_MAX_BATCHED_TOKENS,

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "common/test_point.h"
 
 namespace hearth {
 
@@ -11,6 +12,22 @@ Result<KvDType> kv_dtype_from_name(std::string_view name) {
     if (name == kernels::kv_dtype_name(t)) return t;
   }
   return make_error(ErrorCode::kInvalidArgument, "the KV cache dtype must be f32, f16 or bf16, not \"{}\"", name);
+}
+
+Result<KvCache> KvCache::wrap(const KvCacheConfig& config, void* k, void* v) {
+  if (config.n_layers <= 0 || config.kv_dim <= 0 || config.block_size <= 0 || config.n_blocks <= 0 ||
+      kernels::kv_dtype_bytes(config.dtype) == 0 || k == nullptr || v == nullptr) {
+    return make_error(ErrorCode::kInvalidArgument, "a KV cache over given memory needs its geometry and both halves");
+  }
+  KvCache cache;
+  cache.config_ = config;
+  cache.layer_bytes_ = static_cast<int64_t>(config.n_blocks) * config.block_size * config.kv_dim *
+                       kernels::kv_dtype_bytes(config.dtype);
+  const auto bytes = static_cast<size_t>(cache.layer_bytes_) * static_cast<size_t>(config.n_layers);
+  cache.k_ = BackendBuffer(k, bytes, nullptr);  // not owned: the segment's
+  cache.v_ = BackendBuffer(v, bytes, nullptr);
+  cache.blocks_ = BlockAllocator(config.n_blocks);
+  return cache;
 }
 
 Result<KvCache> KvCache::create(Backend& backend, const KvCacheConfig& config) {
@@ -98,8 +115,25 @@ std::optional<int32_t> BlockAllocator::alloc() {
   } else {
     return std::nullopt;
   }
+  HEARTH_TEST_POINT("engine.kv.alloc");  // taken off its list, not yet held
   refs_[static_cast<size_t>(b)] = 1;
   return b;
+}
+
+bool BlockAllocator::hold(int32_t block) {
+  if (block < 0 || block >= total_) return false;
+  const auto i = static_cast<size_t>(block);
+  if (refs_[i] == 0) {
+    if (published_[i]) {
+      unlink(block);
+    } else {
+      const auto it = std::find(free_.begin(), free_.end(), block);
+      if (it == free_.end()) return false;
+      free_.erase(it);
+    }
+  }
+  ++refs_[i];
+  return true;
 }
 
 void BlockAllocator::free(int32_t block) {
@@ -140,6 +174,7 @@ void BlockAllocator::publish(int32_t block, const BlockKey& key, std::span<const
   HEARTH_CHECK(static_cast<int32_t>(tokens.size()) == block_size_) << "a block of " << tokens.size() << " tokens";
   const auto i = static_cast<size_t>(block);
   if (published_[i] || !by_key_.emplace(key, block).second) return;
+  HEARTH_TEST_POINT("engine.prefix.insert");  // keyed, not yet marked published
   published_[i] = 1;
   key_of_[i] = key;
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<ptrdiff_t>(i * tokens.size()));

@@ -44,6 +44,10 @@ class BlockAllocator {
   // else the least recently used evictable one, whose content is forgotten; nullopt
   // when every block is held.
   std::optional<int32_t> alloc();
+  // Takes `block` as one more holder, wherever it is (free, evictable or held): how an
+  // adopted sequence's blocks are held again after a restart. False for a block outside
+  // the cache.
+  bool hold(int32_t block);
   // Drops one holder of `block`.
   void free(int32_t block);
   // Blocks alloc can still give: free plus evictable.
@@ -101,6 +105,9 @@ class KvCache {
  public:
   // Allocates the whole cache up front; fails with the size it wanted when memory is short.
   static Result<KvCache> create(Backend& backend, const KvCacheConfig& config);
+  // A cache over memory someone else owns (the resident KV segment, on a host-memory
+  // backend): n_layers * n_blocks * block_size * kv_dim elements of the dtype each.
+  static Result<KvCache> wrap(const KvCacheConfig& config, void* k, void* v);
 
   const KvCacheConfig& config() const { return config_; }
   // Layer `layer` of the cache: n_blocks * block_size * kv_dim elements of config().dtype each.

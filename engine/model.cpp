@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "common/model_tensors.h"
+#include "common/test_point.h"
 #include "kernels/reference/reference.h"
 
 namespace hearth {
@@ -258,6 +259,7 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
   be.rope(q, n, c.n_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
   be.rope(k, n, c.n_kv_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
   be.kv_store({k, v, cache.k(li), cache.v(li), kc.dtype, &step, c.n_kv_heads, c.head_dim});
+  if (li == c.n_layers / 2) HEARTH_TEST_POINT("engine.kv.store");  // half the layers' K/V of this step written
   be.attention({q, att, cache.k(li), cache.v(li), kc.dtype, &step, c.n_heads, c.n_kv_heads, c.head_dim,
                 1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
   const MatmulTarget output[] = {{l.attn_output, xn}};  // [n, dim], this rank's partial sum

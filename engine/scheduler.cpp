@@ -65,11 +65,24 @@ Status Scheduler::add(uint64_t id, int32_t n_tokens) {
   return Status::ok();
 }
 
+Status Scheduler::add(uint64_t id, int32_t n_tokens, KvSequence& adopted) {
+  HEARTH_RETURN_IF_ERROR(add(id, n_tokens));
+  const auto needed = static_cast<size_t>((adopted.length + block_size_ - 1) / block_size_);
+  if (adopted.length < 1 || adopted.length >= n_tokens || adopted.blocks.size() < needed) return Status::ok();
+  Seq& seq = seqs_.at(id);
+  seq.kv = std::move(adopted);
+  adopted = {};
+  seq.n_computed = seq.kv.length;
+  seq.cached = 0;  // not a prefix-cache lookup
+  return Status::ok();
+}
+
 bool Scheduler::reserve(Seq& seq, int32_t positions) {
   return kv_sequence_reserve(blocks_, seq.kv, positions, block_size_).is_ok();
 }
 
-void Scheduler::release(Seq& seq) {
+void Scheduler::release(uint64_t id, Seq& seq) {
+  if (journal_ != nullptr && !seq.kv.blocks.empty()) journal_->released(id);
   kv_sequence_release(blocks_, seq.kv);
   seq.keys.clear();
   seq.n_computed = 0;
@@ -78,7 +91,7 @@ void Scheduler::release(Seq& seq) {
 void Scheduler::preempt_last() {
   const uint64_t victim = running_.back();
   running_.pop_back();
-  release(seqs_.at(victim));
+  release(victim, seqs_.at(victim));
   waiting_.push_front(victim);
   ++preemptions_;
 }
@@ -103,7 +116,7 @@ StepPlan Scheduler::plan(int64_t now_ms) {
       // Longer than the whole cache: it can never run.
       plan.unschedulable.push_back(id);
       running_.erase(running_.begin() + static_cast<long>(i));
-      release(seq);
+      release(id, seq);
       continue;
     }
     if (!reserve(seq, seq.n_computed + count)) {
@@ -139,13 +152,14 @@ StepPlan Scheduler::plan(int64_t now_ms) {
     if ((seq.n_tokens + block_size_ - 1) / block_size_ > total_blocks) {
       plan.unschedulable.push_back(id);
       waiting_.pop_front();
+      release(id, seq);  // an adopted sequence holds blocks while it waits
       seqs_.erase(id);
       continue;
     }
     take_cached_prefix(id, seq);
     const int32_t count = std::min(seq.n_tokens - seq.n_computed, budget);
     if (!reserve(seq, seq.n_computed + count)) {  // no preemption for newcomers
-      release(seq);  // the cached blocks it took stay published
+      release(id, seq);  // the cached blocks it took stay published
       break;
     }
     waiting_.pop_front();
@@ -178,7 +192,7 @@ void Scheduler::advance(const PlannedSeq& planned) {
 void Scheduler::remove(uint64_t id) {
   const auto it = seqs_.find(id);
   if (it == seqs_.end()) return;
-  release(it->second);
+  release(id, it->second);
   seqs_.erase(it);
   arrived_ms_.erase(id);
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());

@@ -64,6 +64,26 @@ struct StepPlan {
 // The known tokens of a scheduled sequence (the prefix cache's view of its content).
 using TokensOf = std::function<std::span<const TokenId>(uint64_t id)>;
 
+// A sampled row's fingerprint: the position it was computed at, its top token and that
+// token's logit. Recomputing the row from an adopted KV cache must give it again.
+struct RowCheck {
+  int32_t pos = 0;
+  TokenId token = 0;
+  float logit = 0;
+};
+
+// Where a resident KV cache records what each sequence has in it (the engine's KV
+// segment). Called from the step loop.
+class KvJournal {
+ public:
+  virtual ~KvJournal() = default;
+  // Before any block of `id` can go to another sequence (preempted, removed, failed).
+  virtual void released(uint64_t id) = 0;
+  // After a step wrote `id`'s positions below kv.length: its blocks, and the check of the
+  // row it sampled at kv.length - 1 (none when it sampled nothing or sampled on a device).
+  virtual void committed(uint64_t id, const KvSequence& kv, const RowCheck* check) = 0;
+};
+
 class Scheduler {
  public:
   // `tokens_of` is read while planning and advancing, for prefix caching; none: no
@@ -74,6 +94,13 @@ class Scheduler {
   // when resuming). kResourceExhausted when the waiting queue is full; kInvalidArgument
   // for an id already present or a non-positive count.
   Status add(uint64_t id, int32_t n_tokens);
+  // Queues a sequence whose first adopted.length positions are already in the blocks of
+  // `adopted` (an engine restart adopting the resident cache): it computes from there.
+  // The blocks are moved out of `adopted` only when it is taken; an adoption that cannot
+  // be used (nothing left to compute, too few blocks) leaves them there and the sequence
+  // is queued to compute everything.
+  Status add(uint64_t id, int32_t n_tokens, KvSequence& adopted);
+  void set_journal(KvJournal* journal) { journal_ = journal; }
   // Plans the next step (empty when there is nothing to run). `now_ms` is any
   // monotonic clock in milliseconds (used by static batching only).
   StepPlan plan(int64_t now_ms = 0);
@@ -106,7 +133,7 @@ class Scheduler {
     int32_t cached = -1;         // tokens found at its first admission; -1 before it
   };
   bool reserve(Seq& seq, int32_t positions);
-  void release(Seq& seq);
+  void release(uint64_t id, Seq& seq);
   void preempt_last();
   // Takes the cached blocks of a sequence about to be admitted with nothing computed.
   void take_cached_prefix(uint64_t id, Seq& seq);
@@ -125,6 +152,7 @@ class Scheduler {
   TokensOf tokens_of_;
   BlockKey chain_seed_;  // random per scheduler: block keys cannot be predicted from outside
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  KvJournal* journal_ = nullptr;
 };
 
 }  // namespace hearth

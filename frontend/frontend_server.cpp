@@ -812,6 +812,12 @@ void Session::handle_metrics() {
   render_metric(out, "hearth_prefix_cache_hits_total", "counter",
                 "Prompt tokens found in the prefix cache: hits / queries is the hit ratio",
                 static_cast<double>(h.stat_prefix_hits.load()), m);
+  render_metric(out, "hearth_kv_adopted_total", "counter",
+                "Requests a restarted engine resumed from the resident KV cache, without computing them again",
+                static_cast<double>(h.stat_kv_adopted.load()), m);
+  render_metric(out, "hearth_kv_adopt_rejected_total", "counter",
+                "Resumed requests whose adopted KV cache failed its check and were computed again",
+                static_cast<double>(h.stat_kv_adopt_rejected.load()), m);
   render_metric(out, "hearth_engine_up", "gauge", "1 when an engine heartbeat is fresh", s.engine_ready() ? 1 : 0);
   render_metric(out, "hearth_engine_running", "gauge", "Sequences the engine runs", h.stat_running.load());
   render_metric(out, "hearth_engine_waiting", "gauge", "Sequences waiting for the engine", h.stat_waiting.load());

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <random>
 
 #include "common/process.h"
 #include "common/test_point.h"
@@ -149,7 +150,10 @@ Result<Broker> Broker::open_or_create(const std::filesystem::path& path, const B
   h.slot_stride = slot_stride_for(config.slot_tokens, config.grammar_bytes);
   h.ring_offset = kBrokerHeaderBytes;
   h.slots_offset = kBrokerHeaderBytes + align64(ring_bytes(ring_capacity_for(config.n_slots)));
-  h.created_unix_ms = static_cast<uint64_t>(::time(nullptr)) * 1000;
+  timespec now{};
+  ::clock_gettime(CLOCK_REALTIME, &now);
+  h.created_unix_ms = static_cast<uint64_t>(now.tv_sec) * 1000 + static_cast<uint64_t>(now.tv_nsec) / 1000000;
+  h.nonce = static_cast<uint32_t>(std::random_device{}());
   ring_init(seg.data() + h.ring_offset, ring_capacity_for(config.n_slots));
   for (uint32_t i = 0; i < config.n_slots; ++i) {
     auto* s = new (seg.data() + h.slots_offset + i * h.slot_stride) SlotHeader{};

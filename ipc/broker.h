@@ -68,6 +68,9 @@ class Broker {
   static Result<Broker> attach(const std::filesystem::path& path);
 
   BrokerHeader& header() const { return *header_; }
+  // This broker among all that were ever created: its creation time and nonce (what a
+  // resident KV segment records, so that it never trusts tables of another broker's slots).
+  uint64_t id() const { return (header_->created_unix_ms << 20) ^ header_->nonce; }
   uint32_t n_slots() const { return header_->n_slots; }
   uint32_t slot_tokens() const { return header_->slot_tokens; }
   uint32_t grammar_capacity() const { return header_->slot_grammar_bytes; }

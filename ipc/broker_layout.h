@@ -24,8 +24,8 @@
 namespace hearth {
 
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
-inline constexpr uint32_t kBrokerLayoutVersion = 5;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
-                                                     // 5: prefix-cache counts
+inline constexpr uint32_t kBrokerLayoutVersion = 6;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
+                                                     // 5: prefix-cache counts; 6: nonce, KV adoption counts
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr int kMaxFrontends = 16;
@@ -63,7 +63,7 @@ struct BrokerHeader {
   uint32_t slot_tokens;      // prompt plus output tokens a slot holds (the context)
   uint64_t slot_stride;      // bytes per slot
   uint32_t slot_grammar_bytes;  // GBNF text a slot holds at most (hearth-engine --max-grammar-bytes)
-  uint32_t reserved0;
+  uint32_t nonce;  // random at creation: with created_unix_ms, names this broker (broker_id)
   uint64_t slots_offset;
   uint64_t ring_offset;
   uint64_t created_unix_ms;
@@ -86,6 +86,8 @@ struct BrokerHeader {
   std::atomic<uint64_t> stat_preemptions;     // running sequences sent back to waiting for lack of KV blocks
   std::atomic<uint64_t> stat_prefix_queries;  // prompt tokens looked up in the prefix cache (first admissions)
   std::atomic<uint64_t> stat_prefix_hits;     // of those, tokens found there
+  std::atomic<uint64_t> stat_kv_adopted;      // resumed sequences that continued from the resident KV cache
+  std::atomic<uint64_t> stat_kv_adopt_rejected;  // resumed sequences whose adopted cache failed its check: recomputed
   FrontendEntry frontends[kMaxFrontends];
 };
 static_assert(sizeof(BrokerHeader) <= kBrokerHeaderBytes);

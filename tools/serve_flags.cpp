@@ -43,6 +43,7 @@ constexpr ServeFlag kFlags[] = {
   {"max-batched-tokens", FlagKind::kInt, "N", kToEngine, "tokens per step, prefill chunks included", "Engine", 1, 1 << 20, {}, false, {}, "512"},
   {"prefetch", FlagKind::kInt, "N", kToEngine, "queued requests taken per step", "Engine", 1, 65536, {}, false, {}, "64"},
   {"no-prefix-cache", FlagKind::kBool, "", kToEngine, "turn off automatic prefix caching (later requests reusing the KV blocks of earlier ones with the same leading tokens)", "Engine"},
+  {"no-kv-adopt", FlagKind::kBool, "", kToEngine, "a restarted engine computes the requests it resumes again instead of adopting the resident KV cache (hearth.<instance>.kv) its predecessor left", "Engine"},
   {"static-batching", FlagKind::kInt, "MS", kToEngine, "batch statically instead (a full batch or MS of waiting), for comparisons", "Engine", 1, 600000},
   {"max-grammar-bytes", FlagKind::kInt, "N", kToEngine, "largest grammar a request's structured output or forced tool call may compile to (each slot holds this much)", "Engine", 0, 16 << 20, {}, false, {}, "65536"},
   // HTTP.

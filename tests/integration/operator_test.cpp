@@ -215,7 +215,8 @@ TEST_F(OperatorTest, ALiveScrapePassesPromtool) {
                            "hearth_e2e_request_latency_seconds_bucket", "hearth_request_queue_time_seconds_bucket",
                            "hearth_num_requests_running", "hearth_num_requests_waiting", "hearth_kv_cache_usage_perc",
                            "hearth_num_preemptions_total", "hearth_prefix_cache_queries_total",
-                           "hearth_prefix_cache_hits_total", "hearth_request_success_total", "hearth_build_info",
+                           "hearth_prefix_cache_hits_total", "hearth_kv_adopted_total", "hearth_kv_adopt_rejected_total",
+                           "hearth_request_success_total", "hearth_build_info",
                            "process_cpu_seconds_total"}) {
     EXPECT_NE(scrape.body.find(name), std::string::npos) << name;
   }

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -16,6 +17,7 @@
 #include <boost/json.hpp>
 
 #include "common/process.h"
+#include "ipc/kv_segment.h"
 #include "tests/integration/instance.h"
 
 namespace hearth::testing {
@@ -324,6 +326,105 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
 
 INSTANTIATE_TEST_SUITE_P(Rank, TensorParallelRestartTest, ::testing::Values(1, 0),
                          [](const auto& p) { return "rank" + std::to_string(p.param); });
+
+// The resident KV cache across engine crashes, with real processes: 16 streams, the
+// engine SIGKILLed in the middle of them and started again, three times. First it adopts
+// what its predecessor left (no request is computed again); then the segment's keys are
+// overwritten before the restart, so every adopted sequence fails its check and is
+// computed again; then it runs with --no-kv-adopt. Every stream ends with the text of an
+// uninterrupted run each time.
+TEST(RestartTest, ARestartedEngineAdoptsTheResidentKvCacheAndRecomputesADamagedOne) {
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  Instance p("kvadopt");
+  ASSERT_EQ(p.load(model), "");
+  // Room for every stream's blocks, so that none is preempted (and holds nothing) at the kill.
+  const std::vector<std::string> flags = {"--ctx", "512", "--slots", "32", "--threads", "1", "--kv-blocks", "1024"};
+  std::string failure;
+  auto engine = p.engine(flags, {}, &failure);
+  ASSERT_TRUE(engine) << failure;
+  uint16_t port = 0;
+  auto frontend = p.frontend(port, {"--engine-wait", "60000"}, {}, &failure);
+  ASSERT_TRUE(frontend) << failure;
+  const auto kv_path = p.shm() / "hearth.kvadopt.kv";
+  EXPECT_TRUE(std::filesystem::exists(kv_path));
+
+  const auto cases = long_streams(16);
+  std::vector<std::string> refs;
+  {
+    ConcurrentStreams uninterrupted(port, cases);
+    uninterrupted.join();
+    for (const auto& a : uninterrupted.answers) {
+      ASSERT_EQ(a.error, "");
+      refs.push_back(a.text);
+    }
+  }
+  auto counter = [&](const char* name) {
+    return metric_value(http_request(port, "GET", "/metrics").body, name).value_or(-1);
+  };
+  enum class Restart { kAdopt, kDamaged, kNoAdopt };
+  for (Restart how : {Restart::kAdopt, Restart::kDamaged, Restart::kNoAdopt}) {
+    SCOPED_TRACE(static_cast<int>(how));
+    const double adopted0 = counter("hearth_kv_adopted_total"), rejected0 = counter("hearth_kv_adopt_rejected_total");
+    ConcurrentStreams streams(port, cases);
+    ASSERT_TRUE(streams.all_midway(600, 30s)) << "the streams did not start";
+    engine->signal(SIGKILL);
+    engine->wait(10s);
+    if (how == Restart::kDamaged) {
+      // Every key of every layer becomes NaN (f16 0xFFFF): no check row can match.
+      KvHeader h{};
+      std::fstream f(kv_path, std::ios::in | std::ios::out | std::ios::binary);
+      ASSERT_TRUE(f.read(reinterpret_cast<char*>(&h), sizeof(h)));
+      ASSERT_EQ(h.magic, kKvMagic);
+      const std::string nan(static_cast<size_t>(h.layer_bytes * static_cast<uint64_t>(h.geometry.n_layers)), '\xff');
+      f.seekp(static_cast<std::streamoff>(h.k_offset));
+      ASSERT_TRUE(f.write(nan.data(), static_cast<std::streamsize>(nan.size())));
+    }
+    std::vector<std::string> restart_flags = flags;
+    if (how == Restart::kNoAdopt) restart_flags.push_back("--no-kv-adopt");
+    const auto restarted_at = std::chrono::steady_clock::now();
+    engine = p.engine(restart_flags, {}, &failure);
+    ASSERT_TRUE(engine) << failure;
+    std::vector<size_t> at_restart(cases.size());
+    for (size_t i = 0; i < cases.size(); ++i) at_restart[i] = streams.progress[i].load();
+    double all_moving_ms = -1;
+    for (const auto deadline = restarted_at + 30s; std::chrono::steady_clock::now() < deadline;) {
+      bool all = true;
+      for (size_t i = 0; i < cases.size(); ++i) all = all && (streams.progress[i].load() > at_restart[i] || streams.finished[i]);
+      if (all) {
+        all_moving_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - restarted_at).count();
+        break;
+      }
+      std::this_thread::sleep_for(1ms);
+    }
+    streams.join();
+    for (size_t i = 0; i < cases.size(); ++i) {
+      EXPECT_EQ(streams.answers[i].error, "") << "stream " << i;
+      EXPECT_EQ(streams.answers[i].text, refs[i]) << "stream " << i;
+    }
+    const double adopted = counter("hearth_kv_adopted_total") - adopted0;
+    const double rejected = counter("hearth_kv_adopt_rejected_total") - rejected0;
+    std::printf("[restart] restart %d: %.0f adopted, %.0f rejected; every stream moving %.0f ms after the engine start\n",
+                static_cast<int>(how), adopted, rejected, all_moving_ms);
+    // A stream whose table was torn by the kill itself (killed between writing a check and
+    // advancing `committed`) is computed again without a check: at most one step's worth.
+    switch (how) {
+      case Restart::kAdopt:
+        EXPECT_GE(adopted, 14) << "streams cut: " << cases.size();
+        EXPECT_EQ(rejected, 0);
+        break;
+      case Restart::kDamaged:
+        EXPECT_EQ(adopted, 0);
+        EXPECT_GE(rejected, 14);
+        break;
+      case Restart::kNoAdopt:
+        EXPECT_EQ(adopted, 0);
+        EXPECT_EQ(rejected, 0);
+        EXPECT_FALSE(std::filesystem::exists(kv_path)) << "--no-kv-adopt leaves no resident cache behind";
+        break;
+    }
+  }
+}
 
 const std::vector<std::string> kEngineFlags = {"--ctx", "512", "--slots", "32", "--threads", "1"};
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <random>
 
 #include "engine/driver.h"
@@ -239,6 +240,115 @@ TEST(DriverPrefixTest, GreedyTextIsTheSameWithTheCacheOnAndOffAndUnderPressure) 
     EXPECT_EQ(on.texts[r], off.texts[r]) << "request " << r;
     EXPECT_EQ(tight.texts[r], off.texts[r]) << "request " << r << " under pressure";
   }
+}
+
+// The journal a resident KV cache keeps, in memory: what each sequence committed.
+struct RecordingJournal final : KvJournal {
+  struct Entry {
+    std::vector<int32_t> blocks;
+    int32_t length = 0;
+    std::optional<RowCheck> check;
+  };
+  std::map<uint64_t, Entry> live;
+  int released_calls = 0;
+  void released(uint64_t id) override {
+    ++released_calls;
+    live.erase(id);
+  }
+  void committed(uint64_t id, const KvSequence& kv, const RowCheck* check) override {
+    Entry& e = live[id];
+    e.blocks = kv.blocks;
+    e.length = kv.length;
+    if (check != nullptr) {
+      EXPECT_EQ(check->pos, kv.length - 1);
+      e.check = *check;
+    }
+  }
+};
+
+TEST(KvAdoptTest, ADriverContinuesFromAdoptedBlocksWithTheTokensOfAnUninterruptedRun) {
+  REQUIRE_STORIES();
+  LoadedModel model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
+  auto backend = make_cpu_backend();
+  auto llama = std::move(LlamaModel::create(model.config, model.tensors, *backend, 256)).value();
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<TokenId> token(3, model.config.vocab_size - 1);
+  std::vector<std::vector<TokenId>> prompts(8);
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    prompts[r].push_back(1);
+    for (size_t i = 0; i < 20 + 9 * r; ++i) prompts[r].push_back(token(rng));
+  }
+  constexpr int32_t kOut = 40, kBlocks = 256;
+  KvCache cache = std::move(KvCache::create(*backend, {model.config.n_layers, model.config.kv_dim(), 16, kBlocks})).value();
+  ModelRunner runner(*llama, cache);
+  const DriverConfig base{.scheduler = {.max_batch_size = 8, .max_batched_tokens = 64}, .max_sequence_tokens = 512};
+  auto request = [&](size_t r, const std::vector<TokenId>& produced) {
+    SequenceRequest q{.tokens = prompts[r], .n_prompt = static_cast<int32_t>(prompts[r].size()), .max_tokens = kOut,
+                      .ignore_stop = true, .sampling = {.temperature = 0.0f}};
+    q.tokens.insert(q.tokens.end(), produced.begin(), produced.end());
+    return q;
+  };
+  std::vector<std::vector<TokenId>> reference(prompts.size());
+  {
+    Driver d(runner, base);
+    for (size_t r = 0; r < prompts.size(); ++r) ASSERT_TRUE(d.add(r, request(r, {})).is_ok());
+    ASSERT_TRUE(d.run_until_idle([&](const StepEvent& e) {
+                   reference[e.id].push_back(e.token.id);
+                   return true;
+                 }).is_ok());
+  }
+  // The same run, journaled, stopped after 12 steps as a crash would stop it: the driver
+  // is gone without releasing anything.
+  RecordingJournal journal;
+  std::vector<std::vector<TokenId>> produced(prompts.size());
+  {
+    DriverConfig c = base;
+    c.journal = &journal;
+    Driver d(runner, c);
+    for (size_t r = 0; r < prompts.size(); ++r) ASSERT_TRUE(d.add(r, request(r, {})).is_ok());
+    std::vector<StepEvent> events;
+    for (int step = 0; step < 12; ++step) {
+      bool ran = false;
+      ASSERT_TRUE(d.step(events, ran).is_ok());
+      for (const StepEvent& e : events) produced[e.id].push_back(e.token.id);
+    }
+  }
+  ASSERT_EQ(journal.live.size(), prompts.size()) << "every sequence committed and none released";
+  // The restart: the allocator is rebuilt from the journal alone, each sequence adopts
+  // its blocks and continues from its committed length.
+  cache.blocks() = BlockAllocator(kBlocks);
+  Driver d(runner, base);
+  std::vector<int32_t> adopted_length(prompts.size());
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    const RecordingJournal::Entry& e = journal.live.at(r);
+    ASSERT_TRUE(e.check.has_value()) << "decoding sequences sampled a row";
+    EXPECT_EQ(e.check->token, produced[r].back()) << "greedy: the check's top token is the token produced";
+    KvSequence kv;
+    const auto n_tokens = static_cast<int32_t>(prompts[r].size() + produced[r].size());
+    kv.length = std::min(e.length, n_tokens - 1);
+    for (size_t b = 0; b < static_cast<size_t>((kv.length + 15) / 16); ++b) {
+      ASSERT_TRUE(cache.blocks().hold(e.blocks[b]));
+      kv.blocks.push_back(e.blocks[b]);
+    }
+    adopted_length[r] = kv.length;
+    ASSERT_TRUE(d.add(r, request(r, produced[r]), std::move(kv)).is_ok());
+  }
+  EXPECT_FALSE(cache.blocks().hold(kBlocks)) << "a block outside the cache";
+  // The first step computes one position per sequence: nothing committed is computed again.
+  std::vector<StepEvent> events;
+  bool ran = false;
+  ASSERT_TRUE(d.step(events, ran).is_ok());
+  EXPECT_EQ(d.last_step_tokens(), static_cast<int32_t>(prompts.size()));
+  for (const StepEvent& e : events) produced[e.id].push_back(e.token.id);
+  ASSERT_TRUE(d.run_until_idle([&](const StepEvent& e) {
+                 produced[e.id].push_back(e.token.id);
+                 return true;
+               }).is_ok());
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    EXPECT_EQ(produced[r], reference[r]) << "sequence " << r;
+  }
+  EXPECT_EQ(cache.blocks_free(), kBlocks) << "every adopted block back";
+  EXPECT_TRUE(cache.blocks().audit().is_ok()) << cache.blocks().audit().to_string();
 }
 
 }  // namespace

@@ -1,0 +1,187 @@
+// kv_adopt_bench: what an engine crash costs a stream, with the resident KV cache adopted
+// and without (--no-kv-adopt: the restarted engine computes every resumed request again).
+// For each context length, `hearth serve` runs N streams whose prompts are that many
+// distinct tokens; once every stream is decoding, the engine is SIGKILLed (serve starts
+// another). Prints, per context and mode, the time from the kill to each stream's next
+// token (median and max over the streams) and the ratio between the modes.
+//
+//   kv_adopt_bench [--model GGUF] [--streams 4] [--contexts 500,2000] [--threads 2]
+//
+// Without --model it writes the 1B synthetic Llama as Q4_0 (`hearth synth --preset 1b`).
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/json.hpp>
+
+#include "common/args.h"
+#include "common/process.h"
+#include "common/subprocess.h"
+#include "kernels/cpu/isa.h"
+#include "tests/integration/http_client.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace json = boost::json;
+
+std::string bin(const std::string& name) {
+  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
+}
+
+// One stream: when each piece of its response arrived.
+struct Stream {
+  std::mutex mu;
+  std::vector<Clock::time_point> arrivals;  // guarded by mu
+  std::string body;
+  int status = 0;
+};
+
+struct Result {
+  double median_ms = -1, max_ms = -1;
+  bool ok = true;
+};
+
+Result run_case(const std::string& model, int streams, int context, int threads, bool adopt) {
+  const std::string shm = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  const int ctx = context + 128;
+  const int blocks = streams * ((ctx + 15) / 16) + 16;
+  std::vector<std::string> argv = {bin("hearth"), "serve", "--model", model, "--port", "0", "--instance",
+                                   "bench-kv-adopt", "--shm-dir", shm, "--ctx", std::to_string(ctx), "--slots",
+                                   std::to_string(streams * 2), "--kv-blocks", std::to_string(blocks), "--threads",
+                                   std::to_string(threads), "--engine-wait", "3600000", "--remove-on-exit"};
+  if (!adopt) argv.push_back("--no-kv-adopt");
+  hearth::ChildProcess serve(argv);
+  const auto line = serve.read_line(300s);
+  if (!line) {
+    std::fprintf(stderr, "kv_adopt_bench: hearth serve did not start: %s\n", serve.err().c_str());
+    return {.ok = false};
+  }
+  const size_t colon = line->rfind(':', line->find("/v1"));
+  const auto port = static_cast<uint16_t>(std::stoi(line->substr(colon + 1)));
+
+  std::vector<Stream> s(static_cast<size_t>(streams));
+  std::vector<std::thread> clients;
+  std::mt19937 rng(static_cast<uint32_t>(context));
+  std::uniform_int_distribution<int> id(300, 8000);
+  for (int i = 0; i < streams; ++i) {
+    json::array prompt;
+    prompt.push_back(1);
+    for (int t = 1; t < context; ++t) prompt.push_back(id(rng));
+    const json::object body = {{"prompt", prompt}, {"max_tokens", 64}, {"temperature", 0}, {"ignore_eos", true},
+                               {"stream", true}};
+    clients.emplace_back([port, body, &st = s[static_cast<size_t>(i)]] {
+      size_t seen = 0;
+      const auto res = hearth::testing::http_request_streamed(port, "/v1/completions", json::serialize(body),
+                                                              [&](const std::string& raw) {
+                                                                if (raw.size() == seen) return;
+                                                                seen = raw.size();
+                                                                std::lock_guard lock(st.mu);
+                                                                st.arrivals.push_back(Clock::now());
+                                                              });
+      std::lock_guard lock(st.mu);
+      st.status = res.status;
+      st.body = res.body;
+    });
+  }
+  // Every stream decoding: a dozen pieces in.
+  for (const auto deadline = Clock::now() + 3600s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
+    bool all = true;
+    for (Stream& st : s) {
+      std::lock_guard lock(st.mu);
+      all = all && st.arrivals.size() >= 12;
+    }
+    if (all) break;
+  }
+  const auto killed = Clock::now();
+  for (int pid : hearth::children_of(serve.pid(), "hearth-engine")) ::kill(pid, SIGKILL);
+  for (auto& c : clients) c.join();
+  std::vector<double> gaps;
+  Result r;
+  for (Stream& st : s) {
+    const auto next = std::find_if(st.arrivals.begin(), st.arrivals.end(), [&](auto t) { return t > killed; });
+    if (st.status != 200 || st.body.find("[DONE]") == std::string::npos || next == st.arrivals.end()) r.ok = false;
+    if (next != st.arrivals.end()) gaps.push_back(std::chrono::duration<double, std::milli>(*next - killed).count());
+  }
+  std::sort(gaps.begin(), gaps.end());
+  if (!gaps.empty()) {
+    r.median_ms = gaps[gaps.size() / 2];
+    r.max_ms = gaps.back();
+  }
+  serve.signal(SIGTERM);
+  serve.wait(120s);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto args = hearth::Args::parse({argv + 1, argv + argc}, {"model", "streams", "contexts", "threads"}, {});
+  if (!args.is_ok()) {
+    std::fprintf(stderr, "kv_adopt_bench: %s\n", args.status().message().c_str());
+    return 2;
+  }
+  auto streams = args->get_int("streams", 1, 64);
+  auto threads = args->get_int("threads", 1, 1024);
+  if (!streams.is_ok() || !threads.is_ok()) {
+    std::fprintf(stderr, "kv_adopt_bench: %s\n",
+                 (!streams.is_ok() ? streams.status() : threads.status()).message().c_str());
+    return 2;
+  }
+  std::vector<int> contexts;
+  {
+    std::stringstream list(args->get("contexts").value_or("500,2000"));
+    for (std::string item; std::getline(list, item, ',');) {
+      const int c = std::atoi(item.c_str());
+      if (c < 16 || c > 32000) {
+        std::fprintf(stderr, "kv_adopt_bench: --contexts: \"%s\" is not a length from 16 to 32000\n", item.c_str());
+        return 2;
+      }
+      contexts.push_back(c);
+    }
+  }
+  std::string model = args->get("model").value_or("");
+  std::filesystem::path made;
+  if (model.empty()) {
+    made = std::filesystem::temp_directory_path() / ("kv-adopt-bench-" + std::to_string(::getpid()) + ".gguf");
+    const auto synth = hearth::run_process({bin("hearth"), "synth", "--preset", "1b", "--type", "q4_0", "--gguf",
+                                            made.string()});
+    if (synth.exit_code != 0) {
+      std::fprintf(stderr, "kv_adopt_bench: hearth synth failed: %s\n", synth.err.c_str());
+      return 1;
+    }
+    model = made.string();
+  }
+  const int n = static_cast<int>(streams->value_or(4));
+  const int t = static_cast<int>(threads->value_or(2));
+  std::printf("# cpu: %s\n", hearth::kernels::cpu::cpu_host_summary().c_str());
+  std::printf("# engine SIGKILLed mid-decode: %s, %d streams of distinct prompts, %d threads; time from the kill to each "
+              "stream's next token\n",
+              std::filesystem::path(model).filename().c_str(), n, t);
+  std::printf("| context | adopted: median / max ms | --no-kv-adopt: median / max ms | speed-up (median) |\n");
+  std::printf("| ---: | ---: | ---: | ---: |\n");
+  int failed = 0;
+  for (int c : contexts) {
+    const Result a = run_case(model, n, c, t, true);
+    const Result r = run_case(model, n, c, t, false);
+    failed += (a.ok ? 0 : 1) + (r.ok ? 0 : 1);
+    std::printf("| %d | %.0f / %.0f | %.0f / %.0f | %.1fx |\n", c, a.median_ms, a.max_ms, r.median_ms, r.max_ms,
+                a.median_ms > 0 ? r.median_ms / a.median_ms : 0.0);
+    std::fflush(stdout);
+  }
+  if (!made.empty()) std::filesystem::remove(made);
+  if (failed > 0) std::fprintf(stderr, "kv_adopt_bench: %d runs had a stream that did not complete\n", failed);
+  return failed > 0 ? 1 : 0;
+}

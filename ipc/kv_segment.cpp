@@ -1,0 +1,147 @@
+#include "ipc/kv_segment.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <new>
+#include <system_error>
+
+#include <fmt/format.h>
+
+namespace hearth {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+uint64_t table_stride(const KvGeometry& g) {
+  return align_up(sizeof(KvSlotTable) + sizeof(int32_t) * static_cast<uint64_t>(g.max_blocks), 64);
+}
+
+uint64_t layer_bytes(const KvGeometry& g) {
+  return static_cast<uint64_t>(g.n_blocks) * static_cast<uint64_t>(g.block_size) * static_cast<uint64_t>(g.kv_dim) *
+         g.element_bytes;
+}
+
+uint64_t k_offset(const KvGeometry& g) {
+  return align_up(kKvHeaderBytes + table_stride(g) * g.n_slots, kPage);
+}
+
+uint64_t v_offset(const KvGeometry& g) {
+  return k_offset(g) + align_up(layer_bytes(g) * static_cast<uint64_t>(g.n_layers), kPage);
+}
+
+bool sane(const KvGeometry& g) {
+  return g.n_layers > 0 && g.n_layers <= 4096 && g.kv_dim > 0 && g.kv_dim <= (1 << 20) && g.block_size > 0 &&
+         g.block_size <= 4096 && g.n_blocks > 0 && g.n_blocks <= (1 << 26) && g.element_bytes > 0 &&
+         g.element_bytes <= 8 && g.tp_size >= 1 && g.tp_rank >= 0 && g.tp_rank < g.tp_size && g.n_slots > 0 &&
+         g.n_slots <= (1u << 20) && g.max_blocks > 0 && g.max_blocks <= (1 << 24);
+}
+
+// Why a valid segment cannot be adopted under `c`, or "" when it can.
+std::string mismatch(const KvHeader& h, const KvSegmentConfig& c) {
+  if (!(h.weights == c.weights)) return fmt::format("it holds another model's cache ({})", h.weights.hex());
+  if (h.broker_id != c.broker_id) return "it belongs to another broker segment (its requests are gone)";
+  const KvGeometry& a = h.geometry;
+  const KvGeometry& b = c.geometry;
+  if (a == b) return "";
+  return fmt::format("its geometry differs ({} layers x {} x {} blocks of {}, dtype {}, rank {}/{}, {} slots; now "
+                     "{} x {} x {} blocks of {}, dtype {}, rank {}/{}, {} slots)",
+                     a.n_layers, a.kv_dim, a.n_blocks, a.block_size, a.dtype, a.tp_rank, a.tp_size, a.n_slots,
+                     b.n_layers, b.kv_dim, b.n_blocks, b.block_size, b.dtype, b.tp_rank, b.tp_size, b.n_slots);
+}
+
+}  // namespace
+
+uint64_t kv_segment_bytes(const KvGeometry& g) {
+  return v_offset(g) + align_up(layer_bytes(g) * static_cast<uint64_t>(g.n_layers), kPage);
+}
+
+Status KvSegment::validate(uint64_t file_bytes) const {
+  const std::string p = segment_.path().string();
+  if (file_bytes < kKvHeaderBytes) return make_error(ErrorCode::kFormat, "{} is truncated ({} bytes)", p, file_bytes);
+  const KvHeader& h = header();
+  if (h.magic != kKvMagic) return make_error(ErrorCode::kFormat, "{} is not a hearth KV segment", p);
+  if (h.layout_version != kKvLayoutVersion) {
+    return make_error(ErrorCode::kFormat, "{} has KV layout version {}, this build uses {}", p, h.layout_version,
+                      kKvLayoutVersion);
+  }
+  const KvGeometry& g = h.geometry;
+  if (h.header_bytes != kKvHeaderBytes || !sane(g) || h.total_bytes != file_bytes ||
+      kv_segment_bytes(g) != file_bytes || h.tables_offset != kKvHeaderBytes || h.table_stride != table_stride(g) ||
+      h.k_offset != k_offset(g) || h.v_offset != v_offset(g) || h.layer_bytes != layer_bytes(g)) {
+    return make_error(ErrorCode::kFormat, "{} has an inconsistent header or is truncated ({} bytes)", p, file_bytes);
+  }
+  return Status::ok();
+}
+
+Result<KvSegment> KvSegment::attach(const std::filesystem::path& path, bool writable) {
+  HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::attach(path, writable));
+  KvSegment s;
+  s.segment_ = std::move(seg);
+  HEARTH_RETURN_IF_ERROR(s.validate(s.segment_.size()));
+  return s;
+}
+
+void KvSegment::clear_tables() const {
+  for (uint32_t i = 0; i < header().geometry.n_slots; ++i) {
+    KvSlotTable& t = table(i);
+    t.committed.store(0, std::memory_order_release);
+    t.check.store(0, std::memory_order_relaxed);
+    t.n_blocks = 0;
+  }
+}
+
+Result<KvSegment> KvSegment::open_or_create(const std::filesystem::path& path, const KvSegmentConfig& config) {
+  if (!sane(config.geometry)) {
+    return make_error(ErrorCode::kInvalidArgument, "KV segment geometry out of range ({} layers, {} blocks of {})",
+                      config.geometry.n_layers, config.geometry.n_blocks, config.geometry.block_size);
+  }
+  std::string why;
+  if (std::filesystem::exists(path)) {
+    auto existing = attach(path, /*writable=*/true);
+    if (existing.is_ok()) {
+      why = mismatch(existing->header(), config);
+      if (why.empty()) {
+        existing->adopted_ = true;
+        existing->header().creator_pid = ::getpid();
+        existing->header().adoptions.fetch_add(1, std::memory_order_relaxed);
+        return existing;
+      }
+    } else {
+      why = existing.status().message();
+    }
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+  const uint64_t bytes = kv_segment_bytes(config.geometry);
+  HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, bytes));
+  KvHeader& h = *new (seg.data()) KvHeader{};
+  h.magic = kKvMagic;
+  h.layout_version = kKvLayoutVersion;
+  h.header_bytes = kKvHeaderBytes;
+  h.total_bytes = bytes;
+  h.weights = config.weights;
+  h.broker_id = config.broker_id;
+  h.geometry = config.geometry;
+  h.creator_pid = ::getpid();
+  h.created_unix_ms = static_cast<uint64_t>(::time(nullptr)) * 1000;
+  h.tables_offset = kKvHeaderBytes;
+  h.table_stride = table_stride(config.geometry);
+  h.k_offset = k_offset(config.geometry);
+  h.v_offset = v_offset(config.geometry);
+  h.layer_bytes = layer_bytes(config.geometry);
+  for (uint32_t i = 0; i < config.geometry.n_slots; ++i) {
+    new (seg.data() + h.tables_offset + h.table_stride * i) KvSlotTable{};
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  seg.publish();
+  KvSegment s;
+  s.segment_ = std::move(seg);
+  s.why_rebuilt_ = std::move(why);
+  return s;
+}
+
+}  // namespace hearth

@@ -1,0 +1,129 @@
+// The resident KV segment, hearth.<instance>.kv: the engine's paged KV cache in shared
+// memory, so that a restarted engine adopts what its predecessor computed instead of
+// prefilling every request again (DESIGN.md, "kv").
+//
+// Layout: a header (the model's fingerprint, the broker it serves, the cache's geometry
+// and dtype, TP rank), then a table per broker slot, then K and V (each n_layers x
+// n_blocks x block_size x kv_dim elements, page aligned). A slot's table names the
+// request it describes (the broker slot's request id and generation), its blocks in
+// position order and `committed`: the positions whose K/V are fully written. The one
+// writer (the engine) advances `committed` with release ordering only after the step that
+// wrote those positions, and sets it to 0 before any of the sequence's blocks can go to
+// another sequence; a reader trusts nothing past it. The check is the last sampled row's
+// top token and its logit, so that an adopter can recompute that row from the adopted
+// cache and compare before it trusts the rest.
+//
+// Knows nothing of models or backends: only bytes and their bookkeeping.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "common/status.h"
+#include "ipc/segment.h"
+#include "ipc/weights_layout.h"
+
+namespace hearth {
+
+inline constexpr uint64_t kKvMagic = 0x474553564b525448ull;  // "HTRKVSEG" little-endian
+inline constexpr uint32_t kKvLayoutVersion = 1;
+inline constexpr uint32_t kKvHeaderBytes = 4096;
+
+// What a KV segment must match to be adopted; anything else rebuilds it.
+struct KvGeometry {
+  int32_t n_layers = 0;
+  int32_t kv_dim = 0;  // this rank's share
+  int32_t block_size = 0;
+  int32_t n_blocks = 0;
+  uint32_t dtype = 0;       // kernels::KvDType
+  uint32_t element_bytes = 0;
+  int32_t tp_rank = 0;
+  int32_t tp_size = 1;
+  uint32_t n_slots = 0;         // broker slots, one table each
+  int32_t max_blocks = 0;       // per table: the context's blocks
+  bool operator==(const KvGeometry&) const = default;
+};
+
+struct KvSegmentConfig {
+  Fingerprint weights;
+  // The broker the tables' slots belong to (its creation time and nonce): a new broker
+  // means new requests, and every table is void.
+  uint64_t broker_id = 0;
+  KvGeometry geometry;
+};
+
+struct KvHeader {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_bytes;
+  uint64_t total_bytes;
+  Fingerprint weights;
+  uint64_t broker_id;
+  KvGeometry geometry;
+  int32_t creator_pid;
+  uint32_t reserved0;
+  uint64_t created_unix_ms;
+  uint64_t tables_offset;
+  uint64_t table_stride;
+  uint64_t k_offset;
+  uint64_t v_offset;
+  uint64_t layer_bytes;            // of K (and of V) per layer
+  std::atomic<uint64_t> adoptions;  // engines that adopted this segment
+};
+static_assert(sizeof(KvHeader) <= kKvHeaderBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free);
+
+// The check packed in one word, so that a reader sees a position and its token together.
+inline uint64_t kv_check_pack(int32_t pos, int32_t token) {
+  return (uint64_t{static_cast<uint32_t>(pos)} << 32) | static_cast<uint32_t>(token);
+}
+inline int32_t kv_check_pos(uint64_t packed) { return static_cast<int32_t>(packed >> 32); }
+inline int32_t kv_check_token(uint64_t packed) { return static_cast<int32_t>(packed & 0xffffffffu); }
+
+struct alignas(64) KvSlotTable {
+  std::atomic<int32_t> committed;   // positions whose K/V are written; 0: nothing is trusted
+  uint32_t generation;              // the broker slot's generation and request id it is for
+  uint64_t request_id;
+  std::atomic<uint64_t> check;      // kv_check_pack(position of the last sampled row, its top token); 0: none
+  float check_logit;                // that row's logit of the top token (written before `check`)
+  int32_t n_blocks;                 // entries of blocks[] written
+  // int32_t blocks[max_blocks] follow.
+  int32_t* blocks() { return reinterpret_cast<int32_t*>(this + 1); }
+  const int32_t* blocks() const { return reinterpret_cast<const int32_t*>(this + 1); }
+};
+
+uint64_t kv_segment_bytes(const KvGeometry& g);
+
+class KvSegment {
+ public:
+  // Attaches to `path` when it holds a segment for exactly this config (then adopted() is
+  // true), else replaces it with an empty one; `why_rebuilt()` says why, in a phrase, when
+  // there was a segment that could not be adopted.
+  static Result<KvSegment> open_or_create(const std::filesystem::path& path, const KvSegmentConfig& config);
+  // Maps an existing segment for reading (hearth status, tests) after checking its header.
+  static Result<KvSegment> attach(const std::filesystem::path& path, bool writable = false);
+
+  KvHeader& header() const { return *reinterpret_cast<KvHeader*>(segment_.data()); }
+  KvSlotTable& table(uint32_t slot) const {
+    return *reinterpret_cast<KvSlotTable*>(segment_.data() + header().tables_offset + header().table_stride * slot);
+  }
+  std::byte* k() const { return segment_.data() + header().k_offset; }
+  std::byte* v() const { return segment_.data() + header().v_offset; }
+  bool adopted() const { return adopted_; }
+  const std::string& why_rebuilt() const { return why_rebuilt_; }
+  const std::filesystem::path& path() const { return segment_.path(); }
+
+  // Voids every table (after a group break, or before the first step of a new cache).
+  void clear_tables() const;
+
+ private:
+  Status validate(uint64_t file_bytes) const;
+
+  ShmSegment segment_;
+  bool adopted_ = false;
+  std::string why_rebuilt_;
+};
+
+}  // namespace hearth
