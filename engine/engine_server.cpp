@@ -59,7 +59,7 @@ struct Active {
 
 // The resident KV cache's tables: what each running sequence has committed to the KV
 // segment, kept by the step loop (KvJournal) so that a restarted engine can adopt it.
-struct ResidentKv final : KvJournal {
+struct ResidentKv final : KvJournal, BlockObserver {
   struct Owner {
     uint32_t slot = 0;
     uint64_t request_id = 0;
@@ -100,6 +100,32 @@ struct ResidentKv final : KvJournal {
     }
     HEARTH_TEST_POINT("engine.kv.commit");  // the table written, `committed` not yet advanced
     t.committed.store(kv.length, std::memory_order_release);
+  }
+
+  void published(int32_t block, const BlockKey& key, std::span<const TokenId> tokens) override {
+    KvBlockRecord& r = segment.record(block);
+    r.published.store(0, std::memory_order_relaxed);
+    r.key[0] = key.hi;
+    r.key[1] = key.lo;
+    std::copy(tokens.begin(), tokens.end(), r.tokens());
+    r.published.store(1, std::memory_order_release);
+  }
+  void unpublished(int32_t block) override { segment.record(block).published.store(0, std::memory_order_release); }
+
+  // Publishes again every block the segment's index names; returns how many.
+  int32_t restore_index(BlockAllocator& blocks) const {
+    const int32_t bs = segment.header().geometry.block_size;
+    int32_t n = 0;
+    for (int32_t b = 0; b < segment.header().geometry.n_blocks; ++b) {
+      KvBlockRecord& r = segment.record(b);
+      if (r.published.load(std::memory_order_acquire) != 1) continue;
+      if (blocks.restore(b, {r.key[0], r.key[1]}, std::span<const TokenId>(r.tokens(), static_cast<size_t>(bs)))) {
+        ++n;
+      } else {
+        r.published.store(0, std::memory_order_release);  // inconsistent with the tables: forgotten
+      }
+    }
+    return n;
   }
 };
 
@@ -281,9 +307,10 @@ struct EngineServer::Impl {
   // Recomputes each candidate's check row from the adopted cache, a batch at a time, and
   // enters it: with its blocks when the row matches, else to be computed again.
   Status adopt() {
-    if (adopt_pending.empty()) return Status::ok();
+    if (!resident) return Status::ok();
     std::vector<AdoptCandidate> pending = std::move(adopt_pending);
     adopt_pending.clear();
+    const size_t claimed = reject_double_claims(pending);
     const auto vocab = static_cast<size_t>(model->config().vocab_size);
     const size_t batch = static_cast<size_t>(std::max(1, std::min(options.scheduler.max_batch_size,
                                                                   options.scheduler.max_batched_tokens)));
@@ -294,13 +321,22 @@ struct EngineServer::Impl {
       input.clear(cache->config().block_size);
       for (size_t i = first; i < end; ++i) {
         const AdoptCandidate& c = pending[i];
+        if (c.kv.blocks.empty()) continue;  // refused by reject_double_claims
         HEARTH_RETURN_IF_ERROR(input.add_sequence(
             std::span(c.request.tokens).subspan(static_cast<size_t>(c.check_pos), 1), c.check_pos, c.kv.blocks, true));
       }
-      HEARTH_ASSIGN_OR_RETURN(std::span<const float> logits, runner->run(input));
+      std::span<const float> logits;
+      if (input.n_seqs() > 0) {
+        HEARTH_ASSIGN_OR_RETURN(logits, runner->run(input));
+      }
+      size_t row = 0;
       for (size_t i = first; i < end; ++i) {
         AdoptCandidate& c = pending[i];
-        const bool ok = check_matches(logits.subspan((i - first) * vocab, vocab), c.check_token, c.check_logit);
+        if (c.kv.blocks.empty()) {
+          enter(c.slot, std::move(c.request), {});
+          continue;
+        }
+        const bool ok = check_matches(logits.subspan(row++ * vocab, vocab), c.check_token, c.check_logit);
         if (ok) {
           ++adopted;
           positions += static_cast<uint64_t>(c.kv.length);
@@ -314,13 +350,60 @@ struct EngineServer::Impl {
         enter(c.slot, std::move(c.request), std::move(c.kv));
       }
     }
+    rejected += claimed;
     BrokerHeader& h = broker->header();
     h.stat_kv_adopted.fetch_add(adopted, std::memory_order_relaxed);
     h.stat_kv_adopt_rejected.fetch_add(rejected, std::memory_order_relaxed);
-    HEARTH_LOG_INFO("adopted the KV cache of {} resumed requests ({} positions not computed again); {} failed the "
-                    "check and are computed again",
-                    adopted, positions, rejected);
+    // The prefix cache's index comes back only from a cache that passed every check: one
+    // that failed may be damaged anywhere.
+    int32_t restored = 0;
+    if (rejected == 0) {
+      restored = resident->restore_index(cache->blocks());
+    } else {
+      resident->segment.clear_records();
+    }
+    if (Status audit = cache->blocks().audit(); !audit.is_ok()) {
+      return make_error(ErrorCode::kInternal, "the KV blocks after adoption fail their audit: {}", audit.message());
+    }
+    if (!pending.empty() || restored > 0) {
+      HEARTH_LOG_INFO("adopted the KV cache of {} resumed requests ({} positions not computed again); {} failed the "
+                      "check and are computed again; {} prefix-cache blocks found again",
+                      adopted, positions, rejected, restored);
+    }
     return Status::ok();
+  }
+
+  // A block two tables hold must be one the prefix cache shared: a full block at the same
+  // place in both, after the same tokens. Anything else (a table that outlived the
+  // release of its blocks) would let two sequences write one block: both candidates lose
+  // their blocks and are computed again; returns how many.
+  size_t reject_double_claims(std::vector<AdoptCandidate>& pending) {
+    const int32_t bs = cache->config().block_size;
+    std::unordered_map<int32_t, std::pair<size_t, size_t>> first_claim;  // block -> (candidate, index)
+    std::vector<uint8_t> bad(pending.size(), 0);
+    for (size_t c = 0; c < pending.size(); ++c) {
+      const AdoptCandidate& a = pending[c];
+      for (size_t i = 0; i < a.kv.blocks.size(); ++i) {
+        const auto [it, fresh] = first_claim.emplace(a.kv.blocks[i], std::pair{c, i});
+        if (fresh) continue;
+        const AdoptCandidate& b = pending[it->second.first];
+        const auto end = static_cast<int32_t>(i + 1) * bs;
+        const bool shared = it->second.second == i && a.kv.length >= end && b.kv.length >= end &&
+                            std::equal(a.request.tokens.begin(), a.request.tokens.begin() + end, b.request.tokens.begin());
+        if (shared) continue;
+        HEARTH_LOG_ERROR("KV block {} is claimed by the tables of slots {} and {} for different content: both are "
+                         "computed again",
+                         a.kv.blocks[i], a.slot, b.slot);
+        bad[c] = bad[it->second.first] = 1;
+      }
+    }
+    size_t n = 0;
+    for (size_t c = 0; c < pending.size(); ++c) {
+      if (!bad[c]) continue;
+      kv_sequence_release(*cache, pending[c].kv);
+      ++n;
+    }
+    return n;
   }
 
   // Gives a read request to the driver (with the blocks of an adopted cache, if any) and
@@ -498,13 +581,15 @@ struct EngineServer::Impl {
     driver.reset();
     active.clear();
     std::fill(by_slot.begin(), by_slot.end(), 0);
-    if (resident) {  // the blocks are about to be given out again: no table may name them
+    if (resident) {  // the blocks are about to be given out again: no table or record may name them
       resident->segment.clear_tables();
+      resident->segment.clear_records();
       resident->owners.clear();
     }
     for (AdoptCandidate& c : adopt_pending) kv_sequence_release(*cache, c.kv);
     adopt_pending.clear();
     cache->blocks() = BlockAllocator(cache->config().n_blocks);
+    if (resident) cache->blocks().set_observer(resident.get());
     driver = std::make_unique<Driver>(*runner, driver_config());
   }
 
@@ -560,7 +645,10 @@ struct EngineServer::Impl {
     }
     HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::wrap(kv, segment->k(), segment->v()));
     cache.emplace(std::move(made));
+    const uint64_t* seed = segment->header().chain_seed;
+    options.scheduler.chain_seed = BlockKey{seed[0], seed[1]};  // the keys its index was written under
     resident = std::make_unique<ResidentKv>(std::move(segment).value());
+    cache->blocks().set_observer(resident.get());
     return Status::ok();
   }
 

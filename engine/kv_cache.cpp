@@ -110,6 +110,7 @@ std::optional<int32_t> BlockAllocator::alloc() {
   } else if (lru_head_ >= 0) {  // evict the least recently used published block
     b = lru_head_;
     unlink(b);
+    if (observer_ != nullptr) observer_->unpublished(b);
     by_key_.erase(key_of_[static_cast<size_t>(b)]);
     published_[static_cast<size_t>(b)] = 0;
   } else {
@@ -165,6 +166,7 @@ std::optional<int32_t> BlockAllocator::find(const BlockKey& key, std::span<const
 }
 
 void BlockAllocator::publish(int32_t block, const BlockKey& key, std::span<const TokenId> tokens) {
+  HEARTH_TEST_POINT("engine.prefix.insert");  // a filled block offered to the index, before it changes
   HEARTH_CHECK(block >= 0 && block < total_ && refs_[static_cast<size_t>(block)] > 0)
       << "block " << block << " is published by no holder";
   if (block_size_ == 0) {
@@ -174,10 +176,37 @@ void BlockAllocator::publish(int32_t block, const BlockKey& key, std::span<const
   HEARTH_CHECK(static_cast<int32_t>(tokens.size()) == block_size_) << "a block of " << tokens.size() << " tokens";
   const auto i = static_cast<size_t>(block);
   if (published_[i] || !by_key_.emplace(key, block).second) return;
-  HEARTH_TEST_POINT("engine.prefix.insert");  // keyed, not yet marked published
   published_[i] = 1;
   key_of_[i] = key;
   std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<ptrdiff_t>(i * tokens.size()));
+  if (observer_ != nullptr) observer_->published(block, key, tokens);
+}
+
+bool BlockAllocator::restore(int32_t block, const BlockKey& key, std::span<const TokenId> tokens) {
+  if (block < 0 || block >= total_ || tokens.empty()) return false;
+  const auto i = static_cast<size_t>(block);
+  if (block_size_ == 0) {
+    block_size_ = static_cast<int32_t>(tokens.size());
+    tokens_.assign(static_cast<size_t>(total_) * tokens.size(), 0);
+  }
+  if (static_cast<int32_t>(tokens.size()) != block_size_ || published_[i]) return false;
+  if (refs_[i] == 0) {
+    const auto it = std::find(free_.begin(), free_.end(), block);
+    if (it == free_.end()) return false;
+    if (!by_key_.emplace(key, block).second) return false;
+    free_.erase(it);
+    prev_[i] = lru_tail_;  // evictable, most recently used
+    next_[i] = -1;
+    (lru_tail_ >= 0 ? next_[static_cast<size_t>(lru_tail_)] : lru_head_) = block;
+    lru_tail_ = block;
+    ++lru_size_;
+  } else if (!by_key_.emplace(key, block).second) {
+    return false;
+  }
+  published_[i] = 1;
+  key_of_[i] = key;
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin() + static_cast<ptrdiff_t>(i * tokens.size()));
+  return true;
 }
 
 Status BlockAllocator::audit() const {

@@ -33,6 +33,16 @@ struct BlockKey {
 // The key of a block holding `tokens` after the block keyed `parent`.
 BlockKey block_key(const BlockKey& parent, std::span<const TokenId> tokens);
 
+// Told when the prefix cache's index changes (the resident KV segment mirrors it, so that
+// a restarted engine finds the blocks again). `unpublished` comes before the block can be
+// written by anyone.
+class BlockObserver {
+ public:
+  virtual ~BlockObserver() = default;
+  virtual void published(int32_t block, const BlockKey& key, std::span<const TokenId> tokens) = 0;
+  virtual void unpublished(int32_t block) = 0;
+};
+
 // The cache's blocks: who holds each (a reference count) and, for the prefix cache,
 // which full blocks hold known content. A block whose last holder lets go while it is
 // published stays findable by its key (evictable, least recently used first) until
@@ -60,6 +70,12 @@ class BlockAllocator {
   // private and is freed as usual).
   std::optional<int32_t> find(const BlockKey& key, std::span<const TokenId> tokens);
   void publish(int32_t block, const BlockKey& key, std::span<const TokenId> tokens);
+  // Publishes `block` again after a restart (its content known from the resident index):
+  // held or not, it becomes findable under `key`; one that nobody holds becomes
+  // evictable. False (and no change) for a block outside the cache, a block already
+  // published, or a key already taken.
+  bool restore(int32_t block, const BlockKey& key, std::span<const TokenId> tokens);
+  void set_observer(BlockObserver* observer) { observer_ = observer; }
   int32_t published_count() const { return static_cast<int32_t>(by_key_.size()); }
   int32_t holders(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
 
@@ -86,6 +102,7 @@ class BlockAllocator {
   std::vector<int32_t> prev_, next_;
   int32_t lru_head_ = -1, lru_tail_ = -1;
   size_t lru_size_ = 0;
+  BlockObserver* observer_ = nullptr;
 };
 
 using kernels::KvDType;

@@ -10,8 +10,12 @@ namespace hearth {
 Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& blocks, int32_t block_size, TokensOf tokens_of)
     : config_(config), blocks_(blocks), block_size_(block_size), tokens_of_(std::move(tokens_of)) {
   if (!config_.prefix_caching) tokens_of_ = nullptr;
-  std::random_device random;
-  chain_seed_ = {(uint64_t{random()} << 32) | random(), (uint64_t{random()} << 32) | random()};
+  if (config_.chain_seed) {
+    chain_seed_ = *config_.chain_seed;
+  } else {
+    std::random_device random;
+    chain_seed_ = {(uint64_t{random()} << 32) | random(), (uint64_t{random()} << 32) | random()};
+  }
 }
 
 void Scheduler::take_cached_prefix(uint64_t id, Seq& seq) {

@@ -45,6 +45,9 @@ struct SchedulerConfig {
   // sequence computed before (and the allocator has not evicted) takes those blocks
   // instead of computing them again (hearth-engine --no-prefix-cache turns it off).
   bool prefix_caching = true;
+  // The prefix cache's key chain seed; none: a random one per scheduler. A resident KV
+  // cache keeps its seed, so that a restarted engine's keys find its blocks again.
+  std::optional<BlockKey> chain_seed;
 };
 
 struct PlannedSeq {

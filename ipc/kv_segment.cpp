@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <new>
+#include <random>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -20,13 +21,19 @@ uint64_t table_stride(const KvGeometry& g) {
   return align_up(sizeof(KvSlotTable) + sizeof(int32_t) * static_cast<uint64_t>(g.max_blocks), 64);
 }
 
+uint64_t record_stride(const KvGeometry& g) {
+  return align_up(sizeof(KvBlockRecord) + sizeof(int32_t) * static_cast<uint64_t>(g.block_size), 8);
+}
+
+uint64_t records_offset(const KvGeometry& g) { return align_up(kKvHeaderBytes + table_stride(g) * g.n_slots, 64); }
+
 uint64_t layer_bytes(const KvGeometry& g) {
   return static_cast<uint64_t>(g.n_blocks) * static_cast<uint64_t>(g.block_size) * static_cast<uint64_t>(g.kv_dim) *
          g.element_bytes;
 }
 
 uint64_t k_offset(const KvGeometry& g) {
-  return align_up(kKvHeaderBytes + table_stride(g) * g.n_slots, kPage);
+  return align_up(records_offset(g) + record_stride(g) * static_cast<uint64_t>(g.n_blocks), kPage);
 }
 
 uint64_t v_offset(const KvGeometry& g) {
@@ -71,7 +78,8 @@ Status KvSegment::validate(uint64_t file_bytes) const {
   const KvGeometry& g = h.geometry;
   if (h.header_bytes != kKvHeaderBytes || !sane(g) || h.total_bytes != file_bytes ||
       kv_segment_bytes(g) != file_bytes || h.tables_offset != kKvHeaderBytes || h.table_stride != table_stride(g) ||
-      h.k_offset != k_offset(g) || h.v_offset != v_offset(g) || h.layer_bytes != layer_bytes(g)) {
+      h.k_offset != k_offset(g) || h.v_offset != v_offset(g) || h.layer_bytes != layer_bytes(g) ||
+      h.records_offset != records_offset(g) || h.record_stride != record_stride(g)) {
     return make_error(ErrorCode::kFormat, "{} has an inconsistent header or is truncated ({} bytes)", p, file_bytes);
   }
   return Status::ok();
@@ -83,6 +91,10 @@ Result<KvSegment> KvSegment::attach(const std::filesystem::path& path, bool writ
   s.segment_ = std::move(seg);
   HEARTH_RETURN_IF_ERROR(s.validate(s.segment_.size()));
   return s;
+}
+
+void KvSegment::clear_records() const {
+  for (int32_t b = 0; b < header().geometry.n_blocks; ++b) record(b).published.store(0, std::memory_order_release);
 }
 
 void KvSegment::clear_tables() const {
@@ -133,6 +145,10 @@ Result<KvSegment> KvSegment::open_or_create(const std::filesystem::path& path, c
   h.k_offset = k_offset(config.geometry);
   h.v_offset = v_offset(config.geometry);
   h.layer_bytes = layer_bytes(config.geometry);
+  h.records_offset = records_offset(config.geometry);
+  h.record_stride = record_stride(config.geometry);
+  std::random_device random;
+  for (uint64_t& word : h.chain_seed) word = (uint64_t{random()} << 32) | random();
   for (uint32_t i = 0; i < config.geometry.n_slots; ++i) {
     new (seg.data() + h.tables_offset + h.table_stride * i) KvSlotTable{};
   }

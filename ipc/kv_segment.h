@@ -71,6 +71,9 @@ struct KvHeader {
   uint64_t v_offset;
   uint64_t layer_bytes;            // of K (and of V) per layer
   std::atomic<uint64_t> adoptions;  // engines that adopted this segment
+  uint64_t chain_seed[2];           // the prefix cache's key chain seed (random at creation)
+  uint64_t records_offset;          // the prefix cache's index: a KvBlockRecord per block
+  uint64_t record_stride;
 };
 static_assert(sizeof(KvHeader) <= kKvHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free);
@@ -94,6 +97,19 @@ struct alignas(64) KvSlotTable {
   const int32_t* blocks() const { return reinterpret_cast<const int32_t*>(this + 1); }
 };
 
+// The prefix cache's index, one record per block: the block's key and tokens, valid while
+// `published` is 1. Written (key, tokens, then `published` with release) only once the
+// block's K/V are complete; `published` goes to 0 before the block is given to anyone to
+// write again.
+struct alignas(8) KvBlockRecord {
+  std::atomic<uint32_t> published;
+  uint32_t reserved;
+  uint64_t key[2];
+  // int32_t tokens[block_size] follow.
+  int32_t* tokens() { return reinterpret_cast<int32_t*>(this + 1); }
+  const int32_t* tokens() const { return reinterpret_cast<const int32_t*>(this + 1); }
+};
+
 uint64_t kv_segment_bytes(const KvGeometry& g);
 
 class KvSegment {
@@ -109,14 +125,19 @@ class KvSegment {
   KvSlotTable& table(uint32_t slot) const {
     return *reinterpret_cast<KvSlotTable*>(segment_.data() + header().tables_offset + header().table_stride * slot);
   }
+  KvBlockRecord& record(int32_t block) const {
+    return *reinterpret_cast<KvBlockRecord*>(segment_.data() + header().records_offset +
+                                             header().record_stride * static_cast<uint64_t>(block));
+  }
   std::byte* k() const { return segment_.data() + header().k_offset; }
   std::byte* v() const { return segment_.data() + header().v_offset; }
   bool adopted() const { return adopted_; }
   const std::string& why_rebuilt() const { return why_rebuilt_; }
   const std::filesystem::path& path() const { return segment_.path(); }
 
-  // Voids every table (after a group break, or before the first step of a new cache).
+  // Voids every table and block record (after a group break, or an adopted cache found wrong).
   void clear_tables() const;
+  void clear_records() const;
 
  private:
   Status validate(uint64_t file_bytes) const;

@@ -21,7 +21,9 @@
 //    lost; an answer with an error (an HTTP error status, an error event) is wrong.
 // 3. Audit. With the kills over and the load stopped: every broker slot FREE, no KV block
 //    in use, nothing running or waiting, the request ring empty, and one registry entry
-//    held (the live frontend's).
+//    held (the live frontend's). Each restarted engine adopted the resident KV cache of
+//    the requests it resumed (engine/README.md): none may have failed its check (the
+//    engine also rejects any block two tables claim for different content).
 //
 // Exits 0 when everything held, 1 otherwise, 77 (CTest: skipped) without the test model
 // or without test points in this build.
@@ -79,6 +81,11 @@ const Point kEnginePoints[] = {
     {"broker.engine_start", 1, true},  {"ring.pop.claimed", 8},       {"engine.admit.running", 8},
     {"engine.step.planned", 60}, {"engine.step.forwarded", 60}, {"broker.publish", 200},
     {"engine.step.sampled", 60}, {"broker.finish", 8},          {"engine.reap.cancelled", 1},
+    // The resident KV cache: inside a step's K/V stores, between a table's blocks and its
+    // `committed`, inside a block allocation, as a filled block is offered to the prefix
+    // cache's index (with a KV cache of 48 blocks, so that eviction runs too).
+    {"engine.kv.store", 60},     {"engine.kv.commit", 60},      {"engine.kv.alloc", 20},
+    {"engine.prefix.insert", 10},
 };
 const Point kFrontendPoints[] = {
     {"broker.claim.filling", 8}, {"broker.submit.queued", 8}, {"ring.push.claimed", 8}, {"broker.submit.pushed", 8},
@@ -341,6 +348,7 @@ class Armed {
 
 struct Audit {
   uint32_t busy_slots = 0, running = 0, waiting = 0, kv_blocks = 0;
+  uint64_t kv_adopted = 0, kv_rejected = 0;  // resumed sequences that adopted the resident cache, failed its check
   uint64_t ring = 0;
   int live_entries = 0, dead_entries = 0;
   std::map<std::string, int> states;
@@ -360,6 +368,8 @@ Audit audit_once(const Broker& b) {
   a.running = h.stat_running.load();
   a.waiting = h.stat_waiting.load();
   a.kv_blocks = h.stat_kv_blocks_used.load();
+  a.kv_adopted = h.stat_kv_adopted.load();
+  a.kv_rejected = h.stat_kv_adopt_rejected.load();
   a.ring = b.ring().size();
   for (const FrontendEntry& f : h.frontends) {
     const int32_t pid = f.pid.load();
@@ -395,7 +405,7 @@ int run(const Options& o) {
   }
   std::vector<Point> engine_points(std::begin(kEnginePoints), std::end(kEnginePoints));
   std::vector<Point> frontend_points(std::begin(kFrontendPoints), std::end(kFrontendPoints));
-  Armed engine("engine", inst.engine_argv({"--slots", "64", "--ctx", "256", "--threads", "1"}), engine_points, -1,
+  Armed engine("engine", inst.engine_argv({"--slots", "64", "--ctx", "256", "--threads", "1", "--kv-blocks", "48"}), engine_points, -1,
                inst.shm());
   Armed frontend("frontend", inst.frontend_argv({"--threads", "2", "--engine-wait", "60000"}, true), frontend_points,
                  listen_fd, inst.shm());
@@ -491,13 +501,17 @@ int run(const Options& o) {
               "entries live %d, of dead frontends %d (reused by the next ones)\n",
               states.c_str(), audit.running, audit.waiting, audit.kv_blocks,
               static_cast<unsigned long long>(audit.ring), audit.live_entries, audit.dead_entries);
+  // A failed check means an adopted cache was not what its table said (or two tables
+  // claimed one block for different content): never expected, whatever the kill point.
+  std::printf("resumed sequences that adopted the resident KV cache %llu, rejected by its check %llu\n",
+              static_cast<unsigned long long>(audit.kv_adopted), static_cast<unsigned long long>(audit.kv_rejected));
   std::printf("phases: loader %.1f s, references %.1f s, serving under kills %.1f s, recovery until clean %.1f s\n",
               loader_s, refs_s, serve_s, std::chrono::duration<double>(Clock::now() - audit_t0).count());
   for (const auto& f : load_result.failures) std::printf("FAILED request: %s\n", f.c_str());
   for (const auto& u : kills.unexpected) std::printf("FAILED: %s\n", u.c_str());
   for (const auto& n : not_reached) std::printf("NOT REACHED: %s\n", n.c_str());
   ok = ok && kills.unexpected.empty() && load_result.lost == 0 && load_result.wrong == 0 && audit.clean() &&
-       not_reached.empty() && load_result.requests > 0;
+       not_reached.empty() && load_result.requests > 0 && audit.kv_rejected == 0;
   std::printf("%s\n", ok ? "crash_test: passed" : "crash_test: FAILED");
   ::close(listen_fd);
   return ok ? 0 : 1;

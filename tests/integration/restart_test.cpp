@@ -362,6 +362,18 @@ TEST(RestartTest, ARestartedEngineAdoptsTheResidentKvCacheAndRecomputesADamagedO
   auto counter = [&](const char* name) {
     return metric_value(http_request(port, "GET", "/metrics").body, name).value_or(-1);
   };
+  // A finished request's blocks stay in the prefix cache; after a restart the same prompt
+  // finds them in the adopted segment's index.
+  std::string story;
+  for (int i = 0; i < 6; ++i) story += "Once upon a time, there was a little girl named Lily. She loved to play. ";
+  const std::string repeat = json::serialize(json::object{{"prompt", story}, {"max_tokens", 4}, {"temperature", 0}});
+  auto cached_tokens = [&] {
+    const auto r = http_request(port, "POST", "/v1/completions", repeat);
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body).at("usage").at("prompt_tokens_details").at("cached_tokens").to_number<int64_t>();
+  };
+  cached_tokens();  // computes it (a stream's story may have shared its first block)
+  EXPECT_GE(cached_tokens(), 64) << "found before any restart";
   enum class Restart { kAdopt, kDamaged, kNoAdopt };
   for (Restart how : {Restart::kAdopt, Restart::kDamaged, Restart::kNoAdopt}) {
     SCOPED_TRACE(static_cast<int>(how));
@@ -412,6 +424,7 @@ TEST(RestartTest, ARestartedEngineAdoptsTheResidentKvCacheAndRecomputesADamagedO
       case Restart::kAdopt:
         EXPECT_GE(adopted, 14) << "streams cut: " << cases.size();
         EXPECT_EQ(rejected, 0);
+        EXPECT_GE(cached_tokens(), 64) << "the prefix cache is warm after the restart";
         break;
       case Restart::kDamaged:
         EXPECT_EQ(adopted, 0);

@@ -82,6 +82,32 @@ struct Sequences {
   }
 };
 
+TEST(BlockAllocatorTest, HeldAndRestoredBlocksRebuildTheStateARestartFinds) {
+  BlockAllocator blocks(4);
+  const auto t0 = iota_tokens(4, 10), t1 = iota_tokens(4, 20);
+  const BlockKey k0 = block_key({}, t0), k1 = block_key(k0, t1);
+  // Block 2 held by an adopted sequence and published; block 3 published by nobody's.
+  ASSERT_TRUE(blocks.hold(2));
+  ASSERT_TRUE(blocks.restore(2, k0, t0));
+  ASSERT_TRUE(blocks.restore(3, k1, t1));
+  EXPECT_FALSE(blocks.restore(1, k1, t1)) << "a key already taken";
+  EXPECT_FALSE(blocks.restore(3, k0, t0)) << "a block already published";
+  EXPECT_FALSE(blocks.restore(4, k0, t0)) << "outside the cache";
+  EXPECT_FALSE(blocks.hold(-1));
+  EXPECT_TRUE(blocks.audit().is_ok()) << blocks.audit().to_string();
+  EXPECT_EQ(blocks.holders(2), 1);
+  EXPECT_EQ(blocks.free_count(), 3) << "blocks 0 and 1 free, 3 evictable";
+  EXPECT_EQ(blocks.find(k1, t1), std::optional<int32_t>(3));
+  EXPECT_EQ(blocks.find(k0, t0), std::optional<int32_t>(2));
+  EXPECT_EQ(blocks.holders(2), 2);
+  ASSERT_TRUE(blocks.hold(2)) << "held again: shared by a third";
+  EXPECT_EQ(blocks.holders(2), 3);
+  for (int i = 0; i < 3; ++i) blocks.free(2);
+  blocks.free(3);
+  EXPECT_EQ(blocks.free_count(), 4);
+  EXPECT_TRUE(blocks.audit().is_ok()) << blocks.audit().to_string();
+}
+
 TEST(SchedulerPrefixTest, AdmissionTakesTheCachedFullBlocksButNeverTheLastTokensBlock) {
   BlockAllocator blocks(32);
   Sequences seqs;
