@@ -27,7 +27,10 @@ Result<FinishReason> Driver::add(uint64_t id, SequenceRequest request) {
 
 Result<FinishReason> Driver::add(uint64_t id, SequenceRequest request, KvSequence adopted) {
   auto added = add_sequence(id, std::move(request), adopted);
-  if (!adopted.blocks.empty()) kv_sequence_release(runner_.cache().blocks(), adopted);  // not taken
+  if (!adopted.blocks.empty()) {  // not taken: the journal lets go of them first
+    if (config_.journal != nullptr) config_.journal->released(id);
+    kv_sequence_release(runner_.cache().blocks(), adopted);
+  }
   return added;
 }
 

@@ -94,7 +94,9 @@ struct ResidentKv final : KvJournal, BlockObserver {
     }
     std::copy(kv.blocks.begin(), kv.blocks.end(), t.blocks());
     t.n_blocks = static_cast<int32_t>(kv.blocks.size());
-    if (check != nullptr) {
+    if (check != nullptr) {  // no moment where an old check names the new logit
+      t.check.store(0, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_release);
       t.check_logit = check->logit;
       t.check.store(kv_check_pack(check->pos, check->token), std::memory_order_release);
     }
@@ -135,6 +137,7 @@ struct AdoptCandidate {
   uint32_t slot = 0;
   SlotRequest request;
   KvSequence kv;       // its blocks, held in the allocator; kv.length positions trusted
+  int32_t committed = 0;  // the table's (kv.length may be one less: the last known token is computed again)
   int32_t check_pos = 0;
   TokenId check_token = 0;
   float check_logit = 0;
@@ -142,10 +145,10 @@ struct AdoptCandidate {
 
 // Whether a recomputed row agrees with the recorded one: the same top token (or one
 // within the tolerance of the top, for rows with near ties) and the same logit, up to
-// what a different batch shape changes in float arithmetic.
+// what a different batch shape changes in float arithmetic (0.2%).
 bool check_matches(std::span<const float> row, TokenId token, float logit) {
   if (token < 0 || static_cast<size_t>(token) >= row.size()) return false;
-  const float tolerance = 1e-2f * std::max(1.0f, std::fabs(logit));
+  const float tolerance = 2e-3f * std::max(1.0f, std::fabs(logit));
   const float top = *std::max_element(row.begin(), row.end());
   const float got = row[static_cast<size_t>(token)];
   return std::isfinite(got) && got >= top - tolerance && std::fabs(got - logit) <= tolerance;
@@ -296,6 +299,7 @@ struct EngineServer::Impl {
       }
       c.kv.blocks.push_back(b);
     }
+    c.committed = committed;
     c.check_pos = pos;
     c.check_token = kv_check_token(check);
     c.check_logit = t.check_logit;
@@ -311,58 +315,56 @@ struct EngineServer::Impl {
     std::vector<AdoptCandidate> pending = std::move(adopt_pending);
     adopt_pending.clear();
     const size_t claimed = reject_double_claims(pending);
-    const auto vocab = static_cast<size_t>(model->config().vocab_size);
-    const size_t batch = static_cast<size_t>(std::max(1, std::min(options.scheduler.max_batch_size,
-                                                                  options.scheduler.max_batched_tokens)));
-    uint64_t adopted = 0, rejected = 0, positions = 0;
-    ModelInput input;
-    for (size_t first = 0; first < pending.size(); first += batch) {
-      const size_t end = std::min(pending.size(), first + batch);
-      input.clear(cache->config().block_size);
-      for (size_t i = first; i < end; ++i) {
-        const AdoptCandidate& c = pending[i];
-        if (c.kv.blocks.empty()) continue;  // refused by reject_double_claims
-        HEARTH_RETURN_IF_ERROR(input.add_sequence(
-            std::span(c.request.tokens).subspan(static_cast<size_t>(c.check_pos), 1), c.check_pos, c.kv.blocks, true));
+    std::vector<uint8_t> ok(pending.size(), 0);
+    const Status verified = verify(pending, ok);
+    if (!verified.is_ok()) {
+      HEARTH_LOG_WARN("could not check the adopted KV cache ({}); the requests not yet checked are computed again",
+                      verified.message());
+    }
+    const int32_t bs = cache->config().block_size;
+    uint64_t adopted = 0, rejected = claimed, positions = 0;
+    std::vector<int32_t> rewritten;  // blocks the adopted sequences will write again
+    for (size_t i = 0; i < pending.size(); ++i) {
+      AdoptCandidate& c = pending[i];
+      if (c.kv.blocks.empty()) {  // refused by reject_double_claims
+        enter(c.slot, std::move(c.request), {});
+        continue;
       }
-      std::span<const float> logits;
-      if (input.n_seqs() > 0) {
-        HEARTH_ASSIGN_OR_RETURN(logits, runner->run(input));
-      }
-      size_t row = 0;
-      for (size_t i = first; i < end; ++i) {
-        AdoptCandidate& c = pending[i];
-        if (c.kv.blocks.empty()) {
-          enter(c.slot, std::move(c.request), {});
-          continue;
+      if (ok[i]) {
+        ++adopted;
+        positions += static_cast<uint64_t>(c.kv.length);
+        for (size_t b = static_cast<size_t>(c.kv.length / bs); b < c.kv.blocks.size(); ++b) {
+          rewritten.push_back(c.kv.blocks[b]);
         }
-        const bool ok = check_matches(logits.subspan(row++ * vocab, vocab), c.check_token, c.check_logit);
-        if (ok) {
-          ++adopted;
-          positions += static_cast<uint64_t>(c.kv.length);
-        } else {
+      } else {
+        if (verified.is_ok()) {
           ++rejected;
           HEARTH_LOG_WARN("slot {}: the adopted KV cache does not reproduce position {} (token {}, logit {:.4f}); "
                           "computing its {} tokens again",
                           c.slot, c.check_pos, c.check_token, c.check_logit, c.request.tokens.size());
-          kv_sequence_release(*cache, c.kv);
         }
-        enter(c.slot, std::move(c.request), std::move(c.kv));
+        void_table(c.slot);  // before its blocks can go to anyone
+        kv_sequence_release(*cache, c.kv);
       }
+      enter(c.slot, std::move(c.request), std::move(c.kv));
     }
-    rejected += claimed;
     BrokerHeader& h = broker->header();
     h.stat_kv_adopted.fetch_add(adopted, std::memory_order_relaxed);
     h.stat_kv_adopt_rejected.fetch_add(rejected, std::memory_order_relaxed);
-    // The prefix cache's index comes back only from a cache that passed every check: one
-    // that failed may be damaged anywhere.
+    // The prefix cache's index comes back only from a cache that passed every check (one
+    // that failed may be damaged anywhere), and without the blocks adopted sequences are
+    // about to write again: nobody may find a block while it is written.
     int32_t restored = 0;
-    if (rejected == 0) {
+    if (rejected == 0 && verified.is_ok()) {
+      for (int32_t b : rewritten) resident->segment.record(b).published.store(0, std::memory_order_release);
       restored = resident->restore_index(cache->blocks());
     } else {
       resident->segment.clear_records();
     }
     if (Status audit = cache->blocks().audit(); !audit.is_ok()) {
+      // The next engine must not adopt what this one could not account for.
+      resident->segment.clear_tables();
+      resident->segment.clear_records();
       return make_error(ErrorCode::kInternal, "the KV blocks after adoption fail their audit: {}", audit.message());
     }
     if (!pending.empty() || restored > 0) {
@@ -371,6 +373,41 @@ struct EngineServer::Impl {
                       adopted, positions, rejected, restored);
     }
     return Status::ok();
+  }
+
+  // Recomputes each candidate's check row from the adopted cache, a batch at a time, and
+  // marks those that match in `ok`. An error leaves the rest unmarked.
+  Status verify(const std::vector<AdoptCandidate>& pending, std::vector<uint8_t>& ok) {
+    const auto vocab = static_cast<size_t>(model->config().vocab_size);
+    const size_t batch = static_cast<size_t>(std::max(1, std::min(options.scheduler.max_batch_size,
+                                                                  options.scheduler.max_batched_tokens)));
+    ModelInput input;
+    std::vector<size_t> rows;
+    for (size_t first = 0; first < pending.size(); first += batch) {
+      input.clear(cache->config().block_size);
+      rows.clear();
+      for (size_t i = first; i < std::min(pending.size(), first + batch); ++i) {
+        const AdoptCandidate& c = pending[i];
+        if (c.kv.blocks.empty()) continue;
+        HEARTH_RETURN_IF_ERROR(input.add_sequence(
+            std::span(c.request.tokens).subspan(static_cast<size_t>(c.check_pos), 1), c.check_pos, c.kv.blocks, true));
+        rows.push_back(i);
+      }
+      if (rows.empty()) continue;
+      HEARTH_ASSIGN_OR_RETURN(std::span<const float> logits, runner->run(input));
+      for (size_t k = 0; k < rows.size(); ++k) {
+        const AdoptCandidate& c = pending[rows[k]];
+        ok[rows[k]] = check_matches(logits.subspan(k * vocab, vocab), c.check_token, c.check_logit) ? 1 : 0;
+      }
+    }
+    return Status::ok();
+  }
+
+  // A slot's table trusts nothing any more.
+  void void_table(uint32_t slot) {
+    KvSlotTable& t = resident->segment.table(slot);
+    t.committed.store(0, std::memory_order_release);
+    t.check.store(0, std::memory_order_release);
   }
 
   // A block two tables hold must be one the prefix cache shared: a full block at the same
@@ -388,7 +425,7 @@ struct EngineServer::Impl {
         if (fresh) continue;
         const AdoptCandidate& b = pending[it->second.first];
         const auto end = static_cast<int32_t>(i + 1) * bs;
-        const bool shared = it->second.second == i && a.kv.length >= end && b.kv.length >= end &&
+        const bool shared = it->second.second == i && a.committed >= end && b.committed >= end &&
                             std::equal(a.request.tokens.begin(), a.request.tokens.begin() + end, b.request.tokens.begin());
         if (shared) continue;
         HEARTH_LOG_ERROR("KV block {} is claimed by the tables of slots {} and {} for different content: both are "
@@ -400,6 +437,7 @@ struct EngineServer::Impl {
     size_t n = 0;
     for (size_t c = 0; c < pending.size(); ++c) {
       if (!bad[c]) continue;
+      void_table(pending[c].slot);
       kv_sequence_release(*cache, pending[c].kv);
       ++n;
     }
@@ -411,6 +449,9 @@ struct EngineServer::Impl {
   void enter(uint32_t index, SlotRequest r, KvSequence adopted) {
     const uint64_t id = next_seq++;
     if (resident) {
+      // A sequence that adopts nothing starts its table afresh: what it held before (a
+      // torn commit, a failed check) must not be trusted while it writes new blocks.
+      if (adopted.blocks.empty()) void_table(index);
       resident->owners[id] = {index, broker->slot(index).request_id, r.generation};
     }
     SequenceRequest sequence{.tokens = std::move(r.tokens),

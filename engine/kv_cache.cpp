@@ -85,7 +85,11 @@ BlockKey block_key(const BlockKey& parent, std::span<const TokenId> tokens) {
 
 BlockAllocator::BlockAllocator(int32_t n_blocks) : total_(n_blocks) {
   free_.reserve(static_cast<size_t>(n_blocks));
-  for (int32_t b = n_blocks - 1; b >= 0; --b) free_.push_back(b);
+  free_at_.assign(static_cast<size_t>(n_blocks), -1);
+  for (int32_t b = n_blocks - 1; b >= 0; --b) {
+    free_at_[static_cast<size_t>(b)] = static_cast<int32_t>(free_.size());
+    free_.push_back(b);
+  }
   const auto n = static_cast<size_t>(n_blocks);
   refs_.assign(n, 0);
   key_of_.assign(n, {});
@@ -107,6 +111,7 @@ std::optional<int32_t> BlockAllocator::alloc() {
   if (!free_.empty()) {
     b = free_.back();
     free_.pop_back();
+    free_at_[static_cast<size_t>(b)] = -1;
   } else if (lru_head_ >= 0) {  // evict the least recently used published block
     b = lru_head_;
     unlink(b);
@@ -121,6 +126,17 @@ std::optional<int32_t> BlockAllocator::alloc() {
   return b;
 }
 
+bool BlockAllocator::take_free(int32_t block) {
+  const int32_t at = free_at_[static_cast<size_t>(block)];
+  if (at < 0) return false;
+  const int32_t last = free_.back();  // moves into its place
+  free_[static_cast<size_t>(at)] = last;
+  free_at_[static_cast<size_t>(last)] = at;
+  free_.pop_back();
+  free_at_[static_cast<size_t>(block)] = -1;
+  return true;
+}
+
 bool BlockAllocator::hold(int32_t block) {
   if (block < 0 || block >= total_) return false;
   const auto i = static_cast<size_t>(block);
@@ -128,9 +144,7 @@ bool BlockAllocator::hold(int32_t block) {
     if (published_[i]) {
       unlink(block);
     } else {
-      const auto it = std::find(free_.begin(), free_.end(), block);
-      if (it == free_.end()) return false;
-      free_.erase(it);
+      if (!take_free(block)) return false;
     }
   }
   ++refs_[i];
@@ -143,6 +157,7 @@ void BlockAllocator::free(int32_t block) {
   HEARTH_CHECK(refs_[i] > 0) << "block " << block << " freed more often than it was taken";
   if (--refs_[i] > 0) return;
   if (!published_[i]) {
+    free_at_[i] = static_cast<int32_t>(free_.size());
     free_.push_back(block);
     return;
   }
@@ -191,10 +206,9 @@ bool BlockAllocator::restore(int32_t block, const BlockKey& key, std::span<const
   }
   if (static_cast<int32_t>(tokens.size()) != block_size_ || published_[i]) return false;
   if (refs_[i] == 0) {
-    const auto it = std::find(free_.begin(), free_.end(), block);
-    if (it == free_.end()) return false;
+    if (free_at_[i] < 0) return false;
     if (!by_key_.emplace(key, block).second) return false;
-    free_.erase(it);
+    take_free(block);
     prev_[i] = lru_tail_;  // evictable, most recently used
     next_[i] = -1;
     (lru_tail_ >= 0 ? next_[static_cast<size_t>(lru_tail_)] : lru_head_) = block;
@@ -211,6 +225,11 @@ bool BlockAllocator::restore(int32_t block, const BlockKey& key, std::span<const
 
 Status BlockAllocator::audit() const {
   std::vector<int> seen(static_cast<size_t>(total_), 0);
+  for (size_t k = 0; k < free_.size(); ++k) {
+    if (free_at_[static_cast<size_t>(free_[k])] != static_cast<int32_t>(k)) {
+      return make_error(ErrorCode::kInternal, "free block {} is not where the free list's index says", free_[k]);
+    }
+  }
   for (int32_t b : free_) {
     if (refs_[static_cast<size_t>(b)] != 0 || published_[static_cast<size_t>(b)]) {
       return make_error(ErrorCode::kInternal, "free block {} is held or published", b);

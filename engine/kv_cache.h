@@ -90,7 +90,9 @@ class BlockAllocator {
   void unlink(int32_t block);  // out of the evictable list
 
   int32_t total_ = 0;
-  std::vector<int32_t> free_;  // no holder, no content
+  bool take_free(int32_t block);  // out of the free list, in O(1); false when it is not there
+  std::vector<int32_t> free_;     // no holder, no content
+  std::vector<int32_t> free_at_;  // each block's index in free_, -1 when not there
   std::vector<int32_t> refs_;  // holders per block
   // Published blocks: key, tokens (block_size_ each) and the evictable list (held by
   // nobody, least recently used at the head), as links per block; -1 ends the list.

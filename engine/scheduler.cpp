@@ -78,6 +78,11 @@ Status Scheduler::add(uint64_t id, int32_t n_tokens, KvSequence& adopted) {
   adopted = {};
   seq.n_computed = seq.kv.length;
   seq.cached = 0;  // not a prefix-cache lookup
+  // First in line: it holds blocks while it waits, and waiting sequences are never
+  // preempted, so one queued behind a newcomer that cannot get blocks would hold them
+  // with nothing running to give any back.
+  waiting_.pop_back();
+  waiting_.push_front(id);
   return Status::ok();
 }
 

@@ -101,7 +101,7 @@ class Scheduler {
   // `adopted` (an engine restart adopting the resident cache): it computes from there.
   // The blocks are moved out of `adopted` only when it is taken; an adoption that cannot
   // be used (nothing left to compute, too few blocks) leaves them there and the sequence
-  // is queued to compute everything.
+  // is queued to compute everything. An adopted sequence goes to the front of the queue.
   Status add(uint64_t id, int32_t n_tokens, KvSequence& adopted);
   void set_journal(KvJournal* journal) { journal_ = journal; }
   // Plans the next step (empty when there is nothing to run). `now_ms` is any

@@ -108,6 +108,41 @@ TEST(BlockAllocatorTest, HeldAndRestoredBlocksRebuildTheStateARestartFinds) {
   EXPECT_TRUE(blocks.audit().is_ok()) << blocks.audit().to_string();
 }
 
+TEST(SchedulerPrefixTest, AnAdoptedSequenceGoesFirstSoThatTheBlocksItHoldsCannotStallTheQueue) {
+  BlockAllocator blocks(8);
+  Sequences seqs;
+  Scheduler s({.max_batch_size = 4, .max_batched_tokens = 64}, blocks, 4, seqs.of());
+  // A newcomer that needs 5 blocks arrives first; then a restart adopts a sequence that
+  // holds 6 of the 8 (23 positions computed, one to go).
+  seqs.tokens[1] = iota_tokens(20, 100);
+  ASSERT_TRUE(s.add(1, 20).is_ok());
+  seqs.tokens[2] = iota_tokens(24, 300);
+  KvSequence kv;
+  for (int32_t b = 0; b < 6; ++b) {
+    ASSERT_TRUE(blocks.hold(b));
+    kv.blocks.push_back(b);
+  }
+  kv.length = 23;
+  ASSERT_TRUE(s.add(2, 24, kv).is_ok());
+  EXPECT_TRUE(kv.blocks.empty()) << "taken";
+  // Behind the newcomer it would wait forever: the newcomer cannot get its blocks, and
+  // nothing runs to give any back. First in line, it runs its one position.
+  StepPlan p = s.plan();
+  ASSERT_FALSE(p.seqs.empty());
+  EXPECT_EQ(p.seqs[0].id, 2u);
+  EXPECT_EQ(p.seqs[0].begin, 23);
+  EXPECT_EQ(p.seqs[0].count, 1);
+  seqs.run(s, p);
+  s.remove(2);
+  p = s.plan();
+  ASSERT_FALSE(p.seqs.empty());
+  EXPECT_EQ(p.seqs[0].id, 1u);
+  seqs.run(s, p);
+  s.remove(1);
+  EXPECT_EQ(blocks.free_count(), 8);
+  EXPECT_TRUE(blocks.audit().is_ok()) << blocks.audit().to_string();
+}
+
 TEST(SchedulerPrefixTest, AdmissionTakesTheCachedFullBlocksButNeverTheLastTokensBlock) {
   BlockAllocator blocks(32);
   Sequences seqs;
