@@ -115,6 +115,7 @@ class Session;
 struct Generation {
   struct Choice {
     uint32_t slot = 0;
+    uint32_t generation = 0;  // the slot's claim count when we took it
     bool slot_held = true;
     int32_t consumed = 0;
     std::optional<TextStream> text;
@@ -225,6 +226,11 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
     bool held = false;
     for (auto& c : g.choices) {
       if (!c.slot_held) continue;
+      if (client->generation(c.slot) != c.generation) {  // taken from us (see advance): not ours to touch
+        c.slot_held = false;
+        c.done = true;
+        continue;
+      }
       if (client->withdraw(c.slot)) {
         c.slot_held = false;
         c.done = true;
@@ -986,6 +992,7 @@ Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
     HEARTH_TEST_POINT("frontend.submitted");  // queued; nothing follows it yet
     Generation::Choice c;
     c.slot = *slot;
+    c.generation = client->generation(*slot);
     c.text.emplace(*tokenizer, g.request.stop, /*at_start=*/false);
     if (g.tool_format != ToolCallFormat::kNone) c.tools.emplace(g.tool_format);
     g.choices.push_back(std::move(c));
@@ -1123,6 +1130,17 @@ void FrontendServer::Impl::advance(Generation& g) {
     const auto index = static_cast<int32_t>(i);
     if (!c.slot_held) continue;
     const SlotProgress p = client->progress(c.slot);
+    if (p.generation != c.generation || p.state == SlotState::kFree) {
+      // The slot is not ours any more: an engine that judged this frontend gone (its
+      // heartbeat stalled past hearth-engine's bound) freed it. Never touch it again.
+      HEARTH_LOG_WARN("slot {} was taken from this frontend while its request ran", c.slot);
+      c.slot_held = false;
+      c.done = true;
+      if (failure.code() == ErrorCode::kOk) {
+        failure = make_error(ErrorCode::kUnavailable, "the engine dropped this request (it judged this frontend gone); try again");
+      }
+      continue;
+    }
     if (gone && !p.terminal() && !c.done) {
       client->cancel(c.slot);
       c.done = true;

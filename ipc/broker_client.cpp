@@ -70,6 +70,7 @@ SlotProgress BrokerClient::progress(uint32_t slot) const {
   SlotProgress p;
   p.state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
   p.n_produced = s.n_produced.load(std::memory_order_acquire);
+  p.generation = s.generation.load(std::memory_order_acquire);
   if (p.n_produced > 0) p.cached_tokens = s.cached_tokens;
   if (const uint64_t admitted = s.admitted_ns.load(std::memory_order_acquire); admitted != 0) {
     p.queue_ns = admitted > s.enqueued_ns ? admitted - s.enqueued_ns : 0;

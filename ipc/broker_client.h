@@ -40,6 +40,7 @@ struct SlotProgress {
   std::string error;
   uint64_t queue_ns = 0;  // QUEUED until the engine admitted it (0 until then)
   int32_t cached_tokens = 0;  // prompt tokens the engine found in its prefix cache (known with the first token)
+  uint32_t generation = 0;    // the slot's claim count: another than at submit means it is no longer ours
   bool terminal() const {
     return state == SlotState::kDone || state == SlotState::kCancelled || state == SlotState::kFailed;
   }
@@ -57,6 +58,10 @@ class BrokerClient {
   // kInvalidArgument when it does not fit a slot (prompt, stop ids, logit bias, grammar).
   Result<uint32_t> submit(const SubmitRequest& request);
   SlotProgress progress(uint32_t slot) const;
+  // The claim count of a slot this frontend holds (read right after submit; progress()
+  // reports another once the slot was taken from it, e.g. by an engine that judged this
+  // frontend gone).
+  uint32_t generation(uint32_t slot) const { return broker_->slot(slot).generation.load(std::memory_order_acquire); }
   const ProducedToken& token(uint32_t slot, int32_t i) const { return broker_->produced(slot)[i]; }
   void cancel(uint32_t slot) const { broker_->slot_cancel(slot); }
   // Frees a slot once its progress is terminal (or a submit was abandoned).

@@ -33,6 +33,11 @@ int64_t free_slots(const std::filesystem::path& shm, const std::string& instance
   return states.contains("FREE") ? states.at("FREE").to_number<int64_t>() : 0;
 }
 
+// The last `n` bytes of a process's log (a failure shows what led to it).
+std::string tail_of(const std::string& log, size_t n) {
+  return log.size() <= n ? log : "..." + log.substr(log.size() - n);
+}
+
 // Keeps `clients` requests in flight until stopped; each answer is checked against its
 // reference.
 class LoadGenerator {
@@ -159,7 +164,8 @@ TEST(RestartTest, FrontendRestartedFiveTimesUnderLoadFailsNothing) {
   EXPECT_EQ(frontends.size(), 6u) << "every restart brings a new frontend";
   EXPECT_GE(load.done(), 1800);
   EXPECT_TRUE(failures.empty()) << failures.size() << " of " << load.done() << " requests failed; first: "
-                                << failures.front();
+                                << failures.front() << "\nhearth serve's log, last part:\n"
+                                << tail_of(serve.err(), 8000);
   std::printf("[restart] %d requests in %.1f s, frontend restarted 5 times, %zu failed\n", load.done(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), failures.size());
   serve.signal(SIGTERM);

@@ -10,7 +10,9 @@
 // - a stream whose engine dies after its first tokens ends with an error event and
 //   [DONE] once --engine-wait has passed;
 // - a draining frontend answers /ready with 503, and after --drain-timeout ends a stream
-//   with an error event and [DONE] and a waiting request with 503, cancelling both.
+//   with an error event and [DONE] and a waiting request with 503, cancelling both;
+// - a frontend stalled past the engine's bound, whose request the engine dropped, ends
+//   that stream with an error once it runs again.
 //
 // The time bounds below are generous against the 16 s a request would take if the
 // behaviour were missing; they measure nothing.
@@ -345,6 +347,38 @@ TEST_F(SlowEngineTest, ADrainServesTheFirstRequestOfAConnectionAcceptedBeforeIt)
   EXPECT_NE(head.find("Connection: close"), std::string::npos) << head;
   socket.close(ec);
   EXPECT_EQ(f->wait(10s), 0) << f->err();
+}
+
+// A frontend whose pump stalls past the engine's bound (5 s without a heartbeat) is judged
+// gone: the engine drops its request and frees the slot. When the frontend comes back it
+// must see that the slot is no longer its own and end the stream with an error, not wait
+// on a slot another request may already hold (that hung a restart test until its drain
+// deadline) nor cancel or release it.
+TEST_F(SlowEngineTest, AFrontendJudgedGoneEndsTheRequestTheEngineDroppedWithAnError) {
+  uint16_t port = 0;
+  auto f = frontend(port, {}, {"HEARTH_DELAY_POINT=frontend.streamed:5600"});
+  ASSERT_TRUE(f);
+  auto stream = std::async(std::launch::async,
+                           [port] { return http_request_streamed(port, "/v1/completions", long_request(true)); });
+  if (stream.wait_for(30s) != std::future_status::ready) {
+    f->signal(SIGKILL);  // lets the request end, so that the future can be destroyed
+    FAIL() << "the stream did not end after its slot was taken\n" << f->err();
+  }
+  const HttpResponse r = stream.get();
+  ASSERT_EQ(r.status, 200) << r.error;
+  const auto events = sse_events(r.body);
+  ASSERT_GE(events.size(), 2u) << r.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json::value error = json::parse(events[events.size() - 2]);
+  ASSERT_TRUE(error.as_object().contains("error")) << events[events.size() - 2];
+  EXPECT_NE(std::string(error.at("error").at("message").as_string()).find("dropped"), std::string::npos)
+      << events[events.size() - 2];
+  EXPECT_NE(engine_->err().find("dropped (its frontend is gone)"), std::string::npos) << engine_->err();
+  // The frontend serves on (its heartbeat is back), and nothing is left held.
+  const HttpResponse next = http_request(port, "POST", "/v1/completions",
+                                         json::serialize(json::object{{"prompt", "Once upon a time"}, {"max_tokens", 8}}));
+  EXPECT_EQ(next.status, 200) << next.body;
+  EXPECT_TRUE(idle(port, 10s));
 }
 
 }  // namespace
