@@ -403,6 +403,34 @@ struct EngineServer::Impl {
     return Status::ok();
   }
 
+  // With tensor parallelism the tables describe every rank's blocks: they may be adopted
+  // only if each rank's share of the cache is the one they were written with (a rank
+  // that rebuilt its segment, or keeps a private cache, did not keep it). Otherwise they
+  // are voided and the requests in flight computed again. Runs once the group has formed
+  // (every rank has said which segment it holds), before anything is adopted.
+  void reconcile_ranks() {
+    if (!resident || options.tp == 1) return;
+    KvHeader& h = resident->segment.header();
+    std::string changed;
+    for (int r = 1; r < options.tp; ++r) {
+      const uint64_t id = group->segment().rank(r).kv_id.load(std::memory_order_relaxed);
+      if (id == 0 || id != h.rank_ids[r]) changed += fmt::format("{}{}", changed.empty() ? "" : ", ", r);
+      h.rank_ids[r] = id;
+    }
+    if (changed.empty()) return;
+    uint32_t live = 0;
+    for (uint32_t i = 0; i < broker->n_slots(); ++i) {
+      live += resident->segment.table(i).committed.load(std::memory_order_acquire) > 0 ? 1 : 0;
+    }
+    resident->segment.clear_tables();
+    resident->segment.clear_records();
+    if (live > 0) {
+      HEARTH_LOG_WARN("rank(s) {} hold another KV cache than the one the tables describe (rebuilt or private): "
+                      "{} requests in flight are computed again",
+                      changed, live);
+    }
+  }
+
   // A slot's table trusts nothing any more.
   void void_table(uint32_t slot) {
     KvSlotTable& t = resident->segment.table(slot);
@@ -614,7 +642,10 @@ struct EngineServer::Impl {
   }
 
   // The group broke: what ran is dropped (the broker keeps every request's tokens) and
-  // the KV cache starts empty; the requests resume when the group is back.
+  // the allocator starts empty; the requests resume when the group is back. A resident
+  // cache keeps its tables and index: nothing is allocated before the group forms again,
+  // and then they are adopted like a restarted engine's (reconcile_ranks, adopt), where
+  // every rank kept its share.
   void drop_sequences() {
     preemptions_before += driver->scheduler().preemptions();
     prefix_queries_before += driver->scheduler().prefix_queries();
@@ -622,11 +653,7 @@ struct EngineServer::Impl {
     driver.reset();
     active.clear();
     std::fill(by_slot.begin(), by_slot.end(), 0);
-    if (resident) {  // the blocks are about to be given out again: no table or record may name them
-      resident->segment.clear_tables();
-      resident->segment.clear_records();
-      resident->owners.clear();
-    }
+    if (resident) resident->owners.clear();
     for (AdoptCandidate& c : adopt_pending) kv_sequence_release(*cache, c.kv);
     adopt_pending.clear();
     cache->blocks() = BlockAllocator(cache->config().n_blocks);
@@ -657,13 +684,12 @@ struct EngineServer::Impl {
   Status open_cache(const KvCacheConfig& kv, const std::filesystem::path& dir) {
     const auto path = segment_path(dir, options.instance, "kv");
     const bool host = backend->name().starts_with("cpu");
-    if (!options.kv_adopt || !host || options.tp != 1) {
+    if (!options.kv_adopt || !host) {
       std::error_code ec;
       if (std::filesystem::remove(path, ec)) HEARTH_LOG_INFO("removed the resident KV segment {}", path.string());
       if (options.kv_adopt) {
-        HEARTH_LOG_INFO("the KV cache is private: adopting it across restarts needs one rank on a CPU backend "
-                        "(this engine: {}, --tp {})",
-                        backend->name(), options.tp);
+        HEARTH_LOG_INFO("the KV cache is private: adopting it across restarts needs a CPU backend (this engine: {})",
+                        backend->name());
       }
       HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::create(*backend, kv));
       cache.emplace(std::move(made));
@@ -671,7 +697,7 @@ struct EngineServer::Impl {
     }
     KvSegmentConfig config;
     config.weights = weights.header->fingerprint;
-    config.broker_id = broker->id();
+    config.owner_id = broker->id();
     config.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
                        static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
                        broker->n_slots(), (context + kv.block_size - 1) / kv.block_size + 1};
@@ -823,6 +849,7 @@ Status EngineServer::run(const std::function<void()>& on_serving) {
       }
       waiting_since = 0;
       m.epoch = m.broker->engine_start();
+      m.reconcile_ranks();
       m.scan_slots(/*resume_running=*/true);  // requests a previous engine or epoch left in flight
       HEARTH_RETURN_IF_ERROR(m.adopt());        // those whose KV cache it left are checked and continued
       HEARTH_LOG_INFO("engine epoch {}, group epoch {} of {} rank(s): {} requests in flight at start", m.epoch,

@@ -11,7 +11,10 @@
 #include "engine/tp_group.h"
 #include "ipc/broker.h"
 #include "ipc/futex.h"
+#include "ipc/kv_segment.h"
+#include "ipc/segment.h"
 #include "ipc/tp_segment.h"
+#include "kernels/attention_params.h"
 
 namespace hearth {
 
@@ -20,6 +23,8 @@ struct ShardServer::Impl {
   RankStart start;
   std::unique_ptr<Backend> backend;
   std::filesystem::path tp_path;
+  std::filesystem::path kv_path;        // this rank's resident KV segment
+  std::optional<KvSegment> kv_segment;  // while the cache lives in it
   std::atomic<bool> stopping{false};
   std::atomic<uint32_t> wake{0};  // futex: bumped by stop()
   std::string last_wait;          // the last reason logged for waiting
@@ -73,6 +78,40 @@ struct ShardServer::Impl {
     return std::optional<TpSegment>(std::move(*seg));
   }
 
+  // This rank's share of the KV cache: in its resident segment when it may outlive the
+  // process (a CPU backend, adoption on), so that rank 0 can adopt its own tables after a
+  // restart of any rank; else private (and the segment removed). `kv_id` says which
+  // segment holds it (0: private).
+  Result<KvCache> open_cache(const KvCacheConfig& kv, uint64_t& kv_id) {
+    kv_segment.reset();
+    kv_id = 0;
+    if (!options.kv_adopt || !backend->name().starts_with("cpu")) {
+      std::error_code ec;
+      if (std::filesystem::remove(kv_path, ec)) HEARTH_LOG_INFO("removed the resident KV segment {}", kv_path.string());
+      return KvCache::create(*backend, kv);
+    }
+    KvSegmentConfig config;
+    config.weights = start.weights.header->fingerprint;
+    config.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
+                       static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
+                       /*n_slots=*/1, /*max_blocks=*/1};
+    auto segment = KvSegment::open_or_create(kv_path, config);
+    if (!segment.is_ok()) {
+      return segment.status().with_context(
+          fmt::format("rank {}'s resident KV cache (hearth-engine --no-kv-adopt keeps it private)", options.rank));
+    }
+    if (segment->adopted()) {
+      HEARTH_LOG_INFO("rank {}: keeping the resident KV cache {}", options.rank, kv_path.string());
+    } else if (!segment->why_rebuilt().empty()) {
+      HEARTH_LOG_WARN("rank {}: rebuilt the resident KV cache {} from empty: {}", options.rank, kv_path.string(),
+                      segment->why_rebuilt());
+    }
+    HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::wrap(kv, segment->k(), segment->v()));
+    kv_id = segment->header().id;
+    kv_segment.emplace(std::move(segment).value());
+    return made;
+  }
+
   // One segment's life: build the shard from its geometry, then serve epochs until the
   // segment is replaced or the server stops.
   Status serve(TpSegment segment) {
@@ -86,8 +125,11 @@ struct ShardServer::Impl {
                                        .cuda_device = tp_group_cuda_device(options.backend)});
     group.note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                     static_cast<uint32_t>(backend->threads()));
+    uint64_t kv_id = 0;
     HEARTH_ASSIGN_OR_RETURN(KvCache cache,
-                            KvCache::create(*backend, {c.n_layers, c.kv_dim() / options.tp, g.block_size, g.kv_blocks, dtype}));
+                            open_cache({c.n_layers, c.kv_dim() / options.tp, g.block_size, g.kv_blocks, dtype}, kv_id));
+    // Before this rank joins any epoch (rank 0 reads it once every rank has joined).
+    group.segment().rank(rank).kv_id.store(kv_id, std::memory_order_relaxed);
     HEARTH_ASSIGN_OR_RETURN(auto model, LlamaModel::create(c, start.weights.tensors(rank), *backend,
                                                            g.max_batch_tokens,
                                                            {.layout = start.weights.layout, .comm = &group.communicator()}));
@@ -140,6 +182,7 @@ Result<std::unique_ptr<ShardServer>> ShardServer::create(const EngineOptions& op
   HEARTH_RETURN_IF_ERROR(
       backend_use_loader_slab(*impl->backend, impl->start.weights, options.rank, dir, options.instance));
   impl->tp_path = segment_path(dir, options.instance, "tp");
+  impl->kv_path = segment_path(dir, options.instance, fmt::format("kv-rank{}", options.rank));
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->impl_ = std::move(impl);
   return server;

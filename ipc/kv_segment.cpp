@@ -50,7 +50,7 @@ bool sane(const KvGeometry& g) {
 // Why a valid segment cannot be adopted under `c`, or "" when it can.
 std::string mismatch(const KvHeader& h, const KvSegmentConfig& c) {
   if (!(h.weights == c.weights)) return fmt::format("it holds another model's cache ({})", h.weights.hex());
-  if (h.broker_id != c.broker_id) return "it belongs to another broker segment (its requests are gone)";
+  if (h.owner_id != c.owner_id) return "it belongs to another broker segment (its requests are gone)";
   const KvGeometry& a = h.geometry;
   const KvGeometry& b = c.geometry;
   if (a == b) return "";
@@ -136,7 +136,7 @@ Result<KvSegment> KvSegment::open_or_create(const std::filesystem::path& path, c
   h.header_bytes = kKvHeaderBytes;
   h.total_bytes = bytes;
   h.weights = config.weights;
-  h.broker_id = config.broker_id;
+  h.owner_id = config.owner_id;
   h.geometry = config.geometry;
   h.creator_pid = ::getpid();
   h.created_unix_ms = static_cast<uint64_t>(::time(nullptr)) * 1000;
@@ -149,6 +149,9 @@ Result<KvSegment> KvSegment::open_or_create(const std::filesystem::path& path, c
   h.record_stride = record_stride(config.geometry);
   std::random_device random;
   for (uint64_t& word : h.chain_seed) word = (uint64_t{random()} << 32) | random();
+  do {
+    h.id = (uint64_t{random()} << 32) | random();
+  } while (h.id == 0);
   for (uint32_t i = 0; i < config.geometry.n_slots; ++i) {
     new (seg.data() + h.tables_offset + h.table_stride * i) KvSlotTable{};
   }

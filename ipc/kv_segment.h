@@ -1,6 +1,8 @@
 // The resident KV segment, hearth.<instance>.kv: the engine's paged KV cache in shared
 // memory, so that a restarted engine adopts what its predecessor computed instead of
-// prefilling every request again (DESIGN.md, "kv").
+// prefilling every request again (DESIGN.md, "kv"). With tensor parallelism rank 0's
+// segment is that one and each other rank r keeps its share of K and V in
+// hearth.<instance>.kv-rank<r> (its tables unused: rank 0's describe every rank's blocks).
 //
 // Layout: a header (the model's fingerprint, the broker it serves, the cache's geometry
 // and dtype, TP rank), then a table per broker slot, then K and V (each n_layers x
@@ -28,7 +30,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kKvMagic = 0x474553564b525448ull;  // "HTRKVSEG" little-endian
-inline constexpr uint32_t kKvLayoutVersion = 1;
+inline constexpr uint32_t kKvLayoutVersion = 2;
 inline constexpr uint32_t kKvHeaderBytes = 4096;
 
 // What a KV segment must match to be adopted; anything else rebuilds it.
@@ -48,9 +50,10 @@ struct KvGeometry {
 
 struct KvSegmentConfig {
   Fingerprint weights;
-  // The broker the tables' slots belong to (its creation time and nonce): a new broker
-  // means new requests, and every table is void.
-  uint64_t broker_id = 0;
+  // Rank 0's: the broker the tables' slots belong to (its creation time and nonce): a new
+  // broker means new requests, and every table is void. Other ranks (whose segments hold
+  // only K and V, the tables being rank 0's): 0.
+  uint64_t owner_id = 0;
   KvGeometry geometry;
 };
 
@@ -60,7 +63,7 @@ struct KvHeader {
   uint32_t header_bytes;
   uint64_t total_bytes;
   Fingerprint weights;
-  uint64_t broker_id;
+  uint64_t owner_id;
   KvGeometry geometry;
   int32_t creator_pid;
   uint32_t reserved0;
@@ -74,6 +77,11 @@ struct KvHeader {
   uint64_t chain_seed[2];           // the prefix cache's key chain seed (random at creation)
   uint64_t records_offset;          // the prefix cache's index: a KvBlockRecord per block
   uint64_t record_stride;
+  uint64_t id;                      // random at creation: names this segment's contents
+  // Rank 0's, with tensor parallelism: the ids of the other ranks' segments its tables
+  // were written with (0: none yet). A rank whose segment is another now (rebuilt, or a
+  // private cache) did not keep what the tables describe.
+  uint64_t rank_ids[kMaxTensorParallel];
 };
 static_assert(sizeof(KvHeader) <= kKvHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free);

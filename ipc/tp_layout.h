@@ -21,7 +21,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kTpMagic = 0x5052475054525448ull;  // "HTRTPGRP" little-endian
-inline constexpr uint32_t kTpLayoutVersion = 1;
+inline constexpr uint32_t kTpLayoutVersion = 2;
 inline constexpr uint32_t kTpHeaderBytes = 16384;
 inline constexpr size_t kNcclIdBytes = 128;  // sizeof(ncclUniqueId)
 
@@ -77,6 +77,10 @@ struct alignas(64) TpRankEntry {
   std::atomic<uint64_t> cpu_mask;      // the CPUs 0..63 it is pinned to (0: not pinned)
   std::atomic<uint32_t> n_cpus;        // CPUs it may run on
   std::atomic<uint32_t> threads;       // compute threads
+  // The id of the resident KV segment its share of the cache lives in (KvHeader::id; 0: a
+  // private cache), set before it joins an epoch: rank 0 adopts its own tables only when
+  // every rank's cache is the one they were written with.
+  std::atomic<uint64_t> kv_id;
 };
 
 struct TpHeader {

@@ -153,6 +153,7 @@ Status TpSegment::register_rank(int r) const {
   }
   e.start_time.store(process_start_time(me), std::memory_order_relaxed);
   e.epoch.store(0, std::memory_order_relaxed);
+  e.kv_id.store(0, std::memory_order_relaxed);
   e.heartbeat_ns.store(monotonic_ns(), std::memory_order_relaxed);
   e.state.store(static_cast<uint32_t>(TpRankState::kWaiting), std::memory_order_release);
   futex_signal(header_->group_word);

@@ -272,16 +272,27 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
 // A tensor-parallel group of two ranks under hearth serve --tp 2: one rank killed with
 // SIGKILL in the middle of 16 streams. The survivor sees its partner gone, the epoch
 // ends, hearth serve restarts the dead rank, the group forms again (epoch 2) and rank 0
-// resumes every stream from the broker: each ends with the text it would have had.
-class TensorParallelRestartTest : public ::testing::TestWithParam<int> {};
+// resumes every stream from the broker: each ends with the text it would have had. Each
+// rank's share of the KV cache is resident (hearth.tp.kv and hearth.tp.kv-rank1), so
+// every stream is adopted, whichever rank died, with no check failing; unless the dead
+// rank's segment is gone when it starts again (it builds an empty one): then rank 0
+// adopts nothing and every stream is computed again.
+struct RankKill {
+  int victim;
+  bool remove_segment;  // the victim's resident KV segment, right after the kill
+};
+
+class TensorParallelRestartTest : public ::testing::TestWithParam<RankKill> {};
 
 TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentically) {
-  const int victim = GetParam();
+  const int victim = GetParam().victim;
+  const bool remove_segment = GetParam().remove_segment;
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
   TempDir shm(shm_parent());
   ChildProcess serve({hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", "tp",
                       "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "32", "--tp", "2",
+                      "--kv-blocks", "1024",  // room for every stream: none is preempted (holding nothing) at the kill
                       "--chat-template", plain_chat_template()});
   const auto line = serve.read_line(60s);
   ASSERT_TRUE(line.has_value()) << serve.err();
@@ -305,10 +316,18 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   }
   const int64_t pid = rank_pid(victim);
   ASSERT_GT(pid, 0);
+  EXPECT_TRUE(std::filesystem::exists(shm.path() / "hearth.tp.kv"));
+  EXPECT_TRUE(std::filesystem::exists(shm.path() / "hearth.tp.kv-rank1"));
+  auto counter = [&](const char* name) {
+    return metric_value(http_request(port, "GET", "/metrics").body, name).value_or(-1);
+  };
   ConcurrentStreams streams(port, cases);
   ASSERT_TRUE(streams.all_midway(600, 30s)) << "the streams did not start";
   const int cut = streams.unfinished();
   ::kill(static_cast<pid_t>(pid), SIGKILL);
+  // hearth serve notices the death within 200 ms and the new process then starts up:
+  // the file is long gone when it looks for it.
+  if (remove_segment) std::filesystem::remove(shm.path() / "hearth.tp.kv-rank1");
   streams.join();
   EXPECT_EQ(cut, 16) << "streams that were still running when rank " << victim << " died";
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -325,13 +344,22 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   // /metrics says so too.
   const auto metrics = http_request(port, "GET", "/metrics", "");
   EXPECT_EQ(metric_value(metrics.body, "hearth_tp_group_restarts_total"), 1.0) << metrics.body;
+  EXPECT_EQ(counter("hearth_kv_adopted_total"), remove_segment ? 0 : 16) << serve.err();
+  EXPECT_EQ(counter("hearth_kv_adopt_rejected_total"), 0) << serve.err();
+  if (remove_segment) {
+    EXPECT_NE(serve.err().find("hold another KV cache than the one the tables describe"), std::string::npos)
+        << serve.err();
+  }
   EXPECT_NE(metrics.body.find("hearth_tp_rank_up{rank=\"1\"} 1"), std::string::npos) << metrics.body;
   serve.signal(SIGTERM);
   EXPECT_EQ(serve.wait(60s), 0) << serve.err();
 }
 
-INSTANTIATE_TEST_SUITE_P(Rank, TensorParallelRestartTest, ::testing::Values(1, 0),
-                         [](const auto& p) { return "rank" + std::to_string(p.param); });
+INSTANTIATE_TEST_SUITE_P(Rank, TensorParallelRestartTest,
+                         ::testing::Values(RankKill{1, false}, RankKill{0, false}, RankKill{1, true}),
+                         [](const auto& p) {
+                           return "rank" + std::to_string(p.param.victim) + (p.param.remove_segment ? "_rebuilt" : "");
+                         });
 
 // The resident KV cache across engine crashes, with real processes: 16 streams, the
 // engine SIGKILLed in the middle of them and started again, three times. First it adopts

@@ -18,7 +18,7 @@ using testing::TempDir;
 KvSegmentConfig config() {
   KvSegmentConfig c;
   c.weights = {0x1234, 0x5678};
-  c.broker_id = 42;
+  c.owner_id = 42;
   c.geometry = {.n_layers = 2, .kv_dim = 8, .block_size = 4, .n_blocks = 16, .dtype = 1, .element_bytes = 2,
                 .tp_rank = 0, .tp_size = 1, .n_slots = 3, .max_blocks = 5};
   return c;
@@ -87,7 +87,7 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
   };
   const std::vector<Case> cases = {
       {"model", [](KvSegmentConfig& c) { c.weights.lo ^= 1; }, {}, "another model's cache"},
-      {"broker", [](KvSegmentConfig& c) { c.broker_id = 43; }, {}, "another broker segment"},
+      {"broker", [](KvSegmentConfig& c) { c.owner_id = 43; }, {}, "another broker segment"},
       {"blocks", [](KvSegmentConfig& c) { c.geometry.n_blocks = 32; }, {}, "geometry differs"},
       {"dtype", [](KvSegmentConfig& c) { c.geometry.dtype = 0; c.geometry.element_bytes = 4; }, {}, "geometry differs"},
       {"slots", [](KvSegmentConfig& c) { c.geometry.n_slots = 4; }, {}, "geometry differs"},
