@@ -411,19 +411,25 @@ struct EngineServer::Impl {
   void reconcile_ranks() {
     if (!resident || options.tp == 1) return;
     KvHeader& h = resident->segment.header();
+    std::array<uint64_t, kMaxTensorParallel> ids{};
     std::string changed;
     for (int r = 1; r < options.tp; ++r) {
-      const uint64_t id = group->segment().rank(r).kv_id.load(std::memory_order_relaxed);
-      if (id == 0 || id != h.rank_ids[r]) changed += fmt::format("{}{}", changed.empty() ? "" : ", ", r);
-      h.rank_ids[r] = id;
+      ids[static_cast<size_t>(r)] = group->segment().rank(r).kv_id.load(std::memory_order_relaxed);
+      if (ids[static_cast<size_t>(r)] == 0 || ids[static_cast<size_t>(r)] != h.rank_ids[r]) {
+        changed += fmt::format("{}{}", changed.empty() ? "" : ", ", r);
+      }
     }
     if (changed.empty()) return;
     uint32_t live = 0;
     for (uint32_t i = 0; i < broker->n_slots(); ++i) {
       live += resident->segment.table(i).committed.load(std::memory_order_acquire) > 0 ? 1 : 0;
     }
+    // Voided before the new ids are recorded: an engine killed in between must not find
+    // the old tables under ids that match.
     resident->segment.clear_tables();
     resident->segment.clear_records();
+    std::atomic_thread_fence(std::memory_order_release);
+    for (int r = 1; r < options.tp; ++r) h.rank_ids[r] = ids[static_cast<size_t>(r)];
     if (live > 0) {
       HEARTH_LOG_WARN("rank(s) {} hold another KV cache than the one the tables describe (rebuilt or private): "
                       "{} requests in flight are computed again",

@@ -2,7 +2,7 @@
 // under load, hundreds of times, and checks that nothing was lost, duplicated, answered
 // wrongly or leaked.
 //
-//   crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] [--loader-rounds R]
+//   crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] [--loader-rounds R] [--tp 2]
 //
 // 1. Loader. hearth-loader is killed at each of its publish points in turn (at a random
 //    tensor for the per-tensor point). After each kill the half-written segment must be
@@ -19,6 +19,10 @@
 //    dropped connection as a client would; every completed answer must equal its
 //    reference, text and token count. A request that cannot complete within a minute is
 //    lost; an answer with an error (an HTTP error status, an error event) is wrong.
+//    With --tp 2 the engine is a tensor-parallel group of two processes (weights
+//    published split for two ranks): rank 0 as above, and rank 1, armed in the middle of
+//    its K/V stores or killed by this program at a random moment, each rank keeping its
+//    share of the resident KV cache.
 // 3. Audit. With the kills over and the load stopped: every broker slot FREE, no KV block
 //    in use, nothing running or waiting, the request ring empty, and one registry entry
 //    held (the live frontend's). Each restarted engine adopted the resident KV cache of
@@ -61,6 +65,7 @@ struct Options {
   uint64_t seed = 1;
   int arm_timeout_ms = 3000;
   int loader_rounds = 1;
+  int tp = 1;
 };
 
 // A kill point and the most passes to let through before it fires (drawn uniformly).
@@ -87,6 +92,8 @@ const Point kEnginePoints[] = {
     {"engine.kv.store", 60},     {"engine.kv.commit", 60},      {"engine.kv.alloc", 20},
     {"engine.prefix.insert", 10},
 };
+// Rank 1 of a tensor-parallel group (its other deaths are this program's random kills).
+const Point kRankPoints[] = {{"engine.kv.store", 60}};
 const Point kFrontendPoints[] = {
     {"broker.claim.filling", 8}, {"broker.submit.queued", 8}, {"ring.push.claimed", 8}, {"broker.submit.pushed", 8},
     {"frontend.submitted", 8},   {"frontend.streamed", 30},   {"broker.release", 8},
@@ -405,12 +412,27 @@ int run(const Options& o) {
   }
   std::vector<Point> engine_points(std::begin(kEnginePoints), std::end(kEnginePoints));
   std::vector<Point> frontend_points(std::begin(kFrontendPoints), std::end(kFrontendPoints));
-  Armed engine("engine", inst.engine_argv({"--slots", "64", "--ctx", "256", "--threads", "1", "--kv-blocks", "48"}), engine_points, -1,
-               inst.shm());
+  std::vector<Point> rank_points(std::begin(kRankPoints), std::end(kRankPoints));
+  std::vector<std::string> engine_flags = {"--slots", "64", "--ctx", "256", "--threads", "1", "--kv-blocks", "48"};
+  std::vector<std::string> rank1_flags = engine_flags;
+  if (o.tp > 1) {
+    // The loader phase published unsplit weights: publish them for two ranks.
+    const auto r = run_process({hearth_bin("hearth-loader"), "--model", model.string(), "--instance", inst.name(),
+                                "--shm-dir", inst.shm().string(), "--tp", "2", "--exit-after-publish"});
+    if (r.exit_code != 0) {
+      std::printf("crash_test: hearth-loader --tp 2 failed: %s\n", tail(r.err).c_str());
+      return 1;
+    }
+    engine_flags.insert(engine_flags.end(), {"--tp", "2", "--rank", "0"});
+    rank1_flags.insert(rank1_flags.end(), {"--tp", "2", "--rank", "1"});
+  }
+  Armed engine("engine", inst.engine_argv(engine_flags), engine_points, -1, inst.shm());
+  Armed rank1("rank1", inst.engine_argv(rank1_flags), rank_points, -1, inst.shm());
   Armed frontend("frontend", inst.frontend_argv({"--threads", "2", "--engine-wait", "60000"}, true), frontend_points,
                  listen_fd, inst.shm());
   // References first, from processes nobody kills. The engine creates the broker the
-  // frontend attaches to.
+  // frontend attaches to (rank 0 is ready once rank 1 has joined its group).
+  if (o.tp > 1) rank1.start(nullptr);
   engine.start(nullptr);
   engine.read_line();
   frontend.start(nullptr);
@@ -442,16 +464,22 @@ int run(const Options& o) {
   // The unarmed pair is replaced by armed ones (not counted as kills).
   engine.stop_uncounted();
   frontend.stop_uncounted();
+  if (o.tp > 1) {
+    rank1.stop_uncounted();
+    rank1.start(&rng);
+  }
   engine.start(&rng);
   frontend.start(&rng);
   Load load(port, cases, refs, o.clients);
   while (kills.total - loader_kills < o.kills) {
     if (engine.check(kills, arm_timeout)) engine.start(&rng);
+    if (o.tp > 1 && rank1.check(kills, arm_timeout)) rank1.start(&rng);
     if (frontend.check(kills, arm_timeout)) frontend.start(&rng);
     std::this_thread::sleep_for(2ms);
   }
-  // Kills over: both run unarmed while the load winds down.
+  // Kills over: all run unarmed while the load winds down.
   engine.disarm(kills, arm_timeout);
+  if (o.tp > 1) rank1.disarm(kills, arm_timeout);
   frontend.disarm(kills, arm_timeout);
   const LoadResult load_result = load.finish();
   const double serve_s = std::chrono::duration<double>(Clock::now() - serve_t0).count();
@@ -469,16 +497,18 @@ int run(const Options& o) {
     if (audit.clean()) break;
     std::this_thread::sleep_for(50ms);
   }
-  if (!engine.alive() || !frontend.alive()) {
+  if (!engine.alive() || !frontend.alive() || (o.tp > 1 && !rank1.alive())) {
     kills.unexpected.push_back("after the kills: engine " + std::string(engine.alive() ? "up" : "down") +
+                               (o.tp > 1 ? std::string(", rank 1 ") + (rank1.alive() ? "up" : "down") : "") +
                                ", frontend " + (frontend.alive() ? "up" : "down") + "\n" + tail(engine.err()) +
-                               tail(frontend.err()));
+                               (o.tp > 1 ? tail(rank1.err()) : "") + tail(frontend.err()));
   }
 
   // The table.
-  std::printf("\ncrash_test: %d kills (%d loader, %d serving) in %.1f s; seed %llu, %d clients\n", kills.total,
-              loader_kills, kills.total - loader_kills, std::chrono::duration<double>(Clock::now() - t0).count(),
-              static_cast<unsigned long long>(o.seed), o.clients);
+  std::printf("\ncrash_test: %d kills (%d loader, %d serving) in %.1f s; seed %llu, %d clients, tp %d\n",
+              kills.total, loader_kills, kills.total - loader_kills,
+              std::chrono::duration<double>(Clock::now() - t0).count(), static_cast<unsigned long long>(o.seed),
+              o.clients, o.tp);
   std::printf("\n| process | kill point | killed there | killed by the driver (not reached in %d ms) |\n",
               o.arm_timeout_ms);
   std::printf("| --- | --- | ---: | ---: |\n");
@@ -492,6 +522,7 @@ int run(const Options& o) {
   };
   rows("loader", kLoaderPoints);
   rows("engine", kEnginePoints);
+  if (o.tp > 1) rows("rank1", kRankPoints);
   rows("frontend", kFrontendPoints);
   std::printf("\nrequests checked %d (attempts %d, %d cut by a frontend kill and retried): lost %d, wrong %d\n",
               load_result.requests, load_result.attempts, load_result.cut, load_result.lost, load_result.wrong);
@@ -541,9 +572,15 @@ int main(int argc, char** argv) {
       o.arm_timeout_ms = static_cast<int>(value());
     } else if (a == "--loader-rounds") {
       o.loader_rounds = static_cast<int>(value());
+    } else if (a == "--tp") {
+      o.tp = static_cast<int>(value());
+      if (o.tp != 1 && o.tp != 2) {
+        std::fprintf(stderr, "crash_test: --tp is 1 or 2\n");
+        return 2;
+      }
     } else {
-      std::fprintf(stderr,
-                   "usage: crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] [--loader-rounds R]\n");
+      std::fprintf(stderr, "usage: crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] "
+                           "[--loader-rounds R] [--tp 2]\n");
       return 2;
     }
   }
