@@ -4,9 +4,10 @@
 // distinct tokens; once every stream is decoding, the engine is SIGKILLed (serve starts
 // another). Prints, per context and mode, the time from the kill to each stream's next
 // token (median and max over the streams), the ratio between the modes, and how many
-// streams ended with the same text both ways.
+// streams ended with the same text both ways. With --tp 2 the engine is a group of two
+// ranks (--threads each), both killed.
 //
-//   kv_adopt_bench [--model GGUF] [--streams 4] [--contexts 500,2000] [--threads 2]
+//   kv_adopt_bench [--model GGUF] [--streams 4] [--contexts 500,2000] [--threads 2] [--tp 1]
 //
 // Without --model it writes the 1B synthetic Llama as Q4_0 (`hearth synth --preset 1b`).
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include "common/args.h"
 #include "common/process.h"
@@ -73,14 +75,15 @@ std::string stream_text(const std::string& body) {
   return text;
 }
 
-Result run_case(const std::string& model, int streams, int context, int threads, bool adopt) {
+Result run_case(const std::string& model, int streams, int context, int threads, int tp, bool adopt) {
   const std::string shm = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   const int ctx = context + 128;
   const int blocks = streams * ((ctx + 15) / 16) + 16;
   std::vector<std::string> argv = {bin("hearth"), "serve", "--model", model, "--port", "0", "--instance",
                                    "bench-kv-adopt", "--shm-dir", shm, "--ctx", std::to_string(ctx), "--slots",
                                    std::to_string(streams * 2), "--kv-blocks", std::to_string(blocks), "--threads",
-                                   std::to_string(threads), "--engine-wait", "3600000", "--remove-on-exit"};
+                                   std::to_string(threads), "--engine-wait", "3600000", "--remove-on-exit",
+                                   "--tp", std::to_string(tp)};
   if (!adopt) argv.push_back("--no-kv-adopt");
   hearth::ChildProcess serve(argv);
   const auto line = serve.read_line(300s);
@@ -148,16 +151,19 @@ Result run_case(const std::string& model, int streams, int context, int threads,
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto args = hearth::Args::parse({argv + 1, argv + argc}, {"model", "streams", "contexts", "threads"}, {});
+  auto args = hearth::Args::parse({argv + 1, argv + argc}, {"model", "streams", "contexts", "threads", "tp"}, {});
   if (!args.is_ok()) {
     std::fprintf(stderr, "kv_adopt_bench: %s\n", args.status().message().c_str());
     return 2;
   }
   auto streams = args->get_int("streams", 1, 64);
   auto threads = args->get_int("threads", 1, 1024);
-  if (!streams.is_ok() || !threads.is_ok()) {
+  auto tp = args->get_int("tp", 1, 16);
+  if (!streams.is_ok() || !threads.is_ok() || !tp.is_ok()) {
     std::fprintf(stderr, "kv_adopt_bench: %s\n",
-                 (!streams.is_ok() ? streams.status() : threads.status()).message().c_str());
+                 (!streams.is_ok() ? streams.status() : !threads.is_ok() ? threads.status() : tp.status())
+                     .message()
+                     .c_str());
     return 2;
   }
   std::vector<int> contexts;
@@ -177,7 +183,7 @@ int main(int argc, char** argv) {
   if (model.empty()) {
     made = std::filesystem::temp_directory_path() / ("kv-adopt-bench-" + std::to_string(::getpid()) + ".gguf");
     const auto synth = hearth::run_process({bin("hearth"), "synth", "--preset", "1b", "--type", "q4_0", "--gguf",
-                                            made.string()});
+                                            made.string()});  // the loader splits it for --tp
     if (synth.exit_code != 0) {
       std::fprintf(stderr, "kv_adopt_bench: hearth synth failed: %s\n", synth.err.c_str());
       return 1;
@@ -186,16 +192,18 @@ int main(int argc, char** argv) {
   }
   const int n = static_cast<int>(streams->value_or(4));
   const int t = static_cast<int>(threads->value_or(2));
+  const int ranks = static_cast<int>(tp->value_or(1));
   std::printf("# cpu: %s\n", hearth::kernels::cpu::cpu_host_summary().c_str());
-  std::printf("# engine SIGKILLed mid-decode: %s, %d streams of distinct prompts, %d threads; time from the kill to each "
-              "stream's next token\n",
-              std::filesystem::path(model).filename().c_str(), n, t);
+  std::printf("# engine SIGKILLed mid-decode (%s): %s, %d streams of distinct prompts, %d threads%s; time from the kill "
+              "to each stream's next token\n",
+              ranks > 1 ? fmt::format("all {} ranks of its group", ranks).c_str() : "one rank",
+              std::filesystem::path(model).filename().c_str(), n, t, ranks > 1 ? " per rank" : "");
   std::printf("| context | adopted: median / max ms | --no-kv-adopt: median / max ms | speed-up (median) | same text |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: |\n");
   int failed = 0;
   for (int c : contexts) {
-    const Result a = run_case(model, n, c, t, true);
-    const Result r = run_case(model, n, c, t, false);
+    const Result a = run_case(model, n, c, t, ranks, true);
+    const Result r = run_case(model, n, c, t, ranks, false);
     failed += (a.ok ? 0 : 1) + (r.ok ? 0 : 1);
     // Greedy: a stream continued from the adopted cache and one computed again must say
     // the same (what an uninterrupted run says; the tests check that on a small model).
