@@ -415,7 +415,7 @@ struct EngineServer::Impl {
     std::string changed;
     for (int r = 1; r < options.tp; ++r) {
       ids[static_cast<size_t>(r)] = group->segment().rank(r).kv_id.load(std::memory_order_relaxed);
-      if (ids[static_cast<size_t>(r)] == 0 || ids[static_cast<size_t>(r)] != h.rank_ids[r]) {
+      if (ids[static_cast<size_t>(r)] == 0 || ids[static_cast<size_t>(r)] != h.rank_ids[r].load(std::memory_order_relaxed)) {
         changed += fmt::format("{}{}", changed.empty() ? "" : ", ", r);
       }
     }
@@ -424,12 +424,12 @@ struct EngineServer::Impl {
     for (uint32_t i = 0; i < broker->n_slots(); ++i) {
       live += resident->segment.table(i).committed.load(std::memory_order_acquire) > 0 ? 1 : 0;
     }
-    // Voided before the new ids are recorded: an engine killed in between must not find
-    // the old tables under ids that match.
+    // Voided before the new ids are recorded (release stores, after the tables' and
+    // records' own): an engine killed in between must not find the old tables under ids
+    // that match.
     resident->segment.clear_tables();
     resident->segment.clear_records();
-    std::atomic_thread_fence(std::memory_order_release);
-    for (int r = 1; r < options.tp; ++r) h.rank_ids[r] = ids[static_cast<size_t>(r)];
+    for (int r = 1; r < options.tp; ++r) h.rank_ids[r].store(ids[static_cast<size_t>(r)], std::memory_order_release);
     if (live > 0) {
       HEARTH_LOG_WARN("rank(s) {} hold another KV cache than the one the tables describe (rebuilt or private): "
                       "{} requests in flight are computed again",
@@ -583,7 +583,9 @@ struct EngineServer::Impl {
       broker->slot_finish(a.slot, SlotState::kCancelled, FinishReason::kCancelled);
       HEARTH_TEST_POINT("engine.reap.cancelled");  // finished as CANCELLED, still in the scheduler
       if (orphan) {
-        broker->slot_release(a.slot);  // nobody is left to read it
+        // Nobody is left to read it; a CAS, because an owner that was only stalled may
+        // free it first, and a new claim then hold it.
+        broker->slot_release_from(a.slot, SlotState::kCancelled);
         broker->header().stat_reclaimed.fetch_add(1, std::memory_order_relaxed);
       }
     }
@@ -689,6 +691,13 @@ struct EngineServer::Impl {
   // rank on a host-memory backend, unless --no-kv-adopt), else private memory.
   Status open_cache(const KvCacheConfig& kv, const std::filesystem::path& dir) {
     const auto path = segment_path(dir, options.instance, "kv");
+    // Segments of ranks this group does not have (an earlier, larger --tp) hold memory
+    // for nothing.
+    for (int r = std::max(1, options.tp); r < kMaxTensorParallel; ++r) {
+      std::error_code ec;
+      const auto stale = segment_path(dir, options.instance, fmt::format("kv-rank{}", r));
+      if (std::filesystem::remove(stale, ec)) HEARTH_LOG_INFO("removed the resident KV segment {}", stale.string());
+    }
     const bool host = backend->name().starts_with("cpu");
     if (!options.kv_adopt || !host) {
       std::error_code ec;

@@ -74,8 +74,7 @@ struct ShardServer::Impl {
       wait_because(fmt::format("a stale group's segment: {}; rank 0 replaces it when it starts", mismatch));
       return std::optional<TpSegment>();
     }
-    HEARTH_RETURN_IF_ERROR(seg->register_rank(options.rank));
-    return std::optional<TpSegment>(std::move(*seg));
+    return std::optional<TpSegment>(std::move(*seg));  // serve() registers this rank in it
   }
 
   // This rank's share of the KV cache: in its resident segment when it may outlive the
@@ -119,17 +118,20 @@ struct ShardServer::Impl {
     const ModelConfig& c = start.weights.config;
     const int rank = options.rank;
     auto dtype = static_cast<KvDType>(g.kv_dtype);
+    // The cache first: registering makes this rank one rank 0 may form an epoch with, and
+    // a cache rebuilt from empty (a large file reserved) must not make it miss the join.
+    uint64_t kv_id = 0;
+    HEARTH_ASSIGN_OR_RETURN(KvCache cache,
+                            open_cache({c.n_layers, c.kv_dim() / options.tp, g.block_size, g.kv_blocks, dtype}, kv_id));
+    HEARTH_RETURN_IF_ERROR(segment.register_rank(rank));
+    // Before this rank joins any epoch (rank 0 reads it once every rank has joined).
+    segment.rank(rank).kv_id.store(kv_id, std::memory_order_relaxed);
     TpGroup group(std::move(segment), {.rank = rank,
                                        .collective_timeout = std::chrono::milliseconds(options.collective_timeout_ms),
                                        .rank_stale = std::chrono::milliseconds(options.rank_stale_ms),
                                        .cuda_device = tp_group_cuda_device(options.backend)});
     group.note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                     static_cast<uint32_t>(backend->threads()));
-    uint64_t kv_id = 0;
-    HEARTH_ASSIGN_OR_RETURN(KvCache cache,
-                            open_cache({c.n_layers, c.kv_dim() / options.tp, g.block_size, g.kv_blocks, dtype}, kv_id));
-    // Before this rank joins any epoch (rank 0 reads it once every rank has joined).
-    group.segment().rank(rank).kv_id.store(kv_id, std::memory_order_relaxed);
     HEARTH_ASSIGN_OR_RETURN(auto model, LlamaModel::create(c, start.weights.tensors(rank), *backend,
                                                            g.max_batch_tokens,
                                                            {.layout = start.weights.layout, .comm = &group.communicator()}));

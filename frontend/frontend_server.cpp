@@ -226,7 +226,7 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
     bool held = false;
     for (auto& c : g.choices) {
       if (!c.slot_held) continue;
-      if (client->generation(c.slot) != c.generation) {  // taken from us (see advance): not ours to touch
+      if (!client->holds(c.slot, c.generation)) {  // taken from us (see advance): not ours to touch
         c.slot_held = false;
         c.done = true;
         continue;
@@ -984,7 +984,8 @@ Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
   while (g.samples_left > 0) {
     g.pending.sampling = g.request.sampling;
     g.pending.sampling.seed = g.base_seed + static_cast<uint64_t>(samples - g.samples_left);
-    auto slot = client->submit(g.pending);
+    uint32_t generation = 0;
+    auto slot = client->submit(g.pending, &generation);
     if (!slot.is_ok()) {
       if (slot.status().code() == ErrorCode::kResourceExhausted) return false;
       return slot.status();
@@ -992,7 +993,7 @@ Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
     HEARTH_TEST_POINT("frontend.submitted");  // queued; nothing follows it yet
     Generation::Choice c;
     c.slot = *slot;
-    c.generation = client->generation(*slot);
+    c.generation = generation;
     c.text.emplace(*tokenizer, g.request.stop, /*at_start=*/false);
     if (g.tool_format != ToolCallFormat::kNone) c.tools.emplace(g.tool_format);
     g.choices.push_back(std::move(c));
@@ -1130,7 +1131,7 @@ void FrontendServer::Impl::advance(Generation& g) {
     const auto index = static_cast<int32_t>(i);
     if (!c.slot_held) continue;
     const SlotProgress p = client->progress(c.slot);
-    if (p.generation != c.generation || p.state == SlotState::kFree) {
+    if (p.generation != c.generation || p.state == SlotState::kFree || p.state == SlotState::kFilling) {
       // The slot is not ours any more: an engine that judged this frontend gone (its
       // heartbeat stalled past hearth-engine's bound) freed it. Never touch it again.
       HEARTH_LOG_WARN("slot {} was taken from this frontend while its request ran", c.slot);
@@ -1189,12 +1190,16 @@ void FrontendServer::Impl::advance(Generation& g) {
     }
     if (p.terminal()) {
       if (p.state == SlotState::kFailed) failure = Status(p.error_code, p.error);
+      if (p.state == SlotState::kCancelled && !c.done && !gone && !g.failed && failure.code() == ErrorCode::kOk) {
+        // Not asked for: the engine dropped it, judging this frontend gone (see above).
+        failure = make_error(ErrorCode::kUnavailable, "the engine dropped this request (it judged this frontend gone); try again");
+      }
       if (!c.done) {
         c.finish_reason = finish_reason_of(p.finish);
         c.done = true;
         emit(c, index, c.text->finish(), {});
       }
-      client->release(c.slot);
+      client->release_from(c.slot, p.state);
       c.slot_held = false;
     } else {
       all_done = false;

@@ -193,7 +193,7 @@ void Broker::frontend_unregister(int frontend) const {
   e.pid.store(0, std::memory_order_release);
 }
 
-std::optional<uint32_t> Broker::slot_claim(int frontend) const {
+std::optional<uint32_t> Broker::slot_claim(int frontend, uint32_t* generation) const {
   for (uint32_t i = 0; i < n_slots(); ++i) {
     SlotHeader& s = slot(i);
     uint32_t expected = static_cast<uint32_t>(SlotState::kFree);
@@ -201,7 +201,8 @@ std::optional<uint32_t> Broker::slot_claim(int frontend) const {
     if (s.state.compare_exchange_strong(expected, static_cast<uint32_t>(SlotState::kFilling),
                                         std::memory_order_acq_rel)) {
       HEARTH_TEST_POINT("broker.claim.filling");  // FILLING, owner not yet written
-      s.generation.fetch_add(1, std::memory_order_relaxed);
+      const uint32_t mine = s.generation.fetch_add(1, std::memory_order_relaxed) + 1;
+      if (generation != nullptr) *generation = mine;
       s.cancel.store(0, std::memory_order_relaxed);
       s.n_produced.store(0, std::memory_order_relaxed);
       s.owner.store(frontend, std::memory_order_relaxed);
@@ -243,6 +244,16 @@ void Broker::slot_release(uint32_t index) const {
   s.owner.store(-1, std::memory_order_relaxed);
   s.owner_pid.store(0, std::memory_order_relaxed);
   s.state.store(static_cast<uint32_t>(SlotState::kFree), std::memory_order_release);
+}
+
+bool Broker::slot_release_from(uint32_t index, SlotState from) const {
+  SlotHeader& s = slot(index);
+  auto expected = static_cast<uint32_t>(from);
+  if (!s.state.compare_exchange_strong(expected, static_cast<uint32_t>(SlotState::kFilling), std::memory_order_acq_rel)) {
+    return false;
+  }
+  slot_release(index);
+  return true;
 }
 
 bool Broker::slot_withdraw(uint32_t index) const {

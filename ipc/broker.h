@@ -89,13 +89,17 @@ class Broker {
   void frontend_heartbeat(int frontend) const;
   void frontend_unregister(int frontend) const;
   // FREE -> FILLING for the first free slot, owned by `frontend`; nullopt when none is free.
-  std::optional<uint32_t> slot_claim(int frontend) const;
+  // `generation` (when given) receives the slot's claim count as this claim set it.
+  std::optional<uint32_t> slot_claim(int frontend, uint32_t* generation = nullptr) const;
   // FILLING -> QUEUED, into the ring, engine woken. The request fields must be written.
   void slot_submit(uint32_t index) const;
   // Asks the engine to stop the slot at its next step.
   void slot_cancel(uint32_t index) const;
   // A terminal (or still FILLING) slot back to FREE.
   void slot_release(uint32_t index) const;
+  // The same, only if the slot is still in state `from` (a CAS): what the engine and the
+  // owner may both try for one slot, so that the loser cannot free another's new claim.
+  bool slot_release_from(uint32_t index, SlotState from) const;
   // A QUEUED slot its owner gives up on, back to FREE at once, unless the engine admitted
   // it first (then false: cancel it and wait for the engine). Its ring entry, if still
   // there, finds the slot no longer QUEUED (or queued anew, which is then admitted once).

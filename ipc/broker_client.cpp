@@ -22,7 +22,7 @@ void BrokerClient::leave() {
   index_ = -1;
 }
 
-Result<uint32_t> BrokerClient::submit(const SubmitRequest& r) {
+Result<uint32_t> BrokerClient::submit(const SubmitRequest& r, uint32_t* generation) {
   if (r.prompt.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");
   if (r.prompt.size() >= broker_->slot_tokens()) {
     return make_error(ErrorCode::kOutOfRange, "the prompt has {} tokens, but the context holds {}", r.prompt.size(),
@@ -43,7 +43,7 @@ Result<uint32_t> BrokerClient::submit(const SubmitRequest& r) {
                       r.grammar.size(), broker_->grammar_capacity());
   }
   if (r.min_tokens < 0) return make_error(ErrorCode::kInvalidArgument, "min_tokens must be at least 0");
-  const auto slot = broker_->slot_claim(index_);
+  const auto slot = broker_->slot_claim(index_, generation);
   if (!slot) return make_error(ErrorCode::kResourceExhausted, "all {} request slots are busy", broker_->n_slots());
   SlotHeader& s = broker_->slot(*slot);
   s.sampling = r.sampling;

@@ -56,16 +56,24 @@ class BrokerClient {
 
   // Claims a slot and queues the request; kResourceExhausted when every slot is busy,
   // kInvalidArgument when it does not fit a slot (prompt, stop ids, logit bias, grammar).
-  Result<uint32_t> submit(const SubmitRequest& request);
+  // `generation` (when given) receives the claim count the slot got from this claim.
+  Result<uint32_t> submit(const SubmitRequest& request, uint32_t* generation = nullptr);
   SlotProgress progress(uint32_t slot) const;
-  // The claim count of a slot this frontend holds (read right after submit; progress()
-  // reports another once the slot was taken from it, e.g. by an engine that judged this
-  // frontend gone).
-  uint32_t generation(uint32_t slot) const { return broker_->slot(slot).generation.load(std::memory_order_acquire); }
+  // Whether a slot submitted with claim count `generation` is still this frontend's: not
+  // once the engine freed it (it judged this frontend gone) or another claim took it.
+  bool holds(uint32_t slot, uint32_t generation) const {
+    const SlotHeader& s = broker_->slot(slot);
+    const uint32_t state = s.state.load(std::memory_order_acquire);
+    return state != static_cast<uint32_t>(SlotState::kFree) && state != static_cast<uint32_t>(SlotState::kFilling) &&
+           s.generation.load(std::memory_order_acquire) == generation;
+  }
   const ProducedToken& token(uint32_t slot, int32_t i) const { return broker_->produced(slot)[i]; }
   void cancel(uint32_t slot) const { broker_->slot_cancel(slot); }
   // Frees a slot once its progress is terminal (or a submit was abandoned).
   void release(uint32_t slot) const { broker_->slot_release(slot); }
+  // Frees a slot whose progress was the terminal `state`, unless it moved on since (the
+  // engine freed it first, and another claim may hold it now).
+  void release_from(uint32_t slot, SlotState state) const { broker_->slot_release_from(slot, state); }
   // Frees a slot the engine has not taken yet (QUEUED); false when it has.
   bool withdraw(uint32_t slot) const { return broker_->slot_withdraw(slot); }
 

@@ -82,6 +82,7 @@ Status KvSegment::validate(uint64_t file_bytes) const {
       h.records_offset != records_offset(g) || h.record_stride != record_stride(g)) {
     return make_error(ErrorCode::kFormat, "{} has an inconsistent header or is truncated ({} bytes)", p, file_bytes);
   }
+  if (h.id == 0) return make_error(ErrorCode::kFormat, "{} was not finished by the process that created it", p);
   return Status::ok();
 }
 

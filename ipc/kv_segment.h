@@ -77,11 +77,11 @@ struct KvHeader {
   uint64_t chain_seed[2];           // the prefix cache's key chain seed (random at creation)
   uint64_t records_offset;          // the prefix cache's index: a KvBlockRecord per block
   uint64_t record_stride;
-  uint64_t id;                      // random at creation: names this segment's contents
+  uint64_t id;  // random at creation, never 0 (a segment cut before it was written is refused)
   // Rank 0's, with tensor parallelism: the ids of the other ranks' segments its tables
   // were written with (0: none yet). A rank whose segment is another now (rebuilt, or a
   // private cache) did not keep what the tables describe.
-  uint64_t rank_ids[kMaxTensorParallel];
+  std::atomic<uint64_t> rank_ids[kMaxTensorParallel];
 };
 static_assert(sizeof(KvHeader) <= kKvHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<int32_t>::is_always_lock_free);

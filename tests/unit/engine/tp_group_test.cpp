@@ -245,7 +245,9 @@ TEST(TpSegmentTest, RefusesWhatItCannotTrustAndReplacesStaleSegments) {
   EXPECT_EQ(refused.status().code(), ErrorCode::kUnavailable);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
+  other->rank(1).kv_id.store(77);  // what the dead holder had said of its KV cache
   EXPECT_TRUE(other->register_rank(1).is_ok());  // its holder is gone
+  EXPECT_EQ(other->rank(1).kv_id.load(), 0u) << "a new holder has said nothing of its KV cache yet";
   ::close(ready[0]);
   ::close(ready[1]);
 }

@@ -42,6 +42,7 @@ void fill(const KvSegment& s) {
 TEST(KvSegmentTest, AMatchingSegmentIsAdoptedWithItsTablesAndData) {
   TempDir dir;
   const auto path = segment_path(dir.path(), "unit", "kv");
+  uint64_t id = 0;
   {
     auto s = KvSegment::open_or_create(path, config());
     ASSERT_TRUE(s.is_ok()) << s.status().to_string();
@@ -56,11 +57,14 @@ TEST(KvSegmentTest, AMatchingSegmentIsAdoptedWithItsTablesAndData) {
     EXPECT_EQ(s->v() - s->k(), 4096);  // 2 * 16 * 4 * 8 * 2 = 2048 bytes, one page
     EXPECT_GE(s->header().k_offset, s->header().tables_offset + 3 * s->header().table_stride);
     for (uint32_t i = 0; i < 3; ++i) EXPECT_EQ(s->table(i).committed.load(), 0);
+    EXPECT_NE(s->header().id, 0u);
+    id = s->header().id;
     fill(*s);
   }
   auto again = KvSegment::open_or_create(path, config());
   ASSERT_TRUE(again.is_ok());
   EXPECT_TRUE(again->adopted());
+  EXPECT_EQ(again->header().id, id) << "the contents are the same: so is the id (tensor-parallel ranks compare it)";
   EXPECT_EQ(again->header().adoptions.load(), 1u);
   const KvSlotTable& t = again->table(1);
   EXPECT_EQ(t.committed.load(), 6);
@@ -103,13 +107,20 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
          ASSERT_TRUE(s.is_ok());
          reinterpret_cast<KvHeader*>(s->data())->layout_version = 99;
        }, "KV layout version 99"},
+      {"unfinished", [](KvSegmentConfig&) {}, [&] {  // its creator killed before it drew the id
+         auto s = ShmSegment::attach(path, true);
+         ASSERT_TRUE(s.is_ok());
+         reinterpret_cast<KvHeader*>(s->data())->id = 0;
+       }, "not finished by the process that created it"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     std::filesystem::remove(path);
+    uint64_t old_id = 0;
     {
       auto s = KvSegment::open_or_create(path, config());
       ASSERT_TRUE(s.is_ok());
+      old_id = s->header().id;
       fill(*s);
     }
     if (c.damage) c.damage();
@@ -123,6 +134,8 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
     for (uint32_t i = 0; i < now.geometry.n_slots; ++i) EXPECT_EQ(s->table(i).committed.load(), 0);
     EXPECT_EQ(static_cast<uint8_t>(s->k()[0]), 0);
     EXPECT_EQ(std::filesystem::file_size(path), kv_segment_bytes(now.geometry));
+    EXPECT_NE(s->header().id, old_id) << "new contents, a new id";
+    EXPECT_NE(s->header().id, 0u);
   }
   // A geometry out of range is refused before anything is created.
   KvSegmentConfig bad = config();
