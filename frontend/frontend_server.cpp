@@ -1131,7 +1131,7 @@ void FrontendServer::Impl::advance(Generation& g) {
     const auto index = static_cast<int32_t>(i);
     if (!c.slot_held) continue;
     const SlotProgress p = client->progress(c.slot);
-    if (p.generation != c.generation || p.state == SlotState::kFree || p.state == SlotState::kFilling) {
+    if (!p.held_by(c.generation)) {
       // The slot is not ours any more: an engine that judged this frontend gone (its
       // heartbeat stalled past hearth-engine's bound) freed it. Never touch it again.
       HEARTH_LOG_WARN("slot {} was taken from this frontend while its request ran", c.slot);

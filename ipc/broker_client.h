@@ -44,6 +44,11 @@ struct SlotProgress {
   bool terminal() const {
     return state == SlotState::kDone || state == SlotState::kCancelled || state == SlotState::kFailed;
   }
+  // Whether the slot is still the claim that got `claim` (not freed by an engine that
+  // judged its frontend gone, nor claimed again since).
+  bool held_by(uint32_t claim) const {
+    return state != SlotState::kFree && state != SlotState::kFilling && generation == claim;
+  }
 };
 
 class BrokerClient {
@@ -61,12 +66,7 @@ class BrokerClient {
   SlotProgress progress(uint32_t slot) const;
   // Whether a slot submitted with claim count `generation` is still this frontend's: not
   // once the engine freed it (it judged this frontend gone) or another claim took it.
-  bool holds(uint32_t slot, uint32_t generation) const {
-    const SlotHeader& s = broker_->slot(slot);
-    const uint32_t state = s.state.load(std::memory_order_acquire);
-    return state != static_cast<uint32_t>(SlotState::kFree) && state != static_cast<uint32_t>(SlotState::kFilling) &&
-           s.generation.load(std::memory_order_acquire) == generation;
-  }
+  bool holds(uint32_t slot, uint32_t generation) const { return progress(slot).held_by(generation); }
   const ProducedToken& token(uint32_t slot, int32_t i) const { return broker_->produced(slot)[i]; }
   void cancel(uint32_t slot) const { broker_->slot_cancel(slot); }
   // Frees a slot once its progress is terminal (or a submit was abandoned).
