@@ -169,6 +169,10 @@ class Backend {
   // Makes a step's input readable by the ops (a copy to device memory, or none).
   virtual StepInput upload(const ModelInput& input) = 0;
 
+  // Waits until every op queued so far has run (a device's stream); a host backend has
+  // run each op when its call returns.
+  virtual void synchronize() {}
+
   // Whether sample() runs here (on the device, so only tokens come back); when not,
   // the engine reads the logits back and samples on the host (engine/sampler.h).
   virtual bool samples() const { return false; }

@@ -194,6 +194,8 @@ class CudaBackend final : public Backend {
     check_cuda(cudaStreamSynchronize(stream_.get()), "the step");
   }
 
+  void synchronize() override { check_cuda(cudaStreamSynchronize(stream_.get()), "the step"); }
+
   bool samples() const override { return true; }
 
   // The rows' parameters and penalty tokens go up in one buffer, the kernels of
@@ -252,6 +254,8 @@ class CudaBackend final : public Backend {
       o.id = r.id;
       o.logprob = r.logprob;
       o.n_top = r.n_top;
+      o.top_id = r.top_id;
+      o.top_logit = r.top_logit;
       for (int32_t j = 0; j < r.n_top; ++j) {
         o.top_ids[static_cast<size_t>(j)] = r.top_ids[j];
         o.top_logprobs[static_cast<size_t>(j)] = r.top_logprobs[j];

@@ -199,13 +199,20 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   for (const PlannedSeq& p : plan.seqs) {
     scheduler_.advance(p);
     if (config_.journal != nullptr) {
+      // The row's fingerprint: from the logits on the host, from the sampled row where
+      // the backend sampled (the logits never left it).
       RowCheck check;
-      const bool checked = p.sample && !logits.empty();
+      const bool checked = p.sample && (!logits.empty() || (!sampled.empty() && sampled[row].top_id >= 0));
       if (checked) {
-        const float* l = logits.data() + row * vocab;
         check.pos = p.begin + p.count - 1;
-        check.token = static_cast<TokenId>(std::max_element(l, l + vocab) - l);
-        check.logit = l[check.token];
+        if (!logits.empty()) {
+          const float* l = logits.data() + row * vocab;
+          check.token = static_cast<TokenId>(std::max_element(l, l + vocab) - l);
+          check.logit = l[check.token];
+        } else {
+          check.token = sampled[row].top_id;
+          check.logit = sampled[row].top_logit;
+        }
       }
       config_.journal->committed(p.id, *scheduler_.kv(p.id), checked ? &check : nullptr);
     }

@@ -19,8 +19,10 @@
 #include "engine/loader_slab.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
+#include "engine/resident_cache.h"
 #include "engine/tp_group.h"
 #include "ipc/broker.h"
+#include "ipc/fd_store.h"
 #include "ipc/futex.h"
 #include "ipc/kv_segment.h"
 #include "ipc/weights_segment.h"
@@ -206,6 +208,10 @@ struct EngineServer::Impl {
   AttachedWeights weights;
   std::optional<Broker> broker;
   std::unique_ptr<Backend> backend;
+  // The process's fd stores (a CUDA backend's resident KV cache gives them its device
+  // memory), and that memory, which outlives everything that uses it.
+  std::vector<std::unique_ptr<FdStore>> stores;
+  std::shared_ptr<void> device_kv;
   std::unique_ptr<LlamaModel> model;
   std::optional<KvCache> cache;
   std::unique_ptr<ResidentKv> resident;  // the KV segment's tables; none: a private cache
@@ -687,49 +693,31 @@ struct EngineServer::Impl {
     return c;
   }
 
-  // The KV cache: in the instance's KV segment, adopted when the one there matches (one
-  // rank on a host-memory backend, unless --no-kv-adopt), else private memory.
+  // The KV cache: in the instance's KV segment, adopted when the one there matches
+  // (engine/resident_cache.h says where K and V live and when the cache is private).
   Status open_cache(const KvCacheConfig& kv, const std::filesystem::path& dir) {
-    const auto path = segment_path(dir, options.instance, "kv");
     // Segments of ranks this group does not have (an earlier, larger --tp) hold memory
     // for nothing.
     for (int r = std::max(1, options.tp); r < kMaxTensorParallel; ++r) {
-      std::error_code ec;
-      const auto stale = segment_path(dir, options.instance, fmt::format("kv-rank{}", r));
-      if (std::filesystem::remove(stale, ec)) HEARTH_LOG_INFO("removed the resident KV segment {}", stale.string());
+      remove_rank_cache(segment_path(dir, options.instance, fmt::format("kv-rank{}", r)), options.instance, r, stores);
     }
-    const bool host = backend->name().starts_with("cpu");
-    if (!options.kv_adopt || !host) {
-      std::error_code ec;
-      if (std::filesystem::remove(path, ec)) HEARTH_LOG_INFO("removed the resident KV segment {}", path.string());
-      if (options.kv_adopt) {
-        HEARTH_LOG_INFO("the KV cache is private: adopting it across restarts needs a CPU backend (this engine: {})",
-                        backend->name());
-      }
-      HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::create(*backend, kv));
-      cache.emplace(std::move(made));
-      return Status::ok();
-    }
-    KvSegmentConfig config;
-    config.weights = weights.header->fingerprint;
-    config.owner_id = broker->id();
-    config.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
-                       static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
-                       broker->n_slots(), (context + kv.block_size - 1) / kv.block_size + 1};
-    auto segment = KvSegment::open_or_create(path, config);
-    if (!segment.is_ok()) {
-      return segment.status().with_context("the resident KV cache (hearth-engine --no-kv-adopt keeps it private)");
-    }
-    if (segment->adopted()) {
-      HEARTH_LOG_INFO("adopting the resident KV cache {} ({} MiB)", path.string(), segment->header().total_bytes >> 20);
-    } else if (!segment->why_rebuilt().empty()) {
-      HEARTH_LOG_WARN("rebuilt the resident KV cache {} from empty: {}", path.string(), segment->why_rebuilt());
-    }
-    HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::wrap(kv, segment->k(), segment->v()));
-    cache.emplace(std::move(made));
-    const uint64_t* seed = segment->header().chain_seed;
+    RankCacheOptions o;
+    o.path = segment_path(dir, options.instance, "kv");
+    o.instance = options.instance;
+    o.rank = 0;
+    o.adopt = options.kv_adopt;
+    o.segment.weights = weights.header->fingerprint;
+    o.segment.owner_id = broker->id();
+    o.segment.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
+                          static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
+                          broker->n_slots(), (context + kv.block_size - 1) / kv.block_size + 1};
+    HEARTH_ASSIGN_OR_RETURN(RankCache opened, open_rank_cache(*backend, kv, std::move(o), stores));
+    cache.emplace(std::move(opened.cache));
+    device_kv = std::move(opened.device_memory);
+    if (!opened.segment) return Status::ok();
+    const uint64_t* seed = opened.segment->header().chain_seed;
     options.scheduler.chain_seed = BlockKey{seed[0], seed[1]};  // the keys its index was written under
-    resident = std::make_unique<ResidentKv>(std::move(segment).value());
+    resident = std::make_unique<ResidentKv>(std::move(*opened.segment));
     cache->blocks().set_observer(resident.get());
     return Status::ok();
   }
@@ -787,6 +775,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                                   .cuda_device = tp_group_cuda_device(options.backend),
                                                               });
   HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
+  if (impl->backend->name().starts_with("cuda")) impl->stores = fd_stores_from_environment();
   HEARTH_RETURN_IF_ERROR(backend_use_loader_slab(*impl->backend, impl->weights, 0, dir, options.instance));
   impl->group->note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                          static_cast<uint32_t>(impl->backend->threads()));

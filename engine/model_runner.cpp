@@ -21,6 +21,7 @@ Result<std::span<const float>> ModelRunner::run(const ModelInput& input) {
   }
   const uint64_t t0 = now_ns();
   HEARTH_RETURN_IF_ERROR(model_.forward(input, cache_, logits_.data()));
+  model_.backend().synchronize();  // a step without logit rows read nothing back
   last_step_ns_ = now_ns() - t0;
   return std::span<const float>(logits_.data(), n);
 }
@@ -34,6 +35,7 @@ Result<std::span<const SampledRow>> ModelRunner::run_sampled(const ModelInput& i
   const uint64_t t0 = now_ns();
   const std::span<SampledRow> out(sampled_.data(), rows.size());
   HEARTH_RETURN_IF_ERROR(model_.forward_sampled(input, cache_, rows, out));
+  model_.backend().synchronize();  // a step without sampled rows read nothing back
   last_step_ns_ = now_ns() - t0;
   return std::span<const SampledRow>(out);
 }

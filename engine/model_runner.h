@@ -30,7 +30,9 @@ class ModelRunner {
 
   // The logits of input.logit_rows, [logit_rows.size(), vocab_size], valid until the
   // next run. A bad input fails alone (model_input_validate), before it is published,
-  // and leaves the cache as it was.
+  // and leaves the cache as it was. When run and run_sampled return, the step's K/V are
+  // in the cache on every backend (a device's stream has run them), so the driver may
+  // commit them to a resident cache's tables.
   Result<std::span<const float>> run(const ModelInput& input);
   // Whether the backend samples (Backend::samples): then the driver calls run_sampled.
   bool samples() const { return model_.backend().samples(); }

@@ -120,11 +120,16 @@ SampledRow sample_row(Sampler& sampler, std::span<const float> l, int32_t top_lo
                       const RowShaping* shaping) {
   const size_t vocab = l.size();
   float max = l[0];
-  for (size_t i = 1; i < vocab; ++i) max = std::max(max, l[i]);
+  size_t arg = 0;
+  for (size_t i = 1; i < vocab; ++i) {
+    if (l[i] > max) max = l[i], arg = i;
+  }
   const double sum = kernels::cpu::sum_exp_below(l.data(), static_cast<int64_t>(vocab), max);
   const float log_z = max + static_cast<float>(std::log(sum));
   const auto k = static_cast<size_t>(std::clamp(top_logprobs, 0, kMaxTopLogprobs));
   SampledRow out;
+  out.top_id = static_cast<TokenId>(arg);
+  out.top_logit = max;
   if (k > 0) {
     auto& top = scratch.top;
     top.clear();

@@ -64,6 +64,10 @@ struct SampledRow {
   int32_t n_top = 0;
   std::array<TokenId, kMaxTopLogprobs> top_ids{};
   std::array<float, kMaxTopLogprobs> top_logprobs{};
+  // The raw row's top token (the lowest id among equals) and its logit: the row's
+  // fingerprint a resident KV cache records (RowCheck), whatever was sampled.
+  TokenId top_id = -1;
+  float top_logit = 0.0f;
 };
 
 // A row of logits to sample on a backend (Backend::sample): the sequence's parameters,

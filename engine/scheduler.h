@@ -83,7 +83,7 @@ class KvJournal {
   // Before any block of `id` can go to another sequence (preempted, removed, failed).
   virtual void released(uint64_t id) = 0;
   // After a step wrote `id`'s positions below kv.length: its blocks, and the check of the
-  // row it sampled at kv.length - 1 (none when it sampled nothing or sampled on a device).
+  // row it sampled at kv.length - 1 (none when it sampled nothing).
   virtual void committed(uint64_t id, const KvSequence& kv, const RowCheck* check) = 0;
 };
 

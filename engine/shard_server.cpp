@@ -8,8 +8,10 @@
 #include "engine/loader_slab.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
+#include "engine/resident_cache.h"
 #include "engine/tp_group.h"
 #include "ipc/broker.h"
+#include "ipc/fd_store.h"
 #include "ipc/futex.h"
 #include "ipc/kv_segment.h"
 #include "ipc/segment.h"
@@ -22,9 +24,12 @@ struct ShardServer::Impl {
   EngineOptions options;
   RankStart start;
   std::unique_ptr<Backend> backend;
+  std::vector<std::unique_ptr<FdStore>> stores;  // a CUDA backend's resident KV cache gives them its device memory
   std::filesystem::path tp_path;
   std::filesystem::path kv_path;        // this rank's resident KV segment
   std::optional<KvSegment> kv_segment;  // while the cache lives in it
+  std::shared_ptr<void> device_kv;      // K and V on the GPU, while the cache lives in them
+  std::string device_name;              // and their name in the fd stores
   std::atomic<bool> stopping{false};
   std::atomic<uint32_t> wake{0};  // futex: bumped by stop()
   std::string last_wait;          // the last reason logged for waiting
@@ -78,37 +83,33 @@ struct ShardServer::Impl {
   }
 
   // This rank's share of the KV cache: in its resident segment when it may outlive the
-  // process (a CPU backend, adoption on), so that rank 0 can adopt its own tables after a
+  // process (engine/resident_cache.h), so that rank 0 can adopt its own tables after a
   // restart of any rank; else private (and the segment removed). `kv_id` says which
   // segment holds it (0: private).
   Result<KvCache> open_cache(const KvCacheConfig& kv, uint64_t& kv_id) {
     kv_segment.reset();
     kv_id = 0;
-    if (!options.kv_adopt || !backend->name().starts_with("cpu")) {
-      std::error_code ec;
-      if (std::filesystem::remove(kv_path, ec)) HEARTH_LOG_INFO("removed the resident KV segment {}", kv_path.string());
-      return KvCache::create(*backend, kv);
+    RankCacheOptions o;
+    // Used again when the segment still describes it, else let go of (a failed open keeps
+    // the name, so that the next one lets go of it in the stores).
+    o.device_memory = std::move(device_kv);
+    o.device_name = device_name;
+    o.path = kv_path;
+    o.instance = options.instance;
+    o.rank = options.rank;
+    o.adopt = options.kv_adopt;
+    o.segment.weights = start.weights.header->fingerprint;
+    o.segment.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
+                          static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
+                          /*n_slots=*/1, /*max_blocks=*/1};
+    HEARTH_ASSIGN_OR_RETURN(RankCache opened, open_rank_cache(*backend, kv, std::move(o), stores));
+    device_kv = std::move(opened.device_memory);
+    device_name = std::move(opened.device_name);
+    if (opened.segment) {
+      kv_id = opened.segment->header().id;
+      kv_segment.emplace(std::move(*opened.segment));
     }
-    KvSegmentConfig config;
-    config.weights = start.weights.header->fingerprint;
-    config.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
-                       static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
-                       /*n_slots=*/1, /*max_blocks=*/1};
-    auto segment = KvSegment::open_or_create(kv_path, config);
-    if (!segment.is_ok()) {
-      return segment.status().with_context(
-          fmt::format("rank {}'s resident KV cache (hearth-engine --no-kv-adopt keeps it private)", options.rank));
-    }
-    if (segment->adopted()) {
-      HEARTH_LOG_INFO("rank {}: keeping the resident KV cache {}", options.rank, kv_path.string());
-    } else if (!segment->why_rebuilt().empty()) {
-      HEARTH_LOG_WARN("rank {}: rebuilt the resident KV cache {} from empty: {}", options.rank, kv_path.string(),
-                      segment->why_rebuilt());
-    }
-    HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::wrap(kv, segment->k(), segment->v()));
-    kv_id = segment->header().id;
-    kv_segment.emplace(std::move(segment).value());
-    return made;
+    return std::move(opened.cache);
   }
 
   // One segment's life: build the shard from its geometry, then serve epochs until the
@@ -180,6 +181,7 @@ Result<std::unique_ptr<ShardServer>> ShardServer::create(const EngineOptions& op
   HEARTH_RETURN_IF_ERROR(tp_group_check_backend(options.backend, options.tp));
   HEARTH_ASSIGN_OR_RETURN(impl->start, engine_rank_start(options));
   HEARTH_ASSIGN_OR_RETURN(impl->backend, make_backend(options.backend, {.threads = options.threads}));
+  if (impl->backend->name().starts_with("cuda")) impl->stores = fd_stores_from_environment();
   const auto dir = options.shm_dir.empty() ? shm_dir_default() : options.shm_dir;
   HEARTH_RETURN_IF_ERROR(
       backend_use_loader_slab(*impl->backend, impl->start.weights, options.rank, dir, options.instance));

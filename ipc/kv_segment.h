@@ -6,7 +6,10 @@
 //
 // Layout: a header (the model's fingerprint, the broker it serves, the cache's geometry
 // and dtype, TP rank), then a table per broker slot, then K and V (each n_layers x
-// n_blocks x block_size x kv_dim elements, page aligned). A slot's table names the
+// n_blocks x block_size x kv_dim elements, page aligned). On a GPU K and V live in device
+// memory instead (KvGeometry::on_device): a VMM allocation whose fd an fd store
+// (ipc/fd_store.h) keeps under a name carrying the segment's id (kv_store_name), so that
+// it outlives the engine as the file does; the segment then holds only the bookkeeping. A slot's table names the
 // request it describes (the broker slot's request id and generation), its blocks in
 // position order and `committed`: the positions whose K/V are fully written. The one
 // writer (the engine) advances `committed` with release ordering only after the step that
@@ -21,7 +24,11 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "ipc/segment.h"
@@ -30,7 +37,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kKvMagic = 0x474553564b525448ull;  // "HTRKVSEG" little-endian
-inline constexpr uint32_t kKvLayoutVersion = 2;
+inline constexpr uint32_t kKvLayoutVersion = 3;
 inline constexpr uint32_t kKvHeaderBytes = 4096;
 
 // What a KV segment must match to be adopted; anything else rebuilds it.
@@ -45,6 +52,7 @@ struct KvGeometry {
   int32_t tp_size = 1;
   uint32_t n_slots = 0;         // broker slots, one table each
   int32_t max_blocks = 0;       // per table: the context's blocks
+  uint32_t on_device = 0;       // 1: K and V are in device memory (kv_device_bytes), not in the segment
   bool operator==(const KvGeometry&) const = default;
 };
 
@@ -119,6 +127,39 @@ struct alignas(8) KvBlockRecord {
 };
 
 uint64_t kv_segment_bytes(const KvGeometry& g);
+// On a GPU (on_device): the device allocation's bytes, K at offset 0 and V at
+// kv_device_v_offset.
+uint64_t kv_device_bytes(const KvGeometry& g);
+uint64_t kv_device_v_offset(const KvGeometry& g);
+
+// A resident KV cache's device memory as an fd store keeps it: the instance and rank it
+// is for, the id of the segment whose tables describe it, the allocation's size and the
+// GPU. The name is "hearth-kv.<instance>.<rank>.<id, 16 hex digits>.<bytes>.<GPU uuid>".
+struct KvDeviceRecord {
+  std::string instance;
+  int rank = 0;
+  uint64_t segment_id = 0;
+  uint64_t bytes = 0;
+  std::string device_uuid;
+  bool operator==(const KvDeviceRecord&) const = default;
+};
+inline constexpr std::string_view kKvStorePrefix = "hearth-kv.";
+std::string kv_store_name(const KvDeviceRecord& r);
+// kFormat for a name that is not one kv_store_name writes.
+Result<KvDeviceRecord> kv_store_record(std::string_view name);
+// The names fd stores list that an instance's rank should look at (kept() takes it).
+std::string kv_store_prefix(std::string_view instance, int rank);
+
+// What a rank does with the device memory fd stores keep for it (`names`, in any order):
+// adopt the one kept for `want` (same instance, rank, segment id and GPU, at least
+// want.bytes), if any, and forget every other one of its instance and rank (stale: its
+// segment was rebuilt, or the cache resized or moved). Names of other instances or ranks,
+// and names that are not KV records, are left alone.
+struct KvKeptChoice {
+  std::optional<size_t> adopt;  // index into names
+  std::vector<size_t> forget;
+};
+KvKeptChoice kv_kept_choice(std::span<const std::string> names, const KvDeviceRecord& want);
 
 class KvSegment {
  public:
@@ -137,8 +178,9 @@ class KvSegment {
     return *reinterpret_cast<KvBlockRecord*>(segment_.data() + header().records_offset +
                                              header().record_stride * static_cast<uint64_t>(block));
   }
-  std::byte* k() const { return segment_.data() + header().k_offset; }
-  std::byte* v() const { return segment_.data() + header().v_offset; }
+  // K and V in the segment; nullptr when they are in device memory (on_device).
+  std::byte* k() const { return header().geometry.on_device ? nullptr : segment_.data() + header().k_offset; }
+  std::byte* v() const { return header().geometry.on_device ? nullptr : segment_.data() + header().v_offset; }
   bool adopted() const { return adopted_; }
   const std::string& why_rebuilt() const { return why_rebuilt_; }
   const std::filesystem::path& path() const { return segment_.path(); }
@@ -146,6 +188,10 @@ class KvSegment {
   // Voids every table and block record (after a group break, or an adopted cache found wrong).
   void clear_tables() const;
   void clear_records() const;
+  // Makes an adopted segment a new, empty one in place: tables, records and the ranks'
+  // ids voided, then a new id (so nothing kept under the old one is taken for it). For a
+  // segment whose K and V are lost (its device memory was not kept).
+  void renew();
 
  private:
   Status validate(uint64_t file_bytes) const;

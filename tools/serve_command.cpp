@@ -212,6 +212,9 @@ int serve_command(const std::vector<std::string>& argv) {
       engine->argv.insert(engine->argv.end(), {"--rank", std::to_string(r), "--tp", std::to_string(tp), "--cpus", "auto"});
     }
     if (!devices.empty()) engine->argv.insert(engine->argv.end(), {"--backend", fmt::format("cuda:{}", devices[r])});
+    // The holder keeps each rank's resident KV cache on the GPU across engine restarts, as
+    // it keeps the loader's weights.
+    if (holder) engine->env.push_back(fmt::format("{}={}", kFdHolderEnv, holder->path().string()));
     ranks.push_back(std::move(engine));
   }
   auto listen_fd = listening_socket(host, args->get("port").value_or("8080"));

@@ -28,7 +28,7 @@ constexpr ServeFlag kFlags[] = {
   {"shm-dir", FlagKind::kPath, "DIR", kAll, "shared-memory directory", "Instance", 0, 0, {}, false, {}, "$HEARTH_SHM_DIR or /dev/shm"},
   {"remove-on-exit", FlagKind::kBool, "", kToServe, "remove the instance's segments when serve stops (default: weights stay resident for the next start)", "Instance"},
   // Devices and parallelism.
-  {"device", FlagKind::kText, "cuda|cuda:N[,N...]", kToServe, "run on GPUs: the loader keeps each rank's weights in device memory (rank r on device r, or on the listed devices) and every engine rank runs the CUDA backend", "Devices"},
+  {"device", FlagKind::kText, "cuda|cuda:N[,N...]", kToServe, "run on GPUs: the loader keeps each rank's weights in device memory (rank r on device r, or on the listed devices) and every engine rank runs the CUDA backend; hearth serve holds the device memory of the weights and of each rank's KV cache, so loader and engine restarts keep both", "Devices"},
   {"device-sharing", FlagKind::kChoice, "auto|vmm|cuda-ipc", kToLoader, "how device slabs are shared: the CUDA VMM API with fds (survives the loader), legacy CUDA IPC (dies with it), or auto", "Devices", 0, 0, "auto|vmm|cuda-ipc", false, {}, "auto"},
   {"tp", FlagKind::kInt, "N", kToServe, "tensor parallel: the loader splits the weights for N ranks and N engine processes serve them as one, each pinned to its share of the CPUs", "Devices", 1, 16, {}, false, {}, "1"},
   {"threads", FlagKind::kInt, "N", kToEngine, "CPU threads per engine rank", "Devices", 1, 1024, {}, false, {}, "every core (its share, with --tp)"},

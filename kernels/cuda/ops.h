@@ -125,6 +125,8 @@ struct SampleRowResult {
   int32_t n_top = 0;
   int32_t top_ids[kMaxTopLogprobs] = {};
   float top_logprobs[kMaxTopLogprobs] = {};
+  int32_t top_id = -1;     // the raw row's top token (the lowest id among equals)
+  float top_logit = 0.0f;  // and its logit
 };
 
 struct SampleParams {

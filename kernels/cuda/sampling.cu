@@ -185,7 +185,9 @@ __global__ void sample_prepare_kernel(SampleParams p, SampleScratch s) {
   if (k > kMaxTopLogprobs) k = kMaxTopLogprobs;
   if (k > vocab) k = static_cast<int>(vocab);
   __shared__ int32_t chosen[kMaxTopLogprobs];
-  for (int round = 0; round < k; ++round) {
+  // At least one round: the top token is the row's fingerprint (SampleRowResult::top_id).
+  const int rounds = k > 0 ? k : 1;
+  for (int round = 0; round < rounds; ++round) {
     Best b{0.0f, -1};
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       bool taken = false;
@@ -196,8 +198,14 @@ __global__ void sample_prepare_kernel(SampleParams p, SampleScratch s) {
     b = block_best(b, best_scratch);
     if (threadIdx.x == 0) {
       chosen[round] = b.id;
-      out.top_ids[round] = b.id;
-      out.top_logprobs[round] = b.v - log_z;
+      if (round == 0) {
+        out.top_id = b.id;
+        out.top_logit = b.v;
+      }
+      if (round < k) {
+        out.top_ids[round] = b.id;
+        out.top_logprobs[round] = b.v - log_z;
+      }
     }
     __syncthreads();
   }

@@ -30,12 +30,12 @@ for dir in "${!allowed[@]}"; do
     fi
   done < <(grep -rHE '^#include "[a-z_]+/' "$ROOT/$dir" --include='*.h' --include='*.cpp' --include='*.cu' || true)
 done
-# The engine's model code knows no IPC: only the serving loops, the group, the daemon and
-# the fetch of the loader's device slab do.
+# The engine's model code knows no IPC: only the serving loops, the group, the daemon, the
+# fetch of the loader's device slab and where a rank's resident KV cache lives do.
 while IFS= read -r file; do
   case $(basename "$file") in
     engine_server.cpp | engine_server.h | engine_main.cpp | shard_server.cpp | shard_server.h | tp_group.cpp | tp_group.h | \
-    loader_slab.cpp | loader_slab.h) ;;
+    loader_slab.cpp | loader_slab.h | resident_cache.cpp | resident_cache.h) ;;
     *) echo "${file#"$ROOT"/}: engine model code includes ipc/"; bad=1 ;;
   esac
 done < <(grep -rlE '^#include "ipc/' "$ROOT/engine" || true)

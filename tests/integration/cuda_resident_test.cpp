@@ -3,6 +3,8 @@
 // fd to a holder (this test plays `hearth serve`'s part), an engine on the CUDA backend
 // imports the slab and serves, the loader is SIGKILLed and restarted, the engine keeps
 // generating the same text, and the new loader reports the slab adopted, not re-copied.
+// And the resident KV cache on the GPU: an engine SIGKILLed in the middle of 8 streams
+// maps its K and V again from the holder and adopts every stream.
 #include <signal.h>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "ipc/fd_store.h"
+#include "ipc/kv_segment.h"
 #include "ipc/slab_channel.h"
 #include "kernels/cuda/device_info.h"
 #include "tests/integration/instance.h"
@@ -89,6 +92,66 @@ TEST(CudaResidentTest, EnginesKeepTheDeviceSlabAcrossALoaderCrash) {
   std::string after;
   for (int i = 0; i < 100 && (after = complete(port)) != before; ++i) std::this_thread::sleep_for(100ms);
   EXPECT_EQ(after, before);
+}
+
+// The KV cache's K and V live in device memory whose fd the holder keeps: a SIGKILLed
+// engine's successor maps them again, checks each resumed stream's last row and
+// continues it without computing it again; every stream ends with the text of an
+// uninterrupted run.
+TEST(CudaResidentTest, AnEngineCrashKeepsTheKvCacheOnTheGpuAndTheNextEngineAdoptsIt) {
+  if (kernels::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is visible: the resident GPU path needs one";
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  Instance inst("cudakv");
+  ASSERT_EQ(inst.load(model, {"--layout", "plain"}), "");
+  auto holder = FdHolder::start(fd_holder_path(inst.shm(), inst.name()));
+  ASSERT_TRUE(holder.is_ok()) << holder.status().to_string();
+  const Environment env = {std::string(kFdHolderEnv) + "=" + (*holder)->path().string()};
+  const std::vector<std::string> flags = {"--backend", "cuda:0", "--ctx", "512", "--slots", "16", "--kv-blocks", "512"};
+  std::string failure;
+  auto engine = inst.engine(flags, env, &failure);
+  ASSERT_NE(engine, nullptr) << failure;
+  auto kept = [&] {
+    int n = 0;
+    for (const std::string& name : (*holder)->names()) n += name.starts_with(kv_store_prefix(inst.name(), 0)) ? 1 : 0;
+    return n;
+  };
+  EXPECT_EQ(kept(), 1) << engine->err();
+  uint16_t port = 0;
+  auto frontend = inst.frontend(port, {"--engine-wait", "60000"}, {}, &failure);
+  ASSERT_NE(frontend, nullptr) << failure;
+
+  const auto cases = long_streams(8);
+  const std::vector<std::string> refs = ConcurrentStreams(port, cases).texts();
+  ASSERT_FALSE(HasFailure());
+  auto counter = [&](const char* name) { return metric_at(port, name); };
+  const double adopted0 = counter("hearth_kv_adopted_total");
+  ConcurrentStreams streams(port, cases);
+  ASSERT_TRUE(streams.all_midway(600, 60s)) << "the streams did not start";
+  engine->signal(SIGKILL);
+  engine->wait(10s);
+  engine = inst.engine(flags, env, &failure);
+  ASSERT_NE(engine, nullptr) << failure;
+  streams.join();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(streams.answers[i].error, "") << "stream " << i;
+    EXPECT_EQ(streams.answers[i].text, refs[i]) << "stream " << i;
+  }
+  const double adopted = counter("hearth_kv_adopted_total") - adopted0;
+  std::printf("[cuda kv] %.0f of %zu streams adopted after the kill\n", adopted, cases.size());
+  EXPECT_GE(adopted, static_cast<double>(cases.size()) - 1) << engine->err();
+  EXPECT_EQ(counter("hearth_kv_adopt_rejected_total"), 0) << engine->err();
+  EXPECT_NE(engine->err().find("are the ones hearth serve kept"), std::string::npos) << engine->err();
+  EXPECT_EQ(kept(), 1) << "the same allocation, not a second one";
+
+  // --no-kv-adopt makes the cache private: the holder lets go of the device memory.
+  engine->signal(SIGKILL);
+  engine->wait(10s);
+  std::vector<std::string> private_flags = flags;
+  private_flags.push_back("--no-kv-adopt");
+  engine = inst.engine(private_flags, env, &failure);
+  ASSERT_NE(engine, nullptr) << failure;
+  EXPECT_EQ(kept(), 0);
 }
 
 }  // namespace

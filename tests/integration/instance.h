@@ -5,12 +5,14 @@
 // readers of /metrics and `hearth status`.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <boost/json.hpp>
@@ -33,6 +35,10 @@ int listen_socket(uint16_t& port);
 // The value of a sample in a Prometheus text body (summed over its label sets: `name` and
 // `name{...}` lines), or nullopt when there is none.
 std::optional<double> metric_value(const std::string& metrics, const std::string& name);
+// The value of `name` in the /metrics of the frontend at `port`; -1 when it is not there.
+inline double metric_at(uint16_t port, const std::string& name) {
+  return metric_value(http_request(port, "GET", "/metrics").body, name).value_or(-1);
+}
 
 // `hearth status --json` for one instance, by segment ("broker", "weights"); empty on failure.
 boost::json::object status_of(const std::filesystem::path& shm, const std::string& instance);
@@ -92,5 +98,54 @@ std::vector<Case> long_streams(int n);
 
 // Each case's answer, asked once and not streamed; adds a failure for any error.
 std::vector<Answer> references(uint16_t port, const std::vector<Case>& cases);
+
+// Runs `cases` concurrently; `progress[i]` counts the bytes stream i has received.
+struct ConcurrentStreams {
+  std::vector<Answer> answers;
+  std::vector<std::atomic<size_t>> progress;
+  std::vector<std::atomic<bool>> finished;
+  std::vector<std::thread> threads;
+  ConcurrentStreams(uint16_t port, const std::vector<Case>& cases)
+      : answers(cases.size()), progress(cases.size()), finished(cases.size()) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      threads.emplace_back([this, port, i, &cases] {
+        answers[i] = answer_of(cases[i], http_request_streamed(port, target_of(cases[i]), boost::json::serialize(cases[i].body),
+                                                               [this, i](const std::string& raw) {
+                                                                 progress[i].store(raw.size());
+                                                               }));
+        finished[i].store(true);
+      });
+    }
+  }
+  void join() {
+    for (auto& t : threads) t.join();
+  }
+  // Waits for every stream: their texts, "" (and a test failure) for one that failed.
+  std::vector<std::string> texts() {
+    join();
+    std::vector<std::string> out;
+    for (const Answer& a : answers) {
+      EXPECT_EQ(a.error, "");
+      out.push_back(a.error.empty() ? a.text : "");
+    }
+    return out;
+  }
+  // Waits until every stream has some of its text, none has finished, or the timeout.
+  bool all_midway(size_t min_bytes, std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      bool all = true;
+      for (size_t i = 0; i < progress.size(); ++i) all = all && progress[i].load() >= min_bytes;
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return false;
+  }
+  int unfinished() const {
+    int n = 0;
+    for (const auto& f : finished) n += f.load() ? 0 : 1;
+    return n;
+  }
+};
 
 }  // namespace hearth::testing

@@ -172,45 +172,6 @@ TEST(RestartTest, FrontendRestartedFiveTimesUnderLoadFailsNothing) {
   EXPECT_EQ(serve.wait(60s), 0) << serve.err();
 }
 
-// Runs `cases` concurrently; `progress[i]` counts the bytes stream i has received.
-struct ConcurrentStreams {
-  std::vector<Answer> answers;
-  std::vector<std::atomic<size_t>> progress;
-  std::vector<std::atomic<bool>> finished;
-  std::vector<std::thread> threads;
-  ConcurrentStreams(uint16_t port, const std::vector<Case>& cases)
-      : answers(cases.size()), progress(cases.size()), finished(cases.size()) {
-    for (size_t i = 0; i < cases.size(); ++i) {
-      threads.emplace_back([this, port, i, &cases] {
-        answers[i] = answer_of(cases[i], http_request_streamed(port, target_of(cases[i]), json::serialize(cases[i].body),
-                                                               [this, i](const std::string& raw) {
-                                                                 progress[i].store(raw.size());
-                                                               }));
-        finished[i].store(true);
-      });
-    }
-  }
-  void join() {
-    for (auto& t : threads) t.join();
-  }
-  // Waits until every stream has some of its text, none has finished, or the timeout.
-  bool all_midway(size_t min_bytes, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      bool all = true;
-      for (size_t i = 0; i < progress.size(); ++i) all = all && progress[i].load() >= min_bytes;
-      if (all) return true;
-      std::this_thread::sleep_for(1ms);
-    }
-    return false;
-  }
-  int unfinished() const {
-    int n = 0;
-    for (const auto& f : finished) n += f.load() ? 0 : 1;
-    return n;
-  }
-};
-
 TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
@@ -384,18 +345,9 @@ TEST(RestartTest, ARestartedEngineAdoptsTheResidentKvCacheAndRecomputesADamagedO
   EXPECT_TRUE(std::filesystem::exists(kv_path));
 
   const auto cases = long_streams(16);
-  std::vector<std::string> refs;
-  {
-    ConcurrentStreams uninterrupted(port, cases);
-    uninterrupted.join();
-    for (const auto& a : uninterrupted.answers) {
-      ASSERT_EQ(a.error, "");
-      refs.push_back(a.text);
-    }
-  }
-  auto counter = [&](const char* name) {
-    return metric_value(http_request(port, "GET", "/metrics").body, name).value_or(-1);
-  };
+  const std::vector<std::string> refs = ConcurrentStreams(port, cases).texts();
+  ASSERT_FALSE(HasFailure());
+  auto counter = [&](const char* name) { return metric_at(port, name); };
   // A finished request's blocks stay in the prefix cache; after a restart the same prompt
   // finds them in the adopted segment's index.
   std::string story;

@@ -380,6 +380,8 @@ TEST_F(CudaBackendTest, SamplingMatchesTheHostSamplerRowForRow) {
       EXPECT_EQ(g.id, want.id) << "vocab " << vocab << " row " << r;
       EXPECT_NEAR(g.logprob, want.logprob, 1e-4f * (1.0f + std::fabs(want.logprob))) << "vocab " << vocab << " row " << r;
       ASSERT_EQ(g.n_top, want.n_top) << "vocab " << vocab << " row " << r;
+      EXPECT_EQ(g.top_id, want.top_id) << "vocab " << vocab << " row " << r;  // the resident cache's check
+      EXPECT_EQ(g.top_logit, want.top_logit) << "vocab " << vocab << " row " << r;
       for (int k = 0; k < want.n_top; ++k) {
         EXPECT_EQ(g.top_ids[static_cast<size_t>(k)], want.top_ids[static_cast<size_t>(k)]);
         EXPECT_NEAR(g.top_logprobs[static_cast<size_t>(k)], want.top_logprobs[static_cast<size_t>(k)], 1e-4f);

@@ -2,6 +2,8 @@
 #include "engine/cuda_backend.h"
 #include "engine/driver.h"
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "engine/generate.h"
@@ -170,8 +172,23 @@ class SamplingCpuBackend final : public Backend {
   SampleScratch scratch_;
 };
 
+// The row checks a resident KV cache would record: (sequence, position) -> (token, logit).
+struct CheckJournal final : KvJournal {
+  std::map<std::pair<uint64_t, int32_t>, std::pair<TokenId, float>> checks;
+  int unchecked = 0;  // commits without a check
+  void released(uint64_t) override {}
+  void committed(uint64_t id, const KvSequence&, const RowCheck* check) override {
+    if (check == nullptr) {
+      ++unchecked;
+      return;
+    }
+    checks[{id, check->pos}] = {check->token, check->logit};
+  }
+};
+
 // Twenty sequences in one step (two chunks of logit rows) with every sampling parameter,
-// one resumed: sampling on the backend gives the host's tokens and logprobs.
+// one resumed: sampling on the backend gives the host's tokens and logprobs, and the
+// resident KV cache's row checks (the raw row's top token and logit) as well.
 TEST(DriverTest, SamplingOnTheBackendGivesTheHostsTokensAndLogprobs) {
   REQUIRE_STORIES();
   Fixture host;
@@ -190,8 +207,10 @@ TEST(DriverTest, SamplingOnTheBackendGivesTheHostsTokensAndLogprobs) {
   ASSERT_TRUE(device.runner->samples());
   ASSERT_FALSE(host.runner->samples());
 
-  auto run = [](Fixture& f) {
-    Driver driver(*f.runner, {.scheduler = {.max_batch_size = 32, .max_batched_tokens = 64}, .max_sequence_tokens = 256});
+  auto run = [](Fixture& f, CheckJournal& journal) {
+    Driver driver(*f.runner, {.scheduler = {.max_batch_size = 32, .max_batched_tokens = 64},
+                              .max_sequence_tokens = 256,
+                              .journal = &journal});
     for (uint64_t id = 0; id < 20; ++id) {
       SequenceRequest r;
       r.tokens = {1, static_cast<TokenId>(300 + id), 407, 261};
@@ -219,9 +238,15 @@ TEST(DriverTest, SamplingOnTheBackendGivesTheHostsTokensAndLogprobs) {
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     return out;
   };
-  const auto want = run(host);
-  const auto got = run(device);
+  CheckJournal host_checks, device_checks;
+  const auto want = run(host, host_checks);
+  const auto got = run(device, device_checks);
   EXPECT_GE(backend.calls, 2);
+  EXPECT_EQ(device_checks.checks, host_checks.checks);
+  EXPECT_EQ(device_checks.unchecked, host_checks.unchecked);
+  size_t tokens = 0;
+  for (const auto& w : want) tokens += w.size();
+  EXPECT_EQ(device_checks.checks.size(), tokens) << "every sampled row is checked";
   for (size_t id = 0; id < want.size(); ++id) {
     ASSERT_EQ(got[id].size(), want[id].size()) << "sequence " << id;
     for (size_t t = 0; t < want[id].size(); ++t) {

@@ -95,6 +95,7 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
       {"blocks", [](KvSegmentConfig& c) { c.geometry.n_blocks = 32; }, {}, "geometry differs"},
       {"dtype", [](KvSegmentConfig& c) { c.geometry.dtype = 0; c.geometry.element_bytes = 4; }, {}, "geometry differs"},
       {"slots", [](KvSegmentConfig& c) { c.geometry.n_slots = 4; }, {}, "geometry differs"},
+      {"on a GPU now", [](KvSegmentConfig& c) { c.geometry.on_device = 1; }, {}, "were in host memory"},
       {"truncated", [](KvSegmentConfig&) {}, [&] { std::filesystem::resize_file(path, 5000); }, "inconsistent header or is truncated"},
       {"tiny", [](KvSegmentConfig&) {}, [&] { std::filesystem::resize_file(path, 100); }, "is truncated"},
       {"magic", [](KvSegmentConfig&) {}, [&] {
@@ -132,7 +133,9 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
     EXPECT_NE(s->why_rebuilt().find(c.why), std::string::npos) << s->why_rebuilt();
     // Nothing of the old one is read: tables void, data zero.
     for (uint32_t i = 0; i < now.geometry.n_slots; ++i) EXPECT_EQ(s->table(i).committed.load(), 0);
-    EXPECT_EQ(static_cast<uint8_t>(s->k()[0]), 0);
+    if (!now.geometry.on_device) {
+      EXPECT_EQ(static_cast<uint8_t>(s->k()[0]), 0);
+    }
     EXPECT_EQ(std::filesystem::file_size(path), kv_segment_bytes(now.geometry));
     EXPECT_NE(s->header().id, old_id) << "new contents, a new id";
     EXPECT_NE(s->header().id, 0u);
@@ -142,6 +145,121 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
   bad.geometry.block_size = 0;
   EXPECT_EQ(KvSegment::open_or_create(segment_path(dir.path(), "other", "kv"), bad).status().code(),
             ErrorCode::kInvalidArgument);
+}
+
+// On a GPU the segment keeps the tables and index and names the device memory that holds
+// K and V by its id; renew() makes an adopted one new in place when that memory is lost.
+TEST(KvSegmentTest, OnAGpuTheSegmentHoldsTheBookkeepingAndRenewingVoidsItUnderANewId) {
+  TempDir dir;
+  const auto path = segment_path(dir.path(), "unit", "kv");
+  KvSegmentConfig gpu = config();
+  gpu.geometry.on_device = 1;
+  const uint64_t layer = 16 * 4 * 8 * 2;  // blocks x block size x kv_dim x element bytes
+  EXPECT_EQ(kv_device_v_offset(gpu.geometry), 2 * layer);  // two layers, already 256-aligned
+  EXPECT_EQ(kv_device_bytes(gpu.geometry), 4 * layer);
+  EXPECT_LT(kv_segment_bytes(gpu.geometry), kv_segment_bytes(config().geometry));
+  uint64_t id = 0;
+  {
+    auto s = KvSegment::open_or_create(path, gpu);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ(s->k(), nullptr);
+    EXPECT_EQ(s->v(), nullptr);
+    EXPECT_EQ(std::filesystem::file_size(path), kv_segment_bytes(gpu.geometry));
+    id = s->header().id;
+    KvSlotTable& t = s->table(1);
+    t.request_id = 7;
+    t.n_blocks = 1;
+    t.check.store(kv_check_pack(3, 9));
+    t.committed.store(4);
+    s->record(2).published.store(1);
+    s->header().rank_ids[1].store(77);
+  }
+  auto s = KvSegment::open_or_create(path, gpu);
+  ASSERT_TRUE(s.is_ok());
+  ASSERT_TRUE(s->adopted());
+  EXPECT_EQ(s->header().id, id);
+  EXPECT_EQ(s->table(1).committed.load(), 4);
+  s->renew();
+  EXPECT_FALSE(s->adopted());
+  EXPECT_NE(s->header().id, id);
+  EXPECT_NE(s->header().id, 0u);
+  EXPECT_EQ(s->table(1).committed.load(), 0);
+  EXPECT_EQ(s->table(1).check.load(), 0u);
+  EXPECT_EQ(s->record(2).published.load(), 0u);
+  EXPECT_EQ(s->header().rank_ids[1].load(), 0u);
+  const uint64_t renewed = s->header().id;
+  auto again = KvSegment::open_or_create(path, gpu);
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_TRUE(again->adopted());
+  EXPECT_EQ(again->header().id, renewed) << "the new id is what the next engine finds";
+}
+
+TEST(KvSegmentTest, DeviceMemoryNamesRoundTripAndOthersAreRefused) {
+  const std::string uuid = "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+  const KvDeviceRecord r{"default", 3, 0x00ab00cd00ef0012ull, 1ull << 34, uuid};
+  const std::string name = kv_store_name(r);
+  EXPECT_EQ(name, "hearth-kv.default.3.00ab00cd00ef0012.17179869184." + uuid);
+  EXPECT_TRUE(name.starts_with(kv_store_prefix("default", 3)));
+  auto back = kv_store_record(name);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(*back, r);
+  // The longest instance name still fits systemd's FDNAME (255 characters).
+  const KvDeviceRecord longest{std::string(64, 'x'), 15, ~0ull, ~0ull, uuid};
+  EXPECT_LE(kv_store_name(longest).size(), 255u);
+  EXPECT_TRUE(kv_store_record(kv_store_name(longest)).is_ok());
+  for (const std::string& bad : std::vector<std::string>{
+           "hearth-slab.r0",
+           "hearth-kv.",
+           "hearth-kv.default.3.00ab00cd00ef0012.17179869184",            // no GPU
+           "hearth-kv.default.3.00ab00cd00ef0012.17179869184.gpu-1234",   // not a uuid as nvidia-smi prints it
+           "hearth-kv.default.3.ab00cd00ef0012.17179869184." + uuid,      // id not 16 digits
+           "hearth-kv.default.3.0000000000000000.17179869184." + uuid,    // id 0: no segment's
+           "hearth-kv.default.3.00ab00cd00ef001g.17179869184." + uuid,    // not hex
+           "hearth-kv.default.16.00ab00cd00ef0012.17179869184." + uuid,   // no such rank
+           "hearth-kv.default.-1.00ab00cd00ef0012.17179869184." + uuid,
+           "hearth-kv.default.3.00ab00cd00ef0012.0." + uuid,              // empty
+           "hearth-kv.default.3.00ab00cd00ef0012.99999999999999999999999." + uuid,
+           "hearth-kv.de fault.3.00ab00cd00ef0012.17179869184." + uuid,    // not an instance name
+           "hearth-kv..3.00ab00cd00ef0012.17179869184." + uuid,
+           "hearth-kv.default.3.00ab00cd00ef0012.17179869184." + uuid + ".x",
+       }) {
+    EXPECT_EQ(kv_store_record(bad).status().code(), ErrorCode::kFormat) << bad;
+  }
+}
+
+// What a restarted rank takes from its fd stores: only the memory kept for its segment's
+// id on its GPU, at least as large as the cache; the rest of its own is stale and
+// forgotten; other instances' and ranks' are not its business.
+TEST(KvSegmentTest, ARankAdoptsOnlyTheDeviceMemoryOfItsSegmentAndForgetsItsStaleOnes) {
+  const std::string gpu0 = "GPU-00000000-0000-0000-0000-000000000000";
+  const std::string gpu1 = "GPU-11111111-1111-1111-1111-111111111111";
+  const KvDeviceRecord want{"default", 1, 0x1234, 1000, gpu0};
+  auto with = [&](auto change) {
+    KvDeviceRecord r = want;
+    change(r);
+    return kv_store_name(r);
+  };
+  const std::vector<std::string> names = {
+      with([](KvDeviceRecord& r) { r.segment_id = 0x9999; }),            // 0: an older segment's: stale
+      with([](KvDeviceRecord& r) { r.instance = "other"; }),             // 1: another instance's
+      with([](KvDeviceRecord& r) { r.rank = 0; }),                       // 2: another rank's
+      with([](KvDeviceRecord& r) { r.bytes = 4096; }),                   // 3: rounded up by the driver: this one
+      with([&](KvDeviceRecord& r) { r.device_uuid = gpu1; }),             // 4: another GPU: stale
+      with([](KvDeviceRecord& r) { r.bytes = 999; }),                    // 5: too small: stale
+      "hearth-slab.something",                                           // 6: not a KV record
+      with([](KvDeviceRecord& r) { r.bytes = 4096; }),                   // 7: the same one, kept by a second store
+  };
+  KvKeptChoice c = kv_kept_choice(names, want);
+  ASSERT_TRUE(c.adopt.has_value());
+  EXPECT_EQ(*c.adopt, 3u);
+  EXPECT_EQ(c.forget, (std::vector<size_t>{0, 4, 5}));
+  // A segment that was not adopted (id 0 wanted): everything of its own is stale.
+  KvDeviceRecord fresh = want;
+  fresh.segment_id = 0;
+  c = kv_kept_choice(names, fresh);
+  EXPECT_FALSE(c.adopt.has_value());
+  EXPECT_EQ(c.forget, (std::vector<size_t>{0, 3, 4, 5, 7}));
+  EXPECT_FALSE(kv_kept_choice({}, want).adopt.has_value());
 }
 
 }  // namespace
