@@ -49,7 +49,9 @@ struct Stream {
   std::mutex mu;
   std::vector<Clock::time_point> arrivals;  // guarded by mu
   std::string body;
+  std::string error;
   int status = 0;
+  bool done = false;  // the response has ended
 };
 
 struct Result {
@@ -77,7 +79,10 @@ std::string stream_text(const std::string& body) {
 
 Result run_case(const std::string& model, int streams, int context, int threads, int tp, bool adopt) {
   const std::string shm = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-  const int ctx = context + 128;
+  // Long enough that the first stream still decodes when the last one (whose prefill
+  // waits behind every other's, max_batched_tokens at a time) is a dozen tokens in.
+  const int max_tokens = 64 + streams * context / 256;
+  const int ctx = context + max_tokens + 16;
   const int blocks = streams * ((ctx + 15) / 16) + 16;
   std::vector<std::string> argv = {bin("hearth"), "serve", "--model", model, "--port", "0", "--instance",
                                    "bench-kv-adopt", "--shm-dir", shm, "--ctx", std::to_string(ctx), "--slots",
@@ -102,30 +107,47 @@ Result run_case(const std::string& model, int streams, int context, int threads,
     json::array prompt;
     prompt.push_back(1);
     for (int t = 1; t < context; ++t) prompt.push_back(id(rng));
-    const json::object body = {{"prompt", prompt}, {"max_tokens", 64}, {"temperature", 0}, {"ignore_eos", true},
-                               {"stream", true}};
+    const json::object body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+                               {"ignore_eos", true}, {"stream", true}};
     clients.emplace_back([port, body, &st = s[static_cast<size_t>(i)]] {
       size_t seen = 0;
-      const auto res = hearth::testing::http_request_streamed(port, "/v1/completions", json::serialize(body),
-                                                              [&](const std::string& raw) {
-                                                                if (raw.size() == seen) return;
-                                                                seen = raw.size();
-                                                                std::lock_guard lock(st.mu);
-                                                                st.arrivals.push_back(Clock::now());
-                                                              });
+      const auto res = hearth::testing::http_request_streamed(
+          port, "/v1/completions", json::serialize(body),
+          [&](const std::string& raw) {
+            if (raw.size() == seen) return;
+            seen = raw.size();
+            std::lock_guard lock(st.mu);
+            st.arrivals.push_back(Clock::now());
+          },
+          std::chrono::seconds(3600));  // the last prompts wait for every other prefill
       std::lock_guard lock(st.mu);
       st.status = res.status;
       st.body = res.body;
+      st.error = res.error;
+      st.done = true;
     });
   }
-  // Every stream decoding: a dozen pieces in.
+  // Every stream decoding: a dozen pieces in. A stream that ended before is a failed run
+  // (the kill would find it finished), said at once rather than waited on.
+  std::string ended;
   for (const auto deadline = Clock::now() + 3600s; Clock::now() < deadline; std::this_thread::sleep_for(5ms)) {
     bool all = true;
-    for (Stream& st : s) {
-      std::lock_guard lock(st.mu);
-      all = all && st.arrivals.size() >= 12;
+    for (size_t i = 0; i < s.size() && ended.empty(); ++i) {
+      std::lock_guard lock(s[i].mu);
+      all = all && s[i].arrivals.size() >= 12;
+      if (s[i].done) {
+        ended = fmt::format("stream {} ended before the kill (HTTP {}{}{})", i, s[i].status, s[i].error.empty() ? "" : ": ",
+                            s[i].error);
+      }
     }
-    if (all) break;
+    if (all || !ended.empty()) break;
+  }
+  if (!ended.empty()) {
+    std::fprintf(stderr, "kv_adopt_bench: %s\n", ended.c_str());
+    serve.signal(SIGTERM);  // the other streams end with the server
+    for (auto& c : clients) c.join();
+    serve.wait(120s);
+    return {.ok = false};
   }
   const auto killed = Clock::now();
   for (int pid : hearth::children_of(serve.pid(), "hearth-engine")) ::kill(pid, SIGKILL);

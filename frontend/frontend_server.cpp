@@ -1126,20 +1126,33 @@ void FrontendServer::Impl::advance(Generation& g) {
       c.calls_sent = c.calls.size();
     }
   };
+  // The slot is not ours any more: an engine that judged this frontend gone (its
+  // heartbeat stalled past hearth-engine's bound) freed it. Never touch it again.
+  auto taken = [&](Generation::Choice& c) {
+    HEARTH_LOG_WARN("slot {} was taken from this frontend while its request ran", c.slot);
+    c.slot_held = false;
+    c.done = true;
+    if (failure.code() == ErrorCode::kOk) {
+      failure = make_error(ErrorCode::kUnavailable, "the engine dropped this request (it judged this frontend gone); try again");
+    }
+  };
+  std::vector<ProducedToken> fresh_tokens;
   for (size_t i = 0; i < g.choices.size(); ++i) {
     Generation::Choice& c = g.choices[i];
     const auto index = static_cast<int32_t>(i);
     if (!c.slot_held) continue;
     const SlotProgress p = client->progress(c.slot);
     if (!p.held_by(c.generation)) {
-      // The slot is not ours any more: an engine that judged this frontend gone (its
-      // heartbeat stalled past hearth-engine's bound) freed it. Never touch it again.
-      HEARTH_LOG_WARN("slot {} was taken from this frontend while its request ran", c.slot);
-      c.slot_held = false;
-      c.done = true;
-      if (failure.code() == ErrorCode::kOk) {
-        failure = make_error(ErrorCode::kUnavailable, "the engine dropped this request (it judged this frontend gone); try again");
-      }
+      taken(c);
+      continue;
+    }
+    // This round's tokens are copied, then the claim checked again: a slot freed and
+    // claimed anew while they were read may hold another request's tokens.
+    fresh_tokens.clear();
+    for (int32_t k = c.consumed; k < p.n_produced && !c.done; ++k) fresh_tokens.push_back(client->token(c.slot, k));
+    std::atomic_thread_fence(std::memory_order_acquire);  // the copies before the claim's second look
+    if (!fresh_tokens.empty() && !client->holds(c.slot, c.generation)) {
+      taken(c);
       continue;
     }
     if (gone && !p.terminal() && !c.done) {
@@ -1153,8 +1166,8 @@ void FrontendServer::Impl::advance(Generation& g) {
     }
     g.cached_tokens = std::max(g.cached_tokens, p.cached_tokens);
     const int32_t consumed_before = c.consumed;
-    for (; c.consumed < p.n_produced && !c.done;) {
-      const ProducedToken& t = client->token(c.slot, c.consumed);
+    for (size_t k = 0; k < fresh_tokens.size() && !c.done; ++k) {
+      const ProducedToken& t = fresh_tokens[k];
       ++c.consumed;
       if (!g.first_token_seen) {
         g.first_token_seen = true;

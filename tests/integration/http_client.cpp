@@ -95,7 +95,8 @@ bool dechunk(const std::string& in, std::string& out) {
 }  // namespace
 
 HttpResponse http_request_streamed(uint16_t port, const std::string& target, const std::string& body,
-                                   const std::function<void(const std::string&)>& on_data) {
+                                   const std::function<void(const std::string&)>& on_data,
+                                   std::chrono::seconds read_timeout) {
   HttpResponse out;
   std::string raw;
   try {
@@ -109,7 +110,7 @@ HttpResponse http_request_streamed(uint16_t port, const std::string& target, con
     beast::error_code failed;
     // Reads until the server closes; each read has the full timeout.
     std::function<void()> read_more = [&] {
-      stream.expires_after(kTimeout);
+      stream.expires_after(read_timeout);
       stream.async_read_some(asio::buffer(buf), [&](beast::error_code ec, size_t n) {
         if (n > 0) {
           raw.append(buf, n);

@@ -2,6 +2,7 @@
 // splitting.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -27,8 +28,11 @@ HttpResponse http_request(uint16_t port, const std::string& method, const std::s
 // response; `on_data` (when given) sees the raw bytes received so far after each read.
 // A response cut short (no final chunk, or fewer bytes than Content-Length) has status
 // 0 and error "truncated ...", with what arrived in `body`. Chunked bodies are decoded.
+// Each read waits at most `read_timeout` (a benchmark whose requests queue behind long
+// prefills gives more than the tests' two minutes).
 HttpResponse http_request_streamed(uint16_t port, const std::string& target, const std::string& body,
-                                   const std::function<void(const std::string&)>& on_data = {});
+                                   const std::function<void(const std::string&)>& on_data = {},
+                                   std::chrono::seconds read_timeout = std::chrono::seconds(120));
 
 // Several POST requests, one after the other on one keep-alive connection.
 std::vector<HttpResponse> http_posts_keep_alive(uint16_t port,
