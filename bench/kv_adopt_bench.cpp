@@ -80,7 +80,8 @@ std::string stream_text(const std::string& body) {
 Result run_case(const std::string& model, int streams, int context, int threads, int tp, bool adopt) {
   const std::string shm = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   // Long enough that the first stream still decodes when the last one (whose prefill
-  // waits behind every other's, max_batched_tokens at a time) is a dozen tokens in.
+  // waits behind every other's, 512 tokens a step by default) is a dozen tokens in:
+  // twice that many steps, and 64.
   const int max_tokens = 64 + streams * context / 256;
   const int ctx = context + max_tokens + 16;
   const int blocks = streams * ((ctx + 15) / 16) + 16;
@@ -136,11 +137,12 @@ Result run_case(const std::string& model, int streams, int context, int threads,
       std::lock_guard lock(s[i].mu);
       all = all && s[i].arrivals.size() >= 12;
       if (s[i].done) {
-        ended = fmt::format("stream {} ended before the kill (HTTP {}{}{})", i, s[i].status, s[i].error.empty() ? "" : ": ",
-                            s[i].error);
+        ended = fmt::format("stream {} ended before the kill (HTTP {}{}{}): {}", i, s[i].status,
+                            s[i].error.empty() ? "" : ": ", s[i].error, s[i].body.substr(0, 300));
       }
     }
     if (all || !ended.empty()) break;
+    if (Clock::now() + 5ms >= deadline) ended = "the streams were not all decoding after an hour";
   }
   if (!ended.empty()) {
     std::fprintf(stderr, "kv_adopt_bench: %s\n", ended.c_str());
@@ -151,9 +153,24 @@ Result run_case(const std::string& model, int streams, int context, int threads,
   }
   const auto killed = Clock::now();
   for (int pid : hearth::children_of(serve.pid(), "hearth-engine")) ::kill(pid, SIGKILL);
+  // Every stream ends within half an hour of the kill, or the run has failed (an engine
+  // that never came back): the server is stopped, which ends the streams.
+  Result r;
+  for (const auto deadline = killed + 1800s;; std::this_thread::sleep_for(20ms)) {
+    const bool all_done = std::all_of(s.begin(), s.end(), [](Stream& st) {
+      std::lock_guard lock(st.mu);
+      return st.done;
+    });
+    if (all_done) break;
+    if (Clock::now() >= deadline) {
+      std::fprintf(stderr, "kv_adopt_bench: the streams did not end within 30 minutes of the kill\n");
+      r.ok = false;
+      serve.signal(SIGTERM);
+      break;
+    }
+  }
   for (auto& c : clients) c.join();
   std::vector<double> gaps;
-  Result r;
   for (Stream& st : s) {
     const auto next = std::find_if(st.arrivals.begin(), st.arrivals.end(), [&](auto t) { return t > killed; });
     if (st.status != 200 || st.body.find("[DONE]") == std::string::npos || next == st.arrivals.end()) r.ok = false;

@@ -1146,12 +1146,13 @@ void FrontendServer::Impl::advance(Generation& g) {
       taken(c);
       continue;
     }
-    // This round's tokens are copied, then the claim checked again: a slot freed and
-    // claimed anew while they were read may hold another request's tokens.
+    // This round's tokens (and a terminal slot's finish and error, read with `p`) are
+    // copied, then the claim checked again: a slot freed and claimed anew while they were
+    // read may hold another request's tokens, or a new claim's cleared fields.
     fresh_tokens.clear();
     for (int32_t k = c.consumed; k < p.n_produced && !c.done; ++k) fresh_tokens.push_back(client->token(c.slot, k));
     std::atomic_thread_fence(std::memory_order_acquire);  // the copies before the claim's second look
-    if (!fresh_tokens.empty() && !client->holds(c.slot, c.generation)) {
+    if ((!fresh_tokens.empty() || p.terminal()) && !client->holds(c.slot, c.generation)) {
       taken(c);
       continue;
     }

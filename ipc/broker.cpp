@@ -202,6 +202,9 @@ std::optional<uint32_t> Broker::slot_claim(int frontend, uint32_t* generation) c
                                         std::memory_order_acq_rel)) {
       HEARTH_TEST_POINT("broker.claim.filling");  // FILLING, owner not yet written
       const uint32_t mine = s.generation.fetch_add(1, std::memory_order_relaxed) + 1;
+      // A reader that sees any field this claim resets sees the new claim count too (the
+      // frontend's second look at its claim, after reading a round's tokens and fields).
+      std::atomic_thread_fence(std::memory_order_release);
       if (generation != nullptr) *generation = mine;
       s.cancel.store(0, std::memory_order_relaxed);
       s.n_produced.store(0, std::memory_order_relaxed);
