@@ -705,12 +705,12 @@ struct EngineServer::Impl {
     o.path = segment_path(dir, options.instance, "kv");
     o.instance = options.instance;
     o.rank = 0;
+    o.tp = options.tp;
     o.adopt = options.kv_adopt;
-    o.segment.weights = weights.header->fingerprint;
-    o.segment.owner_id = broker->id();
-    o.segment.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
-                          static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
-                          broker->n_slots(), (context + kv.block_size - 1) / kv.block_size + 1};
+    o.weights = weights.header->fingerprint;
+    o.owner_id = broker->id();
+    o.n_slots = broker->n_slots();
+    o.max_blocks = (context + kv.block_size - 1) / kv.block_size + 1;
     HEARTH_ASSIGN_OR_RETURN(RankCache opened, open_rank_cache(*backend, kv, std::move(o), stores));
     cache.emplace(std::move(opened.cache));
     device_kv = std::move(opened.device_memory);

@@ -184,8 +184,12 @@ Result<RankCache> open_rank_cache(Backend& backend, const KvCacheConfig& kv, Ran
     HEARTH_ASSIGN_OR_RETURN(KvCache made, KvCache::create(backend, kv));
     return RankCache{std::move(made), std::nullopt, nullptr};
   }
-  KvSegmentConfig config = options.segment;
-  config.geometry.on_device = gpu ? 1 : 0;
+  KvSegmentConfig config;
+  config.weights = options.weights;
+  config.owner_id = options.owner_id;
+  config.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
+                     static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
+                     options.n_slots, options.max_blocks, gpu ? 1u : 0u};
   auto segment = KvSegment::open_or_create(options.path, config);
   if (!segment.is_ok()) {
     return segment.status().with_context(

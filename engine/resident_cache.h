@@ -29,8 +29,12 @@ struct RankCacheOptions {
   std::filesystem::path path;  // the rank's KV segment
   std::string instance;
   int rank = 0;
+  int tp = 1;
   bool adopt = true;           // false: --no-kv-adopt
-  KvSegmentConfig segment;     // geometry.on_device is chosen here
+  Fingerprint weights;
+  uint64_t owner_id = 0;       // KvSegmentConfig::owner_id: rank 0's broker, 0 for other ranks
+  uint32_t n_slots = 1;        // tables (rank 0: one per broker slot; other ranks keep none of use)
+  int32_t max_blocks = 1;      // per table
   // The device memory this process already holds for the rank (a rank that opens its
   // cache again in the same process: systemd gives a kept fd back only once), and its
   // name in the stores; used again when it is the one the segment describes.

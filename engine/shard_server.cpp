@@ -97,11 +97,9 @@ struct ShardServer::Impl {
     o.path = kv_path;
     o.instance = options.instance;
     o.rank = options.rank;
+    o.tp = options.tp;
     o.adopt = options.kv_adopt;
-    o.segment.weights = start.weights.header->fingerprint;
-    o.segment.geometry = {kv.n_layers, kv.kv_dim, kv.block_size, kv.n_blocks, static_cast<uint32_t>(kv.dtype),
-                          static_cast<uint32_t>(kernels::kv_dtype_bytes(kv.dtype)), options.rank, options.tp,
-                          /*n_slots=*/1, /*max_blocks=*/1};
+    o.weights = start.weights.header->fingerprint;
     HEARTH_ASSIGN_OR_RETURN(RankCache opened, open_rank_cache(*backend, kv, std::move(o), stores));
     device_kv = std::move(opened.device_memory);
     device_name = std::move(opened.device_name);
