@@ -16,6 +16,29 @@ bool has_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
 }
 
+// cpuid leaf 1's display family and model, as /proc/cpuinfo shows them; empty without it.
+std::string family_and_model() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d) == 0) return {};
+  unsigned family = (a >> 8) & 0xf, model = (a >> 4) & 0xf;
+  if (family == 0xf) family += (a >> 20) & 0xff;
+  if (family == 0x6 || family >= 0xf) model |= ((a >> 16) & 0xf) << 4;
+  return "family " + std::to_string(family) + ", model " + std::to_string(model);
+}
+
+std::string model_name_line() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t begin = line.find_first_not_of(" \t", colon + 1);
+    return begin == std::string::npos ? "unknown cpu" : line.substr(begin);
+  }
+  return "unknown cpu";
+}
+
 CpuIsa detect() {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
@@ -71,16 +94,8 @@ std::string_view cpu_isa_name(CpuIsa isa) {
 }
 
 std::string cpu_model_name() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) break;
-    const size_t begin = line.find_first_not_of(" \t", colon + 1);
-    return begin == std::string::npos ? "unknown cpu" : line.substr(begin);
-  }
-  return "unknown cpu";
+  const std::string fm = family_and_model();
+  return fm.empty() ? model_name_line() : model_name_line() + " (" + fm + ")";
 }
 
 std::string cpu_host_summary() {

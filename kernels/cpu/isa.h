@@ -24,11 +24,14 @@ CpuIsa cpu_isa();
 // Uses `isa` from now on; returns false (and changes nothing) when the CPU lacks it.
 bool cpu_isa_force(CpuIsa isa);
 
-// /proc/cpuinfo's "model name" ("unknown cpu" when there is none).
+// /proc/cpuinfo's "model name" ("unknown cpu" when there is none) and cpuid's family and
+// model, e.g. "AMD EPYC (family 25, model 17)": virtual machines often name only the
+// vendor's line, which a Zen 4 and a Zen 5 host share, and the kernels' best settings
+// differ between them (it is part of the tuning cache's key, engine/cpu_tuning.h).
 std::string cpu_model_name();
 // What benchmarks print beside their figures: the model name, the path in use, and the
-// instruction-set extensions the kernels care about, e.g. "AMD EPYC; path avx512;
-// avx2 fma f16c avx512f avx512bw avx512vl avx512vnni avx512bf16".
+// instruction-set extensions the kernels care about, e.g. "AMD EPYC (family 25, model
+// 17); path avx512; avx2 fma f16c avx512f avx512bw avx512vl avx512vnni avx512bf16".
 std::string cpu_host_summary();
 
 // How far ahead of use (bytes) the matmul kernels prefetch a decode step's weight stream

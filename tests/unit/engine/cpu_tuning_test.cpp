@@ -156,6 +156,22 @@ TEST_F(CpuTuningTest, TheCacheFollowsTheUsualDirectories) {
   EXPECT_NE(kernels::cpu::cpu_host_summary().find("; path "), std::string::npos);
 }
 
+// The model a figure or a cached choice is tied to names cpuid's family and model, as
+// /proc/cpuinfo gives them: a VM's "AMD EPYC" alone is the same on Zen 4 and Zen 5.
+TEST(CpuModelTest, NamesItsFamilyAndModelAsCpuinfoDoes) {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, family, model;
+  auto value = [](const std::string& l) { return l.substr(l.find_first_not_of(" \t", l.find(':') + 1)); };
+  while (std::getline(in, line) && (family.empty() || model.empty())) {
+    if (line.rfind("cpu family", 0) == 0) family = value(line);
+    if (line.rfind("model", 0) == 0 && line.rfind("model name", 0) != 0) model = value(line);
+  }
+  if (family.empty() || model.empty()) GTEST_SKIP() << "/proc/cpuinfo names no cpu family and model";
+  const std::string name = kernels::cpu::cpu_model_name();
+  EXPECT_NE(name.find(" (family " + family + ", model " + model + ")"), std::string::npos) << name;
+  EXPECT_EQ(kernels::cpu::cpu_host_summary().rfind(name + "; path ", 0), 0u) << kernels::cpu::cpu_host_summary();
+}
+
 // Views of a Llama-like model: `layers` layers of q (2 MiB), ffn_up (8 MiB) and
 // ffn_down (8 MiB) matrices, plus an embedding table and norms that are never read.
 std::vector<TensorView> fake_model(int layers) {
