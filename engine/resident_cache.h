@@ -33,7 +33,9 @@ struct RankCacheOptions {
   bool adopt = true;           // false: --no-kv-adopt
   Fingerprint weights;
   uint64_t owner_id = 0;       // KvSegmentConfig::owner_id: rank 0's broker, 0 for other ranks
-  uint32_t n_slots = 1;        // tables (rank 0: one per broker slot; other ranks keep none of use)
+  // Block tables: rank 0 keeps one per broker slot; other ranks keep none (rank 0's steps
+  // name their blocks), so 1.
+  uint32_t n_slots = 1;
   int32_t max_blocks = 1;      // per table
   // The device memory this process already holds for the rank (a rank that opens its
   // cache again in the same process: systemd gives a kept fd back only once), and its
