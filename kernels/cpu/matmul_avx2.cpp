@@ -113,11 +113,10 @@ void decode_float_r16(const uint16_t* w, const MatmulParams& p, int64_t row_begi
       for (int64_t k = k0; k < k1; k += 32) {
         const uint16_t* c = gw + col_at<true>(k);
         prefetch_ahead(c, G * 64, p.prefetch_bytes);
-        #pragma GCC unroll 4
-        for (int q = 0; q < 4; ++q) {
-          const __m256 xv = _mm256_loadu_ps(p.x + k + 8 * q);
-          #pragma GCC unroll 16
-          for (int i = 0; i < G; ++i) acc[i] = _mm256_fmadd_ps(load(c + i * 32 + 8 * q), xv, acc[i]);
+        #pragma GCC unroll 16
+        for (int i = 0; i < G; ++i) {
+          #pragma GCC unroll 4
+          for (int q = 0; q < 4; ++q) acc[i] = _mm256_fmadd_ps(load(c + i * 32 + 8 * q), _mm256_loadu_ps(p.x + k + 8 * q), acc[i]);
         }
       }
       #pragma GCC unroll 16
