@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # hearth and llama.cpp side by side on the same GGUF files, on this machine, in one run.
 #
-#   bench/peer_compare.sh [--reps 3] [--threads "1 2"] [--types "f16 q8_0 q4_0"] [--preset 1b] [--out FILE]
+#   bench/peer_compare.sh [--reps 3] [--threads "1 2"] [--types "f16 q8_0 q4_0"] [--preset 1b]
+#                         [--isa avx2] [--out FILE]
 #
 # llama.cpp is ../shared/tools/peer's pinned build measured through its C API with a
 # persistent thread pool (run `bash ../shared/tools/peer/setup.sh` once first); the models
@@ -13,21 +14,25 @@
 # llama.cpp and hearth back to back) so host noise hits both alike. The median table
 # (ratios hearth / llama.cpp, decode's share of the measured read bandwidth) is printed
 # and written to --out (default build/peer_compare.md); raw JSON lines go beside it.
+# --isa avx2 compares the AVX2 paths on an AVX-512 host: hearth runs with
+# HEARTH_CPU_ISA=avx2 and llama.cpp with only its "haswell" CPU variant (AVX2, FMA, F16C;
+# a copy of the harness that loads that one variant is built under $PEER_DIR).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 PEER_TOOLS=$(cd "$ROOT/../shared/tools/peer" 2>/dev/null && pwd || true)
 PEER=${PEER_DIR:-/tmp/peer}
 BIN=${HEARTH_BIN:-$ROOT/build/bin}
-REPS=3 THREADS="1 2" TYPES="f16 q8_0 q4_0" PRESET=1b OUT=$ROOT/build/peer_compare.md
+REPS=3 THREADS="1 2" TYPES="f16 q8_0 q4_0" PRESET=1b OUT=$ROOT/build/peer_compare.md ISA=""
 while [ $# -gt 0 ]; do
     case $1 in
         --reps) REPS=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --types) TYPES=$2; shift 2 ;;
         --preset) PRESET=$2; shift 2 ;;
+        --isa) ISA=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
-        *) sed -n '2,16p' "$0"; exit 2 ;;
+        *) sed -n '2,20p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$PEER_TOOLS" ] || { echo "peer_compare: ../shared/tools/peer not found next to the repository" >&2; exit 1; }
@@ -36,6 +41,26 @@ done
 for b in hearth-loader model_bench; do
     [ -x "$BIN/$b" ] || { echo "peer_compare: $BIN/$b missing; build first (./setup.sh)" >&2; exit 1; }
 done
+LLAMA=$PEER/llamacpp_c_bench
+case $ISA in
+    "") ;;
+    avx2)
+        # ggml picks the best-scoring libggml-cpu-*.so in the folder the harness loads
+        # from; a folder holding only the haswell one pins llama.cpp to AVX2.
+        BINS=$PEER/node/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+        SRC=$PEER/llama.cpp-src
+        [ -f "$BINS/libggml-cpu-haswell.so" ] && [ -f "$SRC/include/llama.h" ] ||
+            { echo "peer_compare: llama.cpp's haswell variant or its headers missing under $PEER" >&2; exit 1; }
+        mkdir -p "$PEER/bins-haswell"
+        ln -sf "$BINS/libggml-cpu-haswell.so" "$PEER/bins-haswell/"
+        LLAMA=$PEER/llamacpp_c_bench_haswell
+        gcc -O2 -DBINS_DIR="\"$PEER/bins-haswell\"" "$PEER_TOOLS/llamacpp_c_bench.c" -I"$SRC/include" \
+            -I"$SRC/ggml/include" "$BINS"/libllama.v*.so "$BINS"/libggml.v*.so "$BINS/libggml-base.so" \
+            -Wl,-rpath,"$BINS" -o "$LLAMA"
+        export HEARTH_CPU_ISA=avx2
+        ;;
+    *) echo "peer_compare: --isa takes avx2 (or nothing: each engine's best path)" >&2; exit 2 ;;
+esac
 
 M=$PEER/models RAW=${OUT%.md}.jsonl SHM=${HEARTH_SHM_DIR:-/dev/shm}
 mkdir -p "$M" "$(dirname "$OUT")"
@@ -61,14 +86,14 @@ for rep in $(seq "$REPS"); do
     "$PEER/membw" 2 2 | tee -a "$RAW"
     for t in $TYPES; do
         for n in $THREADS; do
-            "$PEER/llamacpp_c_bench" "$M/$PRESET-$t.gguf" "$n" 128 64 | tee -a "$RAW"
+            "$LLAMA" "$M/$PRESET-$t.gguf" "$n" 128 64 | tee -a "$RAW"
             "$BIN/model_bench" --attach "peer-$PRESET-${t//_/}-$$" --threads "$n" --prompt 128 --gen 64 |
                 sed "s/\"model\":\"[^\"]*\"/\"model\":\"$PRESET-$t.gguf\"/" | tee -a "$RAW"
         done
     done
 done
 
-/usr/bin/python3 - "$RAW" "$REPS" <<'EOF' | tee "$OUT"
+/usr/bin/python3 - "$RAW" "$REPS" "${ISA:-best}" <<'EOF' | tee "$OUT"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 med = statistics.median
@@ -78,7 +103,9 @@ print(f"peer_compare: medians of {sys.argv[2]} interleaved rounds; read bandwidt
       f"{bw1:.1f} GB/s on 1 thread, {bw2:.1f} GB/s on 2")
 cpus = sorted({r.get("cpu", "?") for r in rows if r.get("harness") == "hearth"})
 prefetch = sorted({r.get("prefetch", "?") for r in rows if r.get("harness") == "hearth"})
-print(f"cpu: {'; '.join(cpus)}; hearth weight prefetch: {', '.join(map(str, prefetch))} bytes\n")
+print(f"cpu: {'; '.join(cpus)}; hearth weight prefetch: {', '.join(map(str, prefetch))} bytes")
+print("instruction sets: " + ("AVX2 in both (hearth HEARTH_CPU_ISA=avx2, llama.cpp's haswell variant)"
+      if sys.argv[3] == "avx2" else "each engine's best for this CPU") + "\n")
 print("| model | threads | llama.cpp prefill | hearth prefill | ratio | llama.cpp decode | hearth decode | ratio "
       "| hearth decode GB/s | of membw |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
