@@ -171,5 +171,6 @@ int main(int argc, char** argv) {
   std::filesystem::remove(hearth::segment_path(shm, instance, "weights"));
   std::filesystem::remove(hearth::segment_path(shm, instance, "broker"));
   std::filesystem::remove(hearth::segment_path(shm, instance, "tp"));  // the engine group's
+  std::filesystem::remove(hearth::segment_path(shm, instance, "kv"));  // the resident KV cache
   return 0;
 }
