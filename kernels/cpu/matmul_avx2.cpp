@@ -257,60 +257,31 @@ inline __m256i bcast4(const int8_t* x) {
   return _mm256_set1_epi32(v);
 }
 
-// A group's 16 rows times N tokens. Each token's 4 activation bytes are broadcast once
-// and multiplied with both 8-row halves before the next are read, so the live values are
-// the tokens' running sums (2 per token), one chunk pair and two broadcasts: AVX2 has 16
-// vector registers, and keeping a whole block's broadcasts or chunks live spilled them.
-// Q4_0 adds its 8 maddubs products per sum in 16 bits and widens once: each product pair
-// is at most 2 * 15 * 128 = 3840 in magnitude, so 8 of them fit in int16, and the
-// integer sums equal widening each one.
+// One block of a group (16 rows x 32 columns) times N tokens, into integer sums s[2t + h]
+// (token t, 8-row half h). Each token's 4 activation bytes are broadcast once and
+// multiplied with both halves before the next are read, so the live values are the
+// sums, one chunk pair and a broadcast: AVX2 has 16 vector registers, and keeping a
+// whole block's broadcasts or chunks live spilled them.
+// Q4_0: chunk m of a half holds elements 4m..4m+3 in its low nibbles and 16 + 4m.. in
+// its high. Its 8 maddubs products per sum are added in 16 bits (each is at most
+// 2 * 15 * 128 = 3840 in magnitude, so 8 fit in int16) and widened once by the caller;
+// the integer sums equal widening each one.
 template <int N>
-void group_q4_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* acc) {
-  const int64_t blocks = p.cols / 32;
-  const __m256i ones = _mm256_set1_epi16(1);
+void block_sums_q4(const std::byte* o, const int8_t* const* x, __m256i* s) {
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   #pragma GCC unroll 16
-  for (int t = 0; t < 2 * N; ++t) acc[t] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < blocks; ++b) {
-    const std::byte* o = gw + b * 288;
-    prefetch_ahead(o, 288, p.prefetch_bytes);
-    const int8_t* x[N];
-    #pragma GCC unroll 16
-    for (int t = 0; t < N; ++t) x[t] = p.xq->qs + ((t0 + t) * blocks + b) * 32;
-    __m256i s[2 * N];
-    #pragma GCC unroll 16
-    for (int t = 0; t < 2 * N; ++t) s[t] = _mm256_setzero_si256();
-    #pragma GCC unroll 16
-    for (int m = 0; m < 4; ++m) {
-      // Chunk m of a half holds elements 4m..4m+3 in its low nibbles and 16 + 4m.. in its high.
-      const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * m));
-      const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 64 + 64 * m));
-      const __m256i lo0 = _mm256_and_si256(c0, low4);
-      const __m256i lo1 = _mm256_and_si256(c1, low4);
+  for (int m = 0; m < 4; ++m) {
+    const __m256i c0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * m));
+    const __m256i c1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 64 + 64 * m));
+    #pragma GCC unroll 2
+    for (int high = 0; high < 2; ++high) {
+      const __m256i w0 = _mm256_and_si256(high ? _mm256_srli_epi16(c0, 4) : c0, low4);
+      const __m256i w1 = _mm256_and_si256(high ? _mm256_srli_epi16(c1, 4) : c1, low4);
       #pragma GCC unroll 16
       for (int t = 0; t < N; ++t) {
-        const __m256i xv = bcast4(x[t] + 4 * m);
-        s[2 * t] = chain(_mm256_add_epi16(s[2 * t], _mm256_maddubs_epi16(lo0, xv)));
-        s[2 * t + 1] = chain(_mm256_add_epi16(s[2 * t + 1], _mm256_maddubs_epi16(lo1, xv)));
-      }
-      const __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(c0, 4), low4);
-      const __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(c1, 4), low4);
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t) {
-        const __m256i xv = bcast4(x[t] + 16 + 4 * m);
-        s[2 * t] = chain(_mm256_add_epi16(s[2 * t], _mm256_maddubs_epi16(hi0, xv)));
-        s[2 * t + 1] = chain(_mm256_add_epi16(s[2 * t + 1], _mm256_maddubs_epi16(hi1, xv)));
-      }
-    }
-    #pragma GCC unroll 16
-    for (int h = 0; h < 2; ++h) {
-      const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(o + 16 * h)));
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t) {
-        const int64_t tb = (t0 + t) * blocks + b;
-        const __m256i s32 = _mm256_add_epi32(_mm256_madd_epi16(s[2 * t + h], ones), _mm256_set1_epi32(p.xq->offset4[tb]));
-        acc[2 * t + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(scale, _mm256_set1_ps(p.xq->d[tb])),
-                                         acc[2 * t + h]);
+        const __m256i xv = bcast4(x[t] + 16 * high + 4 * m);
+        s[2 * t] = chain(_mm256_add_epi16(s[2 * t], _mm256_maddubs_epi16(w0, xv)));
+        s[2 * t + 1] = chain(_mm256_add_epi16(s[2 * t + 1], _mm256_maddubs_epi16(w1, xv)));
       }
     }
   }
@@ -319,34 +290,47 @@ void group_q4_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256
 // Q8_0: maddubs multiplies unsigned by signed bytes, so |w| times x carrying w's sign;
 // a product pair can reach 2 * 127 * 127, so each is widened to 32 bits at once.
 template <int N>
-void group_q8_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* acc) {
+void block_sums_q8(const std::byte* o, const int8_t* const* x, __m256i* s) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  #pragma GCC unroll 16
+  for (int k = 0; k < 8; ++k) {
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * k));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 64 + 64 * k));
+    const __m256i aw0 = _mm256_sign_epi8(w0, w0);
+    const __m256i aw1 = _mm256_sign_epi8(w1, w1);
+    #pragma GCC unroll 16
+    for (int t = 0; t < N; ++t) {
+      const __m256i xv = bcast4(x[t] + 4 * k);
+      const __m256i p0 = _mm256_maddubs_epi16(aw0, _mm256_sign_epi8(xv, w0));
+      const __m256i p1 = _mm256_maddubs_epi16(aw1, _mm256_sign_epi8(xv, w1));
+      s[2 * t] = chain(_mm256_add_epi32(s[2 * t], _mm256_madd_epi16(p0, ones)));
+      s[2 * t + 1] = chain(_mm256_add_epi32(s[2 * t + 1], _mm256_madd_epi16(p1, ones)));
+    }
+  }
+}
+
+// acc[2t + h] = the group's half h times token t0 + t: each block's integer sums
+// (Q4_0's widened, plus its "- 8 * sum(x)") scaled by the rows' and the token's scales.
+template <int N, bool Q4>
+void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* acc) {
+  constexpr int64_t kBlockBytes = Q4 ? 288 : 544;
   const int64_t blocks = p.cols / 32;
   const __m256i ones = _mm256_set1_epi16(1);
   #pragma GCC unroll 16
   for (int t = 0; t < 2 * N; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t b = 0; b < blocks; ++b) {
-    const std::byte* o = gw + b * 544;
-    prefetch_ahead(o, 544, p.prefetch_bytes);
+    const std::byte* o = gw + b * kBlockBytes;
+    prefetch_ahead(o, kBlockBytes, p.prefetch_bytes);
     const int8_t* x[N];
     #pragma GCC unroll 16
     for (int t = 0; t < N; ++t) x[t] = p.xq->qs + ((t0 + t) * blocks + b) * 32;
     __m256i s[2 * N];
     #pragma GCC unroll 16
     for (int t = 0; t < 2 * N; ++t) s[t] = _mm256_setzero_si256();
-    #pragma GCC unroll 16
-    for (int k = 0; k < 8; ++k) {
-      const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 32 + 64 * k));
-      const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(o + 64 + 64 * k));
-      const __m256i aw0 = _mm256_sign_epi8(w0, w0);
-      const __m256i aw1 = _mm256_sign_epi8(w1, w1);
-      #pragma GCC unroll 16
-      for (int t = 0; t < N; ++t) {
-        const __m256i xv = bcast4(x[t] + 4 * k);
-        const __m256i p0 = _mm256_maddubs_epi16(aw0, _mm256_sign_epi8(xv, w0));
-        const __m256i p1 = _mm256_maddubs_epi16(aw1, _mm256_sign_epi8(xv, w1));
-        s[2 * t] = chain(_mm256_add_epi32(s[2 * t], _mm256_madd_epi16(p0, ones)));
-        s[2 * t + 1] = chain(_mm256_add_epi32(s[2 * t + 1], _mm256_madd_epi16(p1, ones)));
-      }
+    if constexpr (Q4) {
+      block_sums_q4<N>(o, x, s);
+    } else {
+      block_sums_q8<N>(o, x, s);
     }
     #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
@@ -354,8 +338,10 @@ void group_q8_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256
       #pragma GCC unroll 16
       for (int t = 0; t < N; ++t) {
         const int64_t tb = (t0 + t) * blocks + b;
-        acc[2 * t + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[2 * t + h]),
-                                         _mm256_mul_ps(scale, _mm256_set1_ps(p.xq->d[tb])), acc[2 * t + h]);
+        __m256i s32 = s[2 * t + h];
+        if constexpr (Q4) s32 = _mm256_add_epi32(_mm256_madd_epi16(s32, ones), _mm256_set1_epi32(p.xq->offset4[tb]));
+        acc[2 * t + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), _mm256_mul_ps(scale, _mm256_set1_ps(p.xq->d[tb])),
+                                         acc[2 * t + h]);
       }
     }
   }
@@ -364,9 +350,9 @@ void group_q8_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256
 template <int N>
 void group_r16(const MatmulParams& p, const std::byte* gw, int64_t t0, __m256* acc) {
   if (p.type == DType::kQ4_0R16) {
-    group_q4_r16<N>(p, gw, t0, acc);
+    group_r16<N, true>(p, gw, t0, acc);
   } else {
-    group_q8_r16<N>(p, gw, t0, acc);
+    group_r16<N, false>(p, gw, t0, acc);
   }
 }
 
