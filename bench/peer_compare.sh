@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
         --preset) PRESET=$2; shift 2 ;;
         --isa) ISA=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
-        *) sed -n '2,20p' "$0"; exit 2 ;;
+        *) sed -n '2,19p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$PEER_TOOLS" ] || { echo "peer_compare: ../shared/tools/peer not found next to the repository" >&2; exit 1; }
