@@ -97,8 +97,9 @@ void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x
   }
 }
 
-// Decode on F16R16/BF16R16: a group's 16 rows at once, chunk after chunk, so the matrix
-// is read front to back; the arithmetic is tile_float's (bit for bit the plain layout's).
+// Decode on F16R16/BF16R16: a group's 16 rows at once, chunk after chunk and each row's
+// line of a chunk whole, so the matrix is read front to back; the arithmetic is
+// tile_float's (bit for bit the plain layout's).
 template <typename Load>
 void decode_float_r16(const uint16_t* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load) {
   constexpr int G = kRowInterleave;
@@ -116,7 +117,9 @@ void decode_float_r16(const uint16_t* w, const MatmulParams& p, int64_t row_begi
         #pragma GCC unroll 16
         for (int i = 0; i < G; ++i) {
           #pragma GCC unroll 4
-          for (int q = 0; q < 4; ++q) acc[i] = _mm256_fmadd_ps(load(c + i * 32 + 8 * q), _mm256_loadu_ps(p.x + k + 8 * q), acc[i]);
+          for (int q = 0; q < 4; ++q) {
+            acc[i] = _mm256_fmadd_ps(load(c + i * 32 + 8 * q), _mm256_loadu_ps(p.x + k + 8 * q), acc[i]);
+          }
         }
       }
       #pragma GCC unroll 16
@@ -244,17 +247,17 @@ void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* o
 // broadcast 4 bytes at a time; maddubs multiplies unsigned by signed bytes, so Q4_0 uses
 // its unsigned nibbles with the "- 8 * sum(x)" added in integers, and Q8_0 uses |w|
 // with x carrying w's sign.
+inline __m256i bcast4(const int8_t* x) {
+  int32_t v;
+  __builtin_memcpy(&v, x, 4);
+  return _mm256_set1_epi32(v);
+}
+
 // Ends an integer sum's chain here: GCC otherwise reassociates a chain of vector adds
 // into a tree, which keeps all of its products live at once and spills them.
 [[gnu::always_inline]] inline __m256i chain(__m256i v) {
   __asm__("" : "+x"(v));
   return v;
-}
-
-inline __m256i bcast4(const int8_t* x) {
-  int32_t v;
-  __builtin_memcpy(&v, x, 4);
-  return _mm256_set1_epi32(v);
 }
 
 // One block of a group (16 rows x 32 columns) times N tokens, into integer sums s[2t + h]
