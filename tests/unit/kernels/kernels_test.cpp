@@ -705,6 +705,50 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(cpu::cpu_isa_name(std::get<0>(p.param))) + "_" + kv_dtype_name(std::get<1>(p.param));
     });
 
+// Every path computes each (query, head) with the same float operations in the same
+// order, so the vector paths give the scalar path's bits, whatever the cache dtype,
+// however the heads are split across calls, and over the shapes the vector paths take
+// whole blocks at a time for (head_dim 64 and 128, blocks of 16, GQA groups of 1-8).
+TEST(KvDTypeTest, EveryPathGivesTheScalarPathsBits) {
+  IsaGuard guard;
+  std::vector<AttentionShape> shapes(std::begin(kAttentionShapes), std::end(kAttentionShapes));
+  for (const AttentionShape s : {AttentionShape{32, 8, 64, 16, 0}, AttentionShape{16, 2, 64, 16, 0},
+                                 AttentionShape{24, 3, 128, 16, 0}, AttentionShape{10, 2, 128, 16, 21},
+                                 AttentionShape{7, 7, 64, 16, 0}, AttentionShape{6, 2, 64, 16, 40}}) {
+    shapes.push_back(s);
+  }
+  for (const KvDType type : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
+    for (const AttentionShape& s : shapes) {
+      const int32_t n_blocks = s.bs > 100 ? 3 : 12;
+      std::mt19937 rng(53);
+      const StoredCache c = store_random_kv(type, s, n_blocks, rng);
+      std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+      for (int32_t i = 0; i < n_blocks; ++i) table[static_cast<size_t>(i)] = (i * 5 + 2) % n_blocks;
+      const int32_t last = n_blocks * s.bs - 1;
+      const std::vector<int32_t> positions = {0, 15, 16, 17, last / 2, last - 16, last};
+      const auto q = random_floats(positions.size() * static_cast<size_t>(s.heads * s.hd), rng, 4.0f);
+      AttentionParams p = attention_params(s, type, c, q.data(), table, positions);
+      std::vector<float> want(q.size());
+      ASSERT_TRUE(cpu::cpu_isa_force(cpu::CpuIsa::kScalar));
+      p.out = want.data();
+      cpu::attention(p, 0, s.heads);
+      for (cpu::CpuIsa isa : available_cpu_paths()) {
+        ASSERT_TRUE(cpu::cpu_isa_force(isa));
+        std::vector<float> whole(q.size()), split(q.size());
+        p.out = whole.data();
+        cpu::attention(p, 0, s.heads);
+        const int32_t cut = std::min(3, s.heads - 1);  // inside a group of query heads where there is one
+        p.out = split.data();
+        cpu::attention(p, 0, cut);
+        cpu::attention(p, cut, s.heads);
+        EXPECT_EQ(whole, want) << kv_dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ", heads " << s.heads
+                               << "/" << s.kv_heads << " hd " << s.hd << " bs " << s.bs;
+        EXPECT_EQ(split, want) << kv_dtype_name(type) << " on " << cpu::cpu_isa_name(isa) << ", heads split at " << cut;
+      }
+    }
+  }
+}
+
 // What storing the cache narrower costs: attention over the f16 (bf16) cache stays
 // within a stated distance of attention over the f32 cache of the same K and V rows.
 // Elements in [-1, 1] round by at most 2^-12 (bf16: 2^-9), half a unit in the last
