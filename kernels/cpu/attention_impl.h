@@ -1,22 +1,33 @@
 // The body of the CPU attention kernel, included by attention.cpp once per instruction
 // set it is compiled for (attention_avx2.cpp, attention_avx512.cpp set their target
-// flags). Plain loops written so that the compiler vectorizes them: a block's scores
-// over its keys (stored transposed), the weighted values over head_dim. Keys are
-// visited one cache block at a time: scores for the block, one rescale of the running
-// sum and output (online softmax), then the block's values. Everything here
-// has internal linkage, so no copy compiled for a wider instruction set can be picked
-// by the linker for a narrower one.
+// flags). Keys are visited one cache block at a time: scores for the block, one rescale
+// of the running sum and output (online softmax), then the block's values. The blocks
+// go in the outer loop and all the query heads of the call (as many as kStateFloats
+// holds) in the inner one: a block's KV heads lie side by side in memory, so a pass
+// streams through each block once, and the query heads that share a KV head read its
+// keys and values from memory once (then from L1). Everything here has internal
+// linkage, so no copy compiled for a wider instruction set can be picked by the linker
+// for a narrower one.
+//
+// Two ways through a block, with the same float operations per head in the same order
+// (so every path, either way, gives the scalar path's bits; tested):
+// - plain loops that the compiler vectorizes (a block's scores over its keys, stored
+//   transposed; the weighted values over head_dim), for any shape;
+// - on the AVX2 and AVX-512 paths, for full blocks of 16 keys and head_dim 64 or 128
+//   (the common shapes), block_update_heads: intrinsics that widen each key and value
+//   row straight into registers once for several query heads and keep their partial
+//   scores and output rows in registers for the whole block.
 //
 // Each (query, head) is computed alone, in the same order whatever the batch or the
 // split of heads across threads, so a token's output does not depend on its neighbours.
 //
 // The cache's element type (KvDType) is a template parameter. f16 and bf16 elements are
 // widened to float exactly (vcvtph2ps where the path has F16C, a 16-bit shift for bf16):
-// a block of one KV head at a time into stack tiles shared by its query heads when
-// head_dim * keys fits kWidenTile (the usual blocks of 16), else a row at a time per
-// head. Either way they go through the very float operations the f32 cache does, so an
-// f16 or bf16 cache gives bit for bit what an f32 cache of the widened values gives, on
-// every path.
+// in registers on the fast way above; else a block of one KV head at a time into stack
+// tiles shared by its query heads when head_dim * keys fits kWidenTile, else a row at a
+// time per head. Every way they go through the very float operations the f32 cache does,
+// so an f16 or bf16 cache gives bit for bit what an f32 cache of the widened values
+// gives, on every path.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -34,11 +45,12 @@
 
 namespace {
 
-constexpr int kMaxHeadDim = 1024;  // ModelConfig validation bounds head_dim
+constexpr int kMaxHeadDim = 1024;   // ModelConfig validation bounds head_dim
 constexpr int kMaxBlockSize = 256;
-constexpr int kKeyTile = 16;       // keys per vector of scores (the usual block size)
-constexpr int kMaxHeads = 8;       // query heads of one KV head computed together
-constexpr int kWidenTile = 4096;   // floats of a narrow cache's block widened at once (16 KiB)
+constexpr int kKeyTile = 16;        // keys per vector of scores (the usual block size)
+constexpr int kStateFloats = 8192;  // output rows of the query heads computed together (32 KiB)
+constexpr int kStateHeads = 256;    // query heads computed together, at most
+constexpr int kWidenTile = 4096;    // floats of a narrow cache's block widened at once (16 KiB)
 
 using hearth::kernels::KvDType;
 
@@ -80,13 +92,6 @@ inline const float* kv_as_f32(const KvElem<D>* src, [[maybe_unused]] int32_t n, 
     kv_widen<D>(src, n, tile);
     return tile;
   }
-}
-
-// Prefetches the first min(bytes, kPrefetchMax) bytes at p into the caches.
-inline void prefetch_bytes(const void* p, int64_t bytes) {
-  constexpr int64_t kPrefetchMax = 8192;
-  const auto* c = static_cast<const char*>(p);
-  for (int64_t i = 0; i < std::min(bytes, kPrefetchMax); i += 64) __builtin_prefetch(c + i);
 }
 
 using hearth::kernels::cpu::exp_nonpositive;  // fast_exp.h
@@ -180,86 +185,273 @@ inline void block_update(const float* q, const KvElem<D>* keys, int64_t key_stri
   }
 }
 
+#if defined(__AVX2__)
+// The path's float vector (kLanes floats) and the few operations the full-block update
+// below needs of it.
+#if defined(__AVX512F__)
+using Vec = __m512;
+constexpr int kLanes = 16;
+inline Vec vzero() { return _mm512_setzero_ps(); }
+inline Vec vset1(float x) { return _mm512_set1_ps(x); }
+inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec vsub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline float vreduce_max(Vec a) { return _mm512_reduce_max_ps(a); }
+inline Vec vload(const float* p) { return _mm512_load_ps(p); }
+inline void vstore(float* p, Vec a) { _mm512_store_ps(p, a); }
+// kLanes cache elements at `src` widened to float, exactly as kv_widen widens them.
+template <KvDType D>
+inline Vec vwiden(const KvElem<D>* src) {
+  if constexpr (D == KvDType::kF32) {
+    return _mm512_loadu_ps(src);
+  } else {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    if constexpr (D == KvDType::kF16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+#else
+using Vec = __m256;
+constexpr int kLanes = 8;
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline Vec vset1(float x) { return _mm256_set1_ps(x); }
+inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec vsub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+inline float vreduce_max(Vec a) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+inline Vec vload(const float* p) { return _mm256_load_ps(p); }
+inline void vstore(float* p, Vec a) { _mm256_store_ps(p, a); }
+template <KvDType D>
+inline Vec vwiden(const KvElem<D>* src) {
+  if constexpr (D == KvDType::kF32) {
+    return _mm256_loadu_ps(src);
+  } else {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    if constexpr (D == KvDType::kF16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+}
+#endif
+
+// Query heads one full-block update computes at once: as many as keep their partial
+// scores (4 vectors of kKeyTile keys each) and output rows in the registers.
+template <int HD>
+constexpr int kHeadsAtOnce = kLanes == 16 ? 256 / HD : 1;
+
+// block_update for NH query heads of one KV head at once, over a full block of kKeyTile
+// keys with head_dim HD: per head, the very float operations block_update does in the
+// same order (so the results are its bits), but each key and value row is loaded and
+// widened straight into registers, once for the NH heads, and the heads' partial
+// scores and output rows stay in registers for the whole block. q: [NH, HD]; ac:
+// [NH, HD], running_max, running_sum: the heads' state.
+template <int HD, int NH, KvDType D>
+inline void block_update_heads(const float* q, const KvElem<D>* keys, int64_t key_stride, const KvElem<D>* values,
+                               float scale, float* ac, float* running_max, float* running_sum) {
+  constexpr int kTile = kKeyTile / kLanes;  // vectors per row of the block's keys
+  constexpr int kVecs = HD / kLanes;        // vectors per output row
+  // Of each head's output row, held in registers at once: half the register file.
+  constexpr int kChunk = std::min(kVecs, (kLanes == 16 ? 16 : 8) / NH);
+  static_assert(HD % kLanes == 0 && kVecs % kChunk == 0);
+  Vec part[NH][4][kTile];  // scores over d mod 4, as block_scores keeps them
+#pragma GCC unroll 16
+  for (int g = 0; g < NH; ++g) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 2
+      for (int v = 0; v < kTile; ++v) part[g][r][v] = vzero();
+    }
+  }
+  for (int d = 0; d < HD; d += 4) {
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) {
+      Vec k[kTile];
+#pragma GCC unroll 2
+      for (int v = 0; v < kTile; ++v) k[v] = vwiden<D>(keys + (d + r) * key_stride + v * kLanes);
+#pragma GCC unroll 8
+      for (int g = 0; g < NH; ++g) {
+        const Vec qd = vset1(q[g * HD + d + r]);
+#pragma GCC unroll 2
+        for (int v = 0; v < kTile; ++v) part[g][r][v] = vadd(part[g][r][v], vmul(qd, k[v]));
+      }
+    }
+  }
+  alignas(64) float w[NH][kKeyTile];  // each head's softmax weights of the block's keys
+#pragma GCC unroll 8
+  for (int g = 0; g < NH; ++g) {
+    Vec sc[kTile];
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) {
+      sc[v] = vmul(vadd(vadd(part[g][0][v], part[g][1][v]), vadd(part[g][2][v], part[g][3][v])), vset1(scale));
+    }
+    // The largest score: a maximum is exact in any order (a zero's sign aside, which
+    // nothing below can tell apart).
+    Vec most = sc[0];
+#pragma GCC unroll 2
+    for (int v = 1; v < kTile; ++v) most = vmax(most, sc[v]);
+    const float block_max = vreduce_max(most);
+    if (block_max > running_max[g]) {
+      const float correction = exp_nonpositive(running_max[g] - block_max);
+      running_sum[g] *= correction;
+      for (int i = 0; i < HD; ++i) ac[g * HD + i] *= correction;
+      running_max[g] = block_max;
+    }
+#pragma GCC unroll 2
+    for (int v = 0; v < kTile; ++v) vstore(w[g] + v * kLanes, vsub(sc[v], vset1(running_max[g])));
+    for (int j = 0; j < kKeyTile; ++j) w[g][j] = exp_nonpositive(w[g][j]);
+    for (int j = 0; j < kKeyTile; ++j) running_sum[g] += w[g][j];
+  }
+  for (int c = 0; c < kVecs; c += kChunk) {  // vectors c..c+kChunk-1 of each head's output row
+    Vec out[NH][kChunk];
+#pragma GCC unroll 16
+    for (int g = 0; g < NH; ++g) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kChunk; ++i) out[g][i] = vload(ac + g * HD + (c + i) * kLanes);
+    }
+    for (int j = 0; j < kKeyTile; ++j) {
+      Vec v[kChunk];
+#pragma GCC unroll 16
+      for (int i = 0; i < kChunk; ++i) v[i] = vwiden<D>(values + j * HD + (c + i) * kLanes);
+#pragma GCC unroll 16
+      for (int g = 0; g < NH; ++g) {
+        const Vec wj = vset1(w[g][j]);
+#pragma GCC unroll 16
+        for (int i = 0; i < kChunk; ++i) out[g][i] = vadd(out[g][i], vmul(wj, v[i]));
+      }
+    }
+#pragma GCC unroll 16
+    for (int g = 0; g < NH; ++g) {
+#pragma GCC unroll 16
+      for (int i = 0; i < kChunk; ++i) vstore(ac + g * HD + (c + i) * kLanes, out[g][i]);
+    }
+  }
+}
+
+// A full block of kKeyTile keys for the nh query heads of one KV head, head_dim HD:
+// block_update_heads over kHeadsAtOnce<HD> heads at a time (fewer for the last ones).
+template <int HD, KvDType D>
+inline void full_block_update(const float* q, const KvElem<D>* keys, int64_t key_stride, const KvElem<D>* values,
+                              int32_t nh, float scale, float* ac, float* running_max, float* running_sum) {
+  constexpr int kHeads = kHeadsAtOnce<HD>;
+  for (int32_t g = 0; g < nh;) {
+    const int32_t m = std::min<int32_t>(kHeads, nh - g);
+    const auto update = [&]<int NH>() {
+      block_update_heads<HD, NH, D>(q + g * HD, keys, key_stride, values, scale, ac + g * HD, running_max + g,
+                                    running_sum + g);
+    };
+    if (m == kHeads) {
+      update.template operator()<kHeads>();
+    } else if constexpr (kHeads == 4) {
+      if (m == 3) {
+        update.template operator()<3>();
+      } else if (m == 2) {
+        update.template operator()<2>();
+      } else {
+        update.template operator()<1>();
+      }
+    } else {
+      update.template operator()<1>();
+    }
+    g += m;
+  }
+}
+#endif
+
 template <KvDType D>
 void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_begin, int32_t head_end) {
   constexpr bool kWiden = D != KvDType::kF32;
   const int32_t group = p.n_heads / p.n_kv_heads;
   const int32_t hd = p.head_dim;
-  alignas(64) float acc[kMaxHeads][kMaxHeadDim];
-  float score[kMaxHeads][kMaxBlockSize];
-  float running_max[kMaxHeads], running_sum[kMaxHeads];
-  // A narrow cache's block, widened once for all the query heads that read it.
+  const int64_t bs = p.block_size;
+  // The state of the query heads computed together: output rows [heads, hd], running
+  // maximum and sum of each.
+  alignas(64) float acc[kStateFloats];
+  float running_max[kStateHeads], running_sum[kStateHeads];
+  float score[kMaxBlockSize];
+  // A narrow cache's block of one KV head, widened once for all the query heads that read it.
   alignas(64) float key_tile[kWiden ? kWidenTile : 1];    // [hd, n]
   alignas(64) float value_tile[kWiden ? kWidenTile : 1];  // [n, hd]
+  const int32_t most_heads = std::min<int32_t>(kStateHeads, kStateFloats / hd);
   for (int32_t t = 0; t < p.n_tokens; ++t) {
     const int32_t pos = p.positions[t];
     const int32_t first = hearth::kernels::attention_first_key(pos, p.sliding_window);
-    // Query heads that share a KV head go together, so each block of keys and values
-    // is read from memory once for all of them (then from L1).
-    for (int32_t h0 = head_begin; h0 < head_end;) {
-      const int32_t kv_head = h0 / group;
-      const int32_t h1 = std::min({head_end, (kv_head + 1) * group, h0 + kMaxHeads});
-      const int32_t nh = h1 - h0;
-      for (int32_t g = 0; g < nh; ++g) {
+    // As many heads at a time as the state holds (all of them, for the usual models),
+    // each block of keys visited once for all of them: the block's heads lie side by
+    // side in memory, so the pass streams through each block, and the query heads that
+    // share a KV head read its keys and values from memory once (then from L1).
+    for (int32_t hb = head_begin; hb < head_end;) {
+      const int32_t he = std::min(head_end, hb + most_heads);
+      for (int32_t g = 0; g < he - hb; ++g) {
         running_max[g] = -INFINITY;
         running_sum[g] = 0.0f;
-        for (int32_t i = 0; i < hd; ++i) acc[g][i] = 0.0f;
+        for (int32_t i = 0; i < hd; ++i) acc[g * hd + i] = 0.0f;
       }
-      const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h0) * hd;  // [nh, hd]
       for (int32_t k0 = first; k0 <= pos;) {
         // Keys k0..k1-1 lie in one cache block.
         const int32_t in_block = k0 % p.block_size;
         const int32_t k1 = std::min({pos + 1, k0 - in_block + p.block_size, k0 + kMaxBlockSize});
-        const int64_t block = p.block_table[k0 / p.block_size];
-        // keys[d * block_size + j]: the block's keys of this head, transposed.
-        const KvElem<D>* keys =
-            static_cast<const KvElem<D>*>(p.k_cache) +
-            hearth::kernels::kv_key_index(block, kv_head, 0, in_block, p.n_kv_heads, hd, p.block_size);
-        const KvElem<D>* values =
-            static_cast<const KvElem<D>*>(p.v_cache) +
-            hearth::kernels::kv_value_index(block, kv_head, in_block, p.n_kv_heads, hd, p.block_size);
         const int32_t n = k1 - k0;
-        const int64_t bs = p.block_size;
-        if (k1 <= pos && k1 % p.block_size == 0) {
-          // The next block of the table is anywhere in memory, where no hardware
-          // prefetcher looks: fetch its keys and values of this head while this one is
-          // computed (a block is ~1 us of work, DRAM ~0.1 us away).
-          const int64_t next = p.block_table[k1 / p.block_size];
-          prefetch_bytes(static_cast<const KvElem<D>*>(p.k_cache) +
-                             hearth::kernels::kv_key_index(next, kv_head, 0, 0, p.n_kv_heads, hd, p.block_size),
-                         hd * bs * static_cast<int64_t>(sizeof(KvElem<D>)));
-          prefetch_bytes(static_cast<const KvElem<D>*>(p.v_cache) +
-                             hearth::kernels::kv_value_index(next, kv_head, 0, p.n_kv_heads, hd, p.block_size),
-                         hd * bs * static_cast<int64_t>(sizeof(KvElem<D>)));
-        }
-        bool widened = false;
-        if constexpr (kWiden) {
-          if (static_cast<int64_t>(hd) * n <= kWidenTile) {
-            // Widened once into tiles laid out like an f32 cache's block (keys at stride
-            // n), then the f32 update itself for each head.
-            for (int32_t d = 0; d < hd; ++d) kv_widen<D>(keys + d * bs, n, key_tile + static_cast<int64_t>(d) * n);
-            kv_widen<D>(values, n * hd, value_tile);  // the block's rows k0..k1-1 are contiguous
-            for (int32_t g = 0; g < nh; ++g) {
-              block_update<KvDType::kF32>(q + static_cast<int64_t>(g) * hd, key_tile, n, value_tile, n, hd, p.scale,
-                                          score[g], acc[g], running_max[g], running_sum[g]);
+        const int64_t block = p.block_table[k0 / p.block_size];
+        for (int32_t h0 = hb; h0 < he;) {
+          // Query heads h0..h1-1 share KV head kv_head.
+          const int32_t kv_head = h0 / group;
+          const int32_t h1 = std::min(he, (kv_head + 1) * group);
+          const int32_t nh = h1 - h0, g0 = h0 - hb;
+          const float* q = p.q + (static_cast<int64_t>(t) * p.n_heads + h0) * hd;  // [nh, hd]
+          // keys[d * block_size + j]: the block's keys of this head, transposed.
+          const KvElem<D>* keys =
+              static_cast<const KvElem<D>*>(p.k_cache) +
+              hearth::kernels::kv_key_index(block, kv_head, 0, in_block, p.n_kv_heads, hd, p.block_size);
+          const KvElem<D>* values =
+              static_cast<const KvElem<D>*>(p.v_cache) +
+              hearth::kernels::kv_value_index(block, kv_head, in_block, p.n_kv_heads, hd, p.block_size);
+          bool done = false;
+#if defined(__AVX2__)
+          if (n == kKeyTile && (hd == 64 || hd == 128)) {  // the common shapes: the heads' rows in registers
+            if (hd == 64) {
+              full_block_update<64, D>(q, keys, bs, values, nh, p.scale, acc + g0 * hd, running_max + g0,
+                                       running_sum + g0);
+            } else {
+              full_block_update<128, D>(q, keys, bs, values, nh, p.scale, acc + g0 * hd, running_max + g0,
+                                        running_sum + g0);
             }
-            widened = true;
+            done = true;
           }
-        }
-        if (!widened) {  // f32, or a block too large for the tiles: widened a row at a time per head
-          for (int32_t g = 0; g < nh; ++g) {
-            block_update<D>(q + static_cast<int64_t>(g) * hd, keys, bs, values, n, hd, p.scale, score[g], acc[g],
-                            running_max[g], running_sum[g]);
+#endif
+          if constexpr (kWiden) {
+            if (!done && static_cast<int64_t>(hd) * n <= kWidenTile) {
+              // Widened once into tiles laid out like an f32 cache's block (keys at
+              // stride n), then the f32 update itself for each head.
+              for (int32_t d = 0; d < hd; ++d) kv_widen<D>(keys + d * bs, n, key_tile + static_cast<int64_t>(d) * n);
+              kv_widen<D>(values, n * hd, value_tile);  // the block's rows k0..k1-1 are contiguous
+              for (int32_t g = g0; g < g0 + nh; ++g) {
+                block_update<KvDType::kF32>(q + static_cast<int64_t>(g - g0) * hd, key_tile, n, value_tile, n, hd,
+                                            p.scale, score, acc + g * hd, running_max[g], running_sum[g]);
+              }
+              done = true;
+            }
           }
+          if (!done) {  // f32, or a block too large for the tiles: widened a row at a time per head
+            for (int32_t g = g0; g < g0 + nh; ++g) {
+              block_update<D>(q + static_cast<int64_t>(g - g0) * hd, keys, bs, values, n, hd, p.scale, score,
+                              acc + g * hd, running_max[g], running_sum[g]);
+            }
+          }
+          h0 = h1;
         }
         k0 = k1;
       }
-      for (int32_t g = 0; g < nh; ++g) {
-        float* out = p.out + (static_cast<int64_t>(t) * p.n_heads + h0 + g) * hd;
+      for (int32_t g = 0; g < he - hb; ++g) {
+        float* out = p.out + (static_cast<int64_t>(t) * p.n_heads + hb + g) * hd;
         const float inv = 1.0f / running_sum[g];
-        for (int32_t i = 0; i < hd; ++i) out[i] = acc[g][i] * inv;
+        for (int32_t i = 0; i < hd; ++i) out[i] = acc[g * hd + i] * inv;
       }
-      h0 = h1;
+      hb = he;
     }
   }
 }
