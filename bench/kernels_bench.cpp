@@ -111,15 +111,18 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 
 // Attention over a paged KV cache, 1B shape (32 query heads, 8 KV heads, head_dim 64,
-// blocks of 16), per KV cache dtype: args = query tokens, context, layers. Decode is 1
-// query at a deep context, prefill a chunk of queries from position 0. Each iteration is
-// one call on the next of `layers` caches, each filled by kv_store: with 1 the cache
-// stays in L2/L3 between calls, with 16 (the 1B model's layers) a call's keys and values
-// come from memory, as in a decode step. KV_bytes is what one call reads (each K and V
-// row of the context once); GB/s is that per second.
+// blocks of 16), per KV cache dtype: args = query tokens, context, layers, KV heads per
+// call. Decode is 1 query at a deep context, prefill a chunk of queries from position 0.
+// Each iteration is one pass over every head, on the next of `layers` caches, each
+// filled by kv_store: with 1 the cache stays in L2/L3 between calls, with 16 (the 1B
+// model's layers) a call's keys and values come from memory, as in a decode step. The
+// pass is one call for all 8 KV heads, or one per group of `KV heads per call` (the
+// CPU backend hands its threads KV heads). KV_bytes is what one pass reads (each K and
+// V row of the context once); GB/s is that per second.
 void BM_Attention(benchmark::State& state, hearth::kernels::KvDType kv_dtype) {
   const int32_t n = static_cast<int32_t>(state.range(0)), context = static_cast<int32_t>(state.range(1));
   const auto layers = static_cast<int32_t>(state.range(2));
+  const auto kv_per_call = static_cast<int32_t>(state.range(3));
   constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kBlock = 16;
   const int32_t n_blocks = (context + kBlock - 1) / kBlock;
   const int64_t kv_dim = kKvHeads * kHeadDim;
@@ -171,7 +174,9 @@ void BM_Attention(benchmark::State& state, hearth::kernels::KvDType kv_dtype) {
   for (auto _ : state) {
     p.k_cache = k_cache[static_cast<size_t>(layer)].data();
     p.v_cache = v_cache[static_cast<size_t>(layer)].data();
-    hearth::kernels::cpu::attention(p, 0, kHeads);
+    for (int32_t kv = 0; kv < kKvHeads; kv += kv_per_call) {
+      hearth::kernels::cpu::attention(p, kv * (kHeads / kKvHeads), (kv + kv_per_call) * (kHeads / kKvHeads));
+    }
     benchmark::DoNotOptimize(out.data());
     layer = layer + 1 == layers ? 0 : layer + 1;
   }
@@ -189,8 +194,9 @@ void BM_Attention(benchmark::State& state, hearth::kernels::KvDType kv_dtype) {
 }
 
 void attention_shapes(benchmark::internal::Benchmark* b) {
-  b->Args({1, 128, 1})->Args({1, 1024, 1})->Args({1, 4096, 1})->Args({1, 4096, 16})->Args({128, 128, 1});
-  b->ArgNames({"tokens", "context", "layers"})->Unit(benchmark::kMicrosecond);
+  b->Args({1, 128, 1, 8})->Args({1, 1024, 1, 8})->Args({1, 4096, 1, 8})->Args({1, 4096, 16, 8});
+  b->Args({1, 4096, 16, 1})->Args({1, 4096, 16, 4})->Args({128, 128, 1, 8});
+  b->ArgNames({"tokens", "context", "layers", "kv_per_call"})->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK_CAPTURE(BM_Attention, f32, hearth::kernels::KvDType::kF32)->Apply(attention_shapes);
 BENCHMARK_CAPTURE(BM_Attention, f16, hearth::kernels::KvDType::kF16)->Apply(attention_shapes);

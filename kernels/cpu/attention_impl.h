@@ -397,6 +397,26 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
         const int32_t k1 = std::min({pos + 1, k0 - in_block + p.block_size, k0 + kMaxBlockSize});
         const int32_t n = k1 - k0;
         const int64_t block = p.block_table[k0 / p.block_size];
+        if (const int32_t kv_begin = hb / group, kv_end = (he - 1) / group + 1;
+            kv_end - kv_begin < p.n_kv_heads && k1 % p.block_size == 0 && k1 <= pos) {
+          // These heads' part of a block is only part of it, and the next block lies
+          // anywhere in memory: no hardware prefetcher follows, so fetch that part of
+          // the next block into L2 while this one is computed. (A pass over every KV
+          // head streams whole blocks, which the prefetchers do follow: fetching ahead
+          // there made it slower.)
+          const int64_t next = p.block_table[k1 / p.block_size];
+          const int64_t bytes = static_cast<int64_t>(kv_end - kv_begin) * hd * bs * sizeof(KvElem<D>);
+          const auto* keys = reinterpret_cast<const char*>(
+              static_cast<const KvElem<D>*>(p.k_cache) +
+              hearth::kernels::kv_key_index(next, kv_begin, 0, 0, p.n_kv_heads, hd, p.block_size));
+          const auto* values = reinterpret_cast<const char*>(
+              static_cast<const KvElem<D>*>(p.v_cache) +
+              hearth::kernels::kv_value_index(next, kv_begin, 0, p.n_kv_heads, hd, p.block_size));
+          for (int64_t i = 0; i < bytes; i += 64) {
+            __builtin_prefetch(keys + i, 0, 1);
+            __builtin_prefetch(values + i, 0, 1);
+          }
+        }
         for (int32_t h0 = hb; h0 < he;) {
           // Query heads h0..h1-1 share KV head kv_head.
           const int32_t kv_head = h0 / group;
