@@ -2,7 +2,7 @@
 # hearth and llama.cpp side by side on the same GGUF files, on this machine, in one run.
 #
 #   bench/peer_compare.sh [--reps 3] [--threads "1 2"] [--types "f16 q8_0 q4_0"] [--preset 1b]
-#                         [--isa avx2] [--out FILE]
+#                         [--isa avx2] [--prompt 128] [--gen 64] [--out FILE]
 #
 # llama.cpp is ../shared/tools/peer's pinned build measured through its C API with a
 # persistent thread pool (run `bash ../shared/tools/peer/setup.sh` once first); the models
@@ -10,20 +10,24 @@
 # hearth runs them the way it serves: hearth-loader publishes the resident segment (Q8_0
 # and Q4_0 repacked to the kernels' row-interleaved layouts) and model_bench attaches
 # to it. Both use the same prompt (128 ids), the same 64 greedy decode steps and one
-# warm-up run. Rounds interleave every variant (membw, then each model and thread count,
-# llama.cpp and hearth back to back) so host noise hits both alike. The median table
+# warm-up run; --prompt 2000 --gen 32 measures decode deep in the context instead, where
+# attention takes a third of a step (a copy of the harness with a context that large is
+# built under $PEER_DIR; the bandwidth column then counts the KV cache's bytes too).
+# Rounds interleave every variant (membw, then each model and thread count, llama.cpp
+# and hearth back to back) so host noise hits both alike. The median table
 # (ratios hearth / llama.cpp, decode's share of the measured read bandwidth) is printed
 # and written to --out (default build/peer_compare.md); raw JSON lines go beside it.
 # --isa avx2 compares the AVX2 paths on an AVX-512 host: hearth runs with
 # HEARTH_CPU_ISA=avx2 and llama.cpp with only its "haswell" CPU variant (AVX2, FMA, F16C;
 # a copy of the harness that loads that one variant is built under $PEER_DIR).
+# Both keep their KV caches in f16, llama.cpp's default.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 PEER_TOOLS=$(cd "$ROOT/../shared/tools/peer" 2>/dev/null && pwd || true)
 PEER=${PEER_DIR:-/tmp/peer}
 BIN=${HEARTH_BIN:-$ROOT/build/bin}
-REPS=3 THREADS="1 2" TYPES="f16 q8_0 q4_0" PRESET=1b OUT=$ROOT/build/peer_compare.md ISA=""
+REPS=3 THREADS="1 2" TYPES="f16 q8_0 q4_0" PRESET=1b OUT=$ROOT/build/peer_compare.md ISA="" PROMPT=128 GEN=64
 while [ $# -gt 0 ]; do
     case $1 in
         --reps) REPS=$2; shift 2 ;;
@@ -31,8 +35,10 @@ while [ $# -gt 0 ]; do
         --types) TYPES=$2; shift 2 ;;
         --preset) PRESET=$2; shift 2 ;;
         --isa) ISA=$2; shift 2 ;;
+        --prompt) PROMPT=$2; shift 2 ;;
+        --gen) GEN=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
-        *) sed -n '2,19p' "$0"; exit 2 ;;
+        *) sed -n '2,23p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$PEER_TOOLS" ] || { echo "peer_compare: ../shared/tools/peer not found next to the repository" >&2; exit 1; }
@@ -41,26 +47,38 @@ done
 for b in hearth-loader model_bench; do
     [ -x "$BIN/$b" ] || { echo "peer_compare: $BIN/$b missing; build first (./setup.sh)" >&2; exit 1; }
 done
-LLAMA=$PEER/llamacpp_c_bench
+# The harness as setup.sh built it, or a copy of its source built with other llama.cpp
+# CPU variants (--isa) or a larger context (--prompt, --gen: the source fixes 512).
+LLAMA=$PEER/llamacpp_c_bench BINS=$PEER/node/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+SRC=$PEER/llama.cpp-src LOAD_FROM=$BINS
+[[ $PROMPT =~ ^[1-9][0-9]*$ && $GEN =~ ^[1-9][0-9]*$ ]] ||
+    { echo "peer_compare: --prompt and --gen take positive token counts" >&2; exit 2; }
+CTX=$(( (PROMPT + GEN + 2 + 255) / 256 * 256 ))  # the prompt, the steps, the warm-up's 2
+[ "$CTX" -ge 512 ] || CTX=512
 case $ISA in
     "") ;;
     avx2)
         # ggml picks the best-scoring libggml-cpu-*.so in the folder the harness loads
         # from; a folder holding only the haswell one pins llama.cpp to AVX2.
-        BINS=$PEER/node/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
-        SRC=$PEER/llama.cpp-src
-        [ -f "$BINS/libggml-cpu-haswell.so" ] && [ -f "$SRC/include/llama.h" ] ||
-            { echo "peer_compare: llama.cpp's haswell variant or its headers missing under $PEER" >&2; exit 1; }
+        [ -f "$BINS/libggml-cpu-haswell.so" ] ||
+            { echo "peer_compare: llama.cpp's haswell variant missing under $PEER" >&2; exit 1; }
         mkdir -p "$PEER/bins-haswell"
         ln -sf "$BINS/libggml-cpu-haswell.so" "$PEER/bins-haswell/"
-        LLAMA=$PEER/llamacpp_c_bench_haswell
-        gcc -O2 -DBINS_DIR="\"$PEER/bins-haswell\"" "$PEER_TOOLS/llamacpp_c_bench.c" -I"$SRC/include" \
-            -I"$SRC/ggml/include" "$BINS"/libllama.v*.so "$BINS"/libggml.v*.so "$BINS/libggml-base.so" \
-            -Wl,-rpath,"$BINS" -o "$LLAMA"
+        LOAD_FROM=$PEER/bins-haswell
         export HEARTH_CPU_ISA=avx2
         ;;
     *) echo "peer_compare: --isa takes avx2 (or nothing: each engine's best path)" >&2; exit 2 ;;
 esac
+if [ -n "$ISA" ] || [ "$CTX" -gt 512 ]; then
+    [ -f "$SRC/include/llama.h" ] || { echo "peer_compare: llama.cpp's headers missing under $PEER" >&2; exit 1; }
+    LLAMA=$PEER/llamacpp_c_bench_${ISA:-best}_ctx$CTX
+    sed -e "s/cp.n_ctx = 512;/cp.n_ctx = $CTX;/" -e "s/cp.n_batch = cp.n_ubatch = 512;/cp.n_batch = $CTX; cp.n_ubatch = 512;/" \
+        "$PEER_TOOLS/llamacpp_c_bench.c" > "$LLAMA.c"
+    grep -q "cp.n_ctx = $CTX;" "$LLAMA.c" ||
+        { echo "peer_compare: could not set the harness's context size in $LLAMA.c" >&2; exit 1; }
+    gcc -O2 -DBINS_DIR="\"$LOAD_FROM\"" "$LLAMA.c" -I"$SRC/include" -I"$SRC/ggml/include" \
+        "$BINS"/libllama.v*.so "$BINS"/libggml.v*.so "$BINS/libggml-base.so" -Wl,-rpath,"$BINS" -o "$LLAMA"
+fi
 
 M=$PEER/models RAW=${OUT%.md}.jsonl SHM=${HEARTH_SHM_DIR:-/dev/shm}
 mkdir -p "$M" "$(dirname "$OUT")"
@@ -81,19 +99,20 @@ for t in $TYPES; do
     instances+=("$inst")
 done
 
-echo "== $REPS rounds; threads: $THREADS; models: $(for t in $TYPES; do printf '%s ' "$PRESET-$t"; done)"
+echo "== $REPS rounds; prompt $PROMPT, $GEN decode steps; threads: $THREADS; models: $(for t in $TYPES; do printf '%s ' "$PRESET-$t"; done)"
 for rep in $(seq "$REPS"); do
     "$PEER/membw" 2 2 | tee -a "$RAW"
     for t in $TYPES; do
         for n in $THREADS; do
-            "$LLAMA" "$M/$PRESET-$t.gguf" "$n" 128 64 | tee -a "$RAW"
-            "$BIN/model_bench" --attach "peer-$PRESET-${t//_/}-$$" --threads "$n" --prompt 128 --gen 64 |
+            "$LLAMA" "$M/$PRESET-$t.gguf" "$n" "$PROMPT" "$GEN" | tee -a "$RAW"
+            "$BIN/model_bench" --attach "peer-$PRESET-${t//_/}-$$" --threads "$n" --prompt "$PROMPT" --gen "$GEN" \
+                --ctx "$CTX" --kv-dtype f16 |
                 sed "s/\"model\":\"[^\"]*\"/\"model\":\"$PRESET-$t.gguf\"/" | tee -a "$RAW"
         done
     done
 done
 
-/usr/bin/python3 - "$RAW" "$REPS" "${ISA:-best}" <<'EOF' | tee "$OUT"
+/usr/bin/python3 - "$RAW" "$REPS" "${ISA:-best}" "$PROMPT" "$GEN" <<'EOF' | tee "$OUT"
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 med = statistics.median
@@ -105,7 +124,8 @@ cpus = sorted({r.get("cpu", "?") for r in rows if r.get("harness") == "hearth"})
 prefetch = sorted({r.get("prefetch", "?") for r in rows if r.get("harness") == "hearth"})
 print(f"cpu: {'; '.join(cpus)}; hearth weight prefetch: {', '.join(map(str, prefetch))} bytes")
 print("instruction sets: " + ("AVX2 in both (hearth HEARTH_CPU_ISA=avx2, llama.cpp's haswell variant)"
-      if sys.argv[3] == "avx2" else "each engine's best for this CPU") + "\n")
+      if sys.argv[3] == "avx2" else "each engine's best for this CPU"))
+print(f"prompt {sys.argv[4]} tokens, then {sys.argv[5]} decode steps; KV caches in f16\n")
 print("| model | threads | llama.cpp prefill | hearth prefill | ratio | llama.cpp decode | hearth decode | ratio "
       "| hearth decode GB/s | of membw |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -119,7 +139,8 @@ for model in dict.fromkeys(r["model"] for r in bench):
             continue
         lp, hp = med(r["prefill_tok_s"] for r in lc), med(r["prefill_tok_s"] for r in hh)
         ld, hd = med(r["decode_tok_s"] for r in lc), med(r["decode_tok_s"] for r in hh)
-        gbs = hd * hh[0]["weight_bytes_per_token"] / 1e9
+        # What a decode step reads: the weights, and the KV cache (at the last step's depth).
+        gbs = hd * (hh[0]["weight_bytes_per_token"] + hh[0].get("kv_bytes_last_token", 0)) / 1e9
         roof = bw1 if th == 1 else bw2
         print(f"| {model} | {th} | {lp:.1f} | {hp:.1f} | {hp / lp:.2f}x | {ld:.2f} | {hd:.2f} | {hd / ld:.2f}x "
               f"| {gbs:.1f} | {100 * gbs / roof:.0f}% |")
