@@ -226,7 +226,12 @@ TEST(QuantizeModelTest, AGptqDirectoryReloadsWithTheLogitsOfTheGgufWrittenFromIt
       max_abs = std::max(max_abs, std::fabs(la[i]));
       max_diff = std::max(max_diff, std::fabs(la[i] - lb[i]));
     }
-    EXPECT_LT(max_diff, 1e-4f * max_abs) << "largest logit " << max_abs;
+    // The two files order q and k's rows differently (each RoPE layout), so attention
+    // adds the same products in another order. A last-bit difference there can move one
+    // int8 activation of a quantized matmul across a rounding step, which shows as up
+    // to ~0.3% of the largest logit (seen on the AVX2 and scalar paths); a layout
+    // mistake (q and k rows left in rotate-half order) moves them by ~100%.
+    EXPECT_LT(max_diff, 1e-2f * max_abs) << "largest logit " << max_abs;
   }
 }
 
