@@ -18,6 +18,11 @@
 //   row straight into registers once for several query heads and keep their partial
 //   scores and output rows in registers for the whole block.
 //
+// The dot products of queries and keys and the weighted sums of values are fused
+// multiply-adds (vfmadd; std::fma on the scalar path, a libm call in the baseline
+// build, so that path is several times slower), half the float operations of a multiply
+// and an add; the build contracts nothing else (-ffp-contract=off), so the paths agree.
+//
 // Each (query, head) is computed alone, in the same order whatever the batch or the
 // split of heads across threads, so a token's output does not depend on its neighbours.
 //
@@ -116,16 +121,16 @@ inline void block_scores(const float* q, const KvElem<D>* keys, int64_t bs, int3
     const float* k3 = kv_as_f32<D>(kd + 3 * bs, m, rows[kWiden ? 3 : 0]);
     const float q0 = q[d], q1 = q[d + 1], q2 = q[d + 2], q3 = q[d + 3];
     for (int32_t j = 0; j < m; ++j) {
-      p0[j] += q0 * k0[j];
-      p1[j] += q1 * k1[j];
-      p2[j] += q2 * k2[j];
-      p3[j] += q3 * k3[j];
+      p0[j] = std::fma(q0, k0[j], p0[j]);
+      p1[j] = std::fma(q1, k1[j], p1[j]);
+      p2[j] = std::fma(q2, k2[j], p2[j]);
+      p3[j] = std::fma(q3, k3[j], p3[j]);
     }
   }
   for (; d < hd; ++d) {
     const float qd = q[d];
     const float* kd = kv_as_f32<D>(keys + d * bs, m, rows[0]);
-    for (int32_t j = 0; j < m; ++j) p0[j] += qd * kd[j];
+    for (int32_t j = 0; j < m; ++j) p0[j] = std::fma(qd, kd[j], p0[j]);
   }
   for (int32_t j = 0; j < m; ++j) sc[j] = ((p0[j] + p1[j]) + (p2[j] + p3[j])) * scale;
 }
@@ -141,14 +146,14 @@ inline void accumulate_values(const KvElem<D>* values, const float* w, int32_t n
     for (int i = 0; i < HD; ++i) a[i] = ac[i];
     for (int32_t j = 0; j < n; ++j) {
       const float* v = kv_as_f32<D>(values + static_cast<int64_t>(j) * HD, HD, row);
-      for (int i = 0; i < HD; ++i) a[i] += w[j] * v[i];
+      for (int i = 0; i < HD; ++i) a[i] = std::fma(w[j], v[i], a[i]);
     }
     for (int i = 0; i < HD; ++i) ac[i] = a[i];
   } else {
     float row[kWiden ? kMaxHeadDim : 1];
     for (int32_t j = 0; j < n; ++j) {
       const float* v = kv_as_f32<D>(values + static_cast<int64_t>(j) * hd, hd, row);
-      for (int32_t i = 0; i < hd; ++i) ac[i] += w[j] * v[i];
+      for (int32_t i = 0; i < hd; ++i) ac[i] = std::fma(w[j], v[i], ac[i]);
     }
   }
 }
@@ -196,6 +201,7 @@ inline Vec vset1(float x) { return _mm512_set1_ps(x); }
 inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec vsub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
 inline Vec vmul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }  // a * b + c, rounded once
 inline Vec vmax(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline float vreduce_max(Vec a) { return _mm512_reduce_max_ps(a); }
 inline Vec vload(const float* p) { return _mm512_load_ps(p); }
@@ -219,6 +225,7 @@ inline Vec vset1(float x) { return _mm256_set1_ps(x); }
 inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec vsub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
 inline Vec vmul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec vmax(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 inline float vreduce_max(Vec a) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
@@ -277,7 +284,7 @@ inline void block_update_heads(const float* q, const KvElem<D>* keys, int64_t ke
       for (int g = 0; g < NH; ++g) {
         const Vec qd = vset1(q[g * HD + d + r]);
 #pragma GCC unroll 2
-        for (int v = 0; v < kTile; ++v) part[g][r][v] = vadd(part[g][r][v], vmul(qd, k[v]));
+        for (int v = 0; v < kTile; ++v) part[g][r][v] = vfma(qd, k[v], part[g][r][v]);
       }
     }
   }
@@ -321,7 +328,7 @@ inline void block_update_heads(const float* q, const KvElem<D>* keys, int64_t ke
       for (int g = 0; g < NH; ++g) {
         const Vec wj = vset1(w[g][j]);
 #pragma GCC unroll 16
-        for (int i = 0; i < kChunk; ++i) out[g][i] = vadd(out[g][i], vmul(wj, v[i]));
+        for (int i = 0; i < kChunk; ++i) out[g][i] = vfma(wj, v[i], out[g][i]);
       }
     }
 #pragma GCC unroll 16
@@ -391,14 +398,16 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
         running_sum[g] = 0.0f;
         for (int32_t i = 0; i < hd; ++i) acc[g * hd + i] = 0.0f;
       }
+      // The KV heads these query heads read, and whether they are only some of a block's.
+      const int32_t kv_begin = hb / group, kv_end = (he - 1) / group + 1;
+      const bool some_kv_heads = kv_end - kv_begin < p.n_kv_heads;
       for (int32_t k0 = first; k0 <= pos;) {
         // Keys k0..k1-1 lie in one cache block.
         const int32_t in_block = k0 % p.block_size;
         const int32_t k1 = std::min({pos + 1, k0 - in_block + p.block_size, k0 + kMaxBlockSize});
         const int32_t n = k1 - k0;
         const int64_t block = p.block_table[k0 / p.block_size];
-        if (const int32_t kv_begin = hb / group, kv_end = (he - 1) / group + 1;
-            kv_end - kv_begin < p.n_kv_heads && k1 % p.block_size == 0 && k1 <= pos) {
+        if (some_kv_heads && k1 % p.block_size == 0 && k1 <= pos) {
           // These heads' part of a block is only part of it, and the next block lies
           // anywhere in memory: no hardware prefetcher follows, so fetch that part of
           // the next block into L2 while this one is computed. (A pass over every KV
