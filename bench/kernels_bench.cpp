@@ -195,7 +195,7 @@ void BM_Attention(benchmark::State& state, hearth::kernels::KvDType kv_dtype) {
 
 void attention_shapes(benchmark::internal::Benchmark* b) {
   b->Args({1, 128, 1, 8})->Args({1, 1024, 1, 8})->Args({1, 4096, 1, 8})->Args({1, 4096, 16, 8});
-  b->Args({1, 4096, 16, 1})->Args({1, 4096, 16, 4})->Args({128, 128, 1, 8});
+  b->Args({1, 4096, 16, 1})->Args({1, 4096, 16, 2})->Args({1, 4096, 16, 4})->Args({128, 128, 1, 8});
   b->ArgNames({"tokens", "context", "layers", "kv_per_call"})->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK_CAPTURE(BM_Attention, f32, hearth::kernels::KvDType::kF32)->Apply(attention_shapes);

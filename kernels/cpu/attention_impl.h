@@ -246,6 +246,16 @@ inline Vec vwiden(const KvElem<D>* src) {
 }
 #endif
 
+// Fetches the `Bytes` at p (a multiple of 64, 64-byte aligned) towards the core, a cache
+// line at a time, without waiting for them.
+template <int Bytes>
+inline void prefetch_lines(const void* p) {
+  static_assert(Bytes % 64 == 0);
+  const char* a = static_cast<const char*>(p);
+#pragma GCC unroll 8
+  for (int i = 0; i < Bytes; i += 64) __builtin_prefetch(a + i, 0, 1);  // into L2: into L1 was slower
+}
+
 // Query heads one full-block update computes at once: as many as keep their partial
 // scores (4 vectors of kKeyTile keys each) and output rows in the registers.
 template <int HD>
@@ -259,7 +269,8 @@ constexpr int kHeadsAtOnce = kLanes == 16 ? 256 / HD : 1;
 // [NH, HD], running_max, running_sum: the heads' state.
 template <int HD, int NH, KvDType D>
 inline void block_update_heads(const float* q, const KvElem<D>* keys, int64_t key_stride, const KvElem<D>* values,
-                               float scale, float* ac, float* running_max, float* running_sum) {
+                               float scale, float* ac, float* running_max, float* running_sum,
+                               const KvElem<D>* next_keys, const KvElem<D>* next_values) {
   constexpr int kTile = kKeyTile / kLanes;  // vectors per row of the block's keys
   constexpr int kVecs = HD / kLanes;        // vectors per output row
   // Of each head's output row, held in registers at once: half the register file.
@@ -275,6 +286,8 @@ inline void block_update_heads(const float* q, const KvElem<D>* keys, int64_t ke
     }
   }
   for (int d = 0; d < HD; d += 4) {
+    // The next block's rows d..d+3 of this KV head (all of them for blocks of kKeyTile keys).
+    prefetch_lines<4 * kKeyTile * sizeof(KvElem<D>)>(next_keys + d * key_stride);
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       Vec k[kTile];
@@ -321,6 +334,7 @@ inline void block_update_heads(const float* q, const KvElem<D>* keys, int64_t ke
       for (int i = 0; i < kChunk; ++i) out[g][i] = vload(ac + g * HD + (c + i) * kLanes);
     }
     for (int j = 0; j < kKeyTile; ++j) {
+      if (c == 0) prefetch_lines<HD * sizeof(KvElem<D>)>(next_values + j * HD);  // its row j
       Vec v[kChunk];
 #pragma GCC unroll 16
       for (int i = 0; i < kChunk; ++i) v[i] = vwiden<D>(values + j * HD + (c + i) * kLanes);
@@ -343,13 +357,14 @@ inline void block_update_heads(const float* q, const KvElem<D>* keys, int64_t ke
 // block_update_heads over kHeadsAtOnce<HD> heads at a time (fewer for the last ones).
 template <int HD, KvDType D>
 inline void full_block_update(const float* q, const KvElem<D>* keys, int64_t key_stride, const KvElem<D>* values,
-                              int32_t nh, float scale, float* ac, float* running_max, float* running_sum) {
+                              int32_t nh, float scale, float* ac, float* running_max, float* running_sum,
+                              const KvElem<D>* next_keys, const KvElem<D>* next_values) {
   constexpr int kHeads = kHeadsAtOnce<HD>;
   for (int32_t g = 0; g < nh;) {
     const int32_t m = std::min<int32_t>(kHeads, nh - g);
     const auto update = [&]<int NH>() {
       block_update_heads<HD, NH, D>(q + g * HD, keys, key_stride, values, scale, ac + g * HD, running_max + g,
-                                    running_sum + g);
+                                    running_sum + g, next_keys, next_values);
     };
     if (m == kHeads) {
       update.template operator()<kHeads>();
@@ -398,34 +413,12 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
         running_sum[g] = 0.0f;
         for (int32_t i = 0; i < hd; ++i) acc[g * hd + i] = 0.0f;
       }
-      // The KV heads these query heads read, and whether they are only some of a block's.
-      const int32_t kv_begin = hb / group, kv_end = (he - 1) / group + 1;
-      const bool some_kv_heads = kv_end - kv_begin < p.n_kv_heads;
       for (int32_t k0 = first; k0 <= pos;) {
         // Keys k0..k1-1 lie in one cache block.
         const int32_t in_block = k0 % p.block_size;
         const int32_t k1 = std::min({pos + 1, k0 - in_block + p.block_size, k0 + kMaxBlockSize});
         const int32_t n = k1 - k0;
         const int64_t block = p.block_table[k0 / p.block_size];
-        if (some_kv_heads && k1 % p.block_size == 0 && k1 <= pos) {
-          // These heads' part of a block is only part of it, and the next block lies
-          // anywhere in memory: no hardware prefetcher follows, so fetch that part of
-          // the next block into L2 while this one is computed. (A pass over every KV
-          // head streams whole blocks, which the prefetchers do follow: fetching ahead
-          // there made it slower.)
-          const int64_t next = p.block_table[k1 / p.block_size];
-          const int64_t bytes = static_cast<int64_t>(kv_end - kv_begin) * hd * bs * sizeof(KvElem<D>);
-          const auto* keys = reinterpret_cast<const char*>(
-              static_cast<const KvElem<D>*>(p.k_cache) +
-              hearth::kernels::kv_key_index(next, kv_begin, 0, 0, p.n_kv_heads, hd, p.block_size));
-          const auto* values = reinterpret_cast<const char*>(
-              static_cast<const KvElem<D>*>(p.v_cache) +
-              hearth::kernels::kv_value_index(next, kv_begin, 0, p.n_kv_heads, hd, p.block_size));
-          for (int64_t i = 0; i < bytes; i += 64) {
-            __builtin_prefetch(keys + i, 0, 1);
-            __builtin_prefetch(values + i, 0, 1);
-          }
-        }
         for (int32_t h0 = hb; h0 < he;) {
           // Query heads h0..h1-1 share KV head kv_head.
           const int32_t kv_head = h0 / group;
@@ -442,12 +435,22 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
           bool done = false;
 #if defined(__AVX2__)
           if (n == kKeyTile && (hd == 64 || hd == 128)) {  // the common shapes: the heads' rows in registers
+            // The block the next keys lie in (this one at the end): its part for this KV
+            // head is fetched while this one is computed. Nothing else would fetch it: the
+            // next block lies anywhere, and a thread's pass reads 2 KiB of each.
+            const int64_t next_block = k1 % p.block_size == 0 && k1 <= pos ? p.block_table[k1 / p.block_size] : block;
+            const KvElem<D>* next_keys =
+                static_cast<const KvElem<D>*>(p.k_cache) +
+                hearth::kernels::kv_key_index(next_block, kv_head, 0, 0, p.n_kv_heads, hd, p.block_size);
+            const KvElem<D>* next_values =
+                static_cast<const KvElem<D>*>(p.v_cache) +
+                hearth::kernels::kv_value_index(next_block, kv_head, 0, p.n_kv_heads, hd, p.block_size);
             if (hd == 64) {
               full_block_update<64, D>(q, keys, bs, values, nh, p.scale, acc + g0 * hd, running_max + g0,
-                                       running_sum + g0);
+                                       running_sum + g0, next_keys, next_values);
             } else {
               full_block_update<128, D>(q, keys, bs, values, nh, p.scale, acc + g0 * hd, running_max + g0,
-                                        running_sum + g0);
+                                        running_sum + g0, next_keys, next_values);
             }
             done = true;
           }

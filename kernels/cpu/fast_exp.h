@@ -10,8 +10,9 @@ namespace {
 
 // e^x for x <= 0 (a score minus the running maximum, a logit minus the largest), within
 // 2 ulp: x = n ln2 + r (Cody-Waite), a degree-6 polynomial for e^r, times 2^n built in
-// the exponent bits. Below -87 the result is ~1e-38, nothing next to e^0 = 1.
-inline float exp_nonpositive(float x) {
+// the exponent bits. Below -87 the result is ~1e-38, nothing next to e^0 = 1. Always
+// inlined: a call (GCC outlines it from large callers) is a call per element, scalar.
+[[gnu::always_inline]] inline float exp_nonpositive(float x) {
   x = x < -87.0f ? -87.0f : x;
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding and subtracting rounds to an integer
   const float n = (x * 1.44269504088896341f + kMagic) - kMagic;
@@ -31,7 +32,7 @@ inline float exp_nonpositive(float x) {
 }
 
 // silu(g) = g / (1 + e^-g), through e^-|g| so the exponential never overflows.
-inline float silu(float g) {
+[[gnu::always_inline]] inline float silu(float g) {
   const float e = exp_nonpositive(g < 0.0f ? g : -g);
   const float r = 1.0f / (1.0f + e);
   return g < 0.0f ? g * e * r : g * r;
