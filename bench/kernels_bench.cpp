@@ -198,6 +198,125 @@ void attention_shapes(benchmark::internal::Benchmark* b) {
   b->Args({1, 4096, 16, 1})->Args({1, 4096, 16, 2})->Args({1, 4096, 16, 4})->Args({128, 128, 1, 8});
   b->ArgNames({"tokens", "context", "layers", "kv_per_call"})->Unit(benchmark::kMicrosecond);
 }
+// What the instruction mix of a batched Q4_0/Q8_0 R16 pass (matmul_avx512.cpp,
+// group_r16) allows on this core, with nothing loaded: for each 32-column block of 16
+// rows, 8 tokens each run 8 vpdpbusd (512 multiply-adds) and scale the block's sum in
+// floats (vcvtdq2ps, a vmulps for the weight and activation scales, vfmadd231ps), the
+// tokens' chains in flight together. GFLOP/s counts 2 per multiply-add, as BM_Matmul
+// does, so BM_Matmul/q4_0r16 at 16 tokens over this figure is the kernel's share of its
+// ceiling. Skipped where the path is not AVX-512 with VNNI.
+__attribute__((target("avx512f,avx512vnni"))) void vnni_scaled_blocks(int64_t blocks) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    __asm__ volatile(
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm16, %%zmm7\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm17, %%zmm7\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm18, %%zmm7\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm19, %%zmm7\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm20, %%zmm7\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm21, %%zmm7\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm22, %%zmm7\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm0\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm1\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm2\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm3\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm4\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm5\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm6\n\t"
+        "vpdpbusd %%zmm24, %%zmm23, %%zmm7\n\t"
+        "vcvtdq2ps %%zmm0, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm8\n\t"
+        "vcvtdq2ps %%zmm1, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm9\n\t"
+        "vcvtdq2ps %%zmm2, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm10\n\t"
+        "vcvtdq2ps %%zmm3, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm11\n\t"
+        "vcvtdq2ps %%zmm4, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm12\n\t"
+        "vcvtdq2ps %%zmm5, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm13\n\t"
+        "vcvtdq2ps %%zmm6, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm14\n\t"
+        "vcvtdq2ps %%zmm7, %%zmm25\n\t"
+        "vmulps %%zmm26, %%zmm27, %%zmm28\n\t"
+        "vfmadd231ps %%zmm25, %%zmm28, %%zmm15\n\t"
+        :
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+          "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24",
+          "xmm25", "xmm26", "xmm27", "xmm28");
+  }
+}
+
+void BM_VnniCeiling(benchmark::State& state) {
+  if (hearth::kernels::cpu::cpu_isa() != hearth::kernels::cpu::CpuIsa::kAvx512) {
+    state.SkipWithError("the R16 integer kernels' ceiling is measured on the AVX-512 VNNI path only");
+    return;
+  }
+  constexpr int64_t kBlocks = 4096;  // 8 tokens of 16 rows x 32 columns each
+  for (auto _ : state) vnni_scaled_blocks(kBlocks);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * kBlocks * 8 * 16 * 32 * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel("avx512 vnni, 1 thread, no loads");
+}
+BENCHMARK(BM_VnniCeiling)->Unit(benchmark::kMicrosecond);
+
 BENCHMARK_CAPTURE(BM_Attention, f32, hearth::kernels::KvDType::kF32)->Apply(attention_shapes);
 BENCHMARK_CAPTURE(BM_Attention, f16, hearth::kernels::KvDType::kF16)->Apply(attention_shapes);
 BENCHMARK_CAPTURE(BM_Attention, bf16, hearth::kernels::KvDType::kBF16)->Apply(attention_shapes);
