@@ -11,8 +11,9 @@
 # and Q4_0 repacked to the kernels' row-interleaved layouts) and model_bench attaches
 # to it. Both use the same prompt (128 ids), the same 64 greedy decode steps and one
 # warm-up run; --prompt 2000 --gen 32 measures decode deep in the context instead, where
-# attention takes a third of a step (a copy of the harness with a context that large is
-# built under $PEER_DIR; the bandwidth column then counts the KV cache's bytes too).
+# attention reads the whole KV cache each step, 66 MB for the 1B model (a copy of the
+# harness with a context that large is built under $PEER_DIR; the bandwidth column then
+# counts the KV cache's bytes too).
 # Rounds interleave every variant (membw, then each model and thread count, llama.cpp
 # and hearth back to back) so host noise hits both alike. The median table
 # (ratios hearth / llama.cpp, decode's share of the measured read bandwidth) is printed
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
         --prompt) PROMPT=$2; shift 2 ;;
         --gen) GEN=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
-        *) sed -n '2,23p' "$0"; exit 2 ;;
+        *) sed -n '2,24p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$PEER_TOOLS" ] || { echo "peer_compare: ../shared/tools/peer not found next to the repository" >&2; exit 1; }

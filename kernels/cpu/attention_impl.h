@@ -437,7 +437,7 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
           if (n == kKeyTile && (hd == 64 || hd == 128)) {  // the common shapes: the heads' rows in registers
             // The block the next keys lie in (this one at the end): its part for this KV
             // head is fetched while this one is computed. Nothing else would fetch it: the
-            // next block lies anywhere, and a thread's pass reads 2 KiB of each.
+            // next block lies anywhere in memory, where no hardware prefetcher follows.
             const int64_t next_block = k1 % p.block_size == 0 && k1 <= pos ? p.block_table[k1 / p.block_size] : block;
             const KvElem<D>* next_keys =
                 static_cast<const KvElem<D>*>(p.k_cache) +
