@@ -6,17 +6,15 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
-#include <boost/interprocess/file_mapping.hpp>
-
 #include "common/log.h"
 
 namespace hearth {
-namespace bip = boost::interprocess;
 
 std::filesystem::path shm_dir_default() {
   if (const char* env = std::getenv("HEARTH_SHM_DIR"); env != nullptr && *env != '\0') return env;
@@ -56,7 +54,54 @@ std::string human_bytes(uint64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
-Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_t bytes) {
+namespace {
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1
+#endif
+
+// Maps `bytes` of `fd` (shared) at an address that is a multiple of 2 MiB: the kernel maps
+// a file's huge pages with huge page-table entries only where the address and the file
+// offset agree modulo 2 MiB, and left to itself it places a tmpfs file without huge pages
+// at any 4 KiB boundary. A PROT_NONE reservation 2 MiB larger is mapped over in place, so
+// no other thread's mapping can take the address in between; its slack is then returned.
+Result<std::byte*> map_aligned(int fd, uint64_t bytes, bool writable, bool populate,
+                               const std::filesystem::path& path) {
+  const size_t reserve = static_cast<size_t>(bytes) + kHugePageBytes;
+  void* base = ::mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    return make_error(ErrorCode::kIo, "cannot reserve {} of address space for segment {}: {}", human_bytes(bytes),
+                      path.string(), std::strerror(errno));
+  }
+  const auto begin = reinterpret_cast<uintptr_t>(base);
+  const uintptr_t at = (begin + kHugePageBytes - 1) & ~(uintptr_t{kHugePageBytes} - 1);
+  const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+  void* p = ::mmap(reinterpret_cast<void*>(at), static_cast<size_t>(bytes), prot,
+                   MAP_SHARED | MAP_FIXED | (populate ? MAP_POPULATE : 0), fd, 0);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    ::munmap(base, reserve);
+    return make_error(ErrorCode::kIo, "cannot map segment {}: {}", path.string(), std::strerror(err));
+  }
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t end = (at + static_cast<uintptr_t>(bytes) + page - 1) & ~(page - 1);
+  if (at > begin) ::munmap(base, at - begin);
+  if (begin + reserve > end) ::munmap(reinterpret_cast<void*>(end), begin + reserve - end);
+  return static_cast<std::byte*>(p);
+}
+
+Status reserve_error(int rc, uint64_t bytes, const std::filesystem::path& path) {
+  if (rc == ENOSPC) {
+    return make_error(ErrorCode::kShmTooSmall, "{} ran out of space reserving {} for {}", path.parent_path().string(),
+                      human_bytes(bytes), path.filename().string());
+  }
+  return make_error(ErrorCode::kIo, "cannot reserve {} for {}: {}", human_bytes(bytes), path.string(),
+                    std::strerror(rc));
+}
+
+}  // namespace
+
+Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_t bytes, bool huge_pages) {
   if (bytes == 0) return make_error(ErrorCode::kInvalidArgument, "a segment needs a positive size");
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -64,76 +109,98 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
     return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "cannot create segment {}: {}",
                       path.string(), std::strerror(errno));
   }
-  const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
-  ::close(fd);
-  if (rc != 0) {
-    ::unlink(path.c_str());
-    if (rc == ENOSPC) {
-      return make_error(ErrorCode::kShmTooSmall, "{} ran out of space reserving {} for {}",
-                        path.parent_path().string(), human_bytes(bytes), path.filename().string());
-    }
-    return make_error(ErrorCode::kIo, "cannot reserve {} for {}: {}", human_bytes(bytes), path.string(),
-                      std::strerror(rc));
-  }
   ShmSegment seg;
   seg.path_ = path;
   seg.owned_ = true;  // from here on the destructor removes the file unless published
-  try {
-    bip::file_mapping file(path.c_str(), bip::read_write);
-    seg.region_ = bip::mapped_region(file, bip::read_write, 0, bytes);
-  } catch (const bip::interprocess_exception& e) {
-    return make_error(ErrorCode::kIo, "cannot map segment {}: {}", path.string(), e.what());
+  auto fail = [&](Status status) {
+    ::close(fd);
+    return status;
+  };
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    return fail(make_error(ErrorCode::kIo, "cannot size segment {}: {}", path.string(), std::strerror(errno)));
   }
+  auto mapped = map_aligned(fd, bytes, /*writable=*/true, /*populate=*/false, path);
+  if (!mapped.is_ok()) return fail(mapped.status());
+  seg.data_ = *mapped;
+  seg.size_ = bytes;
+  const uint64_t whole = huge_pages ? bytes / kHugePageBytes * kHugePageBytes : 0;
+  if (whole > 0) {
+    // A collapse needs a page to start from in each 2 MiB and fills the rest itself,
+    // zeroed: one reserved 4 KiB page each (an error here, not SIGBUS, when the directory
+    // is full), then collapses a few dozen huge pages per call.
+    for (uint64_t off = 0; off < whole; off += kHugePageBytes) {
+      if (const int rc = ::posix_fallocate(fd, static_cast<off_t>(off), 4096); rc != 0) {
+        return fail(reserve_error(rc, bytes, path));
+      }
+    }
+    constexpr uint64_t kStep = 32 * kHugePageBytes;
+    for (uint64_t off = 0; off < whole; off += kStep) {
+      const uint64_t n = std::min(kStep, whole - off);
+      if (::madvise(seg.data_ + off, static_cast<size_t>(n), MADV_COLLAPSE) == 0) {
+        seg.huge_bytes_ += n;
+      } else if (seg.huge_error_ == 0) {
+        seg.huge_error_ = errno;
+        if (errno == EINVAL) break;  // not for this kernel or file system: no use asking again
+      }
+    }
+  }
+  // Whatever no huge page holds, on 4 KiB pages.
+  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {
+    return fail(reserve_error(rc, bytes, path));
+  }
+  ::close(fd);
   return seg;
 }
 
 Result<ShmSegment> ShmSegment::attach(const std::filesystem::path& path, bool writable, bool populate) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) {
     return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "cannot open segment {}: {}",
                       path.string(), std::strerror(errno));
   }
-  if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
+    ::close(fd);
     return make_error(ErrorCode::kFormat, "segment {} is empty or not a regular file", path.string());
   }
+  auto mapped = map_aligned(fd, static_cast<uint64_t>(st.st_size), writable, populate, path);
+  ::close(fd);
+  HEARTH_RETURN_IF_ERROR(mapped.status());
   ShmSegment seg;
   seg.path_ = path;
-  try {
-    const auto mode = writable ? bip::read_write : bip::read_only;
-    bip::file_mapping file(path.c_str(), mode);
-    seg.region_ = bip::mapped_region(file, mode, 0, static_cast<size_t>(st.st_size), nullptr,
-                                     populate ? MAP_POPULATE : bip::default_map_options);
-  } catch (const bip::interprocess_exception& e) {
-    return make_error(ErrorCode::kIo, "cannot map segment {}: {}", path.string(), e.what());
-  }
+  seg.data_ = *mapped;
+  seg.size_ = static_cast<uint64_t>(st.st_size);
   return seg;
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
-    : path_(std::move(other.path_)), owned_(std::exchange(other.owned_, false)) {
-  region_.swap(other.region_);
-}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      path_(std::move(other.path_)),
+      owned_(std::exchange(other.owned_, false)),
+      huge_bytes_(other.huge_bytes_),
+      huge_error_(other.huge_error_) {}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
     ShmSegment old(std::move(*this));
-    region_.swap(other.region_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
     path_ = std::move(other.path_);
     owned_ = std::exchange(other.owned_, false);
+    huge_bytes_ = other.huge_bytes_;
+    huge_error_ = other.huge_error_;
   }
   return *this;
 }
 
 ShmSegment::~ShmSegment() {
+  if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_));
   if (owned_ && !path_.empty()) {
     if (::unlink(path_.c_str()) == 0) {
       HEARTH_LOG_INFO("removed unfinished segment {}", path_.string());
     }
   }
-}
-
-void ShmSegment::advise_hugepages() const {
-  if (size() > 0) ::madvise(data(), size(), MADV_HUGEPAGE);
 }
 
 }  // namespace hearth

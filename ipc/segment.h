@@ -1,6 +1,7 @@
 // Shared-memory segments: files in the shared-memory directory (/dev/shm unless
 // HEARTH_SHM_DIR or a flag says otherwise), named hearth.<instance>.<what>, mode 0600,
-// mapped with Boost.Interprocess.
+// mapped at 2 MiB-aligned addresses so that memory the kernel holds in huge pages is
+// mapped by huge page-table entries in every process.
 //
 // ShmSegment::create owns what it creates: the file is removed when the object dies
 // unless publish() was called, so a process that fails half-way leaves nothing behind
@@ -13,8 +14,6 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
-
-#include <boost/interprocess/mapped_region.hpp>
 
 #include "common/status.h"
 
@@ -39,11 +38,16 @@ Result<ShmSpace> shm_space(const std::filesystem::path& dir);
 // "1.5 GiB", "640 MiB".
 std::string human_bytes(uint64_t bytes);
 
+inline constexpr uint64_t kHugePageBytes = 2ull << 20;
+
 class ShmSegment {
  public:
   // Creates `path` (failing if it exists), reserves `bytes` of memory for it so that a
-  // full directory fails here and not with SIGBUS later, and maps it read-write.
-  static Result<ShmSegment> create(const std::filesystem::path& path, uint64_t bytes);
+  // full directory fails here and not with SIGBUS later, and maps it read-write. With
+  // `huge_pages`, each whole 2 MiB of the file is first placed in a huge page where the
+  // kernel allows (MADV_COLLAPSE, Linux 6.1+ on tmpfs, whatever shmem_enabled says
+  // short of "deny"); huge_bytes() and huge_error() say how that went.
+  static Result<ShmSegment> create(const std::filesystem::path& path, uint64_t bytes, bool huge_pages = false);
   // Maps an existing segment, whole. `populate` pre-faults every page.
   static Result<ShmSegment> attach(const std::filesystem::path& path, bool writable, bool populate = false);
 
@@ -54,20 +58,24 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
   ~ShmSegment();
 
-  std::byte* data() const { return static_cast<std::byte*>(region_.get_address()); }
-  uint64_t size() const { return region_.get_size(); }
+  std::byte* data() const { return data_; }
+  uint64_t size() const { return size_; }
   const std::filesystem::path& path() const { return path_; }
 
   // Keeps the file when this object dies (the segment is complete).
   void publish() { owned_ = false; }
-  // Advises the kernel to back the mapping with huge pages where it can.
-  void advise_hugepages() const;
-
+  // For a segment created with huge pages: how many bytes landed in them, and the errno
+  // of the first refusal (0 when none).
+  uint64_t huge_bytes() const { return huge_bytes_; }
+  int huge_error() const { return huge_error_; }
 
  private:
-  boost::interprocess::mapped_region region_;
+  std::byte* data_ = nullptr;
+  uint64_t size_ = 0;
   std::filesystem::path path_;
   bool owned_ = false;
+  uint64_t huge_bytes_ = 0;
+  int huge_error_ = 0;
 };
 
 }  // namespace hearth

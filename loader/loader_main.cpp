@@ -38,7 +38,9 @@ resident. Prints one JSON line to stdout when the segment is ready.
                       serve so that a restarted loader adopts them; implies --layout plain
   --device-sharing auto|vmm|cuda-ipc  how slabs are shared: the CUDA VMM API with fds
                       (survives the loader), legacy CUDA IPC (dies with it), or auto
-  --hugepages         start the tensor data on 2 MiB boundaries and ask for huge pages
+  --hugepages         fail unless the weights are on 2 MiB pages (they go there by
+                      default where the kernel allows) and start each rank's data on
+                      a 2 MiB boundary
   --remove-on-exit    remove the segment when stopped (default: leave it resident)
   --exit-after-publish  publish (or adopt), print the ready line and exit
   --log-level LEVEL   trace, debug, info, warn, error or off (default info; $HEARTH_LOG_LEVEL)

@@ -28,7 +28,7 @@ struct ResidentOptions {
   std::string instance = "default";
   std::optional<DType> quant;       // kQ8_0 for --quant int8, kQ4_0 for --quant int4
   int tp = 1;
-  bool hugepages = false;           // 2 MiB alignment and MADV_HUGEPAGE
+  bool hugepages = false;           // 2 MiB alignment, and fail unless the weights are on 2 MiB pages
   // The tensor layout to write (kLayoutCpuR16: quantized and 16-bit matrices row-interleaved for
   // the CPU kernels, by kernels/cpu/repack; kLayoutPlain: as quantized).
   std::string layout{kLayoutCpuR16};

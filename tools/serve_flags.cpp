@@ -20,7 +20,7 @@ constexpr ServeFlag kFlags[] = {
   {"tokenizer", FlagKind::kPath, "PATH", kToLoader, "tokenizer for containers that keep it apart", "Model"},
   {"quant", FlagKind::kChoice, "int8|int4", kToLoader, "quantize the weight matrices when loading them (group-wise, 32 values per scale)", "Model", 0, 0, "int8|int4"},
   {"layout", FlagKind::kChoice, "cpu-r16|plain", kToLoader, "tensor layout the loader writes", "Model", 0, 0, "cpu-r16|plain", false, {}, "cpu-r16"},
-  {"hugepages", FlagKind::kBool, "", kToLoader, "start the tensor data on 2 MiB boundaries and ask for huge pages", "Model"},
+  {"hugepages", FlagKind::kBool, "", kToLoader, "require the weights on 2 MiB pages (they go there by default where the kernel allows) and start each rank's data on a 2 MiB boundary", "Model"},
   {"served-model-name", FlagKind::kText, "NAME", kToFrontend, "the model's id in /v1/models and responses; repeat for aliases clients may name (default: the model's own name and the instance's)", "Model", 0, 0, {}, true},
   {"chat-template", FlagKind::kText, "NAME|FILE", kToFrontend, "chat template for /v1/chat/completions: a built-in (chatml, llama2, llama3, mistral, zephyr) or a Jinja file (default: the model's own; without one, chat requests get 400)", "Model"},
   {"tool-call-parser", FlagKind::kChoice, "hermes|llama3_json|mistral", kToFrontend, "how the model writes tool calls (default: read from the template)", "Model", 0, 0, "hermes|llama3_json|mistral"},

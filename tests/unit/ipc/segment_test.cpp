@@ -4,7 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "common/process.h"
 #include "ipc/weights_layout.h"
@@ -44,6 +47,64 @@ TEST(SegmentTest, CreateOwnsUntilPublished) {
   ShmSegment moved = std::move(ro).value();
   EXPECT_EQ(static_cast<int>(moved.data()[4095]), 9);
   EXPECT_EQ(ShmSegment::attach(dir.path() / "nope", false).status().code(), ErrorCode::kNotFound);
+}
+
+// Bytes of the mapping that starts at `address` that the page tables map with 2 MiB
+// entries, from /proc/self/smaps.
+uint64_t huge_mapped_bytes(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const std::string start = fmt::format("{:x}-", reinterpret_cast<uintptr_t>(address));
+  std::string line;
+  bool inside = false;
+  uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    const bool header = line.find('-') < line.find(' ') && line.find(':') > line.find(' ');
+    if (header) {
+      if (inside) break;
+      inside = line.starts_with(start);
+    } else if (inside && (line.starts_with("ShmemPmdMapped:") || line.starts_with("FilePmdMapped:"))) {
+      kib += std::stoull(line.substr(line.find(':') + 1));
+    }
+  }
+  return kib << 10;
+}
+
+TEST(SegmentTest, EveryMappingStartsOnATwoMiBBoundary) {
+  TempDir dir;
+  const auto path = dir.path() / "aligned";
+  auto seg = ShmSegment::create(path, 3 * kHugePageBytes + 4096);
+  ASSERT_TRUE(seg.is_ok()) << seg.status().to_string();
+  seg->data()[seg->size() - 1] = std::byte{5};
+  for (int i = 0; i < 3; ++i) {
+    auto ro = ShmSegment::attach(path, false);
+    ASSERT_TRUE(ro.is_ok());
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(ro->data()) % kHugePageBytes, 0u);
+    EXPECT_EQ(ro->size(), 3 * kHugePageBytes + 4096);
+    EXPECT_EQ(ro->data()[ro->size() - 1], std::byte{5});
+  }
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(seg->data()) % kHugePageBytes, 0u);
+  EXPECT_EQ(seg->huge_bytes(), 0u) << "huge pages only when asked for";
+}
+
+TEST(SegmentTest, HugePagesHoldEveryWholeTwoMiBForEveryProcessThatMapsThem) {
+  TempDir dir("/dev/shm");
+  const auto path = dir.path() / "huge";
+  const uint64_t bytes = 3 * kHugePageBytes + 4096;
+  auto seg = ShmSegment::create(path, bytes, /*huge_pages=*/true);
+  ASSERT_TRUE(seg.is_ok()) << seg.status().to_string();
+  if (seg->huge_error() == EINVAL || seg->huge_error() == ENOMEM) {
+    GTEST_SKIP() << "the kernel gave /dev/shm no huge pages: " << std::strerror(seg->huge_error());
+  }
+  EXPECT_EQ(seg->huge_error(), 0) << std::strerror(seg->huge_error());
+  EXPECT_EQ(seg->huge_bytes(), 3 * kHugePageBytes) << "the 4 KiB tail stays small";
+  for (uint64_t i = 0; i < bytes; i += 4096) seg->data()[i] = static_cast<std::byte>(i >> 12);
+  seg->publish();
+  // A reader maps the same pages with 2 MiB entries, without asking.
+  auto ro = ShmSegment::attach(path, false);
+  ASSERT_TRUE(ro.is_ok());
+  for (uint64_t i = 0; i < bytes; i += 4096) ASSERT_EQ(ro->data()[i], static_cast<std::byte>(i >> 12)) << i;
+  EXPECT_EQ(huge_mapped_bytes(ro->data()), 3 * kHugePageBytes);
+  std::filesystem::remove(path);
 }
 
 TEST(SegmentTest, NamesAndSpace) {

@@ -4,6 +4,8 @@
 #include "ipc/weights_segment.h"
 
 #include <gtest/gtest.h>
+#include <linux/magic.h>
+#include <sys/vfs.h>
 
 #include <cstring>
 #include <functional>
@@ -142,14 +144,18 @@ TEST_F(WeightsSegmentTest, EveryDamagedFieldIsNamed) {
 }
 
 TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
+  TempDir shm("/dev/shm");  // a tmpfs: the flag fails where huge pages cannot be had
   ResidentOptions o;
   o.model = shared_path("models/stories260K/stories260K.gguf");
-  o.shm_dir = dir_.path();
+  o.shm_dir = shm.path();
   o.instance = "huge";
   o.hugepages = true;
   auto published = resident_publish(o);
+  if (!published.is_ok() && published.status().code() == ErrorCode::kUnsupported) {
+    GTEST_SKIP() << "this kernel keeps /dev/shm off huge pages: " << published.status().to_string();
+  }
   ASSERT_TRUE(published.is_ok()) << published.status().to_string();
-  auto w = weights_attach(segment_path(dir_.path(), "huge", "weights"));
+  auto w = weights_attach(segment_path(shm.path(), "huge", "weights"));
   ASSERT_TRUE(w.is_ok()) << w.status().to_string();
   // The tensor data starts on a huge page and fills whole ones; tensors inside it stay
   // 64-byte aligned (a 2 MiB boundary each would waste up to 2 MiB per tensor).
@@ -165,6 +171,24 @@ TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
   ASSERT_TRUE(plain.is_ok());
   EXPECT_EQ(plain->header->data_alignment, kTensorAlignment);
   EXPECT_NE(plain->header->rank_offset[0] % kHugePageAlignment, 0u);
+}
+
+TEST_F(WeightsSegmentTest, HugePagesWhereThereAreNoneAreRefusedAndNothingIsLeft) {
+  struct statfs fs {};
+  ASSERT_EQ(::statfs(dir_.path().c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << dir_.path() << " is a tmpfs, where huge pages may be had";
+  ResidentOptions o;
+  o.model = shared_path("models/stories260K/stories260K.gguf");
+  o.shm_dir = dir_.path();
+  o.instance = "huge";
+  o.hugepages = true;
+  auto published = resident_publish(o);
+  ASSERT_FALSE(published.is_ok());
+  EXPECT_EQ(published.status().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(published.status().message().find("drop --hugepages"), std::string::npos) << published.status().message();
+  EXPECT_FALSE(std::filesystem::exists(segment_path(dir_.path(), "huge", "weights")));
+  // Without the flag the same directory serves, on 4 KiB pages.
+  EXPECT_TRUE(weights_attach(good_).is_ok());
 }
 
 // The loader writes the layout it is asked for and names it; a model runs the same
