@@ -55,8 +55,10 @@ PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::f
 // Part of every cache key: raised when the kernels or the rule above change, so that a
 // host measures again instead of keeping a choice made for other code (2: the quantized
 // kernels prefetch at all, and none is the baseline; 3: the AVX2 F16/BF16 decode reads
-// each row's line whole and the AVX2 Q4_0/Q8_0 kernels issue fewer instructions).
-inline constexpr int kPrefetchTuningVersion = 3;
+// each row's line whole and the AVX2 Q4_0/Q8_0 kernels issue fewer instructions; 4: the
+// resident weights sit on 2 MiB pages where the kernel allows, and a prefetch no longer
+// crosses a 4 KiB page walk every 4 KiB).
+inline constexpr int kPrefetchTuningVersion = 4;
 
 // What the passes read: windows of whole layers' matrices ("blk.N." tensors), each the
 // same matrices of `per window` consecutive layers (the first of a layer's matrices
