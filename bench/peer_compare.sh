@@ -15,8 +15,11 @@
 # harness with a context that large is built under $PEER_DIR; the bandwidth column then
 # counts the KV cache's bytes too).
 # Rounds interleave every variant (membw, then each model and thread count, llama.cpp
-# and hearth back to back) so host noise hits both alike. The median table
-# (ratios hearth / llama.cpp, decode's share of the measured read bandwidth) is printed
+# and hearth back to back) so host noise hits both alike. membw runs twice a round: as
+# built, on 4 KiB pages (malloc does not ask for huge ones), and with glibc's
+# malloc.hugetlb tunable, on 2 MiB pages as hearth's weights are where the kernel allows
+# (docs/operations.md); decode's share counts against the faster of the two. The median
+# table (ratios hearth / llama.cpp, decode's share of the measured read bandwidth) is printed
 # and written to --out (default build/peer_compare.md); raw JSON lines go beside it.
 # --isa avx2 compares the AVX2 paths on an AVX-512 host: hearth runs with
 # HEARTH_CPU_ISA=avx2 and llama.cpp with only its "haswell" CPU variant (AVX2, FMA, F16C;
@@ -103,6 +106,7 @@ done
 echo "== $REPS rounds; prompt $PROMPT, $GEN decode steps; threads: $THREADS; models: $(for t in $TYPES; do printf '%s ' "$PRESET-$t"; done)"
 for rep in $(seq "$REPS"); do
     "$PEER/membw" 2 2 | tee -a "$RAW"
+    GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$PEER/membw" 2 2 | sed 's/^{/{"pages":"2M",/' | tee -a "$RAW"
     for t in $TYPES; do
         for n in $THREADS; do
             "$LLAMA" "$M/$PRESET-$t.gguf" "$n" "$PROMPT" "$GEN" | tee -a "$RAW"
@@ -117,10 +121,15 @@ done
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 med = statistics.median
-bw = [r for r in rows if "threads1_gb_s" in r]
-bw1, bw2 = med(r["threads1_gb_s"] for r in bw), med(r["threads2_gb_s"] for r in bw)
-print(f"peer_compare: medians of {sys.argv[2]} interleaved rounds; read bandwidth (membw) "
-      f"{bw1:.1f} GB/s on 1 thread, {bw2:.1f} GB/s on 2")
+bw = {}
+for pages in ("4K", "2M"):
+    got = [r for r in rows if "threads1_gb_s" in r and r.get("pages", "4K") == pages]
+    if got:
+        bw[pages] = (med(r["threads1_gb_s"] for r in got), med(r["threads2_gb_s"] for r in got))
+bw1, bw2 = max(b[0] for b in bw.values()), max(b[1] for b in bw.values())
+print(f"peer_compare: medians of {sys.argv[2]} interleaved rounds; read bandwidth (membw) " +
+      "; ".join(f"on {'4 KiB' if p == '4K' else '2 MiB'} pages {b[0]:.1f} GB/s on 1 thread, {b[1]:.1f} GB/s on 2"
+                for p, b in bw.items()))
 cpus = sorted({r.get("cpu", "?") for r in rows if r.get("harness") == "hearth"})
 prefetch = sorted({r.get("prefetch", "?") for r in rows if r.get("harness") == "hearth"})
 print(f"cpu: {'; '.join(cpus)}; hearth weight prefetch: {', '.join(map(str, prefetch))} bytes")
