@@ -12,9 +12,12 @@
 #include <cstring>
 #include <utility>
 
+#include <boost/interprocess/file_mapping.hpp>
+
 #include "common/log.h"
 
 namespace hearth {
+namespace bip = boost::interprocess;
 
 std::filesystem::path shm_dir_default() {
   if (const char* env = std::getenv("HEARTH_SHM_DIR"); env != nullptr && *env != '\0') return env;
@@ -60,13 +63,14 @@ namespace {
 #define MADV_COLLAPSE 25  // Linux 6.1
 #endif
 
-// Maps `bytes` of `fd` (shared) at an address that is a multiple of 2 MiB: the kernel maps
-// a file's huge pages with huge page-table entries only where the address and the file
+// Maps `path` whole (`bytes`) at an address that is a multiple of 2 MiB: the kernel maps a
+// file's huge pages with huge page-table entries only where the address and the file
 // offset agree modulo 2 MiB, and left to itself it places a tmpfs file without huge pages
-// at any 4 KiB boundary. A PROT_NONE reservation 2 MiB larger is mapped over in place, so
-// no other thread's mapping can take the address in between; its slack is then returned.
-Result<std::byte*> map_aligned(int fd, uint64_t bytes, bool writable, bool populate,
-                               const std::filesystem::path& path) {
+// at any 4 KiB boundary. Boost.Interprocess maps the file MAP_FIXED over a PROT_NONE
+// reservation 2 MiB larger, so no other thread's mapping can take the address in
+// between; the reservation's slack is then returned.
+Result<bip::mapped_region> map_aligned(const std::filesystem::path& path, uint64_t bytes, bool writable,
+                                       bool populate) {
   const size_t reserve = static_cast<size_t>(bytes) + kHugePageBytes;
   void* base = ::mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) {
@@ -75,19 +79,21 @@ Result<std::byte*> map_aligned(int fd, uint64_t bytes, bool writable, bool popul
   }
   const auto begin = reinterpret_cast<uintptr_t>(base);
   const uintptr_t at = (begin + kHugePageBytes - 1) & ~(uintptr_t{kHugePageBytes} - 1);
-  const int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-  void* p = ::mmap(reinterpret_cast<void*>(at), static_cast<size_t>(bytes), prot,
-                   MAP_SHARED | MAP_FIXED | (populate ? MAP_POPULATE : 0), fd, 0);
-  if (p == MAP_FAILED) {
-    const int err = errno;
+  bip::mapped_region region;
+  try {
+    const auto mode = writable ? bip::read_write : bip::read_only;
+    bip::file_mapping file(path.c_str(), mode);
+    region = bip::mapped_region(file, mode, 0, static_cast<size_t>(bytes), reinterpret_cast<void*>(at),
+                                MAP_FIXED | (populate ? MAP_POPULATE : 0));
+  } catch (const bip::interprocess_exception& e) {
     ::munmap(base, reserve);
-    return make_error(ErrorCode::kIo, "cannot map segment {}: {}", path.string(), std::strerror(err));
+    return make_error(ErrorCode::kIo, "cannot map segment {}: {}", path.string(), e.what());
   }
   const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t end = (at + static_cast<uintptr_t>(bytes) + page - 1) & ~(page - 1);
   if (at > begin) ::munmap(base, at - begin);
   if (begin + reserve > end) ::munmap(reinterpret_cast<void*>(end), begin + reserve - end);
-  return static_cast<std::byte*>(p);
+  return region;
 }
 
 Status reserve_error(int rc, uint64_t bytes, const std::filesystem::path& path) {
@@ -119,10 +125,9 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     return fail(make_error(ErrorCode::kIo, "cannot size segment {}: {}", path.string(), std::strerror(errno)));
   }
-  auto mapped = map_aligned(fd, bytes, /*writable=*/true, /*populate=*/false, path);
+  auto mapped = map_aligned(path, bytes, /*writable=*/true, /*populate=*/false);
   if (!mapped.is_ok()) return fail(mapped.status());
-  seg.data_ = *mapped;
-  seg.size_ = bytes;
+  seg.region_.swap(*mapped);
   const uint64_t whole = huge_pages ? bytes / kHugePageBytes * kHugePageBytes : 0;
   if (whole > 0) {
     // A collapse needs a page to start from in each 2 MiB and fills the rest itself,
@@ -136,7 +141,10 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
     constexpr uint64_t kStep = 32 * kHugePageBytes;
     for (uint64_t off = 0; off < whole; off += kStep) {
       const uint64_t n = std::min(kStep, whole - off);
-      if (::madvise(seg.data_ + off, static_cast<size_t>(n), MADV_COLLAPSE) == 0) {
+      auto collapse = [&] { return ::madvise(seg.data() + off, static_cast<size_t>(n), MADV_COLLAPSE); };
+      int rc = collapse();
+      if (rc != 0 && errno == EAGAIN) rc = collapse();  // a page was briefly busy: once more
+      if (rc == 0) {
         seg.huge_bytes_ += n;
       } else if (seg.huge_error_ == 0) {
         seg.huge_error_ = errno;
@@ -153,39 +161,34 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
 }
 
 Result<ShmSegment> ShmSegment::attach(const std::filesystem::path& path, bool writable, bool populate) {
-  const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
     return make_error(errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, "cannot open segment {}: {}",
                       path.string(), std::strerror(errno));
   }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0) {
-    ::close(fd);
+  if (!S_ISREG(st.st_mode) || st.st_size <= 0) {
     return make_error(ErrorCode::kFormat, "segment {} is empty or not a regular file", path.string());
   }
-  auto mapped = map_aligned(fd, static_cast<uint64_t>(st.st_size), writable, populate, path);
-  ::close(fd);
-  HEARTH_RETURN_IF_ERROR(mapped.status());
+  HEARTH_ASSIGN_OR_RETURN(bip::mapped_region region,
+                          map_aligned(path, static_cast<uint64_t>(st.st_size), writable, populate));
   ShmSegment seg;
   seg.path_ = path;
-  seg.data_ = *mapped;
-  seg.size_ = static_cast<uint64_t>(st.st_size);
+  seg.region_.swap(region);
   return seg;
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      path_(std::move(other.path_)),
+    : path_(std::move(other.path_)),
       owned_(std::exchange(other.owned_, false)),
       huge_bytes_(other.huge_bytes_),
-      huge_error_(other.huge_error_) {}
+      huge_error_(other.huge_error_) {
+  region_.swap(other.region_);
+}
 
 ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
     ShmSegment old(std::move(*this));
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
+    region_.swap(other.region_);
     path_ = std::move(other.path_);
     owned_ = std::exchange(other.owned_, false);
     huge_bytes_ = other.huge_bytes_;
@@ -195,7 +198,6 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
 }
 
 ShmSegment::~ShmSegment() {
-  if (data_ != nullptr) ::munmap(data_, static_cast<size_t>(size_));
   if (owned_ && !path_.empty()) {
     if (::unlink(path_.c_str()) == 0) {
       HEARTH_LOG_INFO("removed unfinished segment {}", path_.string());

@@ -1,7 +1,7 @@
 // Shared-memory segments: files in the shared-memory directory (/dev/shm unless
 // HEARTH_SHM_DIR or a flag says otherwise), named hearth.<instance>.<what>, mode 0600,
-// mapped at 2 MiB-aligned addresses so that memory the kernel holds in huge pages is
-// mapped by huge page-table entries in every process.
+// mapped with Boost.Interprocess at 2 MiB-aligned addresses so that memory the kernel
+// holds in huge pages is mapped by huge page-table entries in every process.
 //
 // ShmSegment::create owns what it creates: the file is removed when the object dies
 // unless publish() was called, so a process that fails half-way leaves nothing behind
@@ -14,6 +14,8 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+
+#include <boost/interprocess/mapped_region.hpp>
 
 #include "common/status.h"
 
@@ -58,8 +60,8 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
   ~ShmSegment();
 
-  std::byte* data() const { return data_; }
-  uint64_t size() const { return size_; }
+  std::byte* data() const { return static_cast<std::byte*>(region_.get_address()); }
+  uint64_t size() const { return region_.get_size(); }
   const std::filesystem::path& path() const { return path_; }
 
   // Keeps the file when this object dies (the segment is complete).
@@ -70,8 +72,7 @@ class ShmSegment {
   int huge_error() const { return huge_error_; }
 
  private:
-  std::byte* data_ = nullptr;
-  uint64_t size_ = 0;
+  boost::interprocess::mapped_region region_;
   std::filesystem::path path_;
   bool owned_ = false;
   uint64_t huge_bytes_ = 0;
