@@ -22,8 +22,10 @@
 namespace hearth {
 
 inline constexpr uint64_t kWeightsMagic = 0x5354484757525448ull;  // "HTRWGHTS" little-endian
-// 2: row-interleaved (R16) tensors; 3: names its layout; 4: token bytes; 5: F16/BF16 R16
-inline constexpr uint32_t kWeightsLayoutVersion = 5;
+// 2: row-interleaved (R16) tensors; 3: names its layout; 4: token bytes; 5: F16/BF16 R16;
+// 6: says how much of it is on 2 MiB pages (a loader adopting an older segment, likely on
+// 4 KiB pages, replaces it instead)
+inline constexpr uint32_t kWeightsLayoutVersion = 6;
 inline constexpr uint32_t kWeightsHeaderBytes = 4096;
 inline constexpr int kMaxTensorParallel = 16;
 inline constexpr uint64_t kTensorAlignment = 64;
@@ -79,6 +81,7 @@ struct WeightsHeader {
   char source_path[512];                       // where the model was read from
   char quant[16];                              // "" or "int8" / "int4"
   char layout[16];                             // kLayoutPlain or kLayoutCpuR16 (common/tensor.h)
+  uint64_t huge_page_bytes;                    // how much the loader placed on 2 MiB pages
 };
 static_assert(sizeof(WeightsHeader) <= kWeightsHeaderBytes);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);

@@ -448,6 +448,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
             std::filesystem::absolute(o.model).lexically_normal().string());
   copy_name(out->quant, sizeof(out->quant), !o.quant ? "" : *o.quant == DType::kQ8_0 ? "int8" : "int4");
   copy_name(out->layout, sizeof(out->layout), o.layout);
+  out->huge_page_bytes = seg.huge_bytes();
   out->state.store(static_cast<uint32_t>(SegmentState::kLoading), std::memory_order_release);
   set_owner(seg);
 

@@ -191,6 +191,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
   o["layout"] = fixed(h->layout, sizeof(h->layout));
   o["source"] = fixed(h->source_path, sizeof(h->source_path));
   o["source_bytes"] = h->source_bytes;
+  o["huge_page_bytes"] = h->huge_page_bytes;
   o["fingerprint"] = h->fingerprint.hex();
   o["tp"] = h->tp_size;
   o["created"] = local_time(h->created_unix_ms);
@@ -292,6 +293,9 @@ void print_text(const std::map<std::string, std::vector<boost::json::object>>& i
                     o.at("source").as_string().c_str());
         std::printf("    fingerprint  %s, tensor parallel %lld, layout %s\n", o.at("fingerprint").as_string().c_str(),
                     static_cast<long long>(o.at("tp").to_number<int64_t>()), o.at("layout").as_string().c_str());
+        const uint64_t huge = o.at("huge_page_bytes").to_number<uint64_t>();
+        std::printf("    memory       %s, %s\n", human_bytes(o.at("bytes").to_number<uint64_t>()).c_str(),
+                    huge == 0 ? "on 4 KiB pages" : (human_bytes(huge) + " of it on 2 MiB pages").c_str());
         std::printf("    created      %s by pid %lld (%s)\n", o.at("created").as_string().c_str(),
                     static_cast<long long>(o.at("creator_pid").to_number<int64_t>()),
                     o.at("creator_running").as_bool() ? "running" : "exited");

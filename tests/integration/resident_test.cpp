@@ -91,6 +91,7 @@ TEST_F(ResidentTest, EngineAttachesAndGeneratesTheGroundTruth) {
   EXPECT_EQ(seg.at("loader_pid").to_number<int64_t>(), loader->pid());
   EXPECT_TRUE(seg.at("loader_running").as_bool());
   EXPECT_EQ(seg.at("fingerprint").as_string(), ready.at("fingerprint").as_string());
+  EXPECT_EQ(seg.at("huge_page_bytes").to_number<uint64_t>(), 0u) << "1.1 MiB holds no whole huge page";
 
   // SIGTERM: the loader exits cleanly and the weights stay resident.
   loader->signal(SIGTERM);

@@ -162,6 +162,7 @@ TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
   EXPECT_EQ(w->header->data_alignment, kHugePageAlignment);
   EXPECT_EQ(w->header->rank_offset[0] % kHugePageAlignment, 0u);
   EXPECT_EQ(w->header->total_bytes % kHugePageAlignment, 0u);
+  EXPECT_EQ(w->header->huge_page_bytes, w->header->total_bytes) << "the header says where the weights landed";
   for (const WeightsEntry& e : w->entries()) {
     EXPECT_EQ(e.offset % kTensorAlignment, 0u) << e.name;
     EXPECT_GE(e.offset, w->header->rank_offset[0]) << e.name;
@@ -171,6 +172,7 @@ TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
   ASSERT_TRUE(plain.is_ok());
   EXPECT_EQ(plain->header->data_alignment, kTensorAlignment);
   EXPECT_NE(plain->header->rank_offset[0] % kHugePageAlignment, 0u);
+  EXPECT_EQ(plain->header->huge_page_bytes, 0u);
 }
 
 TEST_F(WeightsSegmentTest, HugePagesWhereThereAreNoneAreRefusedAndNothingIsLeft) {
