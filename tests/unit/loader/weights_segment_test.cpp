@@ -47,6 +47,16 @@ class WeightsSegmentTest : public ::testing::Test {
     return weights_attach(path).status();
   }
 
+  // stories260K as instance "huge" in `dir`, with --hugepages.
+  static Result<ResidentSegment> publish_with_hugepages(const std::filesystem::path& dir) {
+    ResidentOptions o;
+    o.model = shared_path("models/stories260K/stories260K.gguf");
+    o.shm_dir = dir;
+    o.instance = "huge";
+    o.hugepages = true;
+    return resident_publish(o);
+  }
+
   TempDir dir_;
   std::filesystem::path good_;
 };
@@ -145,12 +155,7 @@ TEST_F(WeightsSegmentTest, EveryDamagedFieldIsNamed) {
 
 TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
   TempDir shm("/dev/shm");  // a tmpfs: the flag fails where huge pages cannot be had
-  ResidentOptions o;
-  o.model = shared_path("models/stories260K/stories260K.gguf");
-  o.shm_dir = shm.path();
-  o.instance = "huge";
-  o.hugepages = true;
-  auto published = resident_publish(o);
+  auto published = publish_with_hugepages(shm.path());
   if (!published.is_ok() && published.status().code() == ErrorCode::kUnsupported) {
     GTEST_SKIP() << "this kernel keeps /dev/shm off huge pages: " << published.status().to_string();
   }
@@ -179,12 +184,7 @@ TEST_F(WeightsSegmentTest, HugePagesWhereThereAreNoneAreRefusedAndNothingIsLeft)
   struct statfs fs {};
   ASSERT_EQ(::statfs(dir_.path().c_str(), &fs), 0);
   if (fs.f_type == TMPFS_MAGIC) GTEST_SKIP() << dir_.path() << " is a tmpfs, where huge pages may be had";
-  ResidentOptions o;
-  o.model = shared_path("models/stories260K/stories260K.gguf");
-  o.shm_dir = dir_.path();
-  o.instance = "huge";
-  o.hugepages = true;
-  auto published = resident_publish(o);
+  auto published = publish_with_hugepages(dir_.path());
   ASSERT_FALSE(published.is_ok());
   EXPECT_EQ(published.status().code(), ErrorCode::kUnsupported);
   EXPECT_NE(published.status().message().find("drop --hugepages"), std::string::npos) << published.status().message();
