@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -328,7 +328,7 @@ Status huge_pages_check(const ShmSegment& seg, bool required) {
       err == EINVAL ? fmt::format("{} cannot hold huge pages (a tmpfs on Linux 6.1 or later can, unless "
                                   "/sys/kernel/mm/transparent_hugepage/shmem_enabled says deny)",
                                   seg.path().parent_path().string())
-                    : fmt::format("the kernel found no free 2 MiB pages ({})", std::strerror(err));
+                    : fmt::format("the kernel gave no more 2 MiB pages ({})", std::strerror(err));
   if (required) {
     return make_error(err == EINVAL ? ErrorCode::kUnsupported : ErrorCode::kResourceExhausted,
                       "--hugepages: only {} of the weights' {} are on 2 MiB pages: {}; drop --hugepages to run on "
