@@ -73,14 +73,18 @@ void BM_Matmul(benchmark::State& state, DType type) {
   const auto weights = random_weights(type, rows, cols);
   // On 2 MiB pages where the kernel allows, as the weights segment is (docs/operations.md):
   // from 4 KiB pages a pass from memory also pays a page walk every 4 KiB.
-  const size_t mapped = (weights.size() + (2u << 20) - 1) / (2u << 20) * (2u << 20);
-  void* region = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (region == MAP_FAILED) {
+  // Mapped 2 MiB larger and used from its first 2 MiB boundary, which older kernels do not
+  // choose for an anonymous mapping by themselves.
+  constexpr size_t kHuge = 2u << 20;
+  const size_t mapped = (weights.size() + kHuge - 1) / kHuge * kHuge + kHuge;
+  void* base = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
     state.SkipWithError("cannot map the weights");
     return;
   }
-  ::madvise(region, mapped, MADV_HUGEPAGE);
-  std::unique_ptr<void, std::function<void(void*)>> unmap(region, [mapped](void* q) { ::munmap(q, mapped); });
+  std::unique_ptr<void, std::function<void(void*)>> unmap(base, [mapped](void* q) { ::munmap(q, mapped); });
+  void* region = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(base) + kHuge - 1) & ~uintptr_t{kHuge - 1});
+  ::madvise(region, mapped - kHuge, MADV_HUGEPAGE);
   std::memcpy(region, weights.data(), weights.size());
   const std::span<const std::byte> w(static_cast<const std::byte*>(region), weights.size());
   std::vector<float> x(static_cast<size_t>(n * cols), 0.25f), y(static_cast<size_t>(n * rows));

@@ -17,7 +17,7 @@
 # Rounds interleave every variant (membw, then each model and thread count, llama.cpp
 # and hearth back to back) so host noise hits both alike. membw runs twice a round: as
 # built, on 4 KiB pages (malloc does not ask for huge ones), and with glibc's
-# malloc.hugetlb tunable, on 2 MiB pages as hearth's weights are where the kernel allows
+# malloc.hugetlb tunable (glibc 2.35+), on 2 MiB pages as hearth's weights are where the kernel allows
 # (docs/operations.md); decode's share counts against the faster of the two. The median
 # table (ratios hearth / llama.cpp, decode's share of the measured read bandwidth) is printed
 # and written to --out (default build/peer_compare.md); raw JSON lines go beside it.

@@ -198,7 +198,7 @@ Result<RankStart> engine_rank_start(const EngineOptions& o) {
     const WeightsHeader& h = *start.weights.header;
     const uint64_t whole = h.total_bytes / kHugePageBytes * kHugePageBytes;
     if (h.huge_page_bytes < whole) {
-      HEARTH_LOG_WARN("only {} of the weights' {} are on 2 MiB pages: decode runs up to 10% slower than it could; "
+      HEARTH_LOG_WARN("only {} of the weights' {} are on 2 MiB pages: decode runs up to 20% slower than it could; "
                       "see the loader's log and docs/operations.md",
                       human_bytes(h.huge_page_bytes), human_bytes(whole));
     }

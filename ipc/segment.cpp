@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include <boost/interprocess/file_mapping.hpp>
@@ -57,6 +59,25 @@ std::string human_bytes(uint64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+uint64_t huge_mapped_bytes(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const std::string start = fmt::format("{:x}-", reinterpret_cast<uintptr_t>(address));
+  std::string line;
+  bool inside = false;
+  uint64_t kib = 0;
+  while (std::getline(smaps, line)) {
+    // A mapping's first line is "start-end perms ..."; its fields are "Name:   value kB".
+    const size_t space = line.find(' ');
+    if (space != std::string::npos && line.find('-') < space && line.find(':') > space) {
+      if (inside) break;
+      inside = line.starts_with(start);
+    } else if (inside && (line.starts_with("ShmemPmdMapped:") || line.starts_with("FilePmdMapped:"))) {
+      kib += std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10);
+    }
+  }
+  return kib << 10;
+}
+
 namespace {
 
 #ifndef MADV_COLLAPSE
@@ -74,8 +95,9 @@ Result<bip::mapped_region> map_aligned(const std::filesystem::path& path, uint64
   const size_t reserve = static_cast<size_t>(bytes) + kHugePageBytes;
   void* base = ::mmap(nullptr, reserve, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED) {
+    const int err = errno;
     return make_error(ErrorCode::kIo, "cannot reserve {} of address space for segment {}: {}", human_bytes(bytes),
-                      path.string(), std::strerror(errno));
+                      path.string(), std::strerror(err));
   }
   const auto begin = reinterpret_cast<uintptr_t>(base);
   const uintptr_t at = (begin + kHugePageBytes - 1) & ~(uintptr_t{kHugePageBytes} - 1);
@@ -85,7 +107,7 @@ Result<bip::mapped_region> map_aligned(const std::filesystem::path& path, uint64
     bip::file_mapping file(path.c_str(), mode);
     region = bip::mapped_region(file, mode, 0, static_cast<size_t>(bytes), reinterpret_cast<void*>(at),
                                 MAP_FIXED | (populate ? MAP_POPULATE : 0));
-  } catch (const bip::interprocess_exception& e) {
+  } catch (const std::exception& e) {
     ::munmap(base, reserve);
     return make_error(ErrorCode::kIo, "cannot map segment {}: {}", path.string(), e.what());
   }
@@ -123,7 +145,8 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
     return status;
   };
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    return fail(make_error(ErrorCode::kIo, "cannot size segment {}: {}", path.string(), std::strerror(errno)));
+    const int err = errno;
+    return fail(make_error(ErrorCode::kIo, "cannot size segment {}: {}", path.string(), std::strerror(err)));
   }
   auto mapped = map_aligned(path, bytes, /*writable=*/true, /*populate=*/false);
   if (!mapped.is_ok()) return fail(mapped.status());
@@ -144,13 +167,20 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
       auto collapse = [&] { return ::madvise(seg.data() + off, static_cast<size_t>(n), MADV_COLLAPSE); };
       int rc = collapse();
       if (rc != 0 && errno == EAGAIN) rc = collapse();  // a page was briefly busy: once more
-      if (rc == 0) {
-        seg.huge_bytes_ += n;
-      } else if (seg.huge_error_ == 0) {
+      if (rc != 0) {
+        // Unsupported (EINVAL; also what a tmpfs mounted huge=always answers, its pages
+        // being huge already), or no memory to be had without a long compaction: either
+        // way, asking again for the rest would not go better.
         seg.huge_error_ = errno;
-        if (errno == EINVAL) break;  // not for this kernel or file system: no use asking again
+        break;
       }
     }
+    // What the page tables say, not what madvise answered: one read per 2 MiB maps each
+    // page, huge or not.
+    for (uint64_t off = 0; off < whole; off += kHugePageBytes) {
+      static_cast<void>(*static_cast<volatile const std::byte*>(seg.data() + off));
+    }
+    seg.huge_bytes_ = std::min(huge_mapped_bytes(seg.data()), whole);
   }
   // Whatever no huge page holds, on 4 KiB pages.
   if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes)); rc != 0) {

@@ -42,13 +42,18 @@ std::string human_bytes(uint64_t bytes);
 
 inline constexpr uint64_t kHugePageBytes = 2ull << 20;
 
+// How many bytes of this process's mapping that starts at `address` its page tables map
+// with 2 MiB entries (ShmemPmdMapped and FilePmdMapped in /proc/self/smaps).
+uint64_t huge_mapped_bytes(const void* address);
+
 class ShmSegment {
  public:
   // Creates `path` (failing if it exists), reserves `bytes` of memory for it so that a
   // full directory fails here and not with SIGBUS later, and maps it read-write. With
   // `huge_pages`, each whole 2 MiB of the file is first placed in a huge page where the
   // kernel allows (MADV_COLLAPSE, Linux 6.1+ on tmpfs, whatever shmem_enabled says
-  // short of "deny"); huge_bytes() and huge_error() say how that went.
+  // short of "deny"; a tmpfs mounted huge=always needs no asking); huge_bytes() says how
+  // much landed there, as the page tables show it, and huge_error() why not all did.
   static Result<ShmSegment> create(const std::filesystem::path& path, uint64_t bytes, bool huge_pages = false);
   // Maps an existing segment, whole. `populate` pre-faults every page.
   static Result<ShmSegment> attach(const std::filesystem::path& path, bool writable, bool populate = false);
@@ -67,7 +72,7 @@ class ShmSegment {
   // Keeps the file when this object dies (the segment is complete).
   void publish() { owned_ = false; }
   // For a segment created with huge pages: how many bytes landed in them, and the errno
-  // of the first refusal (0 when none).
+  // of the kernel's refusal to collapse (0 when it did not refuse).
   uint64_t huge_bytes() const { return huge_bytes_; }
   int huge_error() const { return huge_error_; }
 

@@ -81,7 +81,7 @@ struct WeightsHeader {
   char source_path[512];                       // where the model was read from
   char quant[16];                              // "" or "int8" / "int4"
   char layout[16];                             // kLayoutPlain or kLayoutCpuR16 (common/tensor.h)
-  uint64_t huge_page_bytes;                    // how much the loader placed on 2 MiB pages
+  uint64_t huge_page_bytes;                    // how much the loader placed on 2 MiB pages (at load)
 };
 static_assert(sizeof(WeightsHeader) <= kWeightsHeaderBytes);
 static_assert(std::atomic<uint32_t>::is_always_lock_free);

@@ -107,6 +107,10 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
                         h->data_alignment);
     }
   }
+  if (h->huge_page_bytes > h->total_bytes || h->huge_page_bytes % kHugePageAlignment != 0) {
+    return make_error(ErrorCode::kFormat, "{} claims {} bytes on 2 MiB pages, not whole pages within its {}",
+                      path.string(), h->huge_page_bytes, h->total_bytes);
+  }
   const std::string layout = fixed_string(h->layout, sizeof(h->layout));
   if (layout != kLayoutPlain && layout != kLayoutCpuR16) {
     return make_error(ErrorCode::kFormat, "{} names an unknown tensor layout \"{}\"", path.string(), layout);

@@ -315,7 +315,7 @@ Result<Fingerprint> resident_fingerprint(const ResidentOptions& o) {
 namespace {
 
 // Decode reads every weight once per token, and on 4 KiB pages the page walks cost it up to
-// a tenth of its speed: the weights go on 2 MiB pages wherever the kernel allows. Without
+// a fifth of its speed: the weights go on 2 MiB pages wherever the kernel allows. Without
 // them the loader says so once (or, with --hugepages, refuses to go on).
 Status huge_pages_check(const ShmSegment& seg, bool required) {
   const uint64_t whole = seg.size() / kHugePageBytes * kHugePageBytes;
@@ -324,18 +324,20 @@ Status huge_pages_check(const ShmSegment& seg, bool required) {
     return Status::ok();
   }
   const int err = seg.huge_error();
+  const bool unsupported = err == EINVAL && seg.huge_bytes() == 0;
   const std::string why =
-      err == EINVAL ? fmt::format("{} cannot hold huge pages (a tmpfs on Linux 6.1 or later can, unless "
-                                  "/sys/kernel/mm/transparent_hugepage/shmem_enabled says deny)",
-                                  seg.path().parent_path().string())
-                    : fmt::format("the kernel gave no more 2 MiB pages ({})", std::strerror(err));
+      unsupported ? fmt::format("{} cannot hold huge pages (a tmpfs on Linux 6.1 or later can, unless "
+                                "/sys/kernel/mm/transparent_hugepage/shmem_enabled says deny)",
+                                seg.path().parent_path().string())
+      : err != 0  ? fmt::format("the kernel gave no more 2 MiB pages ({})", std::strerror(err))
+                  : std::string("the kernel placed the rest on 4 KiB pages");
   if (required) {
-    return make_error(err == EINVAL ? ErrorCode::kUnsupported : ErrorCode::kResourceExhausted,
+    return make_error(unsupported ? ErrorCode::kUnsupported : ErrorCode::kResourceExhausted,
                       "--hugepages: only {} of the weights' {} are on 2 MiB pages: {}; drop --hugepages to run on "
                       "4 KiB pages (see docs/operations.md)",
                       human_bytes(seg.huge_bytes()), human_bytes(whole), why);
   }
-  HEARTH_LOG_WARN("weights: {} of {} on 2 MiB pages, the rest on 4 KiB pages, where decode runs up to 10% slower: {} "
+  HEARTH_LOG_WARN("weights: {} of {} on 2 MiB pages, the rest on 4 KiB pages, where decode runs up to 20% slower: {} "
                   "(see docs/operations.md)",
                   human_bytes(seg.huge_bytes()), human_bytes(whole), why);
   return Status::ok();

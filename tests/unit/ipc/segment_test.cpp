@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 #include "common/process.h"
 #include "ipc/weights_layout.h"
@@ -49,28 +51,23 @@ TEST(SegmentTest, CreateOwnsUntilPublished) {
   EXPECT_EQ(ShmSegment::attach(dir.path() / "nope", false).status().code(), ErrorCode::kNotFound);
 }
 
-// Bytes of the mapping that starts at `address` that the page tables map with 2 MiB
-// entries, from /proc/self/smaps.
-uint64_t huge_mapped_bytes(const void* address) {
-  std::ifstream smaps("/proc/self/smaps");
-  const std::string start = fmt::format("{:x}-", reinterpret_cast<uintptr_t>(address));
+// Whether /proc/self/maps has a PROT_NONE mapping that ends where `begin` starts or starts
+// where `end` ends: what a reservation's unreturned slack would look like.
+bool prot_none_beside(const void* begin, const void* end) {
+  std::ifstream maps("/proc/self/maps");
   std::string line;
-  bool inside = false;
-  uint64_t kib = 0;
-  while (std::getline(smaps, line)) {
-    const bool header = line.find('-') < line.find(' ') && line.find(':') > line.find(' ');
-    if (header) {
-      if (inside) break;
-      inside = line.starts_with(start);
-    } else if (inside && (line.starts_with("ShmemPmdMapped:") || line.starts_with("FilePmdMapped:"))) {
-      kib += std::stoull(line.substr(line.find(':') + 1));
-    }
+  const auto b = reinterpret_cast<uintptr_t>(begin), e = reinterpret_cast<uintptr_t>(end);
+  while (std::getline(maps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (std::string_view(perms) == "---p" && (hi == b || lo == e)) return true;
   }
-  return kib << 10;
+  return false;
 }
 
 TEST(SegmentTest, EveryMappingStartsOnATwoMiBBoundary) {
-  TempDir dir;
+  TempDir dir("/dev/shm");  // where the kernel would not align a mapping by itself
   const auto path = dir.path() / "aligned";
   auto seg = ShmSegment::create(path, 3 * kHugePageBytes + 4096);
   ASSERT_TRUE(seg.is_ok()) << seg.status().to_string();
@@ -81,6 +78,7 @@ TEST(SegmentTest, EveryMappingStartsOnATwoMiBBoundary) {
     EXPECT_EQ(reinterpret_cast<uintptr_t>(ro->data()) % kHugePageBytes, 0u);
     EXPECT_EQ(ro->size(), 3 * kHugePageBytes + 4096);
     EXPECT_EQ(ro->data()[ro->size() - 1], std::byte{5});
+    EXPECT_FALSE(prot_none_beside(ro->data(), ro->data() + ro->size())) << "the reservation's slack is returned";
   }
   EXPECT_EQ(reinterpret_cast<uintptr_t>(seg->data()) % kHugePageBytes, 0u);
   EXPECT_EQ(seg->huge_bytes(), 0u) << "huge pages only when asked for";
@@ -92,10 +90,11 @@ TEST(SegmentTest, HugePagesHoldEveryWholeTwoMiBForEveryProcessThatMapsThem) {
   const uint64_t bytes = 3 * kHugePageBytes + 4096;
   auto seg = ShmSegment::create(path, bytes, /*huge_pages=*/true);
   ASSERT_TRUE(seg.is_ok()) << seg.status().to_string();
-  if (seg->huge_error() == EINVAL || seg->huge_error() == ENOMEM) {
-    GTEST_SKIP() << "the kernel gave /dev/shm no huge pages: " << std::strerror(seg->huge_error());
+  const int err = seg->huge_error();
+  if (seg->huge_bytes() == 0 && (err == EINVAL || err == ENOMEM || err == EBUSY || err == EAGAIN)) {
+    GTEST_SKIP() << "the kernel gave /dev/shm no huge pages now: " << std::strerror(err);
   }
-  EXPECT_EQ(seg->huge_error(), 0) << std::strerror(seg->huge_error());
+  EXPECT_EQ(err, 0) << std::strerror(err);
   EXPECT_EQ(seg->huge_bytes(), 3 * kHugePageBytes) << "the 4 KiB tail stays small";
   for (uint64_t i = 0; i < bytes; i += 4096) seg->data()[i] = static_cast<std::byte>(i >> 12);
   seg->publish();
