@@ -151,7 +151,7 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
   auto mapped = map_aligned(path, bytes, /*writable=*/true, /*populate=*/false);
   if (!mapped.is_ok()) return fail(mapped.status());
   seg.region_.swap(*mapped);
-  const uint64_t whole = huge_pages ? bytes / kHugePageBytes * kHugePageBytes : 0;
+  const uint64_t whole = huge_pages ? huge_page_floor(bytes) : 0;
   if (whole > 0) {
     // A collapse needs a page to start from in each 2 MiB and fills the rest itself,
     // zeroed: one reserved 4 KiB page each (an error here, not SIGBUS, when the directory

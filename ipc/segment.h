@@ -42,6 +42,9 @@ std::string human_bytes(uint64_t bytes);
 
 inline constexpr uint64_t kHugePageBytes = 2ull << 20;
 
+// The part of `bytes` that whole huge pages can hold.
+constexpr uint64_t huge_page_floor(uint64_t bytes) { return bytes / kHugePageBytes * kHugePageBytes; }
+
 // How many bytes of this process's mapping that starts at `address` its page tables map
 // with 2 MiB entries (ShmemPmdMapped and FilePmdMapped in /proc/self/smaps).
 uint64_t huge_mapped_bytes(const void* address);

@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ipc/segment.h"
+
 namespace hearth {
 
 inline constexpr uint64_t kWeightsMagic = 0x5354484757525448ull;  // "HTRWGHTS" little-endian
@@ -29,7 +31,7 @@ inline constexpr uint32_t kWeightsLayoutVersion = 6;
 inline constexpr uint32_t kWeightsHeaderBytes = 4096;
 inline constexpr int kMaxTensorParallel = 16;
 inline constexpr uint64_t kTensorAlignment = 64;
-inline constexpr uint64_t kHugePageAlignment = 2ull << 20;
+inline constexpr uint64_t kHugePageAlignment = kHugePageBytes;  // --hugepages: one huge page
 
 enum class SegmentState : uint32_t {
   kLoading = 1,  // being written; readers must not use it

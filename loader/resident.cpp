@@ -318,7 +318,7 @@ namespace {
 // a fifth of its speed: the weights go on 2 MiB pages wherever the kernel allows. Without
 // them the loader says so once (or, with --hugepages, refuses to go on).
 Status huge_pages_check(const ShmSegment& seg, bool required) {
-  const uint64_t whole = seg.size() / kHugePageBytes * kHugePageBytes;
+  const uint64_t whole = huge_page_floor(seg.size());
   if (seg.huge_bytes() == whole) {
     if (whole > 0) HEARTH_LOG_INFO("weights: {} on 2 MiB pages", human_bytes(whole));
     return Status::ok();
