@@ -129,7 +129,8 @@ Status reserve_error(int rc, uint64_t bytes, const std::filesystem::path& path) 
 
 }  // namespace
 
-Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_t bytes, bool huge_pages) {
+Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_t bytes,
+                                      std::optional<HugePagePlan> huge) {
   if (bytes == 0) return make_error(ErrorCode::kInvalidArgument, "a segment needs a positive size");
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
@@ -151,29 +152,43 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
   auto mapped = map_aligned(path, bytes, /*writable=*/true, /*populate=*/false);
   if (!mapped.is_ok()) return fail(mapped.status());
   seg.region_.swap(*mapped);
-  const uint64_t whole = huge_pages ? huge_page_floor(bytes) : 0;
+  const uint64_t whole = huge ? huge_page_floor(bytes) : 0;
   if (whole > 0) {
     // A collapse needs a page to start from in each 2 MiB and fills the rest itself,
     // zeroed: one reserved 4 KiB page each (an error here, not SIGBUS, when the directory
-    // is full), then collapses a few dozen huge pages per call.
+    // is full), then collapses a few dozen huge pages per call, or one at a time when
+    // taken across the strides.
     for (uint64_t off = 0; off < whole; off += kHugePageBytes) {
       if (const int rc = ::posix_fallocate(fd, static_cast<off_t>(off), 4096); rc != 0) {
         return fail(reserve_error(rc, bytes, path));
       }
     }
-    constexpr uint64_t kStep = 32 * kHugePageBytes;
-    for (uint64_t off = 0; off < whole; off += kStep) {
-      const uint64_t n = std::min(kStep, whole - off);
-      auto collapse = [&] { return ::madvise(seg.data() + off, static_cast<size_t>(n), MADV_COLLAPSE); };
-      int rc = collapse();
-      if (rc != 0 && errno == EAGAIN) rc = collapse();  // a page was briefly busy: once more
+    const uint64_t stride = (huge->stride + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+    const uint64_t run = stride > 0 ? kHugePageBytes : 32 * kHugePageBytes;
+    const auto start = std::chrono::steady_clock::now();
+    auto collapse = [&](uint64_t off) {
+      // In milliseconds, so that the default budget (the longest there is) cannot overflow.
+      if (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start) >=
+          huge->budget) {
+        seg.huge_budget_spent_ = huge->budget;
+        return false;
+      }
+      const auto n = static_cast<size_t>(std::min(run, whole - off));
+      int rc = ::madvise(seg.data() + off, n, MADV_COLLAPSE);
+      if (rc != 0 && errno == EAGAIN) rc = ::madvise(seg.data() + off, n, MADV_COLLAPSE);  // briefly busy: once more
       if (rc != 0) {
         // Unsupported (EINVAL; also what a tmpfs mounted huge=always answers, its pages
         // being huge already), or no memory to be had without a long compaction: either
         // way, asking again for the rest would not go better.
         seg.huge_error_ = errno;
-        break;
+        return false;
       }
+      return true;
+    };
+    const uint64_t step = stride > 0 ? stride : run;
+    bool going = true;
+    for (uint64_t first = 0; going && first < step; first += run) {
+      for (uint64_t off = first; going && off < whole; off += step) going = collapse(off);
     }
     // What the page tables say, not what madvise answered: one read per 2 MiB maps each
     // page, huge or not.
@@ -188,6 +203,22 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
   }
   ::close(fd);
   return seg;
+}
+
+std::string ShmSegment::why_not_huge() const {
+  if (huge_bytes_ == huge_page_floor(size())) return "";
+  if (huge_unsupported()) {
+    return fmt::format("{} cannot hold huge pages (a tmpfs on Linux 6.1 or later can, unless "
+                       "/sys/kernel/mm/transparent_hugepage/shmem_enabled says deny)",
+                       path_.parent_path().string());
+  }
+  if (huge_error_ != 0) return fmt::format("the kernel gave no more 2 MiB pages ({})", std::strerror(huge_error_));
+  if (huge_budget_spent_) {
+    return fmt::format("placing them took over the {} ms allowed (memory that a hypervisor supplies afresh is slow "
+                       "to place)",
+                       huge_budget_spent_->count());
+  }
+  return "the kernel placed the rest on 4 KiB pages";
 }
 
 Result<ShmSegment> ShmSegment::attach(const std::filesystem::path& path, bool writable, bool populate) {
@@ -211,7 +242,8 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : path_(std::move(other.path_)),
       owned_(std::exchange(other.owned_, false)),
       huge_bytes_(other.huge_bytes_),
-      huge_error_(other.huge_error_) {
+      huge_error_(other.huge_error_),
+      huge_budget_spent_(other.huge_budget_spent_) {
   region_.swap(other.region_);
 }
 
@@ -223,6 +255,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     owned_ = std::exchange(other.owned_, false);
     huge_bytes_ = other.huge_bytes_;
     huge_error_ = other.huge_error_;
+    huge_budget_spent_ = other.huge_budget_spent_;
   }
   return *this;
 }

@@ -10,8 +10,11 @@
 // maps. Move-only; the mapping itself may be read from any thread.
 #pragma once
 
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -49,15 +52,28 @@ constexpr uint64_t huge_page_floor(uint64_t bytes) { return bytes / kHugePageByt
 // with 2 MiB entries (ShmemPmdMapped and FilePmdMapped in /proc/self/smaps).
 uint64_t huge_mapped_bytes(const void* address);
 
+struct HugePagePlan {
+  // Placing stops once it has taken this long, the rest going on 4 KiB pages: memory that
+  // a hypervisor must supply afresh can take seconds per GiB to place in huge pages,
+  // where 4 KiB pages cost a fraction of that.
+  std::chrono::milliseconds budget = std::chrono::milliseconds::max();
+  // 0: front to back. Else 2 MiB at each multiple of the stride (rounded up to 2 MiB)
+  // first, then the 2 MiB after each, and so on: the same part of every stride-long run
+  // (the low KV blocks of every layer) goes before the rest of any.
+  uint64_t stride = 0;
+};
+
 class ShmSegment {
  public:
   // Creates `path` (failing if it exists), reserves `bytes` of memory for it so that a
   // full directory fails here and not with SIGBUS later, and maps it read-write. With
-  // `huge_pages`, each whole 2 MiB of the file is first placed in a huge page where the
-  // kernel allows (MADV_COLLAPSE, Linux 6.1+ on tmpfs, whatever shmem_enabled says
-  // short of "deny"; a tmpfs mounted huge=always needs no asking); huge_bytes() says how
-  // much landed there, as the page tables show it, and huge_error() why not all did.
-  static Result<ShmSegment> create(const std::filesystem::path& path, uint64_t bytes, bool huge_pages = false);
+  // `huge`, each whole 2 MiB of the file is first placed in a huge page where the kernel
+  // allows (MADV_COLLAPSE, Linux 6.1+ on tmpfs, whatever shmem_enabled says short of
+  // "deny"; a tmpfs mounted huge=always needs no asking), in the plan's order and time;
+  // huge_bytes() says how much landed there, as the page tables show it, and
+  // why_not_huge() why not all did.
+  static Result<ShmSegment> create(const std::filesystem::path& path, uint64_t bytes,
+                                   std::optional<HugePagePlan> huge = std::nullopt);
   // Maps an existing segment, whole. `populate` pre-faults every page.
   static Result<ShmSegment> attach(const std::filesystem::path& path, bool writable, bool populate = false);
 
@@ -78,6 +94,10 @@ class ShmSegment {
   // of the kernel's refusal to collapse (0 when it did not refuse).
   uint64_t huge_bytes() const { return huge_bytes_; }
   int huge_error() const { return huge_error_; }
+  // Why not every whole 2 MiB of such a segment is in a huge page, as a phrase for a log
+  // line ("" when all are); huge_unsupported() when its directory cannot hold any.
+  std::string why_not_huge() const;
+  bool huge_unsupported() const { return huge_error_ == EINVAL && huge_bytes_ == 0; }
 
  private:
   boost::interprocess::mapped_region region_;
@@ -85,6 +105,7 @@ class ShmSegment {
   bool owned_ = false;
   uint64_t huge_bytes_ = 0;
   int huge_error_ = 0;
+  std::optional<std::chrono::milliseconds> huge_budget_spent_;  // the budget that ran out
 };
 
 }  // namespace hearth

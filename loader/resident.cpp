@@ -323,16 +323,9 @@ Status huge_pages_check(const ShmSegment& seg, bool required) {
     if (whole > 0) HEARTH_LOG_INFO("weights: {} on 2 MiB pages", human_bytes(whole));
     return Status::ok();
   }
-  const int err = seg.huge_error();
-  const bool unsupported = err == EINVAL && seg.huge_bytes() == 0;
-  const std::string why =
-      unsupported ? fmt::format("{} cannot hold huge pages (a tmpfs on Linux 6.1 or later can, unless "
-                                "/sys/kernel/mm/transparent_hugepage/shmem_enabled says deny)",
-                                seg.path().parent_path().string())
-      : err != 0  ? fmt::format("the kernel gave no more 2 MiB pages ({})", std::strerror(err))
-                  : std::string("the kernel placed the rest on 4 KiB pages");
+  const std::string why = seg.why_not_huge();
   if (required) {
-    return make_error(unsupported ? ErrorCode::kUnsupported : ErrorCode::kResourceExhausted,
+    return make_error(seg.huge_unsupported() ? ErrorCode::kUnsupported : ErrorCode::kResourceExhausted,
                       "--hugepages: only {} of the weights' {} are on 2 MiB pages: {}; drop --hugepages to run on "
                       "4 KiB pages (see docs/operations.md)",
                       human_bytes(seg.huge_bytes()), human_bytes(whole), why);
@@ -411,7 +404,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
     std::error_code ec;
     std::filesystem::remove(path, ec);
   }
-  HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, h.total_bytes, /*huge_pages=*/true));
+  HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, h.total_bytes, HugePagePlan{}));
   HEARTH_RETURN_IF_ERROR(huge_pages_check(seg, o.hugepages));
   HEARTH_TEST_POINT("loader.publish.reserved");  // the file exists, all zeros
 

@@ -1,5 +1,6 @@
 #include "ipc/segment.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -88,13 +89,14 @@ TEST(SegmentTest, HugePagesHoldEveryWholeTwoMiBForEveryProcessThatMapsThem) {
   TempDir dir("/dev/shm");
   const auto path = dir.path() / "huge";
   const uint64_t bytes = 3 * kHugePageBytes + 4096;
-  auto seg = ShmSegment::create(path, bytes, /*huge_pages=*/true);
+  auto seg = ShmSegment::create(path, bytes, HugePagePlan{});
   ASSERT_TRUE(seg.is_ok()) << seg.status().to_string();
   const int err = seg->huge_error();
   if (seg->huge_bytes() == 0 && (err == EINVAL || err == ENOMEM || err == EBUSY || err == EAGAIN)) {
     GTEST_SKIP() << "the kernel gave /dev/shm no huge pages now: " << std::strerror(err);
   }
   EXPECT_EQ(err, 0) << std::strerror(err);
+  EXPECT_EQ(seg->why_not_huge(), "");
   EXPECT_EQ(seg->huge_bytes(), 3 * kHugePageBytes) << "the 4 KiB tail stays small";
   for (uint64_t i = 0; i < bytes; i += 4096) seg->data()[i] = static_cast<std::byte>(i >> 12);
   seg->publish();
@@ -104,6 +106,18 @@ TEST(SegmentTest, HugePagesHoldEveryWholeTwoMiBForEveryProcessThatMapsThem) {
   for (uint64_t i = 0; i < bytes; i += 4096) ASSERT_EQ(ro->data()[i], static_cast<std::byte>(i >> 12)) << i;
   EXPECT_EQ(huge_mapped_bytes(ro->data()), 3 * kHugePageBytes);
   std::filesystem::remove(path);
+}
+
+// Placing pages stops when its time is up; the rest of the segment is there, on 4 KiB pages.
+TEST(SegmentTest, HugePagesStopWhenTheirTimeIsUp) {
+  TempDir dir("/dev/shm");
+  const auto path = dir.path() / "late";
+  auto seg = ShmSegment::create(path, 3 * kHugePageBytes, HugePagePlan{.budget = std::chrono::milliseconds(0)});
+  ASSERT_TRUE(seg.is_ok()) << seg.status().to_string();
+  EXPECT_EQ(seg->huge_bytes(), 0u);
+  EXPECT_THAT(seg->why_not_huge(), ::testing::HasSubstr("took over the 0 ms allowed"));
+  for (uint64_t i = 0; i < seg->size(); i += 4096) seg->data()[i] = std::byte{1};
+  EXPECT_EQ(huge_mapped_bytes(seg->data()), 0u);
 }
 
 TEST(SegmentTest, NamesAndSpace) {
