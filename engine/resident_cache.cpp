@@ -22,6 +22,21 @@ namespace {
 // "" for rank 0, whose lines have always named no rank; "rank R: " for the others.
 std::string rank_prefix(int rank) { return rank == 0 ? std::string() : fmt::format("rank {}: ", rank); }
 
+// Attention reads each sequence's K and V once per token, and an engine adopting the
+// cache faults in every page of it: both go better on 2 MiB pages. One line for a new
+// segment says where it landed.
+void log_kv_pages(const std::string& who, const KvSegment& segment) {
+  const uint64_t bytes = segment.header().total_bytes;
+  const std::string why = segment.why_not_huge();
+  if (why.empty()) {
+    HEARTH_LOG_INFO("{}created the resident KV cache ({}{})", who, human_bytes(bytes),
+                    segment.huge_bytes() > 0 ? ", on 2 MiB pages" : "");
+  } else {
+    HEARTH_LOG_INFO("{}created the resident KV cache ({}, {} of it on 2 MiB pages: {})", who, human_bytes(bytes),
+                    human_bytes(segment.huge_bytes()), why);
+  }
+}
+
 struct Kept {
   KeptFd fd;
   FdStore* store = nullptr;
@@ -198,9 +213,12 @@ Result<RankCache> open_rank_cache(Backend& backend, const KvCacheConfig& kv, Ran
   if (segment->adopted()) {
     HEARTH_LOG_INFO("{}adopting the resident KV cache {} ({})", who, options.path.string(),
                     human_bytes(segment->header().total_bytes));
-  } else if (!segment->why_rebuilt().empty()) {
-    HEARTH_LOG_WARN("{}rebuilt the resident KV cache {} from empty: {}", who, options.path.string(),
-                    segment->why_rebuilt());
+  } else {
+    if (!segment->why_rebuilt().empty()) {
+      HEARTH_LOG_WARN("{}rebuilt the resident KV cache {} from empty: {}", who, options.path.string(),
+                      segment->why_rebuilt());
+    }
+    if (!gpu) log_kv_pages(who, *segment);
   }
   std::shared_ptr<void> device_memory;
   std::string device_name;

@@ -223,7 +223,12 @@ Result<KvSegment> KvSegment::open_or_create(const std::filesystem::path& path, c
     std::filesystem::remove(path, ec);
   }
   const uint64_t bytes = kv_segment_bytes(config.geometry);
-  HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, bytes));
+  // On a GPU the file is only bookkeeping: K and V are in device memory. On the host the
+  // low blocks of every layer (those the allocator hands out first) go on huge pages
+  // before the rest of any, in case the budget runs out.
+  std::optional<HugePagePlan> huge;
+  if (!config.geometry.on_device) huge = HugePagePlan{kKvHugePageBudget, layer_bytes(config.geometry)};
+  HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, bytes, huge));
   KvHeader& h = *new (seg.data()) KvHeader{};
   h.magic = kKvMagic;
   h.layout_version = kKvLayoutVersion;

@@ -6,7 +6,9 @@
 //
 // Layout: a header (the model's fingerprint, the broker it serves, the cache's geometry
 // and dtype, TP rank), then a table per broker slot, then K and V (each n_layers x
-// n_blocks x block_size x kv_dim elements, page aligned). On a GPU K and V live in device
+// n_blocks x block_size x kv_dim elements, page aligned), on 2 MiB pages where the kernel
+// gives them (ShmSegment::create), so that an adopter maps the whole cache with one fault
+// per 2 MiB rather than 512, however long its contexts. On a GPU K and V live in device
 // memory instead (KvGeometry::on_device): a VMM allocation whose fd an fd store
 // (ipc/fd_store.h) keeps under a name carrying the segment's id (kv_store_name), so that
 // it outlives the engine as the file does; the segment then holds only the bookkeeping. A slot's table names the
@@ -22,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -37,8 +40,15 @@
 namespace hearth {
 
 inline constexpr uint64_t kKvMagic = 0x474553564b525448ull;  // "HTRKVSEG" little-endian
-inline constexpr uint32_t kKvLayoutVersion = 3;
+// 4: the same layout as 3, on huge pages; a segment from before is rebuilt once, not
+// adopted on 4 KiB pages forever.
+inline constexpr uint32_t kKvLayoutVersion = 4;
 inline constexpr uint32_t kKvHeaderBytes = 4096;
+// How long a new segment may spend placing K and V in huge pages (HugePagePlan): on bare
+// metal a few GiB take a fraction of it, but memory that a hypervisor must supply afresh
+// took 3-4 s per GiB where 4 KiB pages took 0.25 s, and an engine's start must not wait
+// on that. Whatever is not placed by then is on 4 KiB pages.
+inline constexpr std::chrono::milliseconds kKvHugePageBudget{1000};
 
 // What a KV segment must match to be adopted; anything else rebuilds it.
 struct KvGeometry {
@@ -182,6 +192,10 @@ class KvSegment {
   std::byte* k() const { return header().geometry.on_device ? nullptr : segment_.data() + header().k_offset; }
   std::byte* v() const { return header().geometry.on_device ? nullptr : segment_.data() + header().v_offset; }
   bool adopted() const { return adopted_; }
+  // How much of a segment this process created is on 2 MiB pages, and why not all of it
+  // (ShmSegment::huge_bytes, why_not_huge); not measured for an adopted one.
+  uint64_t huge_bytes() const { return segment_.huge_bytes(); }
+  std::string why_not_huge() const { return segment_.why_not_huge(); }
   const std::string& why_rebuilt() const { return why_rebuilt_; }
   const std::filesystem::path& path() const { return segment_.path(); }
 

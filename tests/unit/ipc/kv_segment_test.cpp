@@ -147,6 +147,40 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
             ErrorCode::kInvalidArgument);
 }
 
+// K and V sit on 2 MiB pages, and an engine that adopts them maps them so: a fault per
+// 2 MiB of context, not 512.
+TEST(KvSegmentTest, KAndVAreOnHugePagesForTheEngineThatAdoptsThem) {
+  TempDir dir("/dev/shm");
+  const auto path = segment_path(dir.path(), "unit", "kv");
+  KvSegmentConfig big = config();
+  big.geometry.kv_dim = 256;
+  big.geometry.block_size = 16;
+  big.geometry.n_blocks = 384;  // 3 MiB a layer for K and for V: placed across 4 MiB strides
+  const uint64_t bytes = kv_segment_bytes(big.geometry);
+  ASSERT_GT(bytes, 6 * kHugePageBytes);
+  {
+    auto probe = ShmSegment::create(dir.path() / "probe", kHugePageBytes, HugePagePlan{});
+    ASSERT_TRUE(probe.is_ok());
+    if (probe->huge_bytes() == 0) {
+      GTEST_SKIP() << "the kernel gave /dev/shm no huge pages now: " << probe->why_not_huge();
+    }
+  }
+  {
+    auto s = KvSegment::open_or_create(path, big);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    EXPECT_EQ(s->huge_bytes(), huge_page_floor(bytes)) << s->why_not_huge();
+    EXPECT_EQ(s->why_not_huge(), "");
+    std::memset(s->k(), 0x11, 4 * kHugePageBytes);
+  }
+  auto again = KvSegment::open_or_create(path, big);
+  ASSERT_TRUE(again.is_ok());
+  ASSERT_TRUE(again->adopted());
+  for (uint64_t i = 0; i < 4 * kHugePageBytes; i += 4096) ASSERT_EQ(static_cast<uint8_t>(again->k()[i]), 0x11) << i;
+  const auto* base = reinterpret_cast<volatile const std::byte*>(&again->header());
+  for (uint64_t i = 0; i < bytes; i += kHugePageBytes) static_cast<void>(base[i]);
+  EXPECT_EQ(huge_mapped_bytes(&again->header()), huge_page_floor(bytes)) << "every whole 2 MiB mapped huge";
+}
+
 // On a GPU the segment keeps the tables and index and names the device memory that holds
 // K and V by its id; renew() makes an adopted one new in place when that memory is lost.
 TEST(KvSegmentTest, OnAGpuTheSegmentHoldsTheBookkeepingAndRenewingVoidsItUnderANewId) {
