@@ -21,8 +21,10 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,11 +104,21 @@ uint16_t local_port(int fd) {
   return 0;
 }
 
-// Starts `c` and waits for its first stdout line (its ready line).
-Status start(Child& c, std::chrono::seconds timeout) {
+// Starts `c` and waits for its first stdout line (its ready line), calling `meanwhile`
+// (when given) every 200 ms while it waits.
+Status start(Child& c, std::chrono::seconds timeout, const std::function<void()>& meanwhile = nullptr) {
+  using namespace std::chrono_literals;
   c.process = std::make_unique<ChildProcess>(c.argv, c.env, c.pass_fds, /*inherit_stderr=*/true);
   c.started = std::chrono::steady_clock::now();
-  const auto line = c.process->read_line(timeout);
+  const auto deadline = c.started + timeout;
+  std::optional<std::string> line;
+  for (auto now = c.started; now < deadline; now = std::chrono::steady_clock::now()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    const auto slice = meanwhile ? std::min<std::chrono::milliseconds>(200ms, left) : left;
+    line = c.process->read_line(slice);
+    if (line || std::chrono::steady_clock::now() - now < slice) break;  // ready, or its stdout closed
+    if (meanwhile) meanwhile();
+  }
   if (!line) {
     c.process->signal(SIGTERM);
     c.process->wait(std::chrono::seconds(5));
@@ -278,17 +290,33 @@ int serve_command(const std::vector<std::string>& argv) {
       d.process->wait(std::chrono::seconds(5));
       return true;
     });
+    // Starts `c` again if it has exited; false when it keeps failing.
+    std::function<bool(Child&)> revive = [&](Child& c) {
+      const auto status = c.process->wait(std::chrono::milliseconds(0));
+      if (!status) return true;
+      HEARTH_LOG_WARN("{} exited with status {}; starting it again", c.name, *status);
+      if (std::chrono::steady_clock::now() - c.started < std::chrono::seconds(10) && ++c.restarts > 5) {
+        std::fprintf(stderr, "hearth serve: %s keeps failing (its log is above)\n", c.name.c_str());
+        return false;
+      }
+      // Rank 0 is ready once every other rank has joined its group, so while it starts,
+      // ranks that died with it (or after it) are started again: they are ready at once.
+      bool others_ok = true;
+      std::function<void()> meanwhile;
+      if (ranks.size() > 1 && &c == ranks.back().get()) {
+        meanwhile = [&] {
+          for (size_t r = 0; r + 1 < ranks.size() && others_ok; ++r) others_ok = revive(*ranks[r]);
+        };
+      }
+      if (Status st = start(c, std::chrono::seconds(120), meanwhile); !st.is_ok()) {
+        HEARTH_LOG_ERROR("{}", st.to_string());
+      }
+      return others_ok;
+    };
     for (Child* c : children) {
-      const auto status = c->process->wait(std::chrono::milliseconds(0));
-      if (!status) continue;
-      HEARTH_LOG_WARN("{} exited with status {}; starting it again", c->name, *status);
-      if (std::chrono::steady_clock::now() - c->started < std::chrono::seconds(10) && ++c->restarts > 5) {
-        std::fprintf(stderr, "hearth serve: %s keeps failing (its log is above)\n", c->name.c_str());
+      if (!revive(*c)) {
         for (Child* other : children) other->process->signal(SIGTERM);
         return 1;
-      }
-      if (Status st = start(*c, std::chrono::seconds(120)); !st.is_ok()) {
-        HEARTH_LOG_ERROR("{}", st.to_string());
       }
     }
   }

@@ -7,7 +7,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
 #include <condition_variable>
 #include <mutex>
@@ -237,11 +239,15 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
 // rank's share of the KV cache is resident (hearth.tp.kv and hearth.tp.kv-rank1), so
 // every stream is adopted, whichever rank died, with no check failing; unless the dead
 // rank's segment is gone when it starts again (it builds an empty one): then rank 0
-// adopts nothing and every stream is computed again.
+// adopts nothing and every stream is computed again. Or both ranks die, rank 1 while
+// hearth serve is starting rank 0 again (which is ready only once rank 1 has joined
+// it; frozen until then, so that it cannot): serve starts rank 1 again meanwhile, and
+// the streams resume well within rank 0's 120 s start timeout.
 struct RankKill {
-  int victim;
+  int victim;           // 0, 1, or kBothRanks
   bool remove_segment;  // the victim's resident KV segment, right after the kill
 };
+constexpr int kBothRanks = 2;
 
 class TensorParallelRestartTest : public ::testing::TestWithParam<RankKill> {};
 
@@ -275,7 +281,8 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
       refs.push_back(a.text);
     }
   }
-  const int64_t pid = rank_pid(victim);
+  const int64_t pid = rank_pid(victim == kBothRanks ? 0 : victim);
+  const int64_t pid1 = rank_pid(1);
   ASSERT_GT(pid, 0);
   EXPECT_TRUE(std::filesystem::exists(shm.path() / "hearth.tp.kv"));
   EXPECT_TRUE(std::filesystem::exists(shm.path() / "hearth.tp.kv-rank1"));
@@ -285,11 +292,27 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   ConcurrentStreams streams(port, cases);
   ASSERT_TRUE(streams.all_midway(600, 30s)) << "the streams did not start";
   const int cut = streams.unfinished();
+  const auto engines = children_of(serve.pid(), "hearth-engine");
+  // Rank 1, frozen, cannot join the new rank 0's group before it dies in turn.
+  if (victim == kBothRanks) ::kill(static_cast<pid_t>(pid1), SIGSTOP);
   ::kill(static_cast<pid_t>(pid), SIGKILL);
   // hearth serve notices the death within 200 ms and the new process then starts up:
   // the file is long gone when it looks for it.
   if (remove_segment) std::filesystem::remove(shm.path() / "hearth.tp.kv-rank1");
+  const auto killed = std::chrono::steady_clock::now();
+  if (victim == kBothRanks) {
+    auto replaced = [&] {
+      for (int p : children_of(serve.pid(), "hearth-engine")) {
+        if (std::find(engines.begin(), engines.end(), p) == engines.end()) return true;
+      }
+      return false;
+    };
+    for (int i = 0; i < 300 && !replaced(); ++i) std::this_thread::sleep_for(100ms);
+    ASSERT_TRUE(replaced()) << "hearth serve did not start rank 0 again\n" << serve.err();
+    ::kill(static_cast<pid_t>(pid1), SIGKILL);
+  }
   streams.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 60s) << "the group came back only after a start timed out";
   EXPECT_EQ(cut, 16) << "streams that were still running when rank " << victim << " died";
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(streams.answers[i].error, "") << "stream " << i;
@@ -298,13 +321,20 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   const auto after = status_of(shm.path(), "tp");
   ASSERT_TRUE(after.contains("tp"));
   const auto& group = after.at("tp").as_object();
-  EXPECT_EQ(group.at("group_epoch").to_number<int64_t>(), 2);
-  EXPECT_EQ(group.at("group_restarts").to_number<int64_t>(), 1);
+  if (victim != kBothRanks) {
+    EXPECT_EQ(group.at("group_epoch").to_number<int64_t>(), 2);
+    EXPECT_EQ(group.at("group_restarts").to_number<int64_t>(), 1);
+    EXPECT_NE(rank_pid(victim), pid) << "a new process serves rank " << victim;
+  } else {
+    EXPECT_NE(rank_pid(0), pid) << "a new process serves rank 0";
+    EXPECT_NE(rank_pid(1), pid1) << "a new process serves rank 1";
+  }
   EXPECT_EQ(group.at("group_state").as_string(), "active");
-  EXPECT_NE(rank_pid(victim), pid) << "a new process serves rank " << victim;
   // /metrics says so too.
   const auto metrics = http_request(port, "GET", "/metrics", "");
-  EXPECT_EQ(metric_value(metrics.body, "hearth_tp_group_restarts_total"), 1.0) << metrics.body;
+  if (victim != kBothRanks) {
+    EXPECT_EQ(metric_value(metrics.body, "hearth_tp_group_restarts_total"), 1.0) << metrics.body;
+  }
   EXPECT_EQ(counter("hearth_kv_adopted_total"), remove_segment ? 0 : 16) << serve.err();
   EXPECT_EQ(counter("hearth_kv_adopt_rejected_total"), 0) << serve.err();
   if (remove_segment) {
@@ -317,8 +347,10 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
 }
 
 INSTANTIATE_TEST_SUITE_P(Rank, TensorParallelRestartTest,
-                         ::testing::Values(RankKill{1, false}, RankKill{0, false}, RankKill{1, true}),
+                         ::testing::Values(RankKill{1, false}, RankKill{0, false}, RankKill{1, true},
+                                           RankKill{kBothRanks, false}),
                          [](const auto& p) {
+                           if (p.param.victim == kBothRanks) return std::string("both");
                            return "rank" + std::to_string(p.param.victim) + (p.param.remove_segment ? "_rebuilt" : "");
                          });
 
