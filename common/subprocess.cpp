@@ -162,7 +162,11 @@ std::optional<std::string> ChildProcess::read_line(std::chrono::milliseconds tim
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
     char buf[4096];
     const ssize_t n = ::read(out_fd_, buf, sizeof(buf));
-    if (n <= 0) return std::nullopt;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) {
+      stdout_closed_ = true;
+      return std::nullopt;
+    }
     buffer_.append(buf, static_cast<size_t>(n));
   }
 }

@@ -45,6 +45,8 @@ class ChildProcess {
   pid_t pid() const { return pid_; }
   // The next line of stdout (without the newline), or nullopt on timeout or EOF.
   std::optional<std::string> read_line(std::chrono::milliseconds timeout);
+  // Whether stdout has reached EOF (the child closed it, or exited): no line will come.
+  bool stdout_closed() const { return stdout_closed_; }
   void signal(int sig);
   // Waits for exit; returns the status as ProcessResult::exit_code does, or nullopt on timeout.
   std::optional<int> wait(std::chrono::milliseconds timeout);
@@ -56,6 +58,7 @@ class ChildProcess {
   int out_fd_ = -1;
   int err_fd_ = -1;
   std::string buffer_;
+  bool stdout_closed_ = false;
   std::optional<int> status_;
 };
 

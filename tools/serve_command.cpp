@@ -105,8 +105,8 @@ uint16_t local_port(int fd) {
 }
 
 // Starts `c` and waits for its first stdout line (its ready line), calling `meanwhile`
-// (when given) every 200 ms while it waits.
-Status start(Child& c, std::chrono::seconds timeout, const std::function<void()>& meanwhile = nullptr) {
+// (when given) every 200 ms while it waits, and giving up when that returns false.
+Status start(Child& c, std::chrono::seconds timeout, const std::function<bool()>& meanwhile = nullptr) {
   using namespace std::chrono_literals;
   c.process = std::make_unique<ChildProcess>(c.argv, c.env, c.pass_fds, /*inherit_stderr=*/true);
   c.started = std::chrono::steady_clock::now();
@@ -116,8 +116,7 @@ Status start(Child& c, std::chrono::seconds timeout, const std::function<void()>
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     const auto slice = meanwhile ? std::min<std::chrono::milliseconds>(200ms, left) : left;
     line = c.process->read_line(slice);
-    if (line || std::chrono::steady_clock::now() - now < slice) break;  // ready, or its stdout closed
-    if (meanwhile) meanwhile();
+    if (line || c.process->stdout_closed() || (meanwhile && !meanwhile())) break;
   }
   if (!line) {
     c.process->signal(SIGTERM);
@@ -295,17 +294,21 @@ int serve_command(const std::vector<std::string>& argv) {
       const auto status = c.process->wait(std::chrono::milliseconds(0));
       if (!status) return true;
       HEARTH_LOG_WARN("{} exited with status {}; starting it again", c.name, *status);
-      if (std::chrono::steady_clock::now() - c.started < std::chrono::seconds(10) && ++c.restarts > 5) {
+      // Six quick failures in a row (each within 10 s of its start) end the server.
+      const bool quick = std::chrono::steady_clock::now() - c.started < std::chrono::seconds(10);
+      c.restarts = quick ? c.restarts + 1 : 0;
+      if (c.restarts > 5) {
         std::fprintf(stderr, "hearth serve: %s keeps failing (its log is above)\n", c.name.c_str());
         return false;
       }
       // Rank 0 is ready once every other rank has joined its group, so while it starts,
       // ranks that died with it (or after it) are started again: they are ready at once.
       bool others_ok = true;
-      std::function<void()> meanwhile;
+      std::function<bool()> meanwhile;
       if (ranks.size() > 1 && &c == ranks.back().get()) {
         meanwhile = [&] {
           for (size_t r = 0; r + 1 < ranks.size() && others_ok; ++r) others_ok = revive(*ranks[r]);
+          return others_ok;
         };
       }
       if (Status st = start(c, std::chrono::seconds(120), meanwhile); !st.is_ok()) {

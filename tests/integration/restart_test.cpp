@@ -284,6 +284,7 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   const int64_t pid = rank_pid(victim == kBothRanks ? 0 : victim);
   const int64_t pid1 = rank_pid(1);
   ASSERT_GT(pid, 0);
+  ASSERT_GT(pid1, 0);
   EXPECT_TRUE(std::filesystem::exists(shm.path() / "hearth.tp.kv"));
   EXPECT_TRUE(std::filesystem::exists(shm.path() / "hearth.tp.kv-rank1"));
   auto counter = [&](const char* name) {
@@ -293,7 +294,14 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   ASSERT_TRUE(streams.all_midway(600, 30s)) << "the streams did not start";
   const int cut = streams.unfinished();
   const auto engines = children_of(serve.pid(), "hearth-engine");
-  // Rank 1, frozen, cannot join the new rank 0's group before it dies in turn.
+  // Rank 1, frozen, cannot join the new rank 0's group before it dies in turn (and dies
+  // whatever this test does next).
+  struct KillOnExit {
+    pid_t pid;
+    ~KillOnExit() {
+      if (pid > 0) ::kill(pid, SIGKILL);
+    }
+  } frozen{victim == kBothRanks ? static_cast<pid_t>(pid1) : 0};
   if (victim == kBothRanks) ::kill(static_cast<pid_t>(pid1), SIGSTOP);
   ::kill(static_cast<pid_t>(pid), SIGKILL);
   // hearth serve notices the death within 200 ms and the new process then starts up:
@@ -310,6 +318,7 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
     for (int i = 0; i < 300 && !replaced(); ++i) std::this_thread::sleep_for(100ms);
     ASSERT_TRUE(replaced()) << "hearth serve did not start rank 0 again\n" << serve.err();
     ::kill(static_cast<pid_t>(pid1), SIGKILL);
+    frozen.pid = 0;
   }
   streams.join();
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 60s) << "the group came back only after a start timed out";
@@ -328,6 +337,8 @@ TEST_P(TensorParallelRestartTest, RankKilledMidStreamResumesEveryStreamIdentical
   } else {
     EXPECT_NE(rank_pid(0), pid) << "a new process serves rank 0";
     EXPECT_NE(rank_pid(1), pid1) << "a new process serves rank 1";
+    // Rank 0 waited for rank 1 and was not given up on.
+    EXPECT_EQ(serve.err().find("did not become ready"), std::string::npos) << serve.err();
   }
   EXPECT_EQ(group.at("group_state").as_string(), "active");
   // /metrics says so too.
