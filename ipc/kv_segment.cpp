@@ -227,7 +227,9 @@ Result<KvSegment> KvSegment::open_or_create(const std::filesystem::path& path, c
   // low blocks of every layer (those the allocator hands out first) go on huge pages
   // before the rest of any, in case the budget runs out.
   std::optional<HugePagePlan> huge;
-  if (!config.geometry.on_device) huge = HugePagePlan{kKvHugePageBudget, layer_bytes(config.geometry)};
+  if (!config.geometry.on_device) {
+    huge = HugePagePlan{kKvHugePageBudget, k_offset(config.geometry), layer_bytes(config.geometry)};
+  }
   HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, bytes, huge));
   KvHeader& h = *new (seg.data()) KvHeader{};
   h.magic = kKvMagic;

@@ -129,6 +129,28 @@ Status reserve_error(int rc, uint64_t bytes, const std::filesystem::path& path) 
 
 }  // namespace
 
+std::vector<uint64_t> huge_page_order(uint64_t whole, const HugePagePlan& plan) {
+  const uint64_t pages = whole / kHugePageBytes;
+  std::vector<bool> taken(pages, false);
+  std::vector<uint64_t> order;
+  order.reserve(pages);
+  auto take = [&](uint64_t offset) {
+    const uint64_t page = offset / kHugePageBytes;
+    if (page < pages && !taken[page]) {
+      taken[page] = true;
+      order.push_back(page * kHugePageBytes);
+    }
+  };
+  if (plan.stride > 0 && plan.origin < whole) {
+    const uint64_t runs = (whole - plan.origin + plan.stride - 1) / plan.stride;
+    for (uint64_t into = 0; into < plan.stride; into += kHugePageBytes) {
+      for (uint64_t r = 0; r < runs; ++r) take(plan.origin + r * plan.stride + into);
+    }
+  }
+  for (uint64_t page = 0; page < pages; ++page) take(page * kHugePageBytes);
+  return order;
+}
+
 Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_t bytes,
                                       std::optional<HugePagePlan> huge) {
   if (bytes == 0) return make_error(ErrorCode::kInvalidArgument, "a segment needs a positive size");
@@ -152,28 +174,25 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
   auto mapped = map_aligned(path, bytes, /*writable=*/true, /*populate=*/false);
   if (!mapped.is_ok()) return fail(mapped.status());
   seg.region_.swap(*mapped);
+  seg.huge_planned_ = huge.has_value();
   const uint64_t whole = huge ? huge_page_floor(bytes) : 0;
   if (whole > 0) {
     // A collapse needs a page to start from in each 2 MiB and fills the rest itself,
     // zeroed: one reserved 4 KiB page each (an error here, not SIGBUS, when the directory
-    // is full), then collapses a few dozen huge pages per call, or one at a time when
-    // taken across the strides.
+    // is full), then collapses them in the plan's order.
     for (uint64_t off = 0; off < whole; off += kHugePageBytes) {
       if (const int rc = ::posix_fallocate(fd, static_cast<off_t>(off), 4096); rc != 0) {
         return fail(reserve_error(rc, bytes, path));
       }
     }
-    const uint64_t stride = (huge->stride + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-    const uint64_t run = stride > 0 ? kHugePageBytes : 32 * kHugePageBytes;
     const auto start = std::chrono::steady_clock::now();
-    auto collapse = [&](uint64_t off) {
+    auto collapse = [&](uint64_t off, uint64_t n) {
       // In milliseconds, so that the default budget (the longest there is) cannot overflow.
       if (std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start) >=
           huge->budget) {
         seg.huge_budget_spent_ = huge->budget;
         return false;
       }
-      const auto n = static_cast<size_t>(std::min(run, whole - off));
       int rc = ::madvise(seg.data() + off, n, MADV_COLLAPSE);
       if (rc != 0 && errno == EAGAIN) rc = ::madvise(seg.data() + off, n, MADV_COLLAPSE);  // briefly busy: once more
       if (rc != 0) {
@@ -185,10 +204,13 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
       }
       return true;
     };
-    const uint64_t step = stride > 0 ? stride : run;
-    bool going = true;
-    for (uint64_t first = 0; going && first < step; first += run) {
-      for (uint64_t off = first; going && off < whole; off += step) going = collapse(off);
+    // Pages that follow each other in the order go up to 32 to a call.
+    const std::vector<uint64_t> order = huge_page_order(whole, *huge);
+    for (size_t i = 0; i < order.size();) {
+      size_t j = i + 1;
+      while (j < order.size() && j - i < 32 && order[j] == order[j - 1] + kHugePageBytes) ++j;
+      if (!collapse(order[i], (j - i) * kHugePageBytes)) break;
+      i = j;
     }
     // What the page tables say, not what madvise answered: one read per 2 MiB maps each
     // page, huge or not.
@@ -206,7 +228,7 @@ Result<ShmSegment> ShmSegment::create(const std::filesystem::path& path, uint64_
 }
 
 std::string ShmSegment::why_not_huge() const {
-  if (huge_bytes_ == huge_page_floor(size())) return "";
+  if (!huge_planned_ || huge_bytes_ == huge_page_floor(size())) return "";
   if (huge_unsupported()) {
     return fmt::format("{} cannot hold huge pages (a tmpfs on Linux 6.1 or later can, unless "
                        "/sys/kernel/mm/transparent_hugepage/shmem_enabled says deny)",
@@ -214,9 +236,7 @@ std::string ShmSegment::why_not_huge() const {
   }
   if (huge_error_ != 0) return fmt::format("the kernel gave no more 2 MiB pages ({})", std::strerror(huge_error_));
   if (huge_budget_spent_) {
-    return fmt::format("placing them took over the {} ms allowed (memory that a hypervisor supplies afresh is slow "
-                       "to place)",
-                       huge_budget_spent_->count());
+    return fmt::format("placing them took over the {} ms allowed", huge_budget_spent_->count());
   }
   return "the kernel placed the rest on 4 KiB pages";
 }
@@ -243,6 +263,7 @@ ShmSegment::ShmSegment(ShmSegment&& other) noexcept
       owned_(std::exchange(other.owned_, false)),
       huge_bytes_(other.huge_bytes_),
       huge_error_(other.huge_error_),
+      huge_planned_(other.huge_planned_),
       huge_budget_spent_(other.huge_budget_spent_) {
   region_.swap(other.region_);
 }
@@ -255,6 +276,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
     owned_ = std::exchange(other.owned_, false);
     huge_bytes_ = other.huge_bytes_;
     huge_error_ = other.huge_error_;
+    huge_planned_ = other.huge_planned_;
     huge_budget_spent_ = other.huge_budget_spent_;
   }
   return *this;

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/interprocess/mapped_region.hpp>
 
@@ -57,11 +58,17 @@ struct HugePagePlan {
   // a hypervisor must supply afresh can take seconds per GiB to place in huge pages,
   // where 4 KiB pages cost a fraction of that.
   std::chrono::milliseconds budget = std::chrono::milliseconds::max();
-  // 0: front to back. Else 2 MiB at each multiple of the stride (rounded up to 2 MiB)
-  // first, then the 2 MiB after each, and so on: the same part of every stride-long run
-  // (the low KV blocks of every layer) goes before the rest of any.
+  // 0: front to back. Else the file holds runs `stride` bytes long from `origin` on (a KV
+  // cache's layers): the 2 MiB holding each run's first byte go first, then the next
+  // 2 MiB of each run, and so on, so that the same part of every run (the low KV blocks
+  // of every layer) is placed before the rest of any; what no run holds goes last.
+  uint64_t origin = 0;
   uint64_t stride = 0;
 };
+
+// The offsets of a segment's first `whole` bytes' 2 MiB pages in the order `plan` places
+// them, each once.
+std::vector<uint64_t> huge_page_order(uint64_t whole, const HugePagePlan& plan);
 
 class ShmSegment {
  public:
@@ -95,7 +102,8 @@ class ShmSegment {
   uint64_t huge_bytes() const { return huge_bytes_; }
   int huge_error() const { return huge_error_; }
   // Why not every whole 2 MiB of such a segment is in a huge page, as a phrase for a log
-  // line ("" when all are); huge_unsupported() when its directory cannot hold any.
+  // line ("" when all are, or none were asked for); huge_unsupported() when its directory
+  // cannot hold any.
   std::string why_not_huge() const;
   bool huge_unsupported() const { return huge_error_ == EINVAL && huge_bytes_ == 0; }
 
@@ -105,6 +113,7 @@ class ShmSegment {
   bool owned_ = false;
   uint64_t huge_bytes_ = 0;
   int huge_error_ = 0;
+  bool huge_planned_ = false;
   std::optional<std::chrono::milliseconds> huge_budget_spent_;  // the budget that ran out
 };
 

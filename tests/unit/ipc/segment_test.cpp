@@ -83,6 +83,7 @@ TEST(SegmentTest, EveryMappingStartsOnATwoMiBBoundary) {
   }
   EXPECT_EQ(reinterpret_cast<uintptr_t>(seg->data()) % kHugePageBytes, 0u);
   EXPECT_EQ(seg->huge_bytes(), 0u) << "huge pages only when asked for";
+  EXPECT_EQ(seg->why_not_huge(), "") << "nothing was asked for";
 }
 
 TEST(SegmentTest, HugePagesHoldEveryWholeTwoMiBForEveryProcessThatMapsThem) {
@@ -106,6 +107,26 @@ TEST(SegmentTest, HugePagesHoldEveryWholeTwoMiBForEveryProcessThatMapsThem) {
   for (uint64_t i = 0; i < bytes; i += 4096) ASSERT_EQ(ro->data()[i], static_cast<std::byte>(i >> 12)) << i;
   EXPECT_EQ(huge_mapped_bytes(ro->data()), 3 * kHugePageBytes);
   std::filesystem::remove(path);
+}
+
+// Front to back, or the same part of every run first (the low KV blocks of every layer),
+// then the rest; each page once.
+TEST(SegmentTest, HugePagesGoInThePlansOrder) {
+  constexpr uint64_t M = kHugePageBytes / 2;  // 1 MiB
+  std::vector<uint64_t> front_to_back;
+  for (uint64_t p = 0; p < 5; ++p) front_to_back.push_back(p * kHugePageBytes);
+  EXPECT_EQ(huge_page_order(5 * kHugePageBytes + 4096, HugePagePlan{}), front_to_back);
+  // Runs of 3 MiB from 1 MiB on: they start at 1, 4, 7, 10 and 13 MiB (pages 0, 2, 3, 5,
+  // 6); 2 MiB further in are 3, 6, 9, 12, 15 MiB (pages 1, 3, 4, 6, 7).
+  const auto order = huge_page_order(16 * M, HugePagePlan{.origin = M, .stride = 3 * M});
+  const std::vector<uint64_t> pages = {0, 2, 3, 5, 6, 1, 4, 7};
+  ASSERT_EQ(order.size(), pages.size());
+  for (size_t i = 0; i < pages.size(); ++i) EXPECT_EQ(order[i], pages[i] * kHugePageBytes) << i;
+  // What no run holds comes last: a 5 MiB header, then runs of 4 MiB.
+  const auto late = huge_page_order(14 * M, HugePagePlan{.origin = 5 * M, .stride = 4 * M});
+  const std::vector<uint64_t> late_pages = {2, 4, 6, 3, 5, 0, 1};  // runs at 5, 9, 13 MiB
+  ASSERT_EQ(late.size(), late_pages.size());
+  for (size_t i = 0; i < late_pages.size(); ++i) EXPECT_EQ(late[i], late_pages[i] * kHugePageBytes) << i;
 }
 
 // Placing pages stops when its time is up; the rest of the segment is there, on 4 KiB pages.
