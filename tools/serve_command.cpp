@@ -264,6 +264,34 @@ int serve_command(const std::vector<std::string>& argv) {
   std::vector<Draining> draining;
   const auto drain_bound = std::chrono::milliseconds(drain_timeout_ms) + std::chrono::seconds(10);
 
+  // Starts `c` again if it has exited; false when it keeps failing.
+  std::function<bool(Child&)> revive = [&](Child& c) {
+    const auto status = c.process->wait(std::chrono::milliseconds(0));
+    if (!status) return true;
+    HEARTH_LOG_WARN("{} exited with status {}; starting it again", c.name, *status);
+    // Six quick failures in a row (each within 10 s of its start) end the server.
+    const bool quick = std::chrono::steady_clock::now() - c.started < std::chrono::seconds(10);
+    c.restarts = quick ? c.restarts + 1 : 0;
+    if (c.restarts > 5) {
+      std::fprintf(stderr, "hearth serve: %s keeps failing (its log is above)\n", c.name.c_str());
+      return false;
+    }
+    // Rank 0 is ready once every other rank has joined its group, so while it starts,
+    // ranks that died with it (or after it) are started again: they are ready at once.
+    bool others_ok = true;
+    std::function<bool()> meanwhile;
+    if (ranks.size() > 1 && &c == ranks.back().get()) {
+      meanwhile = [&] {
+        for (size_t r = 0; r + 1 < ranks.size() && others_ok; ++r) others_ok = revive(*ranks[r]);
+        return others_ok;
+      };
+    }
+    if (Status st = start(c, std::chrono::seconds(120), meanwhile); !st.is_ok()) {
+      HEARTH_LOG_ERROR("{}", st.to_string());
+    }
+    return others_ok;
+  };
+
   // Supervise: restart what dies, replace the frontend on SIGHUP, stop on SIGTERM / SIGINT.
   while (true) {
     const int sig = daemon_wait_signal(std::chrono::milliseconds(200));
@@ -289,33 +317,6 @@ int serve_command(const std::vector<std::string>& argv) {
       d.process->wait(std::chrono::seconds(5));
       return true;
     });
-    // Starts `c` again if it has exited; false when it keeps failing.
-    std::function<bool(Child&)> revive = [&](Child& c) {
-      const auto status = c.process->wait(std::chrono::milliseconds(0));
-      if (!status) return true;
-      HEARTH_LOG_WARN("{} exited with status {}; starting it again", c.name, *status);
-      // Six quick failures in a row (each within 10 s of its start) end the server.
-      const bool quick = std::chrono::steady_clock::now() - c.started < std::chrono::seconds(10);
-      c.restarts = quick ? c.restarts + 1 : 0;
-      if (c.restarts > 5) {
-        std::fprintf(stderr, "hearth serve: %s keeps failing (its log is above)\n", c.name.c_str());
-        return false;
-      }
-      // Rank 0 is ready once every other rank has joined its group, so while it starts,
-      // ranks that died with it (or after it) are started again: they are ready at once.
-      bool others_ok = true;
-      std::function<bool()> meanwhile;
-      if (ranks.size() > 1 && &c == ranks.back().get()) {
-        meanwhile = [&] {
-          for (size_t r = 0; r + 1 < ranks.size() && others_ok; ++r) others_ok = revive(*ranks[r]);
-          return others_ok;
-        };
-      }
-      if (Status st = start(c, std::chrono::seconds(120), meanwhile); !st.is_ok()) {
-        HEARTH_LOG_ERROR("{}", st.to_string());
-      }
-      return others_ok;
-    };
     for (Child* c : children) {
       if (!revive(*c)) {
         for (Child* other : children) other->process->signal(SIGTERM);
