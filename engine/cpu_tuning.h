@@ -57,8 +57,8 @@ PrefetchTuning tune_weight_prefetch(const PrefetchTuningOptions& o, const std::f
 // kernels prefetch at all, and none is the baseline; 3: the AVX2 F16/BF16 decode reads
 // each row's line whole and the AVX2 Q4_0/Q8_0 kernels issue fewer instructions; 4: the
 // resident weights sit on 2 MiB pages where the kernel allows, and a prefetch no longer
-// crosses a 4 KiB page walk every 4 KiB; 5: the AVX-512 decode of plain float rows runs
-// two column blocks' chains side by side).
+// crosses a 4 KiB page walk every 4 KiB; 5: the decode of plain float rows reads a row
+// at a time on AVX2 too, and runs two column blocks' chains side by side).
 inline constexpr int kPrefetchTuningVersion = 5;
 
 // What the passes read: windows of whole layers' matrices ("blk.N." tensors), each the
