@@ -1,7 +1,7 @@
 // matmul_rows on AVX2 + FMA + F16C. Compiled with those target flags; only called when
-// the CPU has them (isa.h). Float weights go in 2-row x 4-token tiles (decode: a row at a time); a quantized row is
-// multiplied with up to kTokenGroup tokens at once, so each weight vector is unpacked
-// once per group.
+// the CPU has them (isa.h). Float weights go in 2-row x 4-token tiles (decode: a row at
+// a time); a quantized row is multiplied with up to kTokenGroup tokens at once, so each
+// weight vector is unpacked once per group.
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_paths.h"
