@@ -332,7 +332,8 @@ Status prequant_place(LoadedModel& model, std::vector<std::pair<std::string, Rep
   std::map<std::string, std::vector<int32_t>> perms;  // canonical matrix name -> its column order
   for (auto& [name, m] : matrices) {
     TensorView view = owned_view(model, name, m.type, {m.rows, m.cols}, std::move(m.bytes));
-    auto it = std::find_if(model.tensors.begin(), model.tensors.end(), [&](const TensorView& t) { return t.name == name; });
+    const std::string& key = name;  // (clang before 16 cannot capture a structured binding)
+    auto it = std::find_if(model.tensors.begin(), model.tensors.end(), [&](const TensorView& t) { return t.name == key; });
     if (it != model.tensors.end()) {
       *it = std::move(view);
     } else {

@@ -16,6 +16,13 @@ bool has_f16c() {
   return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & (1u << 29)) != 0;
 }
 
+// From cpuid (leaf 7, EDX bit 23): clang before 15 has no "avx512fp16" for
+// __builtin_cpu_supports.
+bool has_avx512fp16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (d & (1u << 23)) != 0;
+}
+
 // cpuid leaf 1's display family and model, as /proc/cpuinfo shows them; empty without it.
 std::string family_and_model() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -112,7 +119,7 @@ std::string cpu_host_summary() {
   flag(__builtin_cpu_supports("avx512vl"), "avx512vl");
   flag(__builtin_cpu_supports("avx512vnni"), "avx512vnni");
   flag(__builtin_cpu_supports("avx512bf16"), "avx512bf16");
-  flag(__builtin_cpu_supports("avx512fp16"), "avx512fp16");
+  flag(has_avx512fp16(), "avx512fp16");
   return s;
 }
 
