@@ -1,7 +1,7 @@
 // matmul_rows on AVX2 + FMA + F16C. Compiled with those target flags; only called when
-// the CPU has them (isa.h). Float weights go in 2-row x 4-token tiles (decode: a row at
-// a time); a quantized row is multiplied with up to kTokenGroup tokens at once, so each
-// weight vector is unpacked once per group.
+// the CPU has them (isa.h). Float weights go in 2-row x 4-token tiles (decode of plain
+// rows: a row at a time); a quantized row is multiplied with up to kTokenGroup tokens at
+// once, so each weight vector is unpacked once per group.
 #include <immintrin.h>
 
 #include "kernels/cpu/matmul_paths.h"
@@ -100,8 +100,30 @@ void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x
 // Decode (one token) on plain rows: a row at a time, front to back, so each thread's
 // range is one sequential stream (4-row tiles over 1024-column blocks read 4 rows' 2 KiB
 // pieces at a time: 21 GB/s of F16 from memory on one Zen 4 core). A row's whole column
-// blocks go two at a time, two accumulator chains side by side, each block's operations
-// those of tile_float, so the result is bit for bit the tiles'.
+// blocks go two at a time, two accumulator chains side by side, the rest one by one, each
+// block's operations those of tile_float, so the result is bit for bit the tiles'.
+// One column block [k0, k1) of a row with one token: tile_float<1, 1>'s operations (the
+// tail through zero-padded copies), with the decode's own prefetch distance.
+template <typename W, typename Load>
+float decode_float_block(const W* row, const float* x, int64_t k0, int64_t k1, int prefetch_bytes, Load load) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t k = k0;
+  for (; k + 8 <= k1; k += 8) {
+    if ((k * static_cast<int64_t>(sizeof(W))) % 64 == 0) prefetch_ahead(row + k, 64, prefetch_bytes);
+    acc = _mm256_fmadd_ps(load(row + k), _mm256_loadu_ps(x + k), acc);
+  }
+  if (k < k1) {
+    alignas(32) W wpad[8] = {};
+    alignas(32) float xpad[8] = {};
+    for (int64_t i = k; i < k1; ++i) {
+      wpad[i - k] = row[i];
+      xpad[i - k] = x[i];
+    }
+    acc = _mm256_fmadd_ps(load(wpad), _mm256_loadu_ps(xpad), acc);
+  }
+  return hsum(acc);
+}
+
 template <typename W, typename Load>
 void decode_float_rows(const W* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load) {
   constexpr int64_t B = kFloatColBlock;
@@ -126,7 +148,8 @@ void decode_float_rows(const W* w, const MatmulParams& p, int64_t row_begin, int
     }
     for (; k0 < p.cols; k0 += B) {
       const int64_t k1 = p.cols - k0 < B ? p.cols : k0 + B;
-      tile_float<1, 1, false>(row, p.cols, p.x, p.cols, k0, k1, load, y, p.rows, k0 > 0);
+      const float v = decode_float_block(row, p.x, k0, k1, p.prefetch_bytes, load);
+      *y = k0 > 0 ? *y + v : v;
     }
   }
 }
@@ -266,7 +289,7 @@ void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* o
   switch (p.type) {
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: return;  // computed in tiles by matmul_float
+    case DType::kBF16: return;  // computed by matmul_float and decode_float_rows
     case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
     case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
     case DType::kQ8_0R16:

@@ -103,7 +103,7 @@ void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x
 // hardware prefetchers follow worse: measured 27 vs 38 GB/s on one Zen 5 core). The
 // arithmetic is tile_float's: one accumulator per column block, reduced and added in
 // order. A single accumulator is one chain of dependent multiply-adds (4 cycles each on
-// Zen 4: 16 F16 values per 4 cycles, 30 GB/s, whether the row comes from memory or L3),
+// Zen 4: 16 F16 values per 4 cycles, 30 GB/s, from memory and from a mostly cached matrix),
 // so two whole column blocks of a row run side by side, two chains with each block's
 // own sequence of operations unchanged.
 template <typename W, typename Load, typename LoadMasked>
@@ -324,7 +324,7 @@ void row_group(const MatmulParams& p, const std::byte* row, int64_t t0, float* o
   switch (p.type) {
     case DType::kF32:
     case DType::kF16:
-    case DType::kBF16: return;  // computed in tiles by matmul_float
+    case DType::kBF16: return;  // computed by matmul_float and decode_float_rows
     case DType::kQ8_0: rows_q8_0<N>(reinterpret_cast<const BlockQ8_0*>(row), p, t0, out); return;
     case DType::kQ4_0: rows_q4_0<N>(reinterpret_cast<const BlockQ4_0*>(row), p, t0, out); return;
     case DType::kQ8_0R16:

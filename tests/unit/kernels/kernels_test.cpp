@@ -66,11 +66,11 @@ TEST_P(MatmulTest, EveryPathMatchesTheReferenceOnRaggedShapes) {
   IsaGuard guard;
   const int block = dtype_block_elems(type) == 1 ? 32 : dtype_block_elems(type);
   // Columns: whole blocks, odd block counts (a lone block after the pairs), and for plain
-  // types widths that are not multiples of any vector, and one of 3 column blocks and a
-  // tail (decode runs whole blocks two at a time, then the rest one by one).
+  // types widths that are not multiples of any vector, and rows of 3 and 5 column blocks
+  // and a tail (decode runs whole blocks two at a time, then the rest one by one).
   std::vector<int64_t> col_counts = {block, 3 * block, 9 * block, 64 * block, 65 * block};
   if (dtype_block_elems(type) == 1 && dtype_row_group(type) == 1) {
-    col_counts.insert(col_counts.end(), {1, 7, 19, 67, 133, 3 * 1024 + 7});
+    col_counts.insert(col_counts.end(), {1, 7, 19, 67, 133, 3 * 1024 + 7, 5 * 1024 + 7});
   }
   std::map<std::pair<int64_t, int64_t>, std::vector<float>> scalar_results;
   for (cpu::CpuIsa isa : available_cpu_paths()) {
