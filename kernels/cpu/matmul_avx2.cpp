@@ -97,11 +97,6 @@ void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x
   }
 }
 
-// Decode (one token) on plain rows: a row at a time, front to back, so each thread's
-// range is one sequential stream (4-row tiles over 1024-column blocks read 4 rows' 2 KiB
-// pieces at a time: 21 GB/s of F16 from memory on one Zen 4 core). A row's whole column
-// blocks go two at a time, two accumulator chains side by side, the rest one by one, each
-// block's operations those of tile_float, so the result is bit for bit the tiles'.
 // One column block [k0, k1) of a row with one token: tile_float<1, 1>'s operations (the
 // tail through zero-padded copies), with the decode's own prefetch distance.
 template <typename W, typename Load>
@@ -124,13 +119,18 @@ float decode_float_block(const W* row, const float* x, int64_t k0, int64_t k1, i
   return hsum(acc);
 }
 
+// Decode (one token) on plain rows: a row at a time, front to back, so each thread's
+// range is one sequential stream (4-row tiles over 1024-column blocks read 4 rows' 2 KiB
+// pieces at a time: 21 GB/s of F16 from memory on one Zen 4 core). A row's whole column
+// blocks go two at a time, two accumulator chains side by side, the rest one by one, each
+// block's operations those of tile_float, so the result is bit for bit the tiles'.
 template <typename W, typename Load>
 void decode_float_rows(const W* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load) {
   constexpr int64_t B = kFloatColBlock;
   static_assert(B * sizeof(W) % 64 == 0, "both blocks' chunks start on the same cache-line phase");
   for (int64_t r = row_begin; r < row_end; ++r) {
     const W* row = w + r * p.cols;
-    float* y = p.y + r;
+    float out = 0.0f;
     int64_t k0 = 0;
     for (; k0 + 2 * B <= p.cols; k0 += 2 * B) {
       __m256 a = _mm256_setzero_ps(), b = _mm256_setzero_ps();
@@ -143,14 +143,15 @@ void decode_float_rows(const W* w, const MatmulParams& p, int64_t row_begin, int
         b = _mm256_fmadd_ps(load(row + k + B), _mm256_loadu_ps(p.x + k + B), b);
       }
       const float va = hsum(a), vb = hsum(b);
-      *y = k0 > 0 ? *y + va : va;
-      *y += vb;
+      out = k0 > 0 ? out + va : va;
+      out += vb;
     }
     for (; k0 < p.cols; k0 += B) {
       const int64_t k1 = p.cols - k0 < B ? p.cols : k0 + B;
       const float v = decode_float_block(row, p.x, k0, k1, p.prefetch_bytes, load);
-      *y = k0 > 0 ? *y + v : v;
+      out = k0 > 0 ? out + v : v;
     }
+    p.y[r] = out;
   }
 }
 

@@ -98,14 +98,8 @@ void tile_float_tokens(int64_t n, const W* w, int64_t row_stride, const float* x
   }
 }
 
-// Decode (one token) on plain rows: a row at a time, front to back, so each thread's
-// range is one sequential stream (tiles of several rows are several streams, which the
-// hardware prefetchers follow worse: measured 27 vs 38 GB/s on one Zen 5 core). The
-// arithmetic is tile_float's: one accumulator per column block, reduced and added in
-// order. A single accumulator is one chain of dependent multiply-adds (4 cycles each on
-// Zen 4: 16 F16 values per 4 cycles, 30 GB/s, from memory and from a mostly cached matrix),
-// so two whole column blocks of a row run side by side, two chains with each block's
-// own sequence of operations unchanged.
+// One column block [k0, k1) of a row with one token: tile_float<1, 1>'s operations (the
+// tail by masked loads), with the decode's own prefetch distance.
 template <typename W, typename Load, typename LoadMasked>
 [[gnu::always_inline]] inline float decode_float_block(const W* row, const float* x, int64_t k0, int64_t k1,
                                                        int prefetch_bytes, Load load, LoadMasked load_masked) {
@@ -122,6 +116,14 @@ template <typename W, typename Load, typename LoadMasked>
   return _mm512_reduce_add_ps(acc);
 }
 
+// Decode (one token) on plain rows: a row at a time, front to back, so each thread's
+// range is one sequential stream (tiles of several rows are several streams, which the
+// hardware prefetchers follow worse: measured 27 vs 38 GB/s on one Zen 5 core). The
+// arithmetic is tile_float's: one accumulator per column block, reduced and added in
+// order. A single accumulator is one chain of dependent multiply-adds (4 cycles each on
+// Zen 4: 16 F16 values per 4 cycles, 30 GB/s, from memory and from a mostly cached matrix),
+// so two whole column blocks of a row run side by side, two chains with each block's
+// own sequence of operations unchanged.
 template <typename W, typename Load, typename LoadMasked>
 void decode_float_rows(const W* w, const MatmulParams& p, int64_t row_begin, int64_t row_end, Load load,
                        LoadMasked load_masked) {
