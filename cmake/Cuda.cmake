@@ -1,7 +1,16 @@
-# HEARTH_CUDA=AUTO builds the CUDA parts when nvcc is found; ON requires it; OFF skips it.
+# HEARTH_CUDA=AUTO builds the CUDA parts when nvcc is found; ON requires it; OFF skips it;
+# EMU builds them for the emulated device (kernels/cuda/emu): the same kernel sources and
+# backend compiled by the host compiler against a CPU implementation of the CUDA runtime,
+# driver, cuBLASLt and NCCL, so that every CUDA test runs on a machine without a GPU.
 set(HEARTH_HAVE_CUDA OFF)
 set(HEARTH_HAVE_NCCL OFF)
-if(NOT HEARTH_CUDA STREQUAL "OFF")
+set(HEARTH_CUDA_EMU OFF)
+if(HEARTH_CUDA STREQUAL "EMU")
+  set(HEARTH_HAVE_CUDA ON)
+  set(HEARTH_HAVE_NCCL ON)
+  set(HEARTH_CUDA_EMU ON)
+  find_package(Boost 1.81 REQUIRED COMPONENTS context)
+elseif(NOT HEARTH_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER)
     find_program(HEARTH_NVCC nvcc HINTS /usr/local/cuda/bin ENV CUDA_HOME PATH_SUFFIXES bin)
     if(HEARTH_NVCC)
@@ -29,4 +38,9 @@ if(NOT HEARTH_CUDA STREQUAL "OFF")
     message(FATAL_ERROR "HEARTH_CUDA=ON but no CUDA compiler was found (looked for nvcc in /usr/local/cuda/bin and PATH)")
   endif()
 endif()
-message(STATUS "hearth: CUDA backend ${HEARTH_HAVE_CUDA}, NCCL ${HEARTH_HAVE_NCCL}")
+if(HEARTH_CUDA_EMU)
+  message(STATUS "hearth: CUDA backend EMULATED on the CPU (kernels/cuda/emu: no GPU code is built), "
+                 "NCCL emulated")
+else()
+  message(STATUS "hearth: CUDA backend ${HEARTH_HAVE_CUDA}, NCCL ${HEARTH_HAVE_NCCL}")
+endif()

@@ -23,6 +23,11 @@ std::optional<int> handle_program_flags(const Args& args, std::string_view progr
     std::fprintf(stderr, "%.*s: %s\n", static_cast<int>(program.size()), program.data(), st.message().c_str());
     return 2;
   }
+  if (cuda_emulated()) {
+    HEARTH_LOG_INFO("{}: this build's CUDA device is emulated on the CPU (HEARTH_CUDA=EMU): its kernels run on "
+                    "fibers, not on a GPU",
+                    program);
+  }
   return std::nullopt;
 }
 

@@ -63,6 +63,25 @@ bool resolve(void* lib, const char* name, F& out) {
   return out != nullptr;
 }
 
+#if HEARTH_CUDA_EMU
+// The emulated device's cuBLASLt is linked in (kernels/cuda/emu/cublaslt.cpp).
+CublasLtLibrary load_cublaslt() {
+  CublasLtLibrary l;
+  l.api = {&::cublasLtCreate,
+           &::cublasLtDestroy,
+           &::cublasLtMatmul,
+           &::cublasLtMatmulAlgoGetHeuristic,
+           &::cublasLtMatmulDescCreate,
+           &::cublasLtMatmulDescDestroy,
+           &::cublasLtMatmulDescSetAttribute,
+           &::cublasLtMatmulPreferenceCreate,
+           &::cublasLtMatmulPreferenceDestroy,
+           &::cublasLtMatmulPreferenceSetAttribute,
+           &::cublasLtMatrixLayoutCreate,
+           &::cublasLtMatrixLayoutDestroy};
+  return l;
+}
+#else
 CublasLtLibrary load_cublaslt() {
   CublasLtLibrary l;
   const std::string major = std::to_string(CUBLAS_VER_MAJOR);
@@ -96,6 +115,7 @@ CublasLtLibrary load_cublaslt() {
   if (!ok) l.status = make_error(ErrorCode::kUnavailable, "the cuBLASLt library found lacks an entry point hearth uses");
   return l;
 }
+#endif
 
 const CublasLtLibrary& cublaslt_library() {
   static const CublasLtLibrary lib = load_cublaslt();

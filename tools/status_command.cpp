@@ -14,6 +14,7 @@
 #include "common/args.h"
 #include "common/cpu_set.h"
 #include "common/process.h"
+#include "common/version.h"
 #include "ipc/broker.h"
 #include "ipc/segment.h"
 #include "ipc/slab_channel.h"
@@ -204,6 +205,9 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
 }
 
 void print_text(const std::map<std::string, std::vector<boost::json::object>>& instances) {
+  if (cuda_emulated()) {
+    std::printf("this hearth build's CUDA device is emulated on the CPU (HEARTH_CUDA=EMU): not a GPU build\n");
+  }
   if (instances.empty()) {
     std::printf("no hearth segments\n");
     return;

@@ -17,7 +17,7 @@ namespace {
 constexpr int kDimsPerThread = (kAttentionMaxHeadDim + kAttentionBlock - 1) / kAttentionBlock;
 
 __global__ void attention_kernel(AttentionStepParams p) {
-  extern __shared__ float shared[];
+  HEARTH_DYNAMIC_SHARED(float, shared);
   float* q = shared;                        // [head_dim]
   float* scores = q + p.head_dim;           // [kAttentionBlock]
   float* scratch = scores + kAttentionBlock;  // [32]
@@ -90,7 +90,7 @@ cudaError_t attention(const AttentionStepParams& p, cudaStream_t stream) {
   if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0) return cudaErrorInvalidValue;
   if (p.n_tokens <= 0) return cudaSuccess;
   const LaunchShape s = attention_launch(p.n_tokens, p.n_heads, p.head_dim);
-  attention_kernel<<<to_dim3(s.grid), to_dim3(s.block), s.shared_bytes, stream>>>(p);
+  HEARTH_LAUNCH(attention_kernel, to_dim3(s.grid), to_dim3(s.block), s.shared_bytes, stream)(p);
   return launched();
 }
 

@@ -97,7 +97,7 @@ size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols) {
 // rows]), dequantizes each value as dev::group_quant_value does and accumulates it into
 // each token's sum in column order.
 __global__ void group_quant_matvec_kernel(dev::GroupQuantView w, const float* x, int64_t n_tokens, float* y) {
-  extern __shared__ float tile[];  // [kGroupQuantTokens][kGroupQuantTileCols]
+  HEARTH_DYNAMIC_SHARED(float, tile);  // [kGroupQuantTokens][kGroupQuantTileCols]
   const int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int32_t pack = dev::group_quant_pack(w.bits);
   const int64_t zero_words = w.rows / pack;
@@ -142,7 +142,7 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
     case DType::kF16:
     case DType::kBF16: {
       const int64_t row_bytes = p.cols * (p.type == DType::kF32 ? 4 : 2);
-      float_matvec_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(
+      HEARTH_LAUNCH(float_matvec_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
           p.type, static_cast<const std::byte*>(p.w), row_bytes, p.rows, p.cols, p.x, p.n_tokens, p.y);
       return launched();
     }
@@ -155,14 +155,14 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
       const ActView xq = act_view(p.scratch, p.n_tokens, p.cols);
       const int64_t n_blocks = p.n_tokens * (p.cols / 32);
       const LaunchShape q = act_quant_launch(p.n_tokens, p.cols);
-      act_quant_kernel<<<to_dim3(q.grid), to_dim3(q.block), 0, stream>>>(p.x, n_blocks, xq);
+      HEARTH_LAUNCH(act_quant_kernel, to_dim3(q.grid), to_dim3(q.block), 0, stream)(p.x, n_blocks, xq);
       if (const cudaError_t e = launched(); e != cudaSuccess) return e;
       if (p.type == DType::kQ8_0) {
-        quant_matvec_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(static_cast<const BlockQ8_0*>(p.w),
-                                                                               p.rows, p.cols, xq, p.n_tokens, p.y);
+        HEARTH_LAUNCH(quant_matvec_kernel<BlockQ8_0>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+            static_cast<const BlockQ8_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
       } else {
-        quant_matvec_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(static_cast<const BlockQ4_0*>(p.w),
-                                                                               p.rows, p.cols, xq, p.n_tokens, p.y);
+        HEARTH_LAUNCH(quant_matvec_kernel<BlockQ4_0>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+            static_cast<const BlockQ4_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
       }
       return launched();
     }
@@ -183,7 +183,8 @@ cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int
   if (w.cols % pack != 0 || w.rows % pack != 0 || kGroupQuantTileCols % pack != 0) return cudaErrorInvalidValue;
   if (w.g_idx == nullptr && w.group_size <= 0) return cudaErrorInvalidValue;
   const LaunchShape s = group_quant_launch(w.rows, n_tokens);
-  group_quant_matvec_kernel<<<to_dim3(s.grid), to_dim3(s.block), s.shared_bytes, stream>>>(w, x, n_tokens, y);
+  HEARTH_LAUNCH(group_quant_matvec_kernel, to_dim3(s.grid), to_dim3(s.block), s.shared_bytes, stream)(
+      w, x, n_tokens, y);
   return launched();
 }
 

@@ -143,8 +143,8 @@ cudaError_t embedding(DType type, const void* table, int64_t dim, const int32_t*
   if (dim % elems != 0) return cudaErrorInvalidValue;
   const int64_t row_bytes = dim / elems * dtype_block_bytes(type);
   const LaunchShape s = rows_launch(n);
-  embedding_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(type, static_cast<const std::byte*>(table),
-                                                                    row_bytes, dim, ids, n, out);
+  HEARTH_LAUNCH(embedding_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+      type, static_cast<const std::byte*>(table), row_bytes, dim, ids, n, out);
   return launched();
 }
 
@@ -153,8 +153,8 @@ cudaError_t rms_norm(const float* x, const float* weight, int64_t n, int64_t dim
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = rows_launch(n);
   // x is only read when there is no delta.
-  rms_norm_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(const_cast<float*>(x), nullptr, weight, n, dim,
-                                                                     eps, out);
+  HEARTH_LAUNCH(rms_norm_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+      const_cast<float*>(x), nullptr, weight, n, dim, eps, out);
   return launched();
 }
 
@@ -162,7 +162,7 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* weight, int6
                          float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = rows_launch(n);
-  rms_norm_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, delta, weight, n, dim, eps, out);
+  HEARTH_LAUNCH(rms_norm_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, delta, weight, n, dim, eps, out);
   return launched();
 }
 
@@ -171,36 +171,36 @@ cudaError_t rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const i
   if (head_dim % 2 != 0) return cudaErrorNotSupported;
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n * n_heads * (head_dim / 2));
-  rope_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, n, n_heads, head_dim, positions, inv_freq,
-                                                                 interleaved);
+  HEARTH_LAUNCH(rope_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+      x, n, n_heads, head_dim, positions, inv_freq, interleaved);
   return launched();
 }
 
 cudaError_t swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n);
-  swiglu_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(gate, up, n, out);
+  HEARTH_LAUNCH(swiglu_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(gate, up, n, out);
   return launched();
 }
 
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n);
-  add_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(y, x, n, n);
+  HEARTH_LAUNCH(add_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(y, x, n, n);
   return launched();
 }
 
 cudaError_t add_bias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream) {
   if (n <= 0 || dim <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n * dim);
-  add_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, bias, n * dim, dim);
+  HEARTH_LAUNCH(add_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, bias, n * dim, dim);
   return launched();
 }
 
 cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = rows_launch(n);
-  gather_rows_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, rows, n, dim, out);
+  HEARTH_LAUNCH(gather_rows_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, rows, n, dim, out);
   return launched();
 }
 
@@ -208,7 +208,7 @@ cudaError_t permute_columns(const float* x, int64_t n, int64_t cols, const int32
                             cudaStream_t stream) {
   if (n <= 0 || cols <= 0) return cudaSuccess;
   const LaunchShape s = rows_launch(n);
-  permute_columns_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, n, cols, perm, out);
+  HEARTH_LAUNCH(permute_columns_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, n, cols, perm, out);
   return launched();
 }
 
@@ -216,7 +216,7 @@ cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream) {
   if (kv_dtype_bytes(p.kv_dtype) == 0) return cudaErrorNotSupported;
   if (p.n_tokens <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(p.n_tokens * p.n_kv_heads * p.head_dim);
-  kv_store_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(p);
+  HEARTH_LAUNCH(kv_store_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(p);
   return launched();
 }
 
@@ -224,8 +224,8 @@ cudaError_t convert_activations(const float* x, int64_t n, DType type, void* out
   if (type != DType::kF16 && type != DType::kBF16) return cudaErrorNotSupported;
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n);
-  convert_kernel<<<to_dim3(s.grid), to_dim3(s.block), 0, stream>>>(x, n, type == DType::kBF16,
-                                                                    static_cast<uint16_t*>(out));
+  HEARTH_LAUNCH(convert_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+      x, n, type == DType::kBF16, static_cast<uint16_t*>(out));
   return launched();
 }
 

@@ -5,6 +5,21 @@
 
 #include "kernels/cuda/launch.h"
 
+// The two places where a kernel source cannot be plain C++: a launch, and dynamic shared
+// memory. Under nvcc they are CUDA's own syntax; in an emulated build
+// (kernels/cuda/emu/device.h) a launch enqueues the grid on the emulated stream, and
+// dynamic shared memory is the launch's own allocation of exactly its shared_bytes.
+//   HEARTH_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...)
+//   HEARTH_DYNAMIC_SHARED(float, name);  // extern __shared__ float name[];
+#if defined(__CUDACC__)
+#define HEARTH_LAUNCH(kernel, grid, block, shared_bytes, stream) kernel<<<grid, block, shared_bytes, stream>>>
+#define HEARTH_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#else
+#define HEARTH_LAUNCH(kernel, grid, block, shared_bytes, stream) \
+  ::hearth::emu::launcher(kernel, #kernel, grid, block, shared_bytes, stream)
+#define HEARTH_DYNAMIC_SHARED(type, name) type* const name = static_cast<type*>(::hearth::emu::detail::t_dynamic_shared)
+#endif
+
 namespace hearth::kernels::cuda {
 
 __device__ __forceinline__ float warp_sum(float v) {

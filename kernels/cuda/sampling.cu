@@ -352,7 +352,7 @@ cudaError_t sample(const SampleParams& p, cudaStream_t stream) {
   const size_t cells = align256(static_cast<size_t>(p.n_rows * p.vocab) * 4);
   if (const cudaError_t e = cudaMemsetAsync(s.counts, 0, 3 * cells, stream); e != cudaSuccess) return e;
   const auto grid = static_cast<unsigned>(p.n_rows);
-  sample_prepare_kernel<<<grid, kSampleBlock, 0, stream>>>(p, s);
+  HEARTH_LAUNCH(sample_prepare_kernel, grid, kSampleBlock, 0, stream)(p, s);
   if (const cudaError_t e = launched(); e != cudaSuccess) return e;
   size_t bytes = s.cub_bytes;
   if (const cudaError_t e = cub::DeviceSegmentedRadixSort::SortPairsDescending(
@@ -361,7 +361,7 @@ cudaError_t sample(const SampleParams& p, cudaStream_t stream) {
       e != cudaSuccess) {
     return e;
   }
-  sample_draw_kernel<<<grid, kSampleBlock, 0, stream>>>(p, s);
+  HEARTH_LAUNCH(sample_draw_kernel, grid, kSampleBlock, 0, stream)(p, s);
   return launched();
 }
 

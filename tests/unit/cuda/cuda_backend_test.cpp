@@ -22,6 +22,9 @@
 #include "loader/model.h"
 #include "loader/quantize.h"
 #include "tests/test_util.h"
+#if HEARTH_CUDA_EMU
+#include <cuda_runtime.h>  // the emulated device's seed
+#endif
 
 namespace hearth {
 namespace {
@@ -48,6 +51,10 @@ class CudaBackendTest : public ::testing::Test {
     cpu_ = make_cpu_backend({.threads = 1});
     const uint32_t seed = std::random_device{}();
     std::printf("seed %u\n", seed);
+#if HEARTH_CUDA_EMU
+    std::printf("HEARTH_EMU_SEED=%llu (the emulated device's thread order)\n",
+                static_cast<unsigned long long>(emu::seed()));
+#endif
     rng_.seed(seed);
   }
 

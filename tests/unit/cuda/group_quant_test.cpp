@@ -33,6 +33,10 @@ TEST(GroupQuantCudaTest, ProductsMatchTheDequantizedReference) {
   if (cu::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine: this test needs one";
   const uint32_t seed = std::random_device{}();
   std::printf("seed %u\n", seed);
+#if HEARTH_CUDA_EMU
+  std::printf("HEARTH_EMU_SEED=%llu (the emulated device's thread order)\n",
+              static_cast<unsigned long long>(emu::seed()));
+#endif
   std::mt19937 rng(seed);
   struct Shape {
     int64_t rows, cols;

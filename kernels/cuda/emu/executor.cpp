@@ -1,0 +1,455 @@
+// The execution model: a grid runs one block at a time on its stream's host thread; a
+// block's threads are fibers (Boost.Context's fcontext) on stacks of their own, resumed
+// in rounds in an order shuffled from the seed, each running until it reaches
+// __syncthreads, a warp collective or its end. A barrier releases its block when every
+// thread has arrived; a collective releases the lanes of its mask when all of them have.
+// When nothing can run and some thread has not finished, the block would hang on a GPU:
+// the launch fails with a report of who waits where.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <boost/context/detail/fcontext.hpp>
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/emu/device.h"
+#include "kernels/cuda/emu/internal.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define HEARTH_EMU_ASAN 1
+#else
+#define HEARTH_EMU_ASAN 0
+#endif
+
+namespace ctx = boost::context::detail;
+
+namespace hearth::emu {
+
+namespace detail {
+thread_local const uint3* t_thread_idx = nullptr;
+thread_local uint3 t_block_idx{0, 0, 0};
+thread_local dim3 t_block_dim;
+thread_local dim3 t_grid_dim;
+thread_local void* t_dynamic_shared = nullptr;
+}  // namespace detail
+
+namespace {
+
+// A fiber's stack: ASan's frames are several times larger than plain ones.
+constexpr size_t kStackBytes = HEARTH_EMU_ASAN ? (256u << 10) : (64u << 10);
+constexpr int kWarpSize = 32;
+constexpr size_t kSharedTail = 64;  // bytes checked after a block's dynamic shared memory
+
+// What the sm_90 part the emulator stands for allows a launch.
+constexpr unsigned kMaxThreadsPerBlock = 1024;
+constexpr unsigned kMaxBlock[3] = {1024, 1024, 64};
+constexpr unsigned kMaxGrid[3] = {0x7fffffffu, 65535, 65535};
+constexpr size_t kSharedPerBlock = 48u << 10;
+
+// Stacks for a host thread's fibers, kept for its later blocks; each has a guard page
+// below it, so an overflow faults instead of writing into its neighbour.
+class StackPool {
+ public:
+  ~StackPool() {
+    for (void* m : maps_) munmap(m, kStackBytes + page());
+  }
+  // The top of stack i.
+  void* top(size_t i) {
+    while (maps_.size() <= i) {
+      void* m = mmap(nullptr, kStackBytes + page(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+      if (m == MAP_FAILED) throw std::bad_alloc();
+      mprotect(m, page(), PROT_NONE);
+      maps_.push_back(m);
+    }
+    return static_cast<char*>(maps_[i]) + page() + kStackBytes;
+  }
+  void* bottom(size_t i) { return static_cast<char*>(maps_[i]) + page(); }
+
+ private:
+  static size_t page() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+  std::vector<void*> maps_;
+};
+
+enum class State : uint8_t { kRunnable, kBarrier, kWarp, kDone };
+
+struct Thread {
+  ctx::fcontext_t fiber = nullptr;
+  uint3 idx{0, 0, 0};
+  int warp = 0, lane = 0;
+  State state = State::kRunnable;
+  uint64_t shuffled = 0;  // what its last warp collective gave it
+  void* fake_stack = nullptr;
+};
+
+// A warp collective being gathered: the first lane to arrive sets what it is.
+struct Warp {
+  unsigned lanes = 0;    // the lanes this warp has
+  unsigned arrived = 0;  // lanes that have reached the collective
+  unsigned mask = 0;
+  int kind = 0;  // a Shuffle, or -1 for __syncwarp
+  int param = 0, width = 0;
+  int first_lane = 0;
+  uint64_t values[kWarpSize] = {};
+};
+
+// Thrown in a fiber at a fault; its entry catches it, so no exception crosses a switch.
+struct Fault {};
+
+const char* collective_name(int kind) {
+  switch (kind) {
+    case static_cast<int>(Shuffle::kIndex): return "__shfl_sync";
+    case static_cast<int>(Shuffle::kUp): return "__shfl_up_sync";
+    case static_cast<int>(Shuffle::kDown): return "__shfl_down_sync";
+    case static_cast<int>(Shuffle::kXor): return "__shfl_xor_sync";
+    default: return "__syncwarp";
+  }
+}
+
+uint64_t mix(uint64_t x) {  // splitmix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+class Block {
+ public:
+  Block(const Grid& g, StackPool& stacks) : g_(g), stacks_(stacks) {
+    n_ = g.block.x * g.block.y * g.block.z;
+    threads_.resize(n_);
+    warps_.resize((n_ + kWarpSize - 1) / kWarpSize);
+    for (unsigned i = 0; i < n_; ++i) {
+      Thread& t = threads_[i];
+      t.idx = {i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y)};
+      t.warp = static_cast<int>(i / kWarpSize);
+      t.lane = static_cast<int>(i % kWarpSize);
+      warps_[static_cast<size_t>(t.warp)].lanes |= 1u << t.lane;
+    }
+  }
+
+  // Runs block `b` of the grid; false after a fault (reported in what()).
+  bool run(uint3 b, uint64_t order_seed) {
+    detail::t_block_idx = b;
+    rng_ = order_seed;
+    done_ = 0;
+    at_barrier_ = 0;
+    runnable_.clear();
+    for (Warp& w : warps_) w.arrived = 0;
+    for (unsigned i = 0; i < n_; ++i) {
+      Thread& t = threads_[i];
+      t.state = State::kRunnable;
+      t.fiber = ctx::make_fcontext(stacks_.top(i), kStackBytes, &Block::entry);
+      runnable_.push_back(static_cast<int>(i));
+    }
+    Block* outer = current_block;
+    current_block = this;
+    std::vector<int> round;
+    while (!runnable_.empty() && fault_.empty()) {
+      round.swap(runnable_);
+      runnable_.clear();
+      shuffle(round);
+      for (int i : round) {
+        resume(threads_[static_cast<size_t>(i)]);
+        if (!fault_.empty()) break;
+      }
+    }
+    current_block = outer;
+    if (fault_.empty() && done_ < n_) fault_ = hang_report();
+    if (!fault_.empty()) {
+#if HEARTH_EMU_ASAN
+      // The abandoned fibers' frames leave their stacks poisoned.
+      for (unsigned i = 0; i < n_; ++i) ASAN_UNPOISON_MEMORY_REGION(stacks_.bottom(i), kStackBytes);
+#endif
+      return false;
+    }
+    return true;
+  }
+
+  const std::string& what() const { return fault_; }
+
+  // The calls kernels make, through the thread-local current block.
+  static Block& current(const char* call) {
+    if (current_block == nullptr) {
+      std::fprintf(stderr, "hearth-emu: %s called outside a kernel\n", call);
+      std::abort();
+    }
+    return *current_block;
+  }
+
+  void sync_threads() {
+    Thread& t = *running_;
+    t.state = State::kBarrier;
+    if (++at_barrier_ == n_) {
+      at_barrier_ = 0;
+      for (unsigned i = 0; i < n_; ++i) release(threads_[i]);
+    }
+    yield(t);
+  }
+
+  uint64_t collective(unsigned mask, uint64_t bits, int kind, int param, int width) {
+    Thread& t = *running_;
+    Warp& w = warps_[static_cast<size_t>(t.warp)];
+    const unsigned me = 1u << t.lane;
+    if ((mask & me) == 0) {
+      fail(t, fmt("%s with mask 0x%08x, which leaves out the calling lane %d", collective_name(kind), mask, t.lane));
+    }
+    if ((mask & ~w.lanes) != 0) {
+      fail(t, fmt("%s with mask 0x%08x, which names lanes 0x%08x that warp %d does not have (%u threads per block)",
+                  collective_name(kind), mask, mask & ~w.lanes, t.warp, n_));
+    }
+    if (kind >= 0 && (width <= 0 || width > kWarpSize || (width & (width - 1)) != 0)) {
+      fail(t, fmt("%s with width %d, which is not a power of two up to 32", collective_name(kind), width));
+    }
+    if (w.arrived == 0) {
+      w.mask = mask;
+      w.kind = kind;
+      w.param = param;
+      w.width = width;
+      w.first_lane = t.lane;
+    } else if (w.mask != mask || w.kind != kind) {
+      fail(t, fmt("lanes of warp %d disagree: lane %d is in %s with mask 0x%08x, lane %d in %s with mask 0x%08x",
+                  t.warp, w.first_lane, collective_name(w.kind), w.mask, t.lane, collective_name(kind), mask));
+    }
+    w.values[t.lane] = bits;
+    w.arrived |= me;
+    t.state = State::kWarp;
+    if (w.arrived == mask) complete(w, t.warp);
+    yield(t);
+    return t.shuffled;
+  }
+
+ private:
+  static void entry(ctx::transfer_t from) {
+    Block& b = *current_block;
+    Thread& t = *static_cast<Thread*>(from.data);
+    b.scheduler_ = from.fctx;
+#if HEARTH_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &b.scheduler_stack_, &b.scheduler_stack_size_);
+#endif
+    try {
+      g_body(b);
+    } catch (const Fault&) {
+    }
+    t.state = State::kDone;
+    ++b.done_;
+#if HEARTH_EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, b.scheduler_stack_, b.scheduler_stack_size_);
+#endif
+    ctx::jump_fcontext(b.scheduler_, nullptr);
+  }
+
+  static void g_body(Block& b) { b.g_.body(); }
+
+  void resume(Thread& t) {
+    running_ = &t;
+    detail::t_thread_idx = &t.idx;
+#if HEARTH_EMU_ASAN
+    void* fake = nullptr;
+    const size_t i = static_cast<size_t>(&t - threads_.data());
+    __sanitizer_start_switch_fiber(&fake, stacks_.bottom(i), kStackBytes);
+#endif
+    ctx::transfer_t back = ctx::jump_fcontext(t.fiber, &t);
+#if HEARTH_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    t.fiber = back.fctx;
+    running_ = nullptr;
+  }
+
+  void yield([[maybe_unused]] Thread& t) {
+#if HEARTH_EMU_ASAN
+    __sanitizer_start_switch_fiber(&t.fake_stack, scheduler_stack_, scheduler_stack_size_);
+#endif
+    ctx::transfer_t back = ctx::jump_fcontext(scheduler_, nullptr);
+    scheduler_ = back.fctx;
+#if HEARTH_EMU_ASAN
+    __sanitizer_finish_switch_fiber(t.fake_stack, &scheduler_stack_, &scheduler_stack_size_);
+#endif
+  }
+
+  void release(Thread& t) {
+    t.state = State::kRunnable;
+    runnable_.push_back(static_cast<int>(&t - threads_.data()));
+  }
+
+  // Every lane of the collective has arrived: each gets its source lane's value.
+  void complete(Warp& w, int warp) {
+    for (int lane = 0; lane < kWarpSize; ++lane) {
+      if ((w.mask & (1u << lane)) == 0) continue;
+      Thread& t = threads_[static_cast<size_t>(warp * kWarpSize + lane)];
+      if (w.kind >= 0) {
+        const int base = lane & ~(w.width - 1);
+        int src = lane;
+        switch (static_cast<Shuffle>(w.kind)) {
+          case Shuffle::kIndex: src = base + (w.param & (w.width - 1)); break;
+          case Shuffle::kUp: src = lane - w.param >= base ? lane - w.param : lane; break;
+          case Shuffle::kDown: src = lane + w.param < base + w.width ? lane + w.param : lane; break;
+          case Shuffle::kXor: src = (lane ^ w.param) < base + w.width ? lane ^ w.param : lane; break;
+        }
+        if (src < 0 || src >= kWarpSize || (w.mask & (1u << src)) == 0) {
+          fault_ = fmt("kernel %s: lane %d of warp %d reads lane %d in %s, which is not in its mask 0x%08x "
+                       "(undefined on a GPU)",
+                       g_.name, lane, warp, src, collective_name(w.kind), w.mask);
+          return;
+        }
+        t.shuffled = w.values[src];
+      }
+      release(t);
+    }
+    w.arrived = 0;
+  }
+
+  [[noreturn]] void fail(const Thread& t, const std::string& what) {
+    const uint3 b = detail::t_block_idx;
+    fault_ = fmt("kernel %s, block (%u,%u,%u), thread (%u,%u,%u): ", g_.name, b.x, b.y, b.z, t.idx.x, t.idx.y,
+                 t.idx.z) +
+             what;
+    throw Fault{};
+  }
+
+  std::string hang_report() const {
+    const uint3 b = detail::t_block_idx;
+    unsigned exited = 0, in_warp = 0;
+    for (const Thread& t : threads_) {
+      exited += t.state == State::kDone ? 1 : 0;
+      in_warp += t.state == State::kWarp ? 1 : 0;
+    }
+    std::string r = fmt("kernel %s, block (%u,%u,%u) would hang on a GPU:", g_.name, b.x, b.y, b.z);
+    if (at_barrier_ > 0) {
+      r += fmt(" __syncthreads reached by %u of %u threads (%u have exited, %u wait in warp collectives): a "
+               "divergent barrier;",
+               at_barrier_, n_, exited, in_warp);
+    }
+    for (size_t i = 0; i < warps_.size(); ++i) {
+      const Warp& w = warps_[i];
+      if (w.arrived == 0) continue;
+      unsigned gone = 0, at_sync = 0;
+      for (int lane = 0; lane < kWarpSize; ++lane) {
+        if ((w.mask & ~w.arrived & (1u << lane)) == 0) continue;
+        const State s = threads_[i * kWarpSize + static_cast<size_t>(lane)].state;
+        if (s == State::kDone) gone |= 1u << lane;
+        if (s == State::kBarrier) at_sync |= 1u << lane;
+      }
+      r += fmt(" warp %zu: lanes 0x%08x wait in %s over mask 0x%08x for lanes 0x%08x (0x%08x have exited, 0x%08x wait "
+               "at __syncthreads);",
+               i, w.arrived, collective_name(w.kind), w.mask, w.mask & ~w.arrived, gone, at_sync);
+    }
+    return r;
+  }
+
+  void shuffle(std::vector<int>& v) {
+    for (size_t i = v.size(); i > 1; --i) {
+      rng_ = mix(rng_);
+      std::swap(v[i - 1], v[rng_ % i]);
+    }
+  }
+
+  template <typename... A>
+  static std::string fmt(const char* format, A... args) {
+    char buf[1024];
+    std::snprintf(buf, sizeof buf, format, args...);
+    return buf;
+  }
+
+  static thread_local Block* current_block;
+
+  const Grid& g_;
+  StackPool& stacks_;
+  unsigned n_ = 0;
+  std::vector<Thread> threads_;
+  std::vector<Warp> warps_;
+  std::vector<int> runnable_;
+  unsigned done_ = 0, at_barrier_ = 0;
+  uint64_t rng_ = 0;
+  Thread* running_ = nullptr;
+  ctx::fcontext_t scheduler_ = nullptr;
+  const void* scheduler_stack_ = nullptr;
+  size_t scheduler_stack_size_ = 0;
+  std::string fault_;
+};
+
+thread_local Block* Block::current_block = nullptr;
+
+std::atomic<uint64_t> g_launches{0};
+
+}  // namespace
+
+void sync_threads() { Block::current("__syncthreads").sync_threads(); }
+
+void sync_warp(unsigned mask) { Block::current("__syncwarp").collective(mask, 0, -1, 0, kWarpSize); }
+
+uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int param, int width) {
+  return Block::current("a warp shuffle").collective(mask, bits, static_cast<int>(kind), param, width);
+}
+
+cudaError_t launch(const char* name, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   KernelBody body) {
+  if (const cudaError_t e = sticky_error(stream_device(stream)); e != cudaSuccess) return record(e);
+  const unsigned g[3] = {grid.x, grid.y, grid.z}, b[3] = {block.x, block.y, block.z};
+  for (int i = 0; i < 3; ++i) {
+    if (g[i] == 0 || b[i] == 0 || g[i] > kMaxGrid[i] || b[i] > kMaxBlock[i]) {
+      return record(cudaErrorInvalidConfiguration);
+    }
+  }
+  if (static_cast<uint64_t>(block.x) * block.y * block.z > kMaxThreadsPerBlock) {
+    return record(cudaErrorInvalidConfiguration);
+  }
+  if (shared_bytes > kSharedPerBlock) return record(cudaErrorInvalidValue);
+  Grid run{name, grid, block, shared_bytes, stream_device(stream), g_launches.fetch_add(1), std::move(body)};
+  return enqueue(stream, [run = std::move(run)] { run_grid(run); });
+}
+
+void run_grid(const Grid& g) {
+  thread_local StackPool stacks;
+  // Dynamic shared memory: the launch's bytes in an allocation of their own, filled with
+  // 0xff (NaN as floats) before each block, as a GPU's shared memory holds whatever was
+  // there. Under AddressSanitizer the allocation is exactly shared_bytes, so an access
+  // past them is reported; elsewhere kSharedTail more bytes of 0xff follow, and a block
+  // that changed them has written past its shared memory.
+  const size_t tail = HEARTH_EMU_ASAN ? 0 : kSharedTail;
+  std::unique_ptr<std::byte[]> shared(g.shared_bytes > 0 ? new std::byte[g.shared_bytes + tail] : nullptr);
+  detail::t_dynamic_shared = shared.get();
+  detail::t_block_dim = g.block;
+  detail::t_grid_dim = g.grid;
+  Block block(g, stacks);
+  const uint64_t launch_seed = mix(seed() ^ mix(g.launch_index));
+  for (unsigned z = 0; z < g.grid.z; ++z) {
+    for (unsigned y = 0; y < g.grid.y; ++y) {
+      for (unsigned x = 0; x < g.grid.x; ++x) {
+        if (shared) std::memset(shared.get(), 0xff, g.shared_bytes + tail);
+        const uint64_t linear = (static_cast<uint64_t>(z) * g.grid.y + y) * g.grid.x + x;
+        std::string what;
+        if (!block.run({x, y, z}, mix(launch_seed ^ linear))) {
+          what = block.what();
+        } else if (shared) {
+          for (size_t i = 0; i < tail; ++i) {
+            if (shared[g.shared_bytes + i] != std::byte{0xff}) {
+              char buf[256];
+              std::snprintf(buf, sizeof buf,
+                            "kernel %s, block (%u,%u,%u) wrote %zu bytes past its %zu bytes of dynamic shared memory",
+                            g.name, x, y, z, i, g.shared_bytes);
+              what = buf;
+              break;
+            }
+          }
+        }
+        if (!what.empty()) {
+          fault(g.device, cudaErrorIllegalAddress, what);
+          detail::t_dynamic_shared = nullptr;
+          return;
+        }
+      }
+    }
+  }
+  detail::t_dynamic_shared = nullptr;
+}
+
+}  // namespace hearth::emu

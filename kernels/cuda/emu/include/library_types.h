@@ -1,0 +1,8 @@
+// The data types the emulated cuBLASLt takes (the toolkit's values).
+#pragma once
+
+enum cudaDataType_t {
+  CUDA_R_32F = 0,
+  CUDA_R_16F = 2,
+  CUDA_R_16BF = 14,
+};
