@@ -208,13 +208,13 @@ std::vector<Case> load_cases() {
   return cases;
 }
 
-std::vector<Case> long_streams(int n) {
+std::vector<Case> long_streams(int n, int tokens) {
   const char* prompts[] = {"Once upon a time", "The little dog", "Lily and Tom went to", "One day, a bird"};
   std::vector<Case> out;
   for (int i = 0; i < n; ++i) {
     Case c;
     c.stream = true;
-    c.body = {{"prompt", prompts[i % 4]}, {"max_tokens", 300 + 10 * i}, {"temperature", 0}, {"ignore_eos", true},
+    c.body = {{"prompt", prompts[i % 4]}, {"max_tokens", tokens + 10 * i}, {"temperature", 0}, {"ignore_eos", true},
               {"stream", true}};
     out.push_back(std::move(c));
   }

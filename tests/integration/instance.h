@@ -93,8 +93,8 @@ Answer answer_of(const Case& c, const HttpResponse& r);
 // Sixteen requests: completions and chat, streamed and not, greedy and seeded sampling
 // (a seed makes an answer as reproducible as greedy), several prompts and lengths.
 std::vector<Case> load_cases();
-// Greedy streams long enough to be cut by a kill (`max_tokens` 300 and more).
-std::vector<Case> long_streams(int n);
+// Greedy streams long enough to be cut by a kill (`max_tokens` `tokens` and more).
+std::vector<Case> long_streams(int n, int tokens = 300);
 
 // Each case's answer, asked once and not streamed; adds a failure for any error.
 std::vector<Answer> references(uint16_t port, const std::vector<Case>& cases);
