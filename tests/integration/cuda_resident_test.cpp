@@ -25,6 +25,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The engines' info lines, which say where their weights and KV cache came from (ctest
+// runs the tests with HEARTH_LOG_LEVEL=warn).
+const Environment kInfoLog = {"HEARTH_LOG_LEVEL=info"};
+
 // The model's greedy continuation of "Once upon a time" (models/README.md, ground truth).
 const std::string kContinuation = ", there was a little girl named Lily. She loved to play outside in the park.";
 
@@ -62,7 +66,7 @@ TEST(CudaResidentTest, EnginesKeepTheDeviceSlabAcrossALoaderCrash) {
   EXPECT_EQ((*holder)->names().size(), 1u);
 
   std::string failure;
-  auto engine = inst.engine({"--backend", "cuda:0", "--kv-dtype", "f32"}, {}, &failure);
+  auto engine = inst.engine({"--backend", "cuda:0", "--kv-dtype", "f32"}, kInfoLog, &failure);
   ASSERT_NE(engine, nullptr) << failure;
   uint16_t port = 0;
   auto frontend = inst.frontend(port, {}, {}, &failure);
@@ -88,7 +92,7 @@ TEST(CudaResidentTest, EnginesKeepTheDeviceSlabAcrossALoaderCrash) {
   // An engine that starts now imports the adopted slab and says the same.
   engine->signal(SIGKILL);
   engine->wait(10s);
-  engine = inst.engine({"--backend", "cuda:0", "--kv-dtype", "f32"}, {}, &failure);
+  engine = inst.engine({"--backend", "cuda:0", "--kv-dtype", "f32"}, kInfoLog, &failure);
   ASSERT_NE(engine, nullptr) << failure;
   std::string after;
   for (int i = 0; i < 100 && (after = complete(port)) != before; ++i) std::this_thread::sleep_for(100ms);
@@ -107,7 +111,7 @@ TEST(CudaResidentTest, AnEngineCrashKeepsTheKvCacheOnTheGpuAndTheNextEngineAdopt
   ASSERT_EQ(inst.load(model, {"--layout", "plain"}), "");
   auto holder = FdHolder::start(fd_holder_path(inst.shm(), inst.name()));
   ASSERT_TRUE(holder.is_ok()) << holder.status().to_string();
-  const Environment env = {std::string(kFdHolderEnv) + "=" + (*holder)->path().string()};
+  const Environment env = {std::string(kFdHolderEnv) + "=" + (*holder)->path().string(), kInfoLog[0]};
   const std::vector<std::string> flags = {"--backend", "cuda:0", "--ctx", "512", "--slots", "16", "--kv-blocks", "512"};
   std::string failure;
   auto engine = inst.engine(flags, env, &failure);

@@ -130,5 +130,32 @@ TEST(CudaServeTest, TwoRanksOnTwoDevicesKeepTheGroundTruthThroughLoaderAndEngine
   EXPECT_EQ(serve.wait(60s), 0) << serve.err();
 }
 
+// The emulated device's memory is settable (HEARTH_EMU_MEMORY): a device too small for
+// what the backend needs is refused with what was asked and what is free, as on a GPU,
+// and the process exits with an error instead of crashing.
+TEST(CudaServeTest, TooLittleDeviceMemoryIsRefusedSayingWhatIsFree) {
+  if (!cuda_emulated()) GTEST_SKIP() << "HEARTH_EMU_MEMORY sizes the emulated device only";
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  const auto r = run_process({hearth_bin("hearth"), "generate", "--model", model.string(), "--backend", "cuda",
+                              "--prompt", "Once upon a time", "--max-tokens", "4"},
+                             {"HEARTH_EMU_MEMORY=16MiB", "HEARTH_EMU_DEVICES=1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("CUDA out of memory allocating"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("MiB of 16 MiB free"), std::string::npos) << r.err;
+  // Room enough: the same command answers.
+  const auto ok = run_process({hearth_bin("hearth"), "generate", "--model", model.string(), "--backend", "cuda",
+                               "--prompt", "Once upon a time", "--max-tokens", "4"},
+                              {"HEARTH_EMU_MEMORY=64MiB", "HEARTH_EMU_DEVICES=1"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("Once upon a time, there was"), std::string::npos) << ok.out;
+  // A size that is not one is named.
+  const auto bad = run_process({hearth_bin("hearth"), "generate", "--model", model.string(), "--backend", "cuda",
+                                "--prompt", "Once upon a time", "--max-tokens", "4"},
+                               {"HEARTH_EMU_MEMORY=lots"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("HEARTH_EMU_MEMORY=lots is not a size"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace hearth::testing

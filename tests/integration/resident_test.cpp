@@ -22,6 +22,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// What a child process sees of an emulated build's CUDA devices (kernels/cuda/emu): none,
+// for the tests of a machine without a GPU. A real build ignores it.
+const Environment kNoEmulatedDevice = {"HEARTH_EMU_DEVICES=0"};
+
 const std::string kGroundTruth =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
     "a big, red ball. She wanted to play with it, but it was too high.\n"
@@ -304,7 +308,8 @@ TEST_F(ResidentTest, DeviceFlagsAreCheckedBeforeTheModelIsRead) {
 
 TEST_F(ResidentTest, WithoutAGpuTheDeviceSlabIsRefusedClearly) {
   if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA driver";
-  const auto r = run_process(loader_argv("nogpu", {"--device", "cuda", "--exit-after-publish"}));
+  // HEARTH_EMU_DEVICES=0: an emulated build's processes see no device either.
+  const auto r = run_process(loader_argv("nogpu", {"--device", "cuda", "--exit-after-publish"}), kNoEmulatedDevice);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const bool says = r.err.find("no CUDA device is visible") != std::string::npos ||
                     r.err.find("built without CUDA") != std::string::npos;
@@ -344,7 +349,8 @@ TEST_F(ResidentTest, StatusShowsTheLoadersDeviceSlabs) {
 TEST_F(ResidentTest, ServeWithADeviceAndNoGpuStopsWithTheLoadersReason) {
   if (std::filesystem::exists("/dev/nvidiactl")) GTEST_SKIP() << "this machine has an NVIDIA driver";
   const auto r = run_process({hearth_bin("hearth"), "serve", "--model", model_.string(), "--instance", "srvgpu",
-                              "--shm-dir", shm_.path().string(), "--port", "0", "--device", "cuda"});
+                              "--shm-dir", shm_.path().string(), "--port", "0", "--device", "cuda"},
+                             kNoEmulatedDevice);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("hearth-loader did not become ready"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(shm_.path() / "hearth.srvgpu.fdstore.sock"));
