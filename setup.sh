@@ -7,7 +7,7 @@ cd "$(dirname "$0")"
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libboost1.81-dev libboost-json1.81-dev
+  libboost1.81-dev libboost-json1.81-dev libboost-context1.81-dev  # Boost.Context: the emulated CUDA device's fibers
   libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libpcre2-dev libicu-dev libsystemd-dev

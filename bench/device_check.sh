@@ -2,7 +2,10 @@
 # The GPU check: on a machine with an NVIDIA GPU, builds the CUDA code for the GPU's own
 # architecture, runs every CUDA test (each op against the CPU backend, the host-side
 # device math, the stories260K ground truth on the device), writes the logs under $OUT
-# when it is set, and prints a short table last. Meant to finish inside 8 minutes.
+# when it is set, and prints a short table last. With time left it builds the emulated
+# device (HEARTH_CUDA=EMU) too and puts its cuda_test results beside the GPU's, test for
+# test: a difference is a bug in one of the two, or something the emulator cannot show.
+# Meant to finish inside 8 minutes.
 #
 # It runs on a bare machine with only the CUDA image (no apt): when the build's Debian
 # libraries are not installed, it unpacks the .deb files that bench/device_deps.sh
@@ -22,8 +25,7 @@ arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | he
 [ -n "$arch" ] || arch=90
 row "GPU" "${gpu:-none found by nvidia-smi} (building for sm_$arch)"
 
-cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON
-  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DHEARTH_BUILD_BENCH=OFF)
+dep_args=()
 if [ -d .device-deps/debs ] && ! pkg-config --exists libsystemd sentencepiece 2>/dev/null; then
   prefix=/tmp/hearth-deps
   mkdir -p "$prefix"
@@ -34,11 +36,13 @@ if [ -d .device-deps/debs ] && ! pkg-config --exists libsystemd sentencepiece 2>
   export PKG_CONFIG_PATH=$lib/pkgconfig:$prefix/usr/share/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=$prefix
   export PKG_CONFIG_LIBDIR=$lib/pkgconfig
-  cmake_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_LIBRARY_PATH="$lib" -DCMAKE_INCLUDE_PATH="$prefix/usr/include"
+  dep_args+=(-DCMAKE_PREFIX_PATH="$prefix/usr" -DCMAKE_LIBRARY_PATH="$lib" -DCMAKE_INCLUDE_PATH="$prefix/usr/include"
     -DPKG_CONFIG_EXECUTABLE="$prefix/usr/bin/pkgconf")
   row "libraries" "unpacked from .device-deps into $prefix"
 fi
 [ -d .device-deps/shared/models ] && export HEARTH_SHARED=$PWD/.device-deps/shared
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=ON
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" -DHEARTH_BUILD_BENCH=OFF "${dep_args[@]}")
 
 t=$SECONDS
 if cmake "${cmake_args[@]}" >"$logs/configure.log" 2>&1 &&
@@ -59,6 +63,23 @@ rc=$?
 grep -E '^\[ +(OK|FAILED|SKIPPED) +\]' "$logs/cuda_test.log" | grep -v 'listed below' | sed -E 's/^\[ +([A-Z]+) +\] ([^ ]+).*\(([0-9]+ ms)\).*/\2: \1, \3/' |
   while read -r line; do row "${line%%:*}" "${line#*: }"; done
 row "cuda_test" "exit $rc in $((SECONDS - t)) s"
+
+# The same tests on the emulated device, each beside the GPU's result.
+t=$SECONDS
+if [ $((SECONDS - start)) -lt 240 ] &&
+  cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=EMU -DHEARTH_BUILD_BENCH=OFF \
+    "${dep_args[@]}" >"$logs/configure-emu.log" 2>&1 &&
+  cmake --build build-emu -j"$(nproc)" --target cuda_test >"$logs/build-emu.log" 2>&1; then
+  timeout 180 build-emu/bin/cuda_test --gtest_color=no >"$logs/cuda_test_emu.log" 2>&1
+  result() { grep -E "^\[ +(OK|FAILED|SKIPPED) +\] $1 " "$2" | sed -E 's/^\[ +([A-Z]+) +\] [^ ]+ \(([0-9]+ ms)\).*/\1, \2/' | head -1; }
+  grep -E '^\[ RUN +\] ' "$logs/cuda_test.log" "$logs/cuda_test_emu.log" | sed -E 's/.*\[ RUN +\] //' | sort -u |
+    while read -r test; do
+      row "$test: GPU / emulated" "$(result "$test" "$logs/cuda_test.log" || true) / $(result "$test" "$logs/cuda_test_emu.log" || true)"
+    done
+  row "cuda_test on the emulated device" "built and run in $((SECONDS - t)) s"
+else
+  row "cuda_test on the emulated device" "not run: out of time or the emulated build failed (configure-emu.log, build-emu.log)"
+fi
 t=$SECONDS
 timeout 240 "$build/bin/cuda_resident_test" --gtest_color=no >"$logs/cuda_resident_test.log" 2>&1
 rc=$?

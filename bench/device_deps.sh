@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 out=.device-deps
 mkdir -p "$out/debs" "$out/shared/models"
 packages=(
-  libboost1.81-dev libboost-json1.81-dev libboost-json1.81.0
+  libboost1.81-dev libboost-json1.81-dev libboost-json1.81.0 libboost-context1.81-dev libboost-context1.81.0
   libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   libgtest-dev libgmock-dev
   libsentencepiece-dev libsentencepiece0 libprotobuf-lite32 libprotobuf32

@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "common/version.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/vmm.h"
 #if HEARTH_HAVE_NCCL
@@ -116,6 +118,41 @@ TEST_F(DeviceTest, NcclEpochWhosePeerNeverComesFailsWithinItsTimeout) {
   EXPECT_LT(took, std::chrono::seconds(10));
   float x = 0;
   EXPECT_EQ(comm->all_reduce_sum(&x, 1, {}).code(), ErrorCode::kUnavailable);
+}
+
+// A group of two whose rank 1 forms the epoch and then never reduces: rank 0's
+// all-reduce is enqueued and stays pending on its stream until the watchdog's
+// collective timeout aborts the communicator, which ends the collective: the barrier
+// fails saying so and the stream drains instead of hanging.
+TEST_F(DeviceTest, AnAbortedCommunicatorEndsItsPendingCollective) {
+  // Two ranks on two GPUs; the emulated device lets both share device 0.
+  const int second = cu::device_count() >= 2 ? 1 : (cuda_emulated() ? 0 : -1);
+  if (second < 0) GTEST_SKIP() << "two CUDA devices are needed, this machine has one";
+  auto comm0 = make_nccl_communicator({.rank = 0, .size = 2, .device = 0,
+                                       .collective_timeout = std::chrono::milliseconds(500)});
+  auto comm1 = make_nccl_communicator({.rank = 1, .size = 2, .device = second});
+  unsigned char id[128];
+  ASSERT_TRUE(nccl_unique_id(id).is_ok());
+  Status began1;
+  std::thread joiner([&] { began1 = comm1->begin_epoch(1, id, std::chrono::milliseconds(20000)); });
+  const Status began0 = comm0->begin_epoch(1, id, std::chrono::milliseconds(20000));
+  joiner.join();
+  ASSERT_TRUE(began0.is_ok()) << began0.to_string();
+  ASSERT_TRUE(began1.is_ok()) << began1.to_string();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  float* dev = nullptr;
+  ASSERT_EQ(cudaMalloc(&dev, 64 * sizeof(float)), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(comm0->all_reduce_sum(dev, 64, DeviceQueue{stream}).is_ok());
+  const Status waited = comm0->barrier();
+  EXPECT_FALSE(waited.is_ok());
+  EXPECT_NE(waited.message().find("aborted"), std::string::npos) << waited.message();
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess) << "the aborted collective still holds the stream";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  cudaStreamDestroy(stream);
+  cudaFree(dev);
 }
 #endif
 
