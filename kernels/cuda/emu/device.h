@@ -108,7 +108,8 @@ T atomic_add(T* address, T v) {
   if constexpr (std::is_integral_v<T>) {
     return __atomic_fetch_add(address, v, __ATOMIC_RELAXED);
   } else {
-    T old = __atomic_load_n(address, __ATOMIC_RELAXED);
+    T old;
+    __atomic_load(address, &old, __ATOMIC_RELAXED);
     T desired = old + v;
     while (!__atomic_compare_exchange(address, &old, &desired, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
       desired = old + v;

@@ -166,10 +166,15 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   void* at = reinterpret_cast<void*>(static_cast<uintptr_t>(ptr));
+  int device = 0;
   {
     std::lock_guard lock(g_mu);
-    if (g_mappings.erase(ptr) == 0) return CUDA_ERROR_INVALID_VALUE;
+    auto it = g_mappings.find(ptr);
+    if (it == g_mappings.end()) return CUDA_ERROR_INVALID_VALUE;
+    device = static_cast<int>(it->second);
+    g_mappings.erase(it);
   }
+  drain_device(device);  // as the driver does, work that may read the range finishes first
   unregister_device_range(at);
   // Back to a reserved range: the mapping's reference to the memfd goes.
   mmap(at, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);

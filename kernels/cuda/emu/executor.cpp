@@ -1,10 +1,13 @@
 // The execution model: a grid runs one block at a time on its stream's host thread; a
-// block's threads are fibers (Boost.Context's fcontext) on stacks of their own, resumed
-// in rounds in an order shuffled from the seed, each running until it reaches
-// __syncthreads, a warp collective or its end. A barrier releases its block when every
-// thread has arrived; a collective releases the lanes of its mask when all of them have.
-// When nothing can run and some thread has not finished, the block would hang on a GPU:
-// the launch fails with a report of who waits where.
+// block's threads are fibers (Boost.Context's fcontext) on stacks of their own, each
+// resumed until it reaches __syncthreads, a warp collective or its end. Which ready fiber
+// runs next is drawn from the seed, under one of two policies drawn per block: any ready
+// thread, or the threads of one warp for as long as it has any (so one warp can run far
+// ahead of the others, as a GPU may let it). A barrier releases its block when every
+// thread has arrived; a collective releases the lanes of its mask when every lane of it
+// that has not exited has (CUDA's rule). When nothing can run and some thread has not
+// finished, the block would hang on a GPU: the launch fails with a report of who waits
+// where.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -89,15 +92,19 @@ struct Thread {
   void* fake_stack = nullptr;
 };
 
-// A warp collective being gathered: the first lane to arrive sets what it is.
+// A warp collective being gathered: the first lane to arrive sets what it is; each lane
+// brings its own value, source operand and width.
 struct Warp {
   unsigned lanes = 0;    // the lanes this warp has
+  unsigned exited = 0;   // lanes that have finished the kernel
   unsigned arrived = 0;  // lanes that have reached the collective
   unsigned mask = 0;
   int kind = 0;  // a Shuffle, or -1 for __syncwarp
-  int param = 0, width = 0;
   int first_lane = 0;
   uint64_t values[kWarpSize] = {};
+  int params[kWarpSize] = {};
+  int widths[kWarpSize] = {};
+  std::vector<int> ready;  // its threads that can run
 };
 
 // Thrown in a fiber at a fault; its entry catches it, so no exception crosses a switch.
@@ -141,25 +148,36 @@ class Block {
     rng_ = order_seed;
     done_ = 0;
     at_barrier_ = 0;
-    runnable_.clear();
-    for (Warp& w : warps_) w.arrived = 0;
+    n_ready_ = 0;
+    for (Warp& w : warps_) {
+      w.arrived = 0;
+      w.exited = 0;
+      w.ready.clear();
+    }
     for (unsigned i = 0; i < n_; ++i) {
       Thread& t = threads_[i];
-      t.state = State::kRunnable;
       t.fiber = ctx::make_fcontext(stacks_.top(i), kStackBytes, &Block::entry);
-      runnable_.push_back(static_cast<int>(i));
+      release(t);
     }
+    const bool warp_at_a_time = next_random() % 2 == 0;
+    size_t warp = 0;
     Block* outer = current_block;
     current_block = this;
-    std::vector<int> round;
-    while (!runnable_.empty() && fault_.empty()) {
-      round.swap(runnable_);
-      runnable_.clear();
-      shuffle(round);
-      for (int i : round) {
-        resume(threads_[static_cast<size_t>(i)]);
-        if (!fault_.empty()) break;
+    while (n_ready_ > 0 && fault_.empty()) {
+      // The next warp: the same one while it has ready threads under the warp policy,
+      // else one with ready threads, drawn.
+      if (!warp_at_a_time || warps_[warp].ready.empty()) {
+        size_t pick = next_random() % warps_.size();
+        while (warps_[pick].ready.empty()) pick = (pick + 1) % warps_.size();
+        warp = pick;
       }
+      std::vector<int>& ready = warps_[warp].ready;
+      const size_t k = next_random() % ready.size();
+      const int i = ready[k];
+      ready[k] = ready.back();
+      ready.pop_back();
+      --n_ready_;
+      resume(threads_[static_cast<size_t>(i)]);
     }
     current_block = outer;
     if (fault_.empty() && done_ < n_) fault_ = hang_report();
@@ -211,17 +229,17 @@ class Block {
     if (w.arrived == 0) {
       w.mask = mask;
       w.kind = kind;
-      w.param = param;
-      w.width = width;
       w.first_lane = t.lane;
     } else if (w.mask != mask || w.kind != kind) {
       fail(t, fmt("lanes of warp %d disagree: lane %d is in %s with mask 0x%08x, lane %d in %s with mask 0x%08x",
                   t.warp, w.first_lane, collective_name(w.kind), w.mask, t.lane, collective_name(kind), mask));
     }
     w.values[t.lane] = bits;
+    w.params[t.lane] = param;
+    w.widths[t.lane] = width;
     w.arrived |= me;
     t.state = State::kWarp;
-    if (w.arrived == mask) complete(w, t.warp);
+    if (w.arrived == (mask & ~w.exited)) complete(w, t.warp);
     yield(t);
     return t.shuffled;
   }
@@ -240,6 +258,10 @@ class Block {
     }
     t.state = State::kDone;
     ++b.done_;
+    // A lane that exits no longer holds up its warp's collective.
+    Warp& w = b.warps_[static_cast<size_t>(t.warp)];
+    w.exited |= 1u << t.lane;
+    if (w.arrived != 0 && w.arrived == (w.mask & ~w.exited)) b.complete(w, t.warp);
 #if HEARTH_EMU_ASAN
     __sanitizer_start_switch_fiber(nullptr, b.scheduler_stack_, b.scheduler_stack_size_);
 #endif
@@ -277,26 +299,35 @@ class Block {
 
   void release(Thread& t) {
     t.state = State::kRunnable;
-    runnable_.push_back(static_cast<int>(&t - threads_.data()));
+    warps_[static_cast<size_t>(t.warp)].ready.push_back(static_cast<int>(&t - threads_.data()));
+    ++n_ready_;
   }
 
-  // Every lane of the collective has arrived: each gets its source lane's value.
+  uint64_t next_random() {
+    rng_ = mix(rng_);
+    return rng_;
+  }
+
+  // Every lane of the collective that has not exited has arrived: each gets the value of
+  // the source lane its own operand and width name.
   void complete(Warp& w, int warp) {
+    const unsigned present = w.mask & ~w.exited;
     for (int lane = 0; lane < kWarpSize; ++lane) {
-      if ((w.mask & (1u << lane)) == 0) continue;
+      if ((present & (1u << lane)) == 0) continue;
       Thread& t = threads_[static_cast<size_t>(warp * kWarpSize + lane)];
       if (w.kind >= 0) {
-        const int base = lane & ~(w.width - 1);
+        const int width = w.widths[lane], param = w.params[lane];
+        const int base = lane & ~(width - 1);
         int src = lane;
         switch (static_cast<Shuffle>(w.kind)) {
-          case Shuffle::kIndex: src = base + (w.param & (w.width - 1)); break;
-          case Shuffle::kUp: src = lane - w.param >= base ? lane - w.param : lane; break;
-          case Shuffle::kDown: src = lane + w.param < base + w.width ? lane + w.param : lane; break;
-          case Shuffle::kXor: src = (lane ^ w.param) < base + w.width ? lane ^ w.param : lane; break;
+          case Shuffle::kIndex: src = base + (param & (width - 1)); break;
+          case Shuffle::kUp: src = lane - param >= base ? lane - param : lane; break;
+          case Shuffle::kDown: src = lane + param < base + width ? lane + param : lane; break;
+          case Shuffle::kXor: src = (lane ^ param) < base + width ? lane ^ param : lane; break;
         }
-        if (src < 0 || src >= kWarpSize || (w.mask & (1u << src)) == 0) {
-          fault_ = fmt("kernel %s: lane %d of warp %d reads lane %d in %s, which is not in its mask 0x%08x "
-                       "(undefined on a GPU)",
+        if (src < 0 || src >= kWarpSize || (present & (1u << src)) == 0) {
+          fault_ = fmt("kernel %s: lane %d of warp %d reads lane %d in %s, which is not in its mask 0x%08x or has "
+                       "exited (undefined on a GPU)",
                        g_.name, lane, warp, src, collective_name(w.kind), w.mask);
           return;
         }
@@ -345,13 +376,6 @@ class Block {
     return r;
   }
 
-  void shuffle(std::vector<int>& v) {
-    for (size_t i = v.size(); i > 1; --i) {
-      rng_ = mix(rng_);
-      std::swap(v[i - 1], v[rng_ % i]);
-    }
-  }
-
   template <typename... A>
   static std::string fmt(const char* format, A... args) {
     char buf[1024];
@@ -366,7 +390,7 @@ class Block {
   unsigned n_ = 0;
   std::vector<Thread> threads_;
   std::vector<Warp> warps_;
-  std::vector<int> runnable_;
+  unsigned n_ready_ = 0;
   unsigned done_ = 0, at_barrier_ = 0;
   uint64_t rng_ = 0;
   Thread* running_ = nullptr;
@@ -377,8 +401,6 @@ class Block {
 };
 
 thread_local Block* Block::current_block = nullptr;
-
-std::atomic<uint64_t> g_launches{0};
 
 }  // namespace
 
@@ -403,7 +425,7 @@ cudaError_t launch(const char* name, dim3 grid, dim3 block, size_t shared_bytes,
     return record(cudaErrorInvalidConfiguration);
   }
   if (shared_bytes > kSharedPerBlock) return record(cudaErrorInvalidValue);
-  Grid run{name, grid, block, shared_bytes, stream_device(stream), g_launches.fetch_add(1), std::move(body)};
+  Grid run{name, grid, block, shared_bytes, stream_device(stream), next_launch_index(stream), std::move(body)};
   return enqueue(stream, [run = std::move(run)] { run_grid(run); });
 }
 
@@ -427,6 +449,7 @@ void run_grid(const Grid& g) {
         if (shared) std::memset(shared.get(), 0xff, g.shared_bytes + tail);
         const uint64_t linear = (static_cast<uint64_t>(z) * g.grid.y + y) * g.grid.x + x;
         std::string what;
+        cudaError_t error = cudaErrorLaunchFailure;
         if (!block.run({x, y, z}, mix(launch_seed ^ linear))) {
           what = block.what();
         } else if (shared) {
@@ -437,12 +460,13 @@ void run_grid(const Grid& g) {
                             "kernel %s, block (%u,%u,%u) wrote %zu bytes past its %zu bytes of dynamic shared memory",
                             g.name, x, y, z, i, g.shared_bytes);
               what = buf;
+              error = cudaErrorIllegalAddress;
               break;
             }
           }
         }
         if (!what.empty()) {
-          fault(g.device, cudaErrorIllegalAddress, what);
+          fault(g.device, error, what);
           detail::t_dynamic_shared = nullptr;
           return;
         }

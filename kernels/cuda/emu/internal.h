@@ -34,6 +34,11 @@ cudaError_t enqueue(cudaStream_t stream, std::function<void()> op);
 int stream_device(cudaStream_t stream);
 // Waits until everything enqueued on `stream` so far has run.
 cudaError_t drain(cudaStream_t stream);
+// Waits until everything enqueued on any stream of `device` so far has run.
+void drain_device(int device);
+// The index of the next kernel launched on `stream`, for its blocks' thread orders: per
+// stream, so that a seed gives the same orders whatever other streams do meanwhile.
+uint64_t next_launch_index(cudaStream_t stream);
 
 // Runs a kernel's grid on the calling (stream) thread; kernels/cuda/emu/executor.cpp.
 struct Grid {

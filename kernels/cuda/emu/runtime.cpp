@@ -10,6 +10,7 @@
 // memfd mapped with a guard page after its last page (an IPC handle can name it).
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,6 +40,7 @@ struct CUstream_st {
   std::deque<std::function<void()>> queue;
   uint64_t submitted = 0, completed = 0;
   bool stop = false;
+  std::atomic<uint64_t> launches{0};
   std::thread worker;
 };
 
@@ -103,6 +105,12 @@ const Config& config() {
         c.init_error = cudaErrorInitializationError;
       }
     }
+    // Each allocation of 64 KiB or more, and each VMM allocation, holds an fd.
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
     return c;
   }();
   return config;
@@ -128,8 +136,11 @@ struct Device {
 };
 
 struct State {
-  std::mutex mu;  // guards allocations
+  std::mutex mu;  // guards allocations and retired
   std::map<uintptr_t, Allocation> allocations;
+  // Destroyed streams, kept: an event recorded on one may still be asked about, and a
+  // thread may still be waiting on it, as CUDA allows.
+  std::vector<CUstream_st*> retired;
   std::unique_ptr<Device[]> devices;
   State() : devices(new Device[16]) {}
 };
@@ -428,6 +439,15 @@ cudaError_t drain(cudaStream_t stream) {
   return record(sticky_error(s->device));
 }
 
+void drain_device(int dev) {
+  for (CUstream_st* s : streams_of(dev)) wait_idle(s);
+}
+
+uint64_t next_launch_index(cudaStream_t stream) {
+  CUstream_st* s = stream != nullptr ? stream : legacy_stream(t_device);
+  return s->launches.fetch_add(1);
+}
+
 bool charge(int dev, size_t bytes) {
   Device& d = device(dev);
   std::lock_guard lock(d.mu);
@@ -533,8 +553,15 @@ cudaError_t cudaMalloc(void** ptr, size_t bytes) {
 cudaError_t cudaFree(void* ptr) {
   if (const cudaError_t e = check_device(); e != cudaSuccess) return e;
   if (ptr == nullptr) return cudaSuccess;
-  // As on a GPU, freeing waits for the device's work, which may still use the memory.
-  for (CUstream_st* s : streams_of(t_device)) wait_idle(s);
+  // As on a GPU, freeing waits for the work of the allocation's device, which may still
+  // use the memory.
+  int owner = -1;
+  {
+    std::lock_guard lock(state().mu);
+    auto it = state().allocations.find(reinterpret_cast<uintptr_t>(ptr));
+    if (it != state().allocations.end()) owner = it->second.device;
+  }
+  if (owner >= 0) drain_device(owner);
   Allocation a;
   if (!take(ptr, {Kind::kHeap, Kind::kMapped}, &a)) return record(cudaErrorInvalidDevicePointer);
   release(ptr, a);
@@ -662,17 +689,18 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) { return cudaStreamCreateWith
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   if (stream == nullptr || stream->legacy) return record(cudaErrorInvalidResourceHandle);
   {
-    Device& d = device(stream->device);
-    std::lock_guard lock(d.mu);
-    std::erase(d.streams, stream);
-  }
-  {
     std::lock_guard lock(stream->mu);
     stream->stop = true;  // the worker runs what is queued, then ends
   }
   stream->work.notify_one();
   stream->worker.join();
-  delete stream;
+  {
+    Device& d = device(stream->device);
+    std::lock_guard lock(d.mu);
+    std::erase(d.streams, stream);
+  }
+  std::lock_guard lock(state().mu);
+  state().retired.push_back(stream);
   return cudaSuccess;
 }
 
