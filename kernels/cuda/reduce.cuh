@@ -8,7 +8,7 @@
 // The two places where a kernel source cannot be plain C++: a launch, and dynamic shared
 // memory. Under nvcc they are CUDA's own syntax; in an emulated build
 // (kernels/cuda/emu/device.h) a launch enqueues the grid on the emulated stream, and
-// dynamic shared memory is the launch's own allocation of exactly its shared_bytes.
+// dynamic shared memory is an allocation of the launch's own, checked at its end.
 //   HEARTH_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...)
 //   HEARTH_DYNAMIC_SHARED(float, name);  // extern __shared__ float name[];
 #if defined(__CUDACC__)
@@ -17,7 +17,8 @@
 #else
 #define HEARTH_LAUNCH(kernel, grid, block, shared_bytes, stream) \
   ::hearth::emu::launcher(kernel, #kernel, grid, block, shared_bytes, stream)
-#define HEARTH_DYNAMIC_SHARED(type, name) type* const name = static_cast<type*>(::hearth::emu::detail::t_dynamic_shared)
+#define HEARTH_DYNAMIC_SHARED(type, name) \
+  type* const name = static_cast<type*>(::hearth::emu::detail::t_dynamic_shared)
 #endif
 
 namespace hearth::kernels::cuda {
