@@ -66,9 +66,9 @@ int next_child(const ChildProcess& serve, const std::string& name, int old, cons
 }
 
 TEST(CudaServeTest, TwoRanksOnTwoDevicesKeepTheGroundTruthThroughLoaderAndEngineKills) {
-  // Two emulated devices in an emulated build (a real build ignores the variable).
-  const Environment env = {"HEARTH_EMU_DEVICES=2"};
-  if (cuda_emulated()) ::setenv("HEARTH_EMU_DEVICES", "2", 1);
+  // Two emulated devices in an emulated build, for this process and its children (a real
+  // build ignores the variable).
+  ::setenv("HEARTH_EMU_DEVICES", "2", 1);
   if (kernels::cuda::device_count() < 2) GTEST_SKIP() << "two CUDA devices are needed, this machine has fewer";
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
@@ -76,8 +76,7 @@ TEST(CudaServeTest, TwoRanksOnTwoDevicesKeepTheGroundTruthThroughLoaderAndEngine
   const std::string instance = "cudatp";
   ChildProcess serve({hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", instance,
                       "--shm-dir", shm.path().string(), "--device", "cuda:0,1", "--tp", "2", "--ctx", "512", "--slots",
-                      "8"},
-                     env);
+                      "8"});
   const auto line = serve.read_line(180s);
   ASSERT_TRUE(line.has_value()) << "hearth serve did not start: " << serve.err();
   const size_t colon = line->rfind(':', line->find("/v1"));

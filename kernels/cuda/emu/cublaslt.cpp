@@ -59,29 +59,33 @@ bool supported(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOp
          c.type == CUDA_R_32F && shape(d, a, b, c, m, n, k);
 }
 
+// The library's opaque objects: made into `*out`, or refused for a null `out`.
+template <typename T>
+cublasStatus_t make(T** out, T value) {
+  if (out == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *out = new T(value);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+template <typename T>
+cublasStatus_t destroy(T* p) {
+  delete p;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
-  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *handle = new cublasLtContext{hearth::emu::current_device()};
-  return CUBLAS_STATUS_SUCCESS;
+  return make(handle, cublasLtContext{hearth::emu::current_device()});
 }
 
-cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) { return destroy(handle); }
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t compute, cudaDataType_t scale) {
-  if (desc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *desc = new cublasLtMatmulDescOpaque_t{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N};
-  return CUBLAS_STATUS_SUCCESS;
+  return make(desc, cublasLtMatmulDescOpaque_t{compute, scale, CUBLAS_OP_N, CUBLAS_OP_N});
 }
 
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
-  delete desc;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) { return destroy(desc); }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr,
                                               const void* buf, size_t bytes) {
@@ -101,26 +105,17 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc, cublasL
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType_t type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
-  if (layout == nullptr || ld < 1) return CUBLAS_STATUS_INVALID_VALUE;
-  *layout = new cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld};
-  return CUBLAS_STATUS_SUCCESS;
+  if (ld < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  return make(layout, cublasLtMatrixLayoutOpaque_t{type, rows, cols, ld});
 }
 
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
-  delete layout;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) { return destroy(layout); }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
-  if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *pref = new cublasLtMatmulPreferenceOpaque_t;
-  return CUBLAS_STATUS_SUCCESS;
+  return make(pref, cublasLtMatmulPreferenceOpaque_t{});
 }
 
-cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
-  delete pref;
-  return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) { return destroy(pref); }
 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void* buf,

@@ -1,5 +1,5 @@
 // What the emulated device's parts share (kernels/cuda/emu/*.cpp): the current device,
-// errors, streams and the seed. Not for use outside kernels/cuda/emu.
+// errors and streams (the seed is in device.h). Not for use outside kernels/cuda/emu.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,6 @@
 #include "cuda_runtime_api.h"
 
 namespace hearth::emu {
-
-// The seed of every block's thread order: HEARTH_EMU_SEED, else a random one per process.
-uint64_t seed();
 
 // This host thread's device (cudaSetDevice), and the number of emulated devices
 // (HEARTH_EMU_DEVICES, default 1).

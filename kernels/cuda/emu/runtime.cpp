@@ -528,7 +528,7 @@ cudaError_t cudaGetDevice(int* dev) {
 
 cudaError_t cudaDeviceSynchronize() {
   if (const cudaError_t e = check_device(); e != cudaSuccess) return e;
-  for (CUstream_st* s : streams_of(t_device)) wait_idle(s);
+  drain_device(t_device);
   return record(sticky_error(t_device));
 }
 
@@ -583,9 +583,7 @@ cudaError_t cudaMallocHost(void** ptr, size_t bytes) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
-  for (int d = 0; d < device_count(); ++d) {
-    for (CUstream_st* s : streams_of(d)) wait_idle(s);
-  }
+  for (int d = 0; d < device_count(); ++d) drain_device(d);
   Allocation a;
   if (!take(ptr, {Kind::kPinned}, &a)) return record(cudaErrorInvalidValue);
   release(ptr, a);
@@ -848,7 +846,7 @@ cudaError_t cudaIpcOpenMemHandle(void** ptr, cudaIpcMemHandle_t handle, unsigned
 cudaError_t cudaIpcCloseMemHandle(void* ptr) {
   Allocation a;
   if (!take(ptr, {Kind::kImported}, &a)) return record(cudaErrorInvalidValue);
-  for (CUstream_st* s : streams_of(a.device)) wait_idle(s);
+  drain_device(a.device);
   release(ptr, a);
   return cudaSuccess;
 }
