@@ -96,10 +96,9 @@ int main(int argc, char** argv) {
     uint64_t id = 0;
     while (r.tokens < gen) {
       if (driver.idle()) {
-        SequenceRequest q{.tokens = *prompt, .n_prompt = n_prompt, .max_tokens = gen - r.tokens,
-                          .ignore_stop = !constrained, .sampling = {.temperature = 1.0f, .seed = 7 + id}};
-        q.stop_ids = tok.stop_ids();
-        if (constrained) q.grammar = *gbnf;
+        SequenceRequest q{.tokens = *prompt, .n_prompt = n_prompt, .spec = {.sampling = {.temperature = 1.0f, .seed = 7 + id}, .max_tokens = gen - r.tokens, .ignore_stop = !constrained}};
+        q.spec.stop_ids = tok.stop_ids();
+        if (constrained) q.spec.grammar = *gbnf;
         HEARTH_RETURN_IF_ERROR(driver.add(++id, std::move(q)).status());
         ++r.sequences;
         std::vector<StepEvent> events;  // the prefill step is not a decode step

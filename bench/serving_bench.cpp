@@ -45,9 +45,9 @@ Figures run_streams(hearth::BrokerClient& client, int streams, int prompt_tokens
     hearth::SubmitRequest r;
     r.prompt.push_back(1);
     for (int i = 1; i < prompt_tokens; ++i) r.prompt.push_back(3 + (i * 7919 + s * 131) % (vocab - 3));
-    r.sampling.temperature = 0.0f;
-    r.max_tokens = max_tokens;
-    r.ignore_stop = true;
+    r.spec.sampling.temperature = 0.0f;
+    r.spec.max_tokens = max_tokens;
+    r.spec.ignore_stop = true;
     auto slot = client.submit(r);
     if (!slot.is_ok()) {
       std::fprintf(stderr, "submit: %s\n", slot.status().to_string().c_str());

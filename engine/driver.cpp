@@ -35,35 +35,22 @@ Result<FinishReason> Driver::add(uint64_t id, SequenceRequest request, KvSequenc
 }
 
 Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequence& adopted) {
-  HEARTH_RETURN_IF_ERROR(sampling_params_validate(r.sampling));
   const auto n_tokens = static_cast<int32_t>(r.tokens.size());
   if (r.n_prompt < 1 || r.n_prompt > n_tokens) {
     return make_error(ErrorCode::kInvalidArgument, "a sequence needs a prompt of 1..{} tokens, not {}", n_tokens,
                       r.n_prompt);
   }
-  if (r.max_tokens < 0) return make_error(ErrorCode::kInvalidArgument, "max_tokens must be >= 0");
-  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
-    return make_error(ErrorCode::kInvalidArgument, "top_logprobs must be in 0..{}", kMaxTopLogprobs);
-  }
   const int32_t vocab = runner_.vocab_size();
+  HEARTH_RETURN_IF_ERROR(request_spec_validate(r.spec, {.vocab_size = vocab, .grammar_bytes = SIZE_MAX}));
   for (TokenId t : r.tokens) {
     if (t < 0 || t >= vocab) return make_error(ErrorCode::kOutOfRange, "token {} is outside the vocabulary", t);
   }
-  for (const LogitBias& b : r.logit_bias) {
-    if (b.id < 0 || b.id >= vocab) {
-      return make_error(ErrorCode::kOutOfRange, "logit_bias names token {}, outside the vocabulary", b.id);
-    }
-    if (!kLogitBiasRange.contains(b.bias)) {
-      return make_error(ErrorCode::kOutOfRange, "logit_bias of token {} is {}, outside -100..100", b.id, b.bias);
-    }
-  }
-  if (r.min_tokens < 0) return make_error(ErrorCode::kInvalidArgument, "min_tokens must be at least 0");
   if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already running", id);
   const int32_t produced = n_tokens - r.n_prompt;
   std::optional<grammar::GrammarMatcher> matcher;
-  if (!r.grammar.empty()) {
-    HEARTH_ASSIGN_OR_RETURN(auto compiled, grammars_.get(r.grammar));
-    matcher.emplace(std::move(compiled), r.stop_ids);
+  if (!r.spec.grammar.empty()) {
+    HEARTH_ASSIGN_OR_RETURN(auto compiled, grammars_.get(r.spec.grammar));
+    matcher.emplace(std::move(compiled), r.spec.stop_ids);
     // A resumed sequence: the grammar follows what it produced before.
     for (int32_t i = r.n_prompt; i < n_tokens; ++i) {
       if (Status st = matcher->accept(r.tokens[static_cast<size_t>(i)]); !st.is_ok()) {
@@ -79,13 +66,13 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
                       n_tokens, config_.max_sequence_tokens - 1);
   }
   // A predecessor may have stopped between producing a final token and saying so.
-  if (produced > 0 && !r.ignore_stop &&
-      std::find(r.stop_ids.begin(), r.stop_ids.end(), r.tokens.back()) != r.stop_ids.end()) {
+  if (produced > 0 && !r.spec.ignore_stop &&
+      std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), r.tokens.back()) != r.spec.stop_ids.end()) {
     return FinishReason::kStop;
   }
-  if (produced >= r.max_tokens || n_tokens >= config_.max_sequence_tokens) return FinishReason::kLength;
+  if (produced >= r.spec.max_tokens || n_tokens >= config_.max_sequence_tokens) return FinishReason::kLength;
   HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens) : scheduler_.add(id, n_tokens, adopted));
-  Sampler sampler(r.sampling, vocab);
+  Sampler sampler(r.spec.sampling, vocab);
   sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
   seqs_.emplace(id, Seq{std::move(r), std::move(sampler), std::move(matcher), {}});
   return FinishReason::kNone;
@@ -98,11 +85,11 @@ void Driver::remove(uint64_t id) {
 
 FinishReason Driver::finish_of(const Seq& s) const {
   const SequenceRequest& r = s.request;
-  if (!r.ignore_stop && std::find(r.stop_ids.begin(), r.stop_ids.end(), r.tokens.back()) != r.stop_ids.end()) {
+  if (!r.spec.ignore_stop && std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), r.tokens.back()) != r.spec.stop_ids.end()) {
     return FinishReason::kStop;
   }
   if (s.matcher && s.matcher->terminated()) return FinishReason::kStop;  // the output is complete
-  if (s.produced() >= r.max_tokens || static_cast<int32_t>(r.tokens.size()) >= config_.max_sequence_tokens) {
+  if (s.produced() >= r.spec.max_tokens || static_cast<int32_t>(r.tokens.size()) >= config_.max_sequence_tokens) {
     return FinishReason::kLength;
   }
   return FinishReason::kNone;
@@ -116,23 +103,23 @@ Status Driver::sample(Seq& s, const float* l, TokenResult& out) {
   const std::span<const TokenId> prompt(tokens.data(), static_cast<size_t>(r.n_prompt));
   const std::span<const TokenId> output(tokens.data() + r.n_prompt, static_cast<size_t>(s.produced()));
   RowShaping shaping;
-  shaping.bias = r.logit_bias;
-  const bool too_early = s.produced() < r.min_tokens;
+  shaping.bias = r.spec.logit_bias;
+  const bool too_early = s.produced() < r.spec.min_tokens;
   if (s.matcher) {
-    const int32_t left = std::min(r.max_tokens - s.produced(), config_.max_sequence_tokens - static_cast<int32_t>(tokens.size()));
+    const int32_t left = std::min(r.spec.max_tokens - s.produced(), config_.max_sequence_tokens - static_cast<int32_t>(tokens.size()));
     HEARTH_RETURN_IF_ERROR(s.matcher->fill_mask(s.mask, left));
     if (too_early) {  // no end before min_tokens, unless the grammar allows nothing else
       grammar::TokenMask without = s.mask;
-      for (TokenId id : r.stop_ids) {
+      for (TokenId id : r.spec.stop_ids) {
         if (id >= 0 && id < runner_.vocab_size()) without.clear(id);
       }
       if (without.count() > 0) s.mask = std::move(without);
     }
     shaping.allowed = s.mask.words;
   } else if (too_early) {
-    shaping.banned = r.stop_ids;
+    shaping.banned = r.spec.stop_ids;
   }
-  out = sample_row(s.sampler, std::span(l, static_cast<size_t>(runner_.vocab_size())), r.top_logprobs, prompt, output,
+  out = sample_row(s.sampler, std::span(l, static_cast<size_t>(runner_.vocab_size())), r.spec.top_logprobs, prompt, output,
                    scratch_, shaping.empty() ? nullptr : &shaping);
   if (s.matcher) {
     if (Status st = s.matcher->accept(out.id); !st.is_ok()) {
@@ -181,9 +168,9 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
       const Seq& s = seqs_.at(p.id);
       const std::vector<TokenId>& tokens = s.request.tokens;
       SampleRow& r = sample_rows_.emplace_back();
-      r.sampling = s.request.sampling;
+      r.sampling = s.request.spec.sampling;
       r.draw = s.sampler.position();
-      r.top_logprobs = s.request.top_logprobs;
+      r.top_logprobs = s.request.spec.top_logprobs;
       r.prompt = std::span(tokens.data(), static_cast<size_t>(s.request.n_prompt));
       r.output = std::span(tokens.data() + s.request.n_prompt, static_cast<size_t>(s.produced()));
     }

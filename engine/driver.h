@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/finish_reason.h"
+#include "common/request_spec.h"
 #include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/token.h"
@@ -32,14 +33,7 @@ namespace hearth {
 struct SequenceRequest {
   std::vector<TokenId> tokens;  // the prompt, then any tokens produced before
   int32_t n_prompt = 0;
-  int32_t max_tokens = 0;       // produced tokens at most
-  std::vector<TokenId> stop_ids;
-  bool ignore_stop = false;     // benchmarks: run to max_tokens regardless
-  int32_t top_logprobs = 0;     // alternatives reported per token, 0..kMaxTopLogprobs
-  SamplingParams sampling;
-  int32_t min_tokens = 0;               // stop ids are not sampled before this many tokens
-  std::vector<LogitBias> logit_bias;    // added to the logits before sampling
-  std::string grammar;                  // GBNF the output must match; empty: none
+  RequestSpec spec;             // validated by Driver::add (common/request_spec.h)
 };
 
 // One sampled token (engine/sampler.h). Log-probabilities are the model's own
@@ -113,7 +107,7 @@ class Driver {
     int32_t produced() const { return static_cast<int32_t>(request.tokens.size()) - request.n_prompt; }
     // Whether sampling this sequence changes its row (then it samples on the host).
     bool shaped() const {
-      return matcher.has_value() || !request.logit_bias.empty() || produced() < request.min_tokens;
+      return matcher.has_value() || !request.spec.logit_bias.empty() || produced() < request.spec.min_tokens;
     }
   };
   Result<FinishReason> add_sequence(uint64_t id, SequenceRequest request, KvSequence& adopted);

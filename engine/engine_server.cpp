@@ -505,16 +505,7 @@ struct EngineServer::Impl {
       if (adopted.blocks.empty()) void_table(index);
       resident->owners[id] = {index, broker->slot(index).request_id, r.generation};
     }
-    SequenceRequest sequence{.tokens = std::move(r.tokens),
-                                  .n_prompt = r.n_prompt,
-                                  .max_tokens = r.max_tokens,
-                                  .stop_ids = std::move(r.stop_ids),
-                                  .ignore_stop = r.ignore_stop,
-                                  .top_logprobs = r.top_logprobs,
-                                  .sampling = r.sampling,
-                                  .min_tokens = r.min_tokens,
-                                  .logit_bias = std::move(r.logit_bias),
-                                  .grammar = std::move(r.grammar)};
+    SequenceRequest sequence{.tokens = std::move(r.tokens), .n_prompt = r.n_prompt, .spec = std::move(r.spec)};
     auto added = adopted.blocks.empty() ? driver->add(id, std::move(sequence))
                                         : driver->add(id, std::move(sequence), std::move(adopted));
     if (!added.is_ok() || *added != FinishReason::kNone) {

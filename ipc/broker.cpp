@@ -332,30 +332,20 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
     return make_error(ErrorCode::kOutOfRange, "the prompt has {} tokens; the context holds {} (prompt plus output)",
                       n_prompt, room);
   }
-  if (s.max_tokens < 0 || s.n_stop_ids < 0 || s.n_stop_ids > kMaxStopIds || s.top_logprobs < 0 ||
-      s.top_logprobs > kMaxTopLogprobs || (s.flags & ~kSlotIgnoreStop) != 0 || s.min_tokens < 0 ||
-      s.n_logit_bias < 0 || s.n_logit_bias > kMaxLogitBias || s.grammar_bytes > header_->slot_grammar_bytes) {
+  if (s.n_stop_ids < 0 || s.n_stop_ids > kMaxStopIds || (s.flags & ~kSlotIgnoreStop) != 0 || s.n_logit_bias < 0 ||
+      s.n_logit_bias > kMaxLogitBias || s.grammar_bytes > header_->slot_grammar_bytes) {
     return make_error(ErrorCode::kInvalidArgument, "the request in the slot is malformed");
   }
   const LogitBias* bias = logit_bias(index);
-  for (int32_t i = 0; i < s.n_logit_bias; ++i) {
-    if (bias[i].id < 0 || bias[i].id >= vocab_size) {
-      return make_error(ErrorCode::kOutOfRange, "logit_bias names token {}, outside the vocabulary", bias[i].id);
-    }
-    if (!kLogitBiasRange.contains(bias[i].bias)) {
-      return make_error(ErrorCode::kInvalidArgument, "logit_bias of token {} is {}, outside -100..100", bias[i].id,
-                        bias[i].bias);
-    }
-  }
-  r.logit_bias.assign(bias, bias + s.n_logit_bias);
-  r.min_tokens = s.min_tokens;
-  r.grammar.assign(grammar(index), s.grammar_bytes);
-  r.sampling = s.sampling;
   r.n_prompt = static_cast<int32_t>(n_prompt);
-  r.max_tokens = s.max_tokens;
-  r.top_logprobs = s.top_logprobs;
-  r.ignore_stop = (s.flags & kSlotIgnoreStop) != 0;
-  r.stop_ids.assign(s.stop_ids, s.stop_ids + s.n_stop_ids);
+  r.spec = {.sampling = s.sampling,
+            .max_tokens = s.max_tokens,
+            .min_tokens = s.min_tokens,
+            .top_logprobs = s.top_logprobs,
+            .ignore_stop = (s.flags & kSlotIgnoreStop) != 0,
+            .stop_ids = {s.stop_ids, s.stop_ids + s.n_stop_ids},
+            .logit_bias = {bias, bias + s.n_logit_bias},
+            .grammar = {grammar(index), s.grammar_bytes}};
   // Only for log lines: anything but printable ASCII becomes '?'.
   r.client_request_id.assign(s.client_request_id, ::strnlen(s.client_request_id, sizeof(s.client_request_id)));
   for (char& c : r.client_request_id) {

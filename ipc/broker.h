@@ -39,21 +39,15 @@ uint64_t monotonic_ns();
 // gone; a zombie counts as gone).
 enum class OwnerState { kAlive, kSilent, kExited };
 
-// A slot's request as the engine reads it, every field checked: another process wrote
-// them. Sampling values are plain data here; sampling_params_validate judges them.
+// A slot's request as the engine reads it: another process wrote it, so its counts and
+// sizes are checked here (request_spec_check_shape); its values are judged once, by
+// request_spec_validate where the driver takes the sequence.
 struct SlotRequest {
   uint32_t generation = 0;
   int owner = -1;
   int32_t owner_pid = 0;
-  SamplingParams sampling;
   int32_t n_prompt = 0;
-  int32_t max_tokens = 0;
-  int32_t top_logprobs = 0;
-  bool ignore_stop = false;
-  std::vector<int32_t> stop_ids;
-  int32_t min_tokens = 0;
-  std::vector<LogitBias> logit_bias;  // ids within the vocabulary, biases within kLogitBiasRange
-  std::string grammar;                // GBNF text; empty: unconstrained
+  RequestSpec spec;
   std::string client_request_id;      // the client's x-request-id, printable; may be empty
   std::vector<int32_t> tokens;  // the prompt, then the tokens produced before (on resume)
   int32_t n_produced() const { return static_cast<int32_t>(tokens.size()) - n_prompt; }

@@ -28,36 +28,23 @@ Result<uint32_t> BrokerClient::submit(const SubmitRequest& r, uint32_t* generati
     return make_error(ErrorCode::kOutOfRange, "the prompt has {} tokens, but the context holds {}", r.prompt.size(),
                       broker_->slot_tokens());
   }
-  if (r.stop_ids.size() > static_cast<size_t>(kMaxStopIds) || r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs) {
-    return make_error(ErrorCode::kInvalidArgument, "at most {} stop ids and {} top logprobs", kMaxStopIds,
-                      kMaxTopLogprobs);
-  }
-  if (r.logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
-    return make_error(ErrorCode::kInvalidArgument, "logit_bias has {} entries; at most {} are accepted",
-                      r.logit_bias.size(), kMaxLogitBias);
-  }
-  if (r.grammar.size() > broker_->grammar_capacity()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "the request's constraint compiles to a grammar of {} bytes; this server takes at most {} "
-                      "(hearth-engine --max-grammar-bytes)",
-                      r.grammar.size(), broker_->grammar_capacity());
-  }
-  if (r.min_tokens < 0) return make_error(ErrorCode::kInvalidArgument, "min_tokens must be at least 0");
+  HEARTH_RETURN_IF_ERROR(request_spec_check_shape(r.spec, broker_->grammar_capacity()));
   const auto slot = broker_->slot_claim(index_, generation);
   if (!slot) return make_error(ErrorCode::kResourceExhausted, "all {} request slots are busy", broker_->n_slots());
+  const RequestSpec& spec = r.spec;
   SlotHeader& s = broker_->slot(*slot);
-  s.sampling = r.sampling;
-  s.max_tokens = r.max_tokens;
+  s.sampling = spec.sampling;
+  s.max_tokens = spec.max_tokens;
   s.n_prompt = static_cast<int32_t>(r.prompt.size());
-  s.top_logprobs = r.top_logprobs;
-  s.flags = r.ignore_stop ? kSlotIgnoreStop : 0;
-  s.n_stop_ids = static_cast<int32_t>(r.stop_ids.size());
-  std::copy(r.stop_ids.begin(), r.stop_ids.end(), s.stop_ids);
-  s.min_tokens = r.min_tokens;
-  s.n_logit_bias = static_cast<int32_t>(r.logit_bias.size());
-  std::copy(r.logit_bias.begin(), r.logit_bias.end(), broker_->logit_bias(*slot));
-  s.grammar_bytes = static_cast<uint32_t>(r.grammar.size());
-  std::copy(r.grammar.begin(), r.grammar.end(), broker_->grammar(*slot));
+  s.top_logprobs = spec.top_logprobs;
+  s.flags = spec.ignore_stop ? kSlotIgnoreStop : 0;
+  s.n_stop_ids = static_cast<int32_t>(spec.stop_ids.size());
+  std::copy(spec.stop_ids.begin(), spec.stop_ids.end(), s.stop_ids);
+  s.min_tokens = spec.min_tokens;
+  s.n_logit_bias = static_cast<int32_t>(spec.logit_bias.size());
+  std::copy(spec.logit_bias.begin(), spec.logit_bias.end(), broker_->logit_bias(*slot));
+  s.grammar_bytes = static_cast<uint32_t>(spec.grammar.size());
+  std::copy(spec.grammar.begin(), spec.grammar.end(), broker_->grammar(*slot));
   std::copy(r.prompt.begin(), r.prompt.end(), broker_->prompt(*slot));
   std::memcpy(s.client_request_id, r.client_request_id.data(),
               std::min(r.client_request_id.size(), sizeof(s.client_request_id)));

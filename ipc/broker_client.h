@@ -18,17 +18,12 @@
 
 namespace hearth {
 
+// One slot's request: the prompt and what it asks for (common/request_spec.h; the
+// frontend validated it on admission).
 struct SubmitRequest {
   std::vector<int32_t> prompt;
-  SamplingParams sampling;
-  int32_t max_tokens = 16;
-  std::vector<int32_t> stop_ids;
-  bool ignore_stop = false;
-  int32_t top_logprobs = 0;
-  int32_t min_tokens = 0;
-  std::vector<LogitBias> logit_bias;  // at most kMaxLogitBias
-  std::string grammar;                // GBNF text, at most grammar_capacity() bytes; empty: none
-  std::string client_request_id;      // for the engine's log lines; cut to kClientRequestIdBytes
+  RequestSpec spec;
+  std::string client_request_id;  // for the engine's log lines; cut to kClientRequestIdBytes
 };
 
 // What a slot looks like from the frontend.

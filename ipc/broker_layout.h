@@ -18,7 +18,7 @@
 #include <cstdint>
 
 #include "common/finish_reason.h"
-#include "common/sampling_params.h"
+#include "common/request_spec.h"
 #include "ipc/ring.h"
 
 namespace hearth {
@@ -29,7 +29,6 @@ inline constexpr uint32_t kBrokerLayoutVersion = 6;  // 3: logit bias, min_token
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr int kMaxFrontends = 16;
-inline constexpr int kMaxStopIds = 32;
 
 // A slot's life: FREE -> FILLING (a frontend claimed it and writes the request) -> QUEUED
 // (published, in the ring) -> RUNNING (the engine admitted it) -> DONE / CANCELLED /

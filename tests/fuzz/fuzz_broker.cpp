@@ -1,6 +1,6 @@
 // Fuzz target: any bytes as a broker segment, read as an engine reads it after a start:
-// attach (validation), every slot's state and request, the ring's repairs and pops, the
-// sweep. Frontends are other processes; nothing they leave may crash or hang an engine.
+// attach (validation), every slot's state and request (its shape, then its values as the
+// driver judges them), the ring's repairs and pops, the sweep. Frontends are other processes; nothing they leave may crash or hang an engine.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -19,7 +19,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sink = sink + hearth::slot_state_name(broker->slot(i).state.load()).size();
     for (const bool resume : {false, true}) {
       auto r = broker->read_request(i, resume, 4096, 32000);
-      if (r.is_ok()) sink = sink + r->tokens.size() + r->stop_ids.size();
+      if (!r.is_ok()) continue;
+      // What the engine's driver then judges: every value of the request.
+      const hearth::Status valid =
+          hearth::request_spec_validate(r->spec, {.vocab_size = 32000, .grammar_bytes = broker->grammar_capacity()});
+      sink = sink + r->tokens.size() + r->spec.stop_ids.size() + (valid.is_ok() ? 1 : 0);
     }
   }
   hearth::Ring ring = broker->ring();

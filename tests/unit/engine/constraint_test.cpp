@@ -91,10 +91,7 @@ TEST(ConstraintTest, SchemaOutputsAreValidAndEndAsStop) {
       "required": ["name", "age", "kind"], "additionalProperties": false})";
   Driver driver(*f.runner, f.config());
   for (uint64_t id = 0; id < 12; ++id) {
-    ASSERT_EQ(*f.add(driver, id, {.tokens = f.prompt("Once upon a time"), .n_prompt = 0, .max_tokens = 80,
-                               .stop_ids = {2},
-                               .sampling = {.temperature = id == 0 ? 0.0f : 1.0f, .seed = id},
-                               .grammar = gbnf_of(schema)}),
+    ASSERT_EQ(*f.add(driver, id, {.tokens = f.prompt("Once upon a time"), .n_prompt = 0, .spec = {.sampling = {.temperature = id == 0 ? 0.0f : 1.0f, .seed = id}, .max_tokens = 80, .stop_ids = {2}, .grammar = gbnf_of(schema)}}),
               FinishReason::kNone)
         << id;
   }
@@ -118,9 +115,7 @@ TEST(ConstraintTest, OpenSchemasEndValidWithinSmallBudgets) {
     for (int32_t max_tokens : {4, 9, 24}) {
       Driver driver(*f.runner, f.config());
       for (uint64_t seed = 0; seed < 6; ++seed) {
-        ASSERT_TRUE(f.add(driver, seed, {.tokens = f.prompt("The cat"), .n_prompt = 0, .max_tokens = max_tokens,
-                                      .stop_ids = {2}, .sampling = {.temperature = 1.2f, .seed = seed},
-                                      .grammar = gbnf_of(schema)})
+        ASSERT_TRUE(f.add(driver, seed, {.tokens = f.prompt("The cat"), .n_prompt = 0, .spec = {.sampling = {.temperature = 1.2f, .seed = seed}, .max_tokens = max_tokens, .stop_ids = {2}, .grammar = gbnf_of(schema)}})
                         .is_ok());
       }
       for (const auto& [id, o] : f.run(driver)) {
@@ -140,23 +135,21 @@ TEST(ConstraintTest, LogitBiasForcesOrBansTokens) {
   Fixture f;
   Driver driver(*f.runner, f.config());
   const auto prompt = f.prompt("Once upon a time");
-  ASSERT_TRUE(f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .max_tokens = 4, .sampling = {.temperature = 0.0f}}).is_ok());
+  ASSERT_TRUE(f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 4}}).is_ok());
   const auto plain = f.run(driver).at(1).tokens;
   ASSERT_EQ(plain.size(), 4u);
-  ASSERT_TRUE(f.add(driver, 2, {.tokens = prompt, .n_prompt = 0, .max_tokens = 4, .sampling = {.temperature = 0.0f},
-                           .logit_bias = {{.id = 300, .bias = 100.0f}}})
+  ASSERT_TRUE(f.add(driver, 2, {.tokens = prompt, .n_prompt = 0, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 4, .logit_bias = {{.id = 300, .bias = 100.0f}}}})
                   .is_ok());
-  ASSERT_TRUE(f.add(driver, 3, {.tokens = prompt, .n_prompt = 0, .max_tokens = 4, .sampling = {.temperature = 0.0f},
-                           .logit_bias = {{.id = plain[0], .bias = -100.0f}}})
+  ASSERT_TRUE(f.add(driver, 3, {.tokens = prompt, .n_prompt = 0, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 4, .logit_bias = {{.id = plain[0], .bias = -100.0f}}}})
                   .is_ok());
   auto out = f.run(driver);
   EXPECT_EQ(out.at(2).tokens, std::vector<TokenId>(4, 300));
   EXPECT_NE(out.at(3).tokens[0], plain[0]);
-  EXPECT_EQ(f.add(driver, 4, {.tokens = prompt, .n_prompt = 0, .max_tokens = 4, .logit_bias = {{.id = 512, .bias = 1}}})
+  EXPECT_EQ(f.add(driver, 4, {.tokens = prompt, .n_prompt = 0, .spec = {.max_tokens = 4, .logit_bias = {{.id = 512, .bias = 1}}}})
                 .status()
                 .code(),
             ErrorCode::kOutOfRange);
-  EXPECT_EQ(f.add(driver, 5, {.tokens = prompt, .n_prompt = 0, .max_tokens = 4, .logit_bias = {{.id = 5, .bias = 101}}})
+  EXPECT_EQ(f.add(driver, 5, {.tokens = prompt, .n_prompt = 0, .spec = {.max_tokens = 4, .logit_bias = {{.id = 5, .bias = 101}}}})
                 .status()
                 .code(),
             ErrorCode::kOutOfRange);
@@ -167,14 +160,12 @@ TEST(ConstraintTest, MinTokensDefersTheStopIds) {
   Fixture f;
   Driver driver(*f.runner, f.config());
   const auto prompt = f.prompt("Once upon a time");
-  ASSERT_TRUE(f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .max_tokens = 12, .sampling = {.temperature = 0.0f}}).is_ok());
+  ASSERT_TRUE(f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 12}}).is_ok());
   const auto plain = f.run(driver).at(1).tokens;
   const TokenId third = plain[2];
-  ASSERT_TRUE(f.add(driver, 2, {.tokens = prompt, .n_prompt = 0, .max_tokens = 12, .stop_ids = {third},
-                           .sampling = {.temperature = 0.0f}})
+  ASSERT_TRUE(f.add(driver, 2, {.tokens = prompt, .n_prompt = 0, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 12, .stop_ids = {third}}})
                   .is_ok());
-  ASSERT_TRUE(f.add(driver, 3, {.tokens = prompt, .n_prompt = 0, .max_tokens = 12, .stop_ids = {third},
-                           .sampling = {.temperature = 0.0f}, .min_tokens = 6})
+  ASSERT_TRUE(f.add(driver, 3, {.tokens = prompt, .n_prompt = 0, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 12, .min_tokens = 6, .stop_ids = {third}}})
                   .is_ok());
   auto out = f.run(driver);
   EXPECT_EQ(out.at(2).tokens.size(), 3u);
@@ -192,23 +183,20 @@ TEST(ConstraintTest, AResumedConstrainedSequenceContinuesExactly) {
   const auto prompt = f.prompt("Lily had");
   const SamplingParams sampling{.temperature = 0.9f, .seed = 5};
   Driver driver(*f.runner, f.config());
-  ASSERT_TRUE(f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .max_tokens = 40, .stop_ids = {2}, .sampling = sampling,
-                             .grammar = g})
+  ASSERT_TRUE(f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .spec = {.sampling = sampling, .max_tokens = 40, .stop_ids = {2}, .grammar = g}})
                   .is_ok());
   const auto whole = f.run(driver).at(1).tokens;
   ASSERT_GT(whole.size(), 6u);
   std::vector<TokenId> resumed = prompt;
   resumed.insert(resumed.end(), whole.begin(), whole.begin() + 5);
-  ASSERT_EQ(*driver.add(2, {.tokens = resumed, .n_prompt = static_cast<int32_t>(prompt.size()), .max_tokens = 40,
-                            .stop_ids = {2}, .sampling = sampling, .grammar = g}),
+  ASSERT_EQ(*driver.add(2, {.tokens = resumed, .n_prompt = static_cast<int32_t>(prompt.size()), .spec = {.sampling = sampling, .max_tokens = 40, .stop_ids = {2}, .grammar = g}}),
             FinishReason::kNone);
   const auto rest = f.run(driver).at(2).tokens;
   EXPECT_EQ(rest, std::vector<TokenId>(whole.begin() + 5, whole.end()));
   // Tokens the grammar could not have produced are refused.
   std::vector<TokenId> wrong = prompt;
   wrong.push_back(f.prompt("x").back());
-  EXPECT_EQ(driver.add(3, {.tokens = wrong, .n_prompt = static_cast<int32_t>(prompt.size()), .max_tokens = 9,
-                           .grammar = g})
+  EXPECT_EQ(driver.add(3, {.tokens = wrong, .n_prompt = static_cast<int32_t>(prompt.size()), .spec = {.max_tokens = 9, .grammar = g}})
                 .status()
                 .code(),
             ErrorCode::kInvalidArgument);
@@ -219,10 +207,10 @@ TEST(ConstraintTest, BadOrUnwritableGrammarsAreRefused) {
   Fixture f;
   Driver driver(*f.runner, f.config());
   const auto prompt = f.prompt("Hi");
-  auto bad = f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .max_tokens = 4, .grammar = "root ::= x"});
+  auto bad = f.add(driver, 1, {.tokens = prompt, .n_prompt = 0, .spec = {.max_tokens = 4, .grammar = "root ::= x"}});
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidArgument);
   Driver blind(*f.runner, {.max_sequence_tokens = 64});
-  EXPECT_EQ(f.add(blind, 3, {.tokens = prompt, .n_prompt = 0, .max_tokens = 4, .grammar = "root ::= \"a\""}).status().code(),
+  EXPECT_EQ(f.add(blind, 3, {.tokens = prompt, .n_prompt = 0, .spec = {.max_tokens = 4, .grammar = "root ::= \"a\""}}).status().code(),
             ErrorCode::kUnsupported);
   // A byte no token writes alone (stories260K has every byte piece, so this part runs on a
   // vocabulary without them).

@@ -54,9 +54,9 @@ TEST(DriverTest, BatchedAndResumedSequencesGetTheTokensOfAnUninterruptedRun) {
   Driver driver(*f.runner, {.scheduler = {.max_batch_size = 8, .max_batched_tokens = 64}, .max_sequence_tokens = 512});
   std::vector<TokenId> resumed(p2);
   resumed.insert(resumed.end(), want2.begin(), want2.begin() + 12);  // 12 produced before a restart
-  ASSERT_EQ(*driver.add(1, {.tokens = p1, .n_prompt = 5, .max_tokens = 30, .sampling = {.temperature = 0.0f}}),
+  ASSERT_EQ(*driver.add(1, {.tokens = p1, .n_prompt = 5, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 30}}),
             FinishReason::kNone);
-  ASSERT_EQ(*driver.add(2, {.tokens = resumed, .n_prompt = 4, .max_tokens = 30, .sampling = seeded}),
+  ASSERT_EQ(*driver.add(2, {.tokens = resumed, .n_prompt = 4, .spec = {.sampling = seeded, .max_tokens = 30}}),
             FinishReason::kNone);
   std::vector<TokenId> got1, got2(want2.begin(), want2.begin() + 12);
   std::vector<FinishReason> finished;
@@ -78,23 +78,27 @@ TEST(DriverTest, ASequenceAlreadyOverOrMalformedIsAnsweredAtOnce) {
   Fixture f;
   Driver driver(*f.runner, {.max_sequence_tokens = 16});
   // A predecessor produced the stop id (or max_tokens) and died before saying so.
-  EXPECT_EQ(*driver.add(1, {.tokens = {1, 403, 2}, .n_prompt = 2, .max_tokens = 9, .stop_ids = {2}}),
+  EXPECT_EQ(*driver.add(1, {.tokens = {1, 403, 2}, .n_prompt = 2, .spec = {.max_tokens = 9, .stop_ids = {2}}}),
             FinishReason::kStop);
-  EXPECT_EQ(*driver.add(2, {.tokens = {1, 403, 7}, .n_prompt = 2, .max_tokens = 1}), FinishReason::kLength);
-  EXPECT_EQ(*driver.add(3, {.tokens = std::vector<TokenId>(16, 1), .n_prompt = 8, .max_tokens = 99}),
+  EXPECT_EQ(*driver.add(2, {.tokens = {1, 403, 7}, .n_prompt = 2, .spec = {.max_tokens = 1}}), FinishReason::kLength);
+  EXPECT_EQ(*driver.add(3, {.tokens = std::vector<TokenId>(16, 1), .n_prompt = 8, .spec = {.max_tokens = 99}}),
             FinishReason::kLength);  // the context is full
   EXPECT_TRUE(driver.idle());
-  const auto hot = driver.add(4, {.tokens = {1}, .n_prompt = 1, .max_tokens = 4, .sampling = {.temperature = 3.0f}});
+  const auto hot = driver.add(4, {.tokens = {1}, .n_prompt = 1, .spec = {.sampling = {.temperature = 3.0f}, .max_tokens = 4}});
   EXPECT_EQ(hot.status().code(), ErrorCode::kOutOfRange);
   EXPECT_NE(hot.status().message().find("temperature"), std::string::npos) << hot.status().message();
-  EXPECT_EQ(driver.add(5, {.tokens = {1, 600}, .n_prompt = 2, .max_tokens = 4}).status().code(),
+  EXPECT_EQ(driver.add(5, {.tokens = {1, 600}, .n_prompt = 2, .spec = {.max_tokens = 4}}).status().code(),
             ErrorCode::kOutOfRange);  // outside the vocabulary
-  EXPECT_EQ(driver.add(6, {.tokens = std::vector<TokenId>(16, 1), .n_prompt = 16, .max_tokens = 4}).status().code(),
+  EXPECT_EQ(driver.add(6, {.tokens = std::vector<TokenId>(16, 1), .n_prompt = 16, .spec = {.max_tokens = 4}}).status().code(),
             ErrorCode::kOutOfRange);  // no room for one token
-  EXPECT_EQ(driver.add(7, {.tokens = {1}, .n_prompt = 1, .max_tokens = 4, .top_logprobs = kMaxTopLogprobs + 1})
+  EXPECT_EQ(driver.add(7, {.tokens = {1}, .n_prompt = 1, .spec = {.max_tokens = 4, .top_logprobs = kMaxTopLogprobs + 1}})
                 .status()
                 .code(),
-            ErrorCode::kInvalidArgument);
+            ErrorCode::kOutOfRange);  // request_spec_validate: a value outside its range
+  EXPECT_EQ(driver.add(8, {.tokens = {1}, .n_prompt = 1, .spec = {.max_tokens = 4, .logit_bias = {{.id = 1, .bias = 200}}}})
+                .status()
+                .code(),
+            ErrorCode::kOutOfRange);
   EXPECT_TRUE(driver.idle());
 }
 
@@ -102,8 +106,7 @@ TEST(DriverTest, TopLogprobsAreTheModelsOwnMostLikelyTokens) {
   REQUIRE_STORIES();
   Fixture f;
   Driver driver(*f.runner, {.max_sequence_tokens = 64});
-  ASSERT_TRUE(driver.add(1, {.tokens = {1, 403, 407}, .n_prompt = 3, .max_tokens = 3, .top_logprobs = 4,
-                             .sampling = {.temperature = 0.0f}})
+  ASSERT_TRUE(driver.add(1, {.tokens = {1, 403, 407}, .n_prompt = 3, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 3, .top_logprobs = 4}})
                   .is_ok());
   int events = 0;
   ASSERT_TRUE(driver
@@ -218,9 +221,9 @@ TEST(DriverTest, SamplingOnTheBackendGivesTheHostsTokensAndLogprobs) {
       if (id == 19) {  // resumed with tokens produced before
         r.tokens.insert(r.tokens.end(), {378, 306});
       }
-      r.max_tokens = 12;
-      r.top_logprobs = static_cast<int32_t>(id % 5);
-      r.sampling = {.temperature = id % 4 == 0 ? 0.0f : 0.7f + 0.05f * static_cast<float>(id % 3),
+      r.spec.max_tokens = 12;
+      r.spec.top_logprobs = static_cast<int32_t>(id % 5);
+      r.spec.sampling = {.temperature = id % 4 == 0 ? 0.0f : 0.7f + 0.05f * static_cast<float>(id % 3),
                     .top_p = id % 3 == 0 ? 0.9f : 1.0f,
                     .min_p = id % 5 == 1 ? 0.05f : 0.0f,
                     .repetition_penalty = id % 2 == 0 ? 1.3f : 1.0f,
@@ -291,12 +294,12 @@ TEST(DriverTest, ShapedRowsSampleOnTheHostWhereTheBackendSamples) {
       SequenceRequest r;
       r.tokens = {1, static_cast<TokenId>(300 + id), 407, 261};
       r.n_prompt = 4;
-      r.max_tokens = id < 3 ? 6 : 14;  // the shaped ones end first
-      r.stop_ids = {2};
-      r.sampling = {.temperature = 0.8f, .seed = 50 + id};
-      if (id == 0) r.logit_bias = {{.id = 400, .bias = 5.0f}, {.id = 306, .bias = -100.0f}};
-      if (id == 1) r.min_tokens = 5;
-      if (id == 2) r.grammar = "root ::= [a-z ]+";
+      r.spec.max_tokens = id < 3 ? 6 : 14;  // the shaped ones end first
+      r.spec.stop_ids = {2};
+      r.spec.sampling = {.temperature = 0.8f, .seed = 50 + id};
+      if (id == 0) r.spec.logit_bias = {{.id = 400, .bias = 5.0f}, {.id = 306, .bias = -100.0f}};
+      if (id == 1) r.spec.min_tokens = 5;
+      if (id == 2) r.spec.grammar = "root ::= [a-z ]+";
       EXPECT_EQ(*driver.add(id, std::move(r)), FinishReason::kNone);
     }
     std::vector<std::vector<TokenResult>> out(6);

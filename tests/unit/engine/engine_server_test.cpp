@@ -110,9 +110,9 @@ class EngineServerTest : public ::testing::Test {
   static SubmitRequest greedy(std::vector<TokenId> prompt, int max_tokens) {
     SubmitRequest r;
     r.prompt = std::move(prompt);
-    r.sampling.temperature = 0.0f;
-    r.max_tokens = max_tokens;
-    r.stop_ids = {2};
+    r.spec.sampling.temperature = 0.0f;
+    r.spec.max_tokens = max_tokens;
+    r.spec.stop_ids = {2};
     return r;
   }
 
@@ -167,7 +167,7 @@ TEST_F(EngineServerTest, ThirtyTwoConcurrentRequestsEqualTheirSoloAnswers) {
 
 TEST_F(EngineServerTest, CancelStopsTheRequestAndFreesItsBlocks) {
   SubmitRequest r = greedy({1, 403, 407}, 450);
-  r.ignore_stop = true;
+  r.spec.ignore_stop = true;
   auto slot = client_->submit(r);
   ASSERT_TRUE(slot.is_ok());
   ASSERT_TRUE(wait_tokens(*slot, 5));
@@ -188,13 +188,13 @@ TEST_F(EngineServerTest, CancelStopsTheRequestAndFreesItsBlocks) {
 
 TEST_F(EngineServerTest, StopsAtStopIdsAndRefusesBadRequests) {
   SubmitRequest stop = greedy({1, 403, 407, 261, 378}, 50);
-  stop.stop_ids = {286};  // the third greedy token
+  stop.spec.stop_ids = {286};  // the third greedy token
   SlotProgress p;
   EXPECT_EQ(collect(client_->submit(stop).value(), &p), (std::vector<TokenId>{432, 383, 286}));
   EXPECT_EQ(p.finish, FinishReason::kStop);
 
   SubmitRequest bad = greedy({1, 403}, 5);
-  bad.sampling.temperature = -1.0f;
+  bad.spec.sampling.temperature = -1.0f;
   collect(client_->submit(bad).value(), &p);
   EXPECT_EQ(p.state, SlotState::kFailed);
   EXPECT_NE(p.error.find("temperature"), std::string::npos) << p.error;
@@ -209,7 +209,7 @@ TEST_F(EngineServerTest, StopsAtStopIdsAndRefusesBadRequests) {
 
 TEST_F(EngineServerTest, ARestartedEngineResumesRequestsWithTheSameText) {
   SubmitRequest r = greedy({1, 403, 407, 261, 378}, 120);
-  r.ignore_stop = true;
+  r.spec.ignore_stop = true;
   const auto want = reference({1, 403, 407, 261, 378}, 120);
   stop_engine_after_token(0, 30);  // the first free slot is 0
   auto slot = client_->submit(r);
@@ -230,10 +230,10 @@ TEST_F(EngineServerTest, ARestartedEngineResumesRequestsWithTheSameText) {
 
 TEST_F(EngineServerTest, ARestartedEngineContinuesASeededSampleWithTheSameDraws) {
   SubmitRequest r = greedy({1, 403, 407, 261, 378}, 100);
-  r.ignore_stop = true;
-  r.sampling.temperature = 1.0f;
-  r.sampling.top_p = 0.9f;
-  r.sampling.seed = 1234;
+  r.spec.ignore_stop = true;
+  r.spec.sampling.temperature = 1.0f;
+  r.spec.sampling.top_p = 0.9f;
+  r.spec.sampling.seed = 1234;
   const auto uninterrupted = collect(client_->submit(r).value());
   ASSERT_EQ(uninterrupted.size(), 100u);
   stop_engine_after_token(0, 30);
@@ -247,7 +247,7 @@ TEST_F(EngineServerTest, ARestartedEngineContinuesASeededSampleWithTheSameDraws)
   start_engine();
   EXPECT_EQ(collect(*slot), uninterrupted);
   // A different seed gives a different text (the draws matter).
-  r.sampling.seed = 99;
+  r.spec.sampling.seed = 99;
   EXPECT_NE(collect(client_->submit(r).value()), uninterrupted);
 }
 
@@ -260,7 +260,7 @@ TEST_F(EngineServerTest, ASilentFrontendsRequestIsCancelledAndItsSlotFreed) {
   start_engine();
   client_->heartbeat();
   SubmitRequest r = greedy({1, 403, 407}, 450);
-  r.ignore_stop = true;  // 450 steps of 5 ms: 2.25 s if nothing stopped it
+  r.spec.ignore_stop = true;  // 450 steps of 5 ms: 2.25 s if nothing stopped it
   auto slot = client_->submit(r);
   ASSERT_TRUE(slot.is_ok());
   const BrokerHeader& h = client_->broker().header();
@@ -283,7 +283,7 @@ TEST_F(EngineServerTest, AQueuedSlotTheRingNeverDeliveredIsFoundByTheScan) {
   const auto slot = b.slot_claim(client_->index());
   ASSERT_TRUE(slot.has_value());
   SlotHeader& s = b.slot(*slot);
-  s.sampling = greedy({}, 0).sampling;
+  s.sampling = greedy({}, 0).spec.sampling;
   s.max_tokens = 16;
   s.n_prompt = 5;
   const TokenId prompt[] = {1, 403, 407, 261, 378};

@@ -271,8 +271,7 @@ TEST(DriverPrefixTest, GreedyTextIsTheSameWithTheCacheOnAndOffAndUnderPressure) 
                              .max_sequence_tokens = 512});
       for (size_t r = 0; r < prompts.size(); ++r) {
         const auto n = static_cast<int32_t>(prompts[r].size());
-        EXPECT_TRUE(driver.add(r, {.tokens = prompts[r], .n_prompt = n, .max_tokens = 24, .ignore_stop = true,
-                                   .sampling = {.temperature = 0.0f}})
+        EXPECT_TRUE(driver.add(r, {.tokens = prompts[r], .n_prompt = n, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 24, .ignore_stop = true}})
                         .is_ok());
       }
       EXPECT_TRUE(driver
@@ -344,8 +343,7 @@ TEST(KvAdoptTest, ADriverContinuesFromAdoptedBlocksWithTheTokensOfAnUninterrupte
   ModelRunner runner(*llama, cache);
   const DriverConfig base{.scheduler = {.max_batch_size = 8, .max_batched_tokens = 64}, .max_sequence_tokens = 512};
   auto request = [&](size_t r, const std::vector<TokenId>& produced) {
-    SequenceRequest q{.tokens = prompts[r], .n_prompt = static_cast<int32_t>(prompts[r].size()), .max_tokens = kOut,
-                      .ignore_stop = true, .sampling = {.temperature = 0.0f}};
+    SequenceRequest q{.tokens = prompts[r], .n_prompt = static_cast<int32_t>(prompts[r].size()), .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = kOut, .ignore_stop = true}};
     q.tokens.insert(q.tokens.end(), produced.begin(), produced.end());
     return q;
   };
