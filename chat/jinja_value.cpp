@@ -311,7 +311,6 @@ Status json_into(std::string& out, const Value& v, const JsonOptions& options, i
   return make_error(ErrorCode::kInvalidArgument, "Object of type {} is not JSON serializable", v.type_name());
 }
 
-bool utf8_continuation(unsigned char b) { return (b & 0xc0) == 0x80; }
 
 }  // namespace
 
@@ -645,61 +644,6 @@ Result<std::string> value_to_json(const Value& v, const JsonOptions& options) {
   std::string out;
   HEARTH_RETURN_IF_ERROR(json_into(out, v, options, 0));
   return out;
-}
-
-char32_t utf8_next(std::string_view s, size_t& pos) {
-  const auto b0 = static_cast<unsigned char>(s[pos]);
-  if (b0 < 0x80) {
-    ++pos;
-    return b0;
-  }
-  size_t len = 0;
-  char32_t cp = 0;
-  if (b0 >= 0xc2 && b0 <= 0xdf) {
-    len = 2;
-    cp = b0 & 0x1f;
-  } else if (b0 >= 0xe0 && b0 <= 0xef) {
-    len = 3;
-    cp = b0 & 0x0f;
-  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
-    len = 4;
-    cp = b0 & 0x07;
-  }
-  if (len == 0 || pos + len > s.size()) {
-    ++pos;
-    return b0;
-  }
-  for (size_t i = 1; i < len; ++i) {
-    const auto b = static_cast<unsigned char>(s[pos + i]);
-    if (!utf8_continuation(b)) {
-      ++pos;
-      return b0;
-    }
-    cp = (cp << 6) | (b & 0x3f);
-  }
-  pos += len;
-  return cp;
-}
-
-size_t utf8_length(std::string_view s) {
-  size_t n = 0, pos = 0;
-  while (pos < s.size()) {
-    utf8_next(s, pos);
-    ++n;
-  }
-  return n;
-}
-
-std::vector<size_t> utf8_offsets(std::string_view s) {
-  std::vector<size_t> offsets;
-  offsets.reserve(s.size() + 1);
-  size_t pos = 0;
-  while (pos < s.size()) {
-    offsets.push_back(pos);
-    utf8_next(s, pos);
-  }
-  offsets.push_back(s.size());
-  return offsets;
 }
 
 bool is_py_space(char32_t cp) {

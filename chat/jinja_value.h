@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/utf8.h"
 
 namespace hearth::jinja {
 
@@ -173,14 +174,9 @@ struct JsonOptions {
 // Python json.dumps with the given options (the tojson filter Hugging Face installs).
 Result<std::string> value_to_json(const Value& v, const JsonOptions& options);
 
-// UTF-8 helpers with Python's code point view of a str. Invalid bytes count as one
-// code point each.
-size_t utf8_length(std::string_view s);
-// Byte offsets of each code point start, plus s.size() at the end.
-std::vector<size_t> utf8_offsets(std::string_view s);
-// Python's str.isspace() for one code point.
+// Python's str.isspace() for one code point. (Python's code point view of a str, with
+// invalid bytes as one code point each: utf8_next, utf8_length, utf8_offsets in
+// common/utf8.h.)
 bool is_py_space(char32_t cp);
-// Decodes one code point at `pos` (advancing it); an invalid byte decodes to itself.
-char32_t utf8_next(std::string_view s, size_t& pos);
 
 }  // namespace hearth::jinja

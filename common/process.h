@@ -31,5 +31,8 @@ std::string process_command(int pid);
 
 // Seconds since an arbitrary fixed point (CLOCK_MONOTONIC), for durations.
 double monotonic_seconds();
+// The same clock in nanoseconds: what every heartbeat and timestamp in shared memory uses
+// (it is the same in every process of the machine).
+uint64_t monotonic_ns();
 
 }  // namespace hearth

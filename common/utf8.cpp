@@ -104,4 +104,59 @@ std::string utf8_sanitize(std::string_view bytes) {
   return out;
 }
 
+char32_t utf8_next(std::string_view s, size_t& pos) {
+  const auto b0 = static_cast<unsigned char>(s[pos]);
+  if (b0 < 0x80) {
+    ++pos;
+    return b0;
+  }
+  size_t len = 0;
+  char32_t cp = 0;
+  if (b0 >= 0xc2 && b0 <= 0xdf) {
+    len = 2;
+    cp = b0 & 0x1f;
+  } else if (b0 >= 0xe0 && b0 <= 0xef) {
+    len = 3;
+    cp = b0 & 0x0f;
+  } else if (b0 >= 0xf0 && b0 <= 0xf4) {
+    len = 4;
+    cp = b0 & 0x07;
+  }
+  if (len == 0 || pos + len > s.size()) {
+    ++pos;
+    return b0;
+  }
+  for (size_t i = 1; i < len; ++i) {
+    const auto b = static_cast<unsigned char>(s[pos + i]);
+    if ((b & 0xc0) != 0x80) {  // not a continuation byte
+      ++pos;
+      return b0;
+    }
+    cp = (cp << 6) | (b & 0x3f);
+  }
+  pos += len;
+  return cp;
+}
+
+size_t utf8_length(std::string_view s) {
+  size_t n = 0, pos = 0;
+  while (pos < s.size()) {
+    utf8_next(s, pos);
+    ++n;
+  }
+  return n;
+}
+
+std::vector<size_t> utf8_offsets(std::string_view s) {
+  std::vector<size_t> offsets;
+  offsets.reserve(s.size() + 1);
+  size_t pos = 0;
+  while (pos < s.size()) {
+    offsets.push_back(pos);
+    utf8_next(s, pos);
+  }
+  offsets.push_back(s.size());
+  return offsets;
+}
+
 }  // namespace hearth

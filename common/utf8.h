@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hearth {
 
@@ -33,5 +34,14 @@ void utf8_append(std::string& out, char32_t cp);
 
 // Replaces each invalid byte with U+FFFD.
 std::string utf8_sanitize(std::string_view bytes);
+
+// Any bytes as code points, the way Python sees a str decoded with errors kept: each
+// invalid byte is one code point of its own value.
+// Decodes one code point at `pos` (advancing it); an invalid byte decodes to itself.
+char32_t utf8_next(std::string_view s, size_t& pos);
+// Code points in `s`.
+size_t utf8_length(std::string_view s);
+// Byte offsets of each code point start, plus s.size() at the end.
+std::vector<size_t> utf8_offsets(std::string_view s);
 
 }  // namespace hearth

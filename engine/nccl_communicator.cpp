@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/process.h"
 
 namespace hearth {
 namespace {
@@ -18,11 +19,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kWatchdogPeriod = std::chrono::milliseconds(50);
 constexpr auto kPollPeriod = std::chrono::microseconds(50);
 constexpr size_t kMaxInFlight = 256;  // collectives enqueued and not yet seen complete
-
-uint64_t monotonic_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
-}
 
 Status nccl_error(ncclResult_t r, std::string_view what) {
   return make_error(ErrorCode::kUnavailable, "NCCL {}: {}", what, ncclGetErrorString(r));

@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/utf8.h"  // utf8_append
+
 namespace hearth::grammar {
 
 struct CodeRange {
@@ -21,7 +23,5 @@ std::vector<CodeRange> complement_ranges(const std::vector<CodeRange>& ranges);
 // The UTF-8 encodings of the code points in normalised `ranges` (surrogates left out), as
 // sequences of byte ranges: a code point's encoding matches exactly one sequence.
 std::vector<std::vector<std::pair<uint8_t, uint8_t>>> utf8_sequences(const std::vector<CodeRange>& ranges);
-// Appends the UTF-8 encoding of `cp`.
-void utf8_append(std::string& out, uint32_t cp);
 
 }  // namespace hearth::grammar

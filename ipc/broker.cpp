@@ -27,12 +27,6 @@ std::string_view slot_state_name(uint32_t state) {
   return "INVALID";
 }
 
-uint64_t monotonic_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 namespace {
 
 uint64_t align64(uint64_t v) { return (v + 63) / 64 * 64; }

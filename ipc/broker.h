@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/process.h"
 #include "common/status.h"
 #include "ipc/broker_layout.h"
 #include "ipc/ring.h"
@@ -29,9 +30,6 @@ struct BrokerConfig {
   uint32_t slot_tokens = 4096;      // prompt plus output tokens per request (the context)
   uint32_t grammar_bytes = 65536;   // GBNF text of one request's constraint, at most
 };
-
-// CLOCK_MONOTONIC in nanoseconds (the clock every heartbeat and timestamp uses).
-uint64_t monotonic_ns();
 
 // The frontend that owns a slot, as the engine judges it: alive; silent (registered, but
 // its heartbeat is older than the stale bound: wedged, or gone without a trace); or

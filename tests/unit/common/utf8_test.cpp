@@ -34,6 +34,19 @@ TEST(Utf8Test, DecodesAndEncodesRoundTrip) {
   EXPECT_EQ(back, s);
 }
 
+// Python's view of a str with its invalid bytes kept: each is one code point of its own.
+TEST(Utf8Test, LenientDecodingCountsEachInvalidByteAsOneCodePoint) {
+  const std::string s = "a\xc3\xa9\xff\xe4\xb8" "b";  // a, e-acute, a stray byte, a truncated sequence, b
+  size_t pos = 0;
+  std::vector<char32_t> cps;
+  while (pos < s.size()) cps.push_back(utf8_next(s, pos));
+  EXPECT_EQ(cps, (std::vector<char32_t>{U'a', U'\u00e9', 0xff, 0xe4, 0xb8, U'b'}));
+  EXPECT_EQ(utf8_length(s), 6u);
+  EXPECT_EQ(utf8_offsets(s), (std::vector<size_t>{0, 1, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(utf8_length(""), 0u);
+  EXPECT_EQ(utf8_offsets(""), (std::vector<size_t>{0}));
+}
+
 TEST(Utf8Test, SanitizeReplacesBadBytes) {
   EXPECT_EQ(utf8_sanitize("a\xff" "b"), "a\xef\xbf\xbd" "b");
   EXPECT_EQ(utf8_sanitize("ok"), "ok");
