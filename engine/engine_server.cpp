@@ -196,7 +196,7 @@ Result<RankStart> engine_rank_start(const EngineOptions& o) {
     // The loader said so too, but its log may be long gone: decode on the CPU reads every
     // weight each step, and pays for 4 KiB pages (docs/operations.md).
     const WeightsHeader& h = *start.weights.header;
-    const uint64_t whole = huge_page_floor(h.total_bytes);
+    const uint64_t whole = huge_page_floor(h.prologue.total_bytes);
     if (h.huge_page_bytes < whole) {
       HEARTH_LOG_WARN("only {} of the weights' {} are on 2 MiB pages: decode runs up to 20% slower than it could; "
                       "see the loader's log and docs/operations.md",

@@ -26,7 +26,7 @@ std::string rank_prefix(int rank) { return rank == 0 ? std::string() : fmt::form
 // cache faults in every page of it: both go better on 2 MiB pages. One line for a new
 // segment says where it landed.
 void log_kv_pages(const std::string& who, const KvSegment& segment) {
-  const uint64_t bytes = segment.header().total_bytes;
+  const uint64_t bytes = segment.header().prologue.total_bytes;
   const std::string why = segment.why_not_huge();
   if (why.empty()) {
     HEARTH_LOG_INFO("{}created the resident KV cache ({}{})", who, human_bytes(bytes),
@@ -212,7 +212,7 @@ Result<RankCache> open_rank_cache(Backend& backend, const KvCacheConfig& kv, Ran
   }
   if (segment->adopted()) {
     HEARTH_LOG_INFO("{}adopting the resident KV cache {} ({})", who, options.path.string(),
-                    human_bytes(segment->header().total_bytes));
+                    human_bytes(segment->header().prologue.total_bytes));
   } else {
     if (!segment->why_rebuilt().empty()) {
       HEARTH_LOG_WARN("{}rebuilt the resident KV cache {} from empty: {}", who, options.path.string(),

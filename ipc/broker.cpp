@@ -73,13 +73,9 @@ char* Broker::grammar(uint32_t index) const { return reinterpret_cast<char*>(log
 Status Broker::validate(uint64_t file_bytes) const {
   const std::string p = segment_.path().string();
   const BrokerHeader& h = *header_;
-  if (h.magic != kBrokerMagic) return make_error(ErrorCode::kFormat, "{} is not a hearth broker segment", p);
-  if (h.layout_version != kBrokerLayoutVersion) {
-    return make_error(ErrorCode::kFormat, "{} has broker layout version {}, this build uses {}", p, h.layout_version,
-                      kBrokerLayoutVersion);
-  }
+  HEARTH_RETURN_IF_ERROR(segment_prologue_check(h.prologue, kBrokerSegment, file_bytes, segment_.path()));
   BrokerConfig c{h.n_slots, h.slot_tokens, h.slot_grammar_bytes};
-  if (h.header_bytes != kBrokerHeaderBytes || h.total_bytes != file_bytes || h.n_slots < 1 || h.n_slots > 65536 ||
+  if (h.n_slots < 1 || h.n_slots > 65536 ||
       h.slot_tokens < 16 || h.slot_tokens > (1u << 24) || h.slot_grammar_bytes > kMaxGrammarBytes ||
       broker_bytes(c) != file_bytes || h.slot_stride != slot_stride_for(h.slot_tokens, h.slot_grammar_bytes) ||
       h.ring_offset != kBrokerHeaderBytes ||
@@ -134,10 +130,7 @@ Result<Broker> Broker::open_or_create(const std::filesystem::path& path, const B
   Broker b;
   b.header_ = new (seg.data()) BrokerHeader{};
   BrokerHeader& h = *b.header_;
-  h.magic = kBrokerMagic;
-  h.layout_version = kBrokerLayoutVersion;
-  h.header_bytes = kBrokerHeaderBytes;
-  h.total_bytes = broker_bytes(config);
+  segment_prologue_init(h.prologue, kBrokerSegment, broker_bytes(config));
   h.n_slots = config.n_slots;
   h.slot_tokens = config.slot_tokens;
   h.slot_grammar_bytes = config.grammar_bytes;

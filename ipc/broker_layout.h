@@ -20,6 +20,7 @@
 #include "common/finish_reason.h"
 #include "common/request_spec.h"
 #include "ipc/ring.h"
+#include "ipc/segment_prologue.h"
 
 namespace hearth {
 
@@ -28,6 +29,8 @@ inline constexpr uint32_t kBrokerLayoutVersion = 6;  // 3: logit bias, min_token
                                                      // 5: prefix-cache counts; 6: nonce, KV adoption counts
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
+inline constexpr SegmentKind kBrokerSegment{"broker", kBrokerMagic, kBrokerLayoutVersion, kBrokerHeaderBytes,
+                                           "restart hearth-engine from this build"};
 inline constexpr int kMaxFrontends = 16;
 
 // A slot's life: FREE -> FILLING (a frontend claimed it and writes the request) -> QUEUED
@@ -54,10 +57,7 @@ struct alignas(64) FrontendEntry {
 };
 
 struct BrokerHeader {
-  uint64_t magic;
-  uint32_t layout_version;
-  uint32_t header_bytes;
-  uint64_t total_bytes;
+  SegmentPrologue prologue;  // ipc/segment_prologue.h
   uint32_t n_slots;
   uint32_t slot_tokens;      // prompt plus output tokens a slot holds (the context)
   uint64_t slot_stride;      // bytes per slot

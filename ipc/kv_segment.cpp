@@ -148,15 +148,10 @@ KvKeptChoice kv_kept_choice(std::span<const std::string> names, const KvDeviceRe
 
 Status KvSegment::validate(uint64_t file_bytes) const {
   const std::string p = segment_.path().string();
-  if (file_bytes < kKvHeaderBytes) return make_error(ErrorCode::kFormat, "{} is truncated ({} bytes)", p, file_bytes);
   const KvHeader& h = header();
-  if (h.magic != kKvMagic) return make_error(ErrorCode::kFormat, "{} is not a hearth KV segment", p);
-  if (h.layout_version != kKvLayoutVersion) {
-    return make_error(ErrorCode::kFormat, "{} has KV layout version {}, this build uses {}", p, h.layout_version,
-                      kKvLayoutVersion);
-  }
+  HEARTH_RETURN_IF_ERROR(segment_prologue_check(h.prologue, kKvSegment, file_bytes, segment_.path()));
   const KvGeometry& g = h.geometry;
-  if (h.header_bytes != kKvHeaderBytes || !sane(g) || h.total_bytes != file_bytes ||
+  if (!sane(g) ||
       kv_segment_bytes(g) != file_bytes || h.tables_offset != kKvHeaderBytes || h.table_stride != table_stride(g) ||
       h.k_offset != k_offset(g) || h.v_offset != v_offset(g) || h.layer_bytes != layer_bytes(g) ||
       h.records_offset != records_offset(g) || h.record_stride != record_stride(g)) {
@@ -232,10 +227,7 @@ Result<KvSegment> KvSegment::open_or_create(const std::filesystem::path& path, c
   }
   HEARTH_ASSIGN_OR_RETURN(ShmSegment seg, ShmSegment::create(path, bytes, huge));
   KvHeader& h = *new (seg.data()) KvHeader{};
-  h.magic = kKvMagic;
-  h.layout_version = kKvLayoutVersion;
-  h.header_bytes = kKvHeaderBytes;
-  h.total_bytes = bytes;
+  segment_prologue_init(h.prologue, kKvSegment, bytes);
   h.weights = config.weights;
   h.owner_id = config.owner_id;
   h.geometry = config.geometry;

@@ -35,6 +35,7 @@
 
 #include "common/status.h"
 #include "ipc/segment.h"
+#include "ipc/segment_prologue.h"
 #include "ipc/weights_layout.h"
 
 namespace hearth {
@@ -44,6 +45,8 @@ inline constexpr uint64_t kKvMagic = 0x474553564b525448ull;  // "HTRKVSEG" littl
 // adopted on 4 KiB pages forever.
 inline constexpr uint32_t kKvLayoutVersion = 4;
 inline constexpr uint32_t kKvHeaderBytes = 4096;
+inline constexpr SegmentKind kKvSegment{"KV", kKvMagic, kKvLayoutVersion, kKvHeaderBytes,
+                                       "restart hearth-engine from this build"};
 // How long a new segment may spend placing K and V in huge pages (HugePagePlan): on bare
 // metal a few GiB take a fraction of it, but memory that a hypervisor must supply afresh
 // took 3-4 s per GiB where 4 KiB pages took 0.25 s, and an engine's start must not wait
@@ -76,10 +79,7 @@ struct KvSegmentConfig {
 };
 
 struct KvHeader {
-  uint64_t magic;
-  uint32_t layout_version;
-  uint32_t header_bytes;
-  uint64_t total_bytes;
+  SegmentPrologue prologue;  // ipc/segment_prologue.h
   Fingerprint weights;
   uint64_t owner_id;
   KvGeometry geometry;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ipc/segment_prologue.h"
 #include "ipc/weights_layout.h"
 
 namespace hearth {
@@ -23,6 +24,8 @@ namespace hearth {
 inline constexpr uint64_t kTpMagic = 0x5052475054525448ull;  // "HTRTPGRP" little-endian
 inline constexpr uint32_t kTpLayoutVersion = 2;
 inline constexpr uint32_t kTpHeaderBytes = 16384;
+inline constexpr SegmentKind kTpSegment{"tp", kTpMagic, kTpLayoutVersion, kTpHeaderBytes,
+                                       "restart the engine group (rank 0) from this build"};
 inline constexpr size_t kNcclIdBytes = 128;  // sizeof(ncclUniqueId)
 
 // A rank's place in the group.
@@ -84,10 +87,7 @@ struct alignas(64) TpRankEntry {
 };
 
 struct TpHeader {
-  uint64_t magic;
-  uint32_t layout_version;
-  uint32_t header_bytes;
-  uint64_t total_bytes;
+  SegmentPrologue prologue;  // ipc/segment_prologue.h
   uint32_t tp_size;
   uint32_t reserved0;
   Fingerprint weights;     // the weights segment the group serves

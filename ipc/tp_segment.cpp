@@ -57,15 +57,9 @@ float* TpSegment::reduce_buffer(int rank, int parity) const {
 Status TpSegment::validate(uint64_t file_bytes) const {
   const std::string p = segment_.path().string();
   const TpHeader& h = *header_;
-  if (file_bytes < kTpHeaderBytes || h.magic != kTpMagic) {
-    return make_error(ErrorCode::kFormat, "{} is not a hearth tp segment", p);
-  }
-  if (h.layout_version != kTpLayoutVersion) {
-    return make_error(ErrorCode::kFormat, "{} has tp layout version {}, this build uses {}", p, h.layout_version,
-                      kTpLayoutVersion);
-  }
+  HEARTH_RETURN_IF_ERROR(segment_prologue_check(h.prologue, kTpSegment, file_bytes, segment_.path()));
   const TpSegmentConfig c{h.tp_size, h.weights, h.geometry, h.step_capacity, h.reduce_floats};
-  if (h.header_bytes != kTpHeaderBytes || h.total_bytes != file_bytes || h.tp_size < 1 ||
+  if (h.tp_size < 1 ||
       h.tp_size > kMaxTensorParallel || h.step_capacity > (1ull << 32) || h.reduce_floats > (1ull << 32) ||
       h.step_offset != kTpHeaderBytes || h.reduce_offset != kTpHeaderBytes + align64(h.step_capacity) ||
       tp_segment_bytes(c) != file_bytes) {
@@ -117,10 +111,7 @@ Result<TpSegment> TpSegment::open_or_create(const std::filesystem::path& path, c
   TpSegment t;
   t.header_ = new (seg.data()) TpHeader{};
   TpHeader& h = *t.header_;
-  h.magic = kTpMagic;
-  h.layout_version = kTpLayoutVersion;
-  h.header_bytes = kTpHeaderBytes;
-  h.total_bytes = tp_segment_bytes(config);
+  segment_prologue_init(h.prologue, kTpSegment, tp_segment_bytes(config));
   h.tp_size = config.tp_size;
   h.weights = config.weights;
   h.geometry = config.geometry;

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "ipc/segment.h"
+#include "ipc/segment_prologue.h"
 
 namespace hearth {
 
@@ -29,6 +30,8 @@ inline constexpr uint64_t kWeightsMagic = 0x5354484757525448ull;  // "HTRWGHTS" 
 // 4 KiB pages, replaces it instead)
 inline constexpr uint32_t kWeightsLayoutVersion = 6;
 inline constexpr uint32_t kWeightsHeaderBytes = 4096;
+inline constexpr SegmentKind kWeightsSegment{"weights", kWeightsMagic, kWeightsLayoutVersion, kWeightsHeaderBytes,
+                                            "restart hearth-loader from this build"};
 inline constexpr int kMaxTensorParallel = 16;
 inline constexpr uint64_t kTensorAlignment = 64;
 inline constexpr uint64_t kHugePageAlignment = kHugePageBytes;  // --hugepages: one huge page
@@ -54,10 +57,7 @@ struct Fingerprint {
 };
 
 struct WeightsHeader {
-  uint64_t magic;
-  uint32_t layout_version;
-  uint32_t header_bytes;
-  uint64_t total_bytes;
+  SegmentPrologue prologue;  // ipc/segment_prologue.h
   std::atomic<uint32_t> state;
   int32_t creator_pid;
   uint64_t creator_start_time;  // /proc/<pid>/stat start time: tells a reused pid apart

@@ -27,20 +27,7 @@ bool range_ok(uint64_t offset, uint64_t bytes, uint64_t total) { return offset <
 
 Status weights_header_check(const WeightsHeader& h, uint64_t file_bytes, const std::filesystem::path& path) {
   const std::string p = path.string();
-  if (h.magic != kWeightsMagic) {
-    return make_error(ErrorCode::kFormat, "{} is not a hearth weights segment (wrong magic); remove it or point "
-                      "--instance elsewhere", p);
-  }
-  if (h.layout_version != kWeightsLayoutVersion) {
-    return make_error(ErrorCode::kFormat,
-                      "{} has layout version {}, this build reads version {}: restart hearth-loader from this build "
-                      "to replace it",
-                      p, h.layout_version, kWeightsLayoutVersion);
-  }
-  if (h.header_bytes != kWeightsHeaderBytes || h.total_bytes != file_bytes) {
-    return make_error(ErrorCode::kFormat, "{} says it is {} bytes but the file is {}: truncated or corrupt", p,
-                      h.total_bytes, file_bytes);
-  }
+  HEARTH_RETURN_IF_ERROR(segment_prologue_check(h.prologue, kWeightsSegment, file_bytes, path));
   if (h.tp_size < 1 || h.tp_size > kMaxTensorParallel) {
     return make_error(ErrorCode::kFormat, "{} has an invalid tensor-parallel size {}", p, h.tp_size);
   }
@@ -107,9 +94,9 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
                         h->data_alignment);
     }
   }
-  if (h->huge_page_bytes > h->total_bytes || h->huge_page_bytes % kHugePageAlignment != 0) {
+  if (h->huge_page_bytes > h->prologue.total_bytes || h->huge_page_bytes % kHugePageAlignment != 0) {
     return make_error(ErrorCode::kFormat, "{} claims {} bytes on 2 MiB pages, not whole pages within its {}",
-                      path.string(), h->huge_page_bytes, h->total_bytes);
+                      path.string(), h->huge_page_bytes, h->prologue.total_bytes);
   }
   const std::string layout = fixed_string(h->layout, sizeof(h->layout));
   if (layout != kLayoutPlain && layout != kLayoutCpuR16) {

@@ -410,10 +410,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
 
   // The header, in place; state LOADING until every byte is written.
   auto* out = new (seg.data()) WeightsHeader{};
-  out->magic = kWeightsMagic;
-  out->layout_version = kWeightsLayoutVersion;
-  out->header_bytes = kWeightsHeaderBytes;
-  out->total_bytes = h.total_bytes;
+  segment_prologue_init(out->prologue, kWeightsSegment, h.total_bytes);
   out->creator_pid = ::getpid();
   out->creator_start_time = process_start_time(::getpid());
   out->created_unix_ms = static_cast<uint64_t>(

@@ -175,7 +175,7 @@ TEST_F(ResidentTest, DamagedOrStaleSegmentsAreRefusedClearly) {
   damaged_copy(good, segment("magic"), [](std::string& b) { b[0] ^= 0x5a; });
   damaged_copy(good, segment("version"), [](std::string& b) {
     const uint32_t v = kWeightsLayoutVersion + 7;
-    std::memcpy(b.data() + offsetof(WeightsHeader, layout_version), &v, 4);
+    std::memcpy(b.data() + offsetof(WeightsHeader, prologue) + offsetof(SegmentPrologue, layout_version), &v, 4);
   });
   damaged_copy(good, segment("short"), [](std::string& b) { b.resize(b.size() - 4096); });
   // A loader that died half-way: state LOADING, creator a pid that has exited.

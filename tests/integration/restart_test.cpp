@@ -416,7 +416,7 @@ TEST(RestartTest, ARestartedEngineAdoptsTheResidentKvCacheAndRecomputesADamagedO
       KvHeader h{};
       std::fstream f(kv_path, std::ios::in | std::ios::out | std::ios::binary);
       ASSERT_TRUE(f.read(reinterpret_cast<char*>(&h), sizeof(h)));
-      ASSERT_EQ(h.magic, kKvMagic);
+      ASSERT_EQ(h.prologue.magic, kKvMagic);
       const std::string nan(static_cast<size_t>(h.layer_bytes * static_cast<uint64_t>(h.geometry.n_layers)), '\xff');
       f.seekp(static_cast<std::streamoff>(h.k_offset));
       ASSERT_TRUE(f.write(nan.data(), static_cast<std::streamsize>(nan.size())));

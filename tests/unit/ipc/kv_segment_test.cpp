@@ -96,7 +96,7 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
       {"dtype", [](KvSegmentConfig& c) { c.geometry.dtype = 0; c.geometry.element_bytes = 4; }, {}, "geometry differs"},
       {"slots", [](KvSegmentConfig& c) { c.geometry.n_slots = 4; }, {}, "geometry differs"},
       {"on a GPU now", [](KvSegmentConfig& c) { c.geometry.on_device = 1; }, {}, "were in host memory"},
-      {"truncated", [](KvSegmentConfig&) {}, [&] { std::filesystem::resize_file(path, 5000); }, "inconsistent header or is truncated"},
+      {"truncated", [](KvSegmentConfig&) {}, [&] { std::filesystem::resize_file(path, 5000); }, "truncated or corrupt"},
       {"tiny", [](KvSegmentConfig&) {}, [&] { std::filesystem::resize_file(path, 100); }, "is truncated"},
       {"magic", [](KvSegmentConfig&) {}, [&] {
          auto s = ShmSegment::attach(path, true);
@@ -106,7 +106,7 @@ TEST(KvSegmentTest, AnotherModelBrokerOrGeometryOrABrokenFileIsRebuiltFromEmpty)
       {"version", [](KvSegmentConfig&) {}, [&] {
          auto s = ShmSegment::attach(path, true);
          ASSERT_TRUE(s.is_ok());
-         reinterpret_cast<KvHeader*>(s->data())->layout_version = 99;
+         reinterpret_cast<KvHeader*>(s->data())->prologue.layout_version = 99;
        }, "KV layout version 99"},
       {"unfinished", [](KvSegmentConfig&) {}, [&] {  // its creator killed before it drew the id
          auto s = ShmSegment::attach(path, true);

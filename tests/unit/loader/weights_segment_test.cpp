@@ -72,19 +72,19 @@ TEST_F(WeightsSegmentTest, EveryDamagedFieldIsNamed) {
     const char* says;
   };
   const std::vector<Case> cases = {
-      {"magic", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.magic ^= 1; }, "wrong magic"},
-      {"layout version", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.layout_version = 99; },
+      {"magic", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.prologue.magic ^= 1; }, "wrong magic"},
+      {"layout version", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.prologue.layout_version = 99; },
        "layout version 99"},
-      {"total size", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.total_bytes += 64; }, "truncated or corrupt"},
+      {"total size", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.prologue.total_bytes += 64; }, "truncated or corrupt"},
       {"tensor-parallel size", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.tp_size = 0; },
        "invalid tensor-parallel size 0"},
       {"manifest count", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.n_entries = uint64_t{1} << 40; },
        "sections outside the file"},
-      {"config offset", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.config_offset = h.total_bytes; },
+      {"config offset", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.config_offset = h.prologue.total_bytes; },
        "sections outside the file"},
-      {"tokenizer bytes", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.tokenizer_bytes = h.total_bytes; },
+      {"tokenizer bytes", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.tokenizer_bytes = h.prologue.total_bytes; },
        "sections outside the file"},
-      {"rank region", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.rank_bytes[0] = h.total_bytes; },
+      {"rank region", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.rank_bytes[0] = h.prologue.total_bytes; },
        "rank 0 data outside the file"},
       {"state", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.state.store(7); }, "invalid state (7)"},
       {"alignment", [](WeightsHeader& h, WeightsEntry*, std::byte*) { h.data_alignment = 48; },
@@ -106,7 +106,7 @@ TEST_F(WeightsSegmentTest, EveryDamagedFieldIsNamed) {
        "has a corrupt shape"},
       {"entry bytes", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].bytes += 4; },
        "outside its rank's data or has the wrong size"},
-      {"entry offset", [](WeightsHeader& h, WeightsEntry* e, std::byte*) { e[3].offset = h.total_bytes; },
+      {"entry offset", [](WeightsHeader& h, WeightsEntry* e, std::byte*) { e[3].offset = h.prologue.total_bytes; },
        "outside its rank's data or has the wrong size"},
       {"entry misaligned", [](WeightsHeader&, WeightsEntry* e, std::byte*) { e[3].offset += 4; },
        "outside its rank's data or has the wrong size"},
@@ -169,8 +169,8 @@ TEST_F(WeightsSegmentTest, HugePagesAlignTheDataToTwoMiB) {
   // 64-byte aligned (a 2 MiB boundary each would waste up to 2 MiB per tensor).
   EXPECT_EQ(w->header->data_alignment, kHugePageAlignment);
   EXPECT_EQ(w->header->rank_offset[0] % kHugePageAlignment, 0u);
-  EXPECT_EQ(w->header->total_bytes % kHugePageAlignment, 0u);
-  EXPECT_EQ(w->header->huge_page_bytes, w->header->total_bytes) << "the header says where the weights landed";
+  EXPECT_EQ(w->header->prologue.total_bytes % kHugePageAlignment, 0u);
+  EXPECT_EQ(w->header->huge_page_bytes, w->header->prologue.total_bytes) << "the header says where the weights landed";
   for (const WeightsEntry& e : w->entries()) {
     EXPECT_EQ(e.offset % kTensorAlignment, 0u) << e.name;
     EXPECT_GE(e.offset, w->header->rank_offset[0]) << e.name;
@@ -196,7 +196,7 @@ TEST_F(WeightsSegmentTest, HugePagesAreHadOrRefusedAndNeverPretended) {
   if (published.is_ok()) {
     auto w = weights_attach(segment_path(dir_.path(), "huge", "weights"));
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-    EXPECT_EQ(w->header->huge_page_bytes, w->header->total_bytes);
+    EXPECT_EQ(w->header->huge_page_bytes, w->header->prologue.total_bytes);
     return;
   }
   EXPECT_TRUE(published.status().code() == ErrorCode::kUnsupported ||
