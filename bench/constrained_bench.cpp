@@ -17,8 +17,9 @@
 #include <boost/json.hpp>
 
 #include "common/args.h"
-#include "engine/driver.h"
-#include "engine/thread_pool.h"
+#include "engine/core/driver.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/thread_pool.h"
 #include "grammar/json_schema.h"
 #include "kernels/cpu/isa.h"
 #include "tools/model_source.h"

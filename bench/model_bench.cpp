@@ -17,9 +17,10 @@
 #include <vector>
 
 #include "common/args.h"
-#include "engine/thread_pool.h"
-#include "engine/generate.h"
-#include "engine/model.h"
+#include "engine/core/generate.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/thread_pool.h"
 #include "kernels/cpu/isa.h"
 #include "tools/model_source.h"
 

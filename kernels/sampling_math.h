@@ -1,4 +1,4 @@
-// The sampler's arithmetic, shared by the CPU sampler (engine/sampler.cpp) and the
+// The sampler's arithmetic, shared by the CPU sampler (engine/core/sampler.cpp) and the
 // device sampling kernels: one definition of the seeded random stream, the penalties
 // and the draw, so a seed gives the same token on either side. HEARTH_HD functions over
 // plain values; header-only, pure; C++17.

@@ -4,9 +4,10 @@
 #include <chrono>
 #include <cmath>
 
-#include "engine/backend.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/core/backend.h"
+#include "engine/core/kv_cache.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
 
 namespace hearth::quant {
 namespace {

@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "common/half.h"
-#include "engine/thread_pool.h"
+#include "engine/cpu/thread_pool.h"
 #include "kernels/cpu/isa.h"
 
 namespace hearth::quant {

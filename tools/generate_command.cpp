@@ -4,16 +4,17 @@
 
 #include <boost/json.hpp>
 
-#include "common/log.h"
-#include "engine/backend.h"
-#include "engine/generate.h"
-#include "engine/kv_cache.h"
-#include "engine/loader_slab.h"
-#include "engine/model.h"
-#include "ipc/segment.h"
-#include "common/process.h"
-#include "tokenizer/tokenizer.h"
 #include "common/args.h"
+#include "common/log.h"
+#include "common/process.h"
+#include "engine/backends.h"
+#include "engine/core/backend.h"
+#include "engine/core/generate.h"
+#include "engine/core/kv_cache.h"
+#include "engine/core/model.h"
+#include "engine/serve/loader_slab.h"
+#include "ipc/segment.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/model_source.h"
 

@@ -27,7 +27,7 @@ bool cpu_isa_force(CpuIsa isa);
 // /proc/cpuinfo's "model name" ("unknown cpu" when there is none) and cpuid's family and
 // model, e.g. "AMD EPYC (family 25, model 17)": virtual machines often name only the
 // vendor's line, which a Zen 4 and a Zen 5 host share, and the kernels' best settings
-// differ between them (it is part of the tuning cache's key, engine/cpu_tuning.h).
+// differ between them (it is part of the tuning cache's key, engine/cpu/cpu_tuning.h).
 std::string cpu_model_name();
 // What benchmarks print beside their figures: the model name, the path in use, and the
 // instruction-set extensions the kernels care about, e.g. "AMD EPYC (family 25, model
@@ -37,14 +37,14 @@ std::string cpu_host_summary();
 // How far ahead of use (bytes) the matmul kernels prefetch a decode step's weight stream
 // in software; 0 leaves it to the hardware prefetchers. Which distance is fastest depends
 // on the host (hardware prefetchers, page size, memory latency), so the engine measures
-// the candidates at start (engine/cpu_tuning.h) and sets it. HEARTH_CPU_PREFETCH=<bytes>
+// the candidates at start (engine/cpu/cpu_tuning.h) and sets it. HEARTH_CPU_PREFETCH=<bytes>
 // fixes it for the process: the engine then skips its measurement.
 inline constexpr int kDefaultPrefetchBytes = 8192;
 int weight_prefetch_bytes();
 // Sets the distance (clamped to [0, 65536], rounded down to whole cache lines).
 void set_weight_prefetch_bytes(int bytes);
 // The HEARTH_CPU_PREFETCH value, or -1 when it is unset or not a byte count in
-// [0, 65536] (the engine refuses such a value: engine/cpu_tuning.h).
+// [0, 65536] (the engine refuses such a value: engine/cpu/cpu_tuning.h).
 int weight_prefetch_from_env();
 
 }  // namespace hearth::kernels::cpu

@@ -1,4 +1,4 @@
-// Sampling on the device, as engine/sampler.cpp and the driver define it: per row, the
+// Sampling on the device, as engine/core/sampler.cpp and the driver define it: per row, the
 // log-normaliser and the top logprobs of the raw logits, then repetition / presence /
 // frequency penalties, temperature, top-k, top-p, min-p and the seeded draw
 // (kernels/sampling_math.h). Correct, not fast: a block of kSampleBlock threads per row,

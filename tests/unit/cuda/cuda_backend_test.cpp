@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "common/half.h"
-#include "engine/backend.h"
-#include "engine/generate.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/backends.h"
+#include "engine/core/backend.h"
+#include "engine/core/generate.h"
+#include "engine/core/kv_cache.h"
+#include "engine/core/model.h"
+#include "engine/core/sampler.h"
 #include "kernels/cuda/device_info.h"
 #include "loader/model.h"
 #include "loader/quantize.h"

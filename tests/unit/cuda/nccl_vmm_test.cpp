@@ -13,7 +13,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/vmm.h"
 #if HEARTH_HAVE_NCCL
-#include "engine/nccl_communicator.h"
+#include "engine/tp/nccl_communicator.h"
 #endif
 
 namespace hearth {

@@ -1,8 +1,8 @@
-#include "engine/collective_watchdog.h"
+#include "engine/tp/collective_watchdog.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/tp_group.h"
+#include "engine/tp/tp_group.h"
 
 namespace hearth {
 namespace {

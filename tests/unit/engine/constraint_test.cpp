@@ -2,8 +2,9 @@
 // min_tokens, on the real stories260K model.
 #include <gtest/gtest.h>
 
-#include "engine/driver.h"
-#include "engine/generate.h"
+#include "engine/core/driver.h"
+#include "engine/core/generate.h"
+#include "engine/cpu/cpu_backend.h"
 #include "grammar/json_schema.h"
 #include "loader/model.h"
 #include "tests/json_schema_check.h"

@@ -1,6 +1,6 @@
 // The per-host prefetch choice: measured, kept unless clearly beaten, cached per key,
 // and overridden by HEARTH_CPU_PREFETCH.
-#include "engine/cpu_tuning.h"
+#include "engine/cpu/cpu_tuning.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

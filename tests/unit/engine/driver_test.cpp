@@ -1,15 +1,16 @@
 // The Driver: the one generation loop, shared by the engine and `hearth generate`.
-#include "engine/cuda_backend.h"
-#include "engine/driver.h"
+#include "engine/cuda/cuda_backend.h"
+#include "engine/core/driver.h"
 
 #include <map>
 
 #include <gtest/gtest.h>
 
-#include "engine/generate.h"
+#include "engine/backends.h"
+#include "engine/core/generate.h"
 #include "loader/model.h"
-#include "tokenizer/tokenizer.h"
 #include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth {
 namespace {

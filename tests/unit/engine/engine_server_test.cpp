@@ -1,13 +1,14 @@
 // The serving loop in-process: a real weights segment, a real broker, an EngineServer
 // thread, and the broker client a frontend uses.
-#include "engine/engine_server.h"
+#include "engine/serve/engine_server.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "common/test_point.h"
-#include "engine/generate.h"
+#include "engine/core/generate.h"
+#include "engine/cpu/cpu_backend.h"
 #include "ipc/broker_client.h"
 #include "loader/model.h"
 #include "loader/resident.h"

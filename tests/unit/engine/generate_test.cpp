@@ -1,7 +1,8 @@
-#include "engine/generate.h"
+#include "engine/core/generate.h"
 
 #include <gtest/gtest.h>
 
+#include "engine/cpu/cpu_backend.h"
 #include "loader/model.h"
 #include "tests/test_util.h"
 

@@ -11,7 +11,8 @@
 #include <random>
 
 #include "common/half.h"
-#include "engine/model.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
 #include "loader/model.h"
 #include "loader/safetensors_writer.h"
 #include "tests/test_util.h"

@@ -14,11 +14,12 @@
 #include <span>
 #include <vector>
 
-#include "engine/generate.h"
-#include "engine/model.h"
-#include "kernels/cpu/isa.h"
+#include "engine/core/generate.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
 #include "ipc/segment.h"
 #include "ipc/weights_segment.h"
+#include "kernels/cpu/isa.h"
 #include "loader/model.h"
 #include "loader/resident.h"
 #include "loader/synth.h"

@@ -1,4 +1,5 @@
-#include "engine/kv_cache.h"
+#include "engine/core/kv_cache.h"
+#include "engine/cpu/cpu_backend.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,12 @@
 // ModelInput: a step's input as plain data, built for a mixed batch, sent as bytes and
 // run from the copy; and its checks against malformed bytes.
-#include "engine/model_input.h"
+#include "engine/core/model_input.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/model.h"
-#include "engine/model_runner.h"
+#include "engine/core/model.h"
+#include "engine/core/model_runner.h"
+#include "engine/cpu/cpu_backend.h"
 #include "loader/model.h"
 #include "tests/test_util.h"
 

@@ -1,11 +1,12 @@
 // The forward pass on the real stories260K model, in all three containers.
-#include "engine/model.h"
+#include "engine/core/model.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "engine/generate.h"
+#include "engine/core/generate.h"
+#include "engine/cpu/cpu_backend.h"
 #include "kernels/reference/reference.h"
 #include "loader/gguf_export.h"
 #include "loader/model.h"

@@ -8,7 +8,8 @@
 #include <cstdlib>
 #include <new>
 
-#include "engine/model.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
 #include "ipc/weights_segment.h"
 #include "loader/resident.h"
 #include "loader/synth.h"

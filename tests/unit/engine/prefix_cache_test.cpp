@@ -7,10 +7,11 @@
 #include <optional>
 #include <random>
 
-#include "engine/driver.h"
-#include "engine/generate.h"
-#include "engine/kv_cache.h"
-#include "engine/scheduler.h"
+#include "engine/core/driver.h"
+#include "engine/core/generate.h"
+#include "engine/core/kv_cache.h"
+#include "engine/core/scheduler.h"
+#include "engine/cpu/cpu_backend.h"
 #include "loader/model.h"
 #include "tests/test_util.h"
 

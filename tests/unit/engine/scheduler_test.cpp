@@ -1,5 +1,5 @@
 // The scheduler alone: no model, just its plans.
-#include "engine/scheduler.h"
+#include "engine/core/scheduler.h"
 
 #include <gtest/gtest.h>
 

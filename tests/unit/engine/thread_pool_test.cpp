@@ -1,4 +1,4 @@
-#include "engine/thread_pool.h"
+#include "engine/cpu/thread_pool.h"
 
 #include <gtest/gtest.h>
 #include <time.h>

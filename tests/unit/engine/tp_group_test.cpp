@@ -3,7 +3,7 @@
 // shared-memory collectives, the lifecycle (form, join, break on a gone rank or a
 // timeout, form again), the tp segment's checks, and TP 2 against TP 1 on the real
 // stories260K model, logits compared at every step.
-#include "engine/tp_group.h"
+#include "engine/tp/tp_group.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,10 +16,11 @@
 #include <random>
 #include <thread>
 
-#include "engine/engine_server.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
-#include "engine/model_runner.h"
+#include "engine/core/kv_cache.h"
+#include "engine/core/model.h"
+#include "engine/core/model_runner.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/serve/engine_server.h"
 #include "ipc/weights_segment.h"
 #include "loader/resident.h"
 #include "tests/test_util.h"

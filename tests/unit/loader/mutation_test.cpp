@@ -8,9 +8,10 @@
 #include <fstream>
 #include <random>
 
-#include "engine/backend.h"
-#include "engine/generate.h"
-#include "engine/model.h"
+#include "engine/core/backend.h"
+#include "engine/core/generate.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
 #include "loader/model.h"
 #include "tests/test_util.h"
 

@@ -5,7 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/model.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
 #include "loader/model.h"
 #include "tests/test_util.h"
 

@@ -10,7 +10,8 @@
 #include <cstring>
 #include <functional>
 
-#include "engine/generate.h"
+#include "engine/core/generate.h"
+#include "engine/cpu/cpu_backend.h"
 #include "loader/resident.h"
 #include "tests/test_util.h"
 

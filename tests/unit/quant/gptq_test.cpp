@@ -8,7 +8,7 @@
 #include <set>
 
 #include "common/half.h"
-#include "engine/thread_pool.h"
+#include "engine/cpu/thread_pool.h"
 
 namespace hearth::quant {
 namespace {

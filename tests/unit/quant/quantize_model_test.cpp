@@ -10,10 +10,11 @@
 #include <numeric>
 #include <random>
 
-#include "engine/backend.h"
-#include "engine/generate.h"
-#include "engine/kv_cache.h"
-#include "engine/model.h"
+#include "engine/core/backend.h"
+#include "engine/core/generate.h"
+#include "engine/core/kv_cache.h"
+#include "engine/core/model.h"
+#include "engine/cpu/cpu_backend.h"
 #include "kernels/reference/reference.h"
 #include "quant/eval.h"
 #include "tests/test_util.h"

@@ -1,5 +1,5 @@
 // cuBLASLt as hearth's emulated device provides it: the handful of calls the CUDA backend
-// makes for 16-bit products (engine/cuda_backend.cpp), with the library's names and
+// makes for 16-bit products (engine/cuda/cuda_backend.cpp), with the library's names and
 // values, implemented on the CPU by kernels/cuda/emu/cublaslt.cpp (float accumulation).
 #pragma once
 

@@ -1,4 +1,4 @@
-// NCCL as hearth's emulated device provides it: the calls engine/nccl_communicator.cpp
+// NCCL as hearth's emulated device provides it: the calls engine/tp/nccl_communicator.cpp
 // makes, with NCCL's names and values, implemented between processes over POSIX shared
 // memory by kernels/cuda/emu/nccl.cpp (sums in rank order; collectives run on the
 // stream; ncclCommAbort ends a pending one).

@@ -1,0 +1,245 @@
+#include "engine/core/driver.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/test_point.h"
+
+namespace hearth {
+
+Driver::Driver(ModelRunner& runner, const DriverConfig& config)
+    : runner_(runner),
+      config_(config),
+      grammars_(config.vocabulary),
+      scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size,
+                 [this](uint64_t id) { return std::span<const TokenId>(seqs_.at(id).request.tokens); }) {
+  scheduler_.set_journal(config.journal);
+  scratch_.row.reserve(static_cast<size_t>(runner.vocab_size()));
+  scratch_.top.reserve(kMaxTopLogprobs + 1);
+}
+
+int32_t Driver::blocks_total() const { return runner_.cache().config().n_blocks; }
+
+Result<FinishReason> Driver::add(uint64_t id, SequenceRequest request) {
+  KvSequence none;
+  return add_sequence(id, std::move(request), none);
+}
+
+Result<FinishReason> Driver::add(uint64_t id, SequenceRequest request, KvSequence adopted) {
+  auto added = add_sequence(id, std::move(request), adopted);
+  if (!adopted.blocks.empty()) {  // not taken: the journal lets go of them first
+    if (config_.journal != nullptr) config_.journal->released(id);
+    kv_sequence_release(runner_.cache().blocks(), adopted);
+  }
+  return added;
+}
+
+Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequence& adopted) {
+  const auto n_tokens = static_cast<int32_t>(r.tokens.size());
+  if (r.n_prompt < 1 || r.n_prompt > n_tokens) {
+    return make_error(ErrorCode::kInvalidArgument, "a sequence needs a prompt of 1..{} tokens, not {}", n_tokens,
+                      r.n_prompt);
+  }
+  const int32_t vocab = runner_.vocab_size();
+  HEARTH_RETURN_IF_ERROR(request_spec_validate(r.spec, {.vocab_size = vocab, .grammar_bytes = SIZE_MAX}));
+  for (TokenId t : r.tokens) {
+    if (t < 0 || t >= vocab) return make_error(ErrorCode::kOutOfRange, "token {} is outside the vocabulary", t);
+  }
+  if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already running", id);
+  const int32_t produced = n_tokens - r.n_prompt;
+  std::optional<grammar::GrammarMatcher> matcher;
+  if (!r.spec.grammar.empty()) {
+    HEARTH_ASSIGN_OR_RETURN(auto compiled, grammars_.get(r.spec.grammar));
+    matcher.emplace(std::move(compiled), r.spec.stop_ids);
+    // A resumed sequence: the grammar follows what it produced before.
+    for (int32_t i = r.n_prompt; i < n_tokens; ++i) {
+      if (Status st = matcher->accept(r.tokens[static_cast<size_t>(i)]); !st.is_ok()) {
+        return make_error(ErrorCode::kInvalidArgument, "the tokens produced before do not follow the grammar: {}",
+                          st.message());
+      }
+    }
+    if (produced > 0 && matcher->terminated()) return FinishReason::kStop;
+  }
+  if (produced == 0 && n_tokens >= config_.max_sequence_tokens) {
+    return make_error(ErrorCode::kOutOfRange,
+                      "the prompt has {} tokens, but the context holds {} (prompt plus at least one generated token)",
+                      n_tokens, config_.max_sequence_tokens - 1);
+  }
+  // A predecessor may have stopped between producing a final token and saying so.
+  if (produced > 0 && !r.spec.ignore_stop &&
+      std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), r.tokens.back()) != r.spec.stop_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (produced >= r.spec.max_tokens || n_tokens >= config_.max_sequence_tokens) return FinishReason::kLength;
+  HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens) : scheduler_.add(id, n_tokens, adopted));
+  Sampler sampler(r.spec.sampling, vocab);
+  sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
+  seqs_.emplace(id, Seq{std::move(r), std::move(sampler), std::move(matcher), {}});
+  return FinishReason::kNone;
+}
+
+void Driver::remove(uint64_t id) {
+  scheduler_.remove(id);
+  seqs_.erase(id);
+}
+
+FinishReason Driver::finish_of(const Seq& s) const {
+  const SequenceRequest& r = s.request;
+  if (!r.spec.ignore_stop && std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), r.tokens.back()) != r.spec.stop_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (s.matcher && s.matcher->terminated()) return FinishReason::kStop;  // the output is complete
+  if (s.produced() >= r.spec.max_tokens || static_cast<int32_t>(r.tokens.size()) >= config_.max_sequence_tokens) {
+    return FinishReason::kLength;
+  }
+  return FinishReason::kNone;
+}
+
+// Samples the next token of `s` from its row of logits (shaped by its bias, min_tokens
+// and grammar) and appends it.
+Status Driver::sample(Seq& s, const float* l, TokenResult& out) {
+  const SequenceRequest& r = s.request;
+  const std::vector<TokenId>& tokens = r.tokens;
+  const std::span<const TokenId> prompt(tokens.data(), static_cast<size_t>(r.n_prompt));
+  const std::span<const TokenId> output(tokens.data() + r.n_prompt, static_cast<size_t>(s.produced()));
+  RowShaping shaping;
+  shaping.bias = r.spec.logit_bias;
+  const bool too_early = s.produced() < r.spec.min_tokens;
+  if (s.matcher) {
+    const int32_t left = std::min(r.spec.max_tokens - s.produced(), config_.max_sequence_tokens - static_cast<int32_t>(tokens.size()));
+    HEARTH_RETURN_IF_ERROR(s.matcher->fill_mask(s.mask, left));
+    if (too_early) {  // no end before min_tokens, unless the grammar allows nothing else
+      grammar::TokenMask without = s.mask;
+      for (TokenId id : r.spec.stop_ids) {
+        if (id >= 0 && id < runner_.vocab_size()) without.clear(id);
+      }
+      if (without.count() > 0) s.mask = std::move(without);
+    }
+    shaping.allowed = s.mask.words;
+  } else if (too_early) {
+    shaping.banned = r.spec.stop_ids;
+  }
+  out = sample_row(s.sampler, std::span(l, static_cast<size_t>(runner_.vocab_size())), r.spec.top_logprobs, prompt, output,
+                   scratch_, shaping.empty() ? nullptr : &shaping);
+  if (s.matcher) {
+    if (Status st = s.matcher->accept(out.id); !st.is_ok()) {
+      return make_error(ErrorCode::kInternal, "sampled token {} that the grammar does not allow: {}", out.id,
+                        st.message());
+    }
+  }
+  s.request.tokens.push_back(out.id);
+  return Status::ok();
+}
+
+Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
+  events.clear();
+  const StepPlan plan = scheduler_.plan(now_ms);
+  for (uint64_t id : plan.unschedulable) {
+    if (seqs_.erase(id) == 0) continue;
+    StepEvent& e = events.emplace_back();
+    e.id = id;
+    e.finish = FinishReason::kError;
+    e.error = make_error(ErrorCode::kResourceExhausted,
+                         "the request needs more KV cache than the engine has: lower max_tokens or raise --kv-blocks");
+  }
+  ran = !plan.seqs.empty();
+  last_step_tokens_ = plan.tokens;
+  if (!ran) return Status::ok();
+
+  input_.clear(runner_.cache().config().block_size);
+  for (const PlannedSeq& p : plan.seqs) {
+    const std::vector<TokenId>& tokens = seqs_.at(p.id).request.tokens;
+    HEARTH_RETURN_IF_ERROR(input_.add_sequence(
+        std::span(tokens).subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.count)), p.begin,
+        scheduler_.kv(p.id)->blocks, p.sample));
+  }
+  HEARTH_TEST_POINT("engine.step.planned");
+  std::span<const float> logits;
+  std::span<const SampledRow> sampled;
+  // A row a request shapes (grammar, bias, min_tokens) is sampled on the host, and so is
+  // the rest of its step.
+  const bool host_sampling = !runner_.samples() || std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const PlannedSeq& p) {
+    return p.sample && seqs_.at(p.id).shaped();
+  });
+  if (!host_sampling) {
+    sample_rows_.clear();
+    for (const PlannedSeq& p : plan.seqs) {
+      if (!p.sample) continue;
+      const Seq& s = seqs_.at(p.id);
+      const std::vector<TokenId>& tokens = s.request.tokens;
+      SampleRow& r = sample_rows_.emplace_back();
+      r.sampling = s.request.spec.sampling;
+      r.draw = s.sampler.position();
+      r.top_logprobs = s.request.spec.top_logprobs;
+      r.prompt = std::span(tokens.data(), static_cast<size_t>(s.request.n_prompt));
+      r.output = std::span(tokens.data() + s.request.n_prompt, static_cast<size_t>(s.produced()));
+    }
+    HEARTH_ASSIGN_OR_RETURN(sampled, runner_.run_sampled(input_, sample_rows_));
+  } else {
+    HEARTH_ASSIGN_OR_RETURN(logits, runner_.run(input_));
+  }
+  HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet (on the host)
+
+  const auto vocab = static_cast<size_t>(runner_.vocab_size());
+  size_t row = 0;
+  finished_.clear();
+  for (const PlannedSeq& p : plan.seqs) {
+    scheduler_.advance(p);
+    if (config_.journal != nullptr) {
+      // The row's fingerprint: from the logits on the host, from the sampled row where
+      // the backend sampled (the logits never left it).
+      RowCheck check;
+      const bool checked = p.sample && (!logits.empty() || (!sampled.empty() && sampled[row].top_id >= 0));
+      if (checked) {
+        check.pos = p.begin + p.count - 1;
+        if (!logits.empty()) {
+          const float* l = logits.data() + row * vocab;
+          check.token = static_cast<TokenId>(std::max_element(l, l + vocab) - l);
+          check.logit = l[check.token];
+        } else {
+          check.token = sampled[row].top_id;
+          check.logit = sampled[row].top_logit;
+        }
+      }
+      config_.journal->committed(p.id, *scheduler_.kv(p.id), checked ? &check : nullptr);
+    }
+    if (!p.sample) continue;
+    Seq& s = seqs_.at(p.id);
+    StepEvent& e = events.emplace_back();
+    e.id = p.id;
+    if (!sampled.empty()) {
+      e.token = sampled[row++];
+      s.sampler.set_position(s.sampler.position() + 1);
+      s.request.tokens.push_back(e.token.id);
+    } else if (Status st = sample(s, logits.data() + row++ * vocab, e.token); !st.is_ok()) {
+      e.finish = FinishReason::kError;
+      e.error = st;
+      finished_.push_back(p.id);
+      continue;
+    }
+    e.n_produced = s.produced();
+    e.cached_tokens = scheduler_.cached_tokens(p.id);
+    e.finish = finish_of(s);
+    if (e.finish != FinishReason::kNone) finished_.push_back(p.id);
+  }
+  for (uint64_t id : finished_) remove(id);
+  return Status::ok();
+}
+
+Status Driver::run_until_idle(const std::function<bool(const StepEvent&)>& on_event) {
+  std::vector<StepEvent> events;
+  while (!idle()) {
+    bool ran = false;
+    HEARTH_RETURN_IF_ERROR(step(events, ran));
+    if (!ran && events.empty()) {  // waiting for blocks nobody will give back
+      return make_error(ErrorCode::kResourceExhausted, "{} sequences wait for KV blocks, {} of {} are free",
+                        seqs_.size(), runner_.cache().blocks_free(), blocks_total());
+    }
+    for (const StepEvent& e : events) {
+      if (!on_event(e) && e.finish == FinishReason::kNone) remove(e.id);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace hearth

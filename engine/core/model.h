@@ -1,0 +1,147 @@
+// LlamaModel: the forward pass of the Llama family (Llama 2/3, Mistral, Qwen2,
+// TinyLlama, SmolLM), written once against the Backend interface.
+//
+// A forward call runs one step's ModelInput: tokens of one or more sequences (prefill
+// chunks and decode steps alike); every matmul covers all tokens of the step, attention
+// runs per sequence over its blocks of the paged KV cache. The backend binds the weights
+// (bind_weights) and uploads the input; the model reads nothing else. Quantized weights
+// are dequantized inside the matmul; only the small vectors (norm weights, biases, RoPE
+// frequencies) are kept as float32 copies. A model is one rank's: its heads and FFN are
+// its share (model_rank_config), and the partial sums of the attention output and FFN
+// down projections are all-reduced over the group's Communicator.
+// Not thread-safe: one caller (the engine's step loop) at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/model_config.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "common/token.h"
+#include "engine/core/backend.h"
+#include "engine/core/communicator.h"
+#include "engine/core/kv_cache.h"
+#include "engine/core/model_input.h"
+
+namespace hearth {
+
+struct ModelOptions {
+  // How the tensors are laid out (kLayoutPlain, kLayoutCpuR16); empty: whichever their
+  // dtypes show (cpu-r16 when any is row-interleaved).
+  std::string_view layout;
+  // The group this rank belongs to; null: a single rank.
+  Communicator* comm = nullptr;
+};
+
+// The config one rank of `size` computes: its share of the query and KV heads and of
+// the FFN (the hidden size and vocabulary are whole). kUnsupported when they do not
+// divide evenly.
+Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int size);
+
+class LlamaModel {
+ public:
+  // Binds the weights (this rank's tensors under canonical names, checked against its
+  // share of `config`) and allocates activations for up to `max_batch_tokens` tokens per
+  // forward call.
+  static Result<std::unique_ptr<LlamaModel>> create(const ModelConfig& config, std::span<const TensorView> tensors,
+                                                    Backend& backend, int32_t max_batch_tokens,
+                                                    const ModelOptions& options = {});
+
+  // The whole model's config; rank_config() is this rank's share.
+  const ModelConfig& config() const { return config_; }
+  const ModelConfig& rank_config() const { return rank_config_; }
+  int32_t max_batch_tokens() const { return max_batch_tokens_; }
+  Backend& backend() const { return backend_; }
+
+  // Runs the step, writes K/V of every token into `cache` and the logits of
+  // input.logit_rows into `logits` ([logit_rows.size(), vocab_size], host memory).
+  // Fails on malformed inputs (model_input_validate: ids out of the vocabulary, too
+  // many tokens, positions past the blocks) without touching the cache.
+  // Without `logits` (null) the step stops after the last layer: ranks 1..tp-1 of a
+  // group, which do not sample, run no LM head.
+  Status forward(const ModelInput& input, KvCache& cache, float* logits);
+  // forward with the sampling on the backend (Backend::samples): rows[i] samples logit
+  // row i, the tokens come back in `out` and the logits stay on the device.
+  Status forward_sampled(const ModelInput& input, KvCache& cache, std::span<const SampleRow> rows,
+                         std::span<SampledRow> out);
+  // forward's checks alone: whether `input` can run on `cache`.
+  Status check(const ModelInput& input, const KvCache& cache) const;
+
+  // The forward pass a layer at a time, for quantization's calibration (quant/): the
+  // hidden states the pass starts from ([n_tokens, dim], host memory), and one layer
+  // run on them in place, writing its K/V into `cache`. Single-rank models only (a
+  // shard's partial sums would need its group).
+  Status embed(const ModelInput& input, KvCache& cache, float* hidden);
+  Status run_layer(const ModelInput& input, KvCache& cache, int32_t layer, float* hidden);
+
+  // The per-pair inverse RoPE frequencies ([head_dim / 2]) this model uses.
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
+
+ private:
+  // The forward pass; with the LM head, `on_logits(i0, m)` takes logit rows i0..i0+m-1
+  // from logits_. A template (model.cpp), so that a step allocates nothing.
+  template <typename OnLogits>
+  Status run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits);
+
+  // Layer `li` on x_ (with xn_ its attention norm): K/V into the cache, x_ advanced;
+  // xn_ becomes x_'s norm with `next_norm` (the next layer's attention norm) when given.
+  Status layer(int32_t li, const StepInput& step, KvCache& cache, const float* next_norm);
+
+  struct Layer {
+    const TensorView* attn_q = nullptr;
+    const TensorView* attn_k = nullptr;
+    const TensorView* attn_v = nullptr;
+    const TensorView* attn_output = nullptr;
+    const TensorView* ffn_gate = nullptr;
+    const TensorView* ffn_up = nullptr;
+    const TensorView* ffn_down = nullptr;
+    const float* attn_norm = nullptr;  // into vectors_
+    const float* ffn_norm = nullptr;
+    const float* q_bias = nullptr;
+    const float* k_bias = nullptr;
+    const float* v_bias = nullptr;
+    // The column order of each matrix stored permuted (act-order GPTQ), into perms_;
+    // null: in order. Equal orders share one pointer, so their input is permuted once.
+    const int32_t* q_perm = nullptr;
+    const int32_t* k_perm = nullptr;
+    const int32_t* v_perm = nullptr;
+    const int32_t* output_perm = nullptr;
+    const int32_t* gate_perm = nullptr;
+    const int32_t* up_perm = nullptr;
+  };
+
+  // matmuls of `targets` over x ([n, cols]), each matrix reading x in its column order
+  // (perms[i]; null: as it is), permuting x once per distinct order.
+  void permuted_matmuls(const float* x, int64_t n, int64_t cols, std::span<const MatmulTarget> targets,
+                        std::span<const int32_t* const> perms);
+
+  LlamaModel(const ModelConfig& config, Backend& backend, Communicator& comm)
+      : config_(config), backend_(backend), comm_(comm) {}
+
+  ModelConfig config_;
+  ModelConfig rank_config_;
+  Backend& backend_;
+  Communicator& comm_;
+  std::unique_ptr<Communicator> own_comm_;  // the single-rank one, when none was given
+  int32_t max_batch_tokens_ = 0;
+  std::unique_ptr<BoundWeights> weights_;  // the backend's handles; tensors below point into it
+  const TensorView* token_embd_ = nullptr;
+  const TensorView* output_ = nullptr;
+  const float* output_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  std::vector<float> inv_freq_;
+  BackendBuffer vectors_;  // norms and biases as float32
+  BackendBuffer inv_freq_buf_;
+  BackendBuffer perms_;  // the layers' column orders, int32
+  // Activations, [max_batch_tokens, width] each; xp_ (a matmul's input in its matrix's
+  // column order) only when some matrix is stored permuted.
+  BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, xp_;
+  // Final-norm rows and logits, kLogitChunk rows at a time.
+  static constexpr int64_t kLogitChunk = 16;
+  BackendBuffer logits_in_, logits_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,50 @@
+#include "engine/core/model_runner.h"
+
+#include <chrono>
+
+namespace hearth {
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+Result<std::span<const float>> ModelRunner::run(const ModelInput& input) {
+  const size_t n = input.logit_rows.size() * static_cast<size_t>(vocab_size());
+  if (logits_.size() < n) logits_.resize(n);
+  if (sink_ != nullptr) {
+    HEARTH_RETURN_IF_ERROR(model_.check(input, cache_));  // the other ranks never see a bad step
+    HEARTH_RETURN_IF_ERROR(sink_->publish(input));
+  }
+  const uint64_t t0 = now_ns();
+  HEARTH_RETURN_IF_ERROR(model_.forward(input, cache_, logits_.data()));
+  model_.backend().synchronize();  // a step without logit rows read nothing back
+  last_step_ns_ = now_ns() - t0;
+  return std::span<const float>(logits_.data(), n);
+}
+
+Result<std::span<const SampledRow>> ModelRunner::run_sampled(const ModelInput& input, std::span<const SampleRow> rows) {
+  if (sampled_.size() < rows.size()) sampled_.resize(rows.size());
+  if (sink_ != nullptr) {
+    HEARTH_RETURN_IF_ERROR(model_.check(input, cache_));
+    HEARTH_RETURN_IF_ERROR(sink_->publish(input));
+  }
+  const uint64_t t0 = now_ns();
+  const std::span<SampledRow> out(sampled_.data(), rows.size());
+  HEARTH_RETURN_IF_ERROR(model_.forward_sampled(input, cache_, rows, out));
+  model_.backend().synchronize();  // a step without sampled rows read nothing back
+  last_step_ns_ = now_ns() - t0;
+  return std::span<const SampledRow>(out);
+}
+
+Status ModelRunner::run_shard(const ModelInput& input) {
+  const uint64_t t0 = now_ns();
+  HEARTH_RETURN_IF_ERROR(model_.forward(input, cache_, nullptr));
+  last_step_ns_ = now_ns() - t0;
+  return Status::ok();
+}
+
+}  // namespace hearth

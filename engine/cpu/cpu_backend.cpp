@@ -1,0 +1,436 @@
+// The CPU backend: host memory, kernels/cpu for the ops (or kernels/reference when
+// asked, for tests), split across a persistent thread pool. Large buffers are anonymous
+// mappings, so a KV cache costs memory only for the blocks that get used.
+#include "engine/cpu/cpu_backend.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "common/check.h"
+#include "common/log.h"
+#include "engine/core/backend.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cpu/cpu_tuning.h"
+#include "engine/cpu/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/kv_store.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/reference/reference.h"
+
+namespace hearth {
+namespace {
+
+constexpr size_t kAlignment = 64;
+constexpr size_t kMapThreshold = 1u << 20;  // larger buffers come from mmap: zero pages on demand
+
+// Rows per task: enough tasks to balance the threads, each big enough to amortise the
+// hand-out, a multiple of 16 rows (whole groups of row-interleaved weights).
+int64_t rows_per_task(int64_t rows, int threads) {
+  if (threads <= 1) return rows;
+  const int64_t target = (rows + threads * 8 - 1) / (threads * 8);
+  return std::max<int64_t>(16, (target + 15) / 16 * 16);
+}
+
+class HostWeights final : public BoundWeights {
+ public:
+  explicit HostWeights(std::span<const TensorView> tensors) : tensors_(tensors.begin(), tensors.end()) {}
+  std::span<const TensorView> tensors() const override { return tensors_; }
+
+ private:
+  std::vector<TensorView> tensors_;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  static constexpr size_t kMaxTargets = 4;
+
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : reference_(options.use_reference), pool_(options.use_reference ? 1 : options.threads) {}
+
+  std::string_view name() const override { return reference_ ? "cpu-reference" : "cpu"; }
+  int threads() const override { return pool_.size(); }
+
+  bool supports(BackendOp, DType) const override { return true; }  // every op, every DType
+
+  // The kernels read plain and R16 layouts alike, in place: the views are the handles.
+  Result<std::unique_ptr<BoundWeights>> bind_weights(std::span<const TensorView> tensors,
+                                                     std::string_view layout) override {
+    if (layout != kLayoutPlain && layout != kLayoutCpuR16) {
+      return make_error(ErrorCode::kUnsupported,
+                        "the cpu backend cannot read weights laid out as \"{}\"; start hearth-loader with "
+                        "--layout cpu-r16 (or plain)", layout);
+    }
+    for (const TensorView& t : tensors) {
+      if (layout == kLayoutPlain && dtype_row_group(t.dtype) > 1) {
+        return make_error(ErrorCode::kFormat, "tensor {} is {}, which a plain layout never holds", t.name,
+                          dtype_name(t.dtype));
+      }
+    }
+    if (!reference_) {
+      HEARTH_RETURN_IF_ERROR(prefetch_env_check());
+      tune_prefetch(tensors);
+    }
+    return std::unique_ptr<BoundWeights>(new HostWeights(tensors));
+  }
+
+  // Host memory already: the ops read the input where it is.
+  StepInput upload(const ModelInput& in) override {
+    return {in.tokens.data(),     in.positions.data(), in.slots.data(),      in.query_start.data(),
+            in.page_start.data(), in.pages.data(),     in.logit_rows.data(), in.n_tokens(),
+            in.n_seqs(),          static_cast<int32_t>(in.logit_rows.size()), in.block_size, &in};
+  }
+
+  Result<BackendBuffer> alloc(size_t bytes) override {
+    if (bytes >= kMapThreshold) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) {
+        return make_error(ErrorCode::kResourceExhausted, "cannot map {} MiB of host memory", bytes >> 20);
+      }
+      // No MADV_HUGEPAGE here: a KV cache is touched a block at a time, and a huge page
+      // would zero 2 MiB on the first token of every layer.
+      return BackendBuffer(p, bytes, [](void* q, size_t n) noexcept { ::munmap(q, n); });
+    }
+    const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* p = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    if (p == nullptr) {
+      return make_error(ErrorCode::kResourceExhausted, "cannot allocate {} MiB of host memory", bytes >> 20);
+    }
+    std::memset(p, 0, rounded);
+    return BackendBuffer(p, bytes, [](void* q, size_t) noexcept { std::free(q); });
+  }
+
+  void write(const BackendBuffer& dst, size_t offset, const void* src, size_t bytes) override {
+    std::memcpy(static_cast<std::byte*>(dst.data()) + offset, src, bytes);
+  }
+
+  void read(const BackendBuffer& src, size_t offset, void* dst, size_t bytes) override {
+    std::memcpy(dst, static_cast<const std::byte*>(src.data()) + offset, bytes);
+  }
+
+  void embedding(const TensorView& table, const TokenId* ids, int64_t n, float* out) override {
+    const int64_t dim = table.cols();
+    const auto row_bytes = static_cast<int64_t>(*dtype_bytes(table.dtype, dim));
+    for (int64_t t = 0; t < n; ++t) {
+      const std::byte* row = table.data + ids[t] * row_bytes;
+      if (reference_) {
+        kernels::ref::dequantize_row(table.dtype, row, out + t * dim, dim);
+      } else {
+        kernels::cpu::dequantize_row(table.dtype, row, out + t * dim, dim);
+      }
+    }
+  }
+
+  void matmul(const TensorView& w, const float* x, int64_t n, float* y) override {
+    const MatmulTarget target{&w, y};
+    matmuls(x, n, std::span(&target, 1));
+  }
+
+  // Several matrices over the same activations (Q, K, V; gate, up): the activations are
+  // quantized once and every matrix's row chunks go to the pool as one op.
+  void matmuls(const float* x, int64_t n, std::span<const MatmulTarget> targets) override {
+    if (reference_) {
+      for (const MatmulTarget& t : targets) {
+        kernels::ref::matmul(t.w->dtype, t.w->data, t.w->rows(), t.w->cols(), x, n, t.y);
+      }
+      return;
+    }
+    const int64_t cols = targets[0].w->cols();
+    kernels::cpu::QuantizedActivations xq;
+    bool quantized = false;
+    int64_t work = 0;
+    for (const MatmulTarget& t : targets) {
+      work += t.w->rows() * cols * n;
+      if (!quantized && kernels::cpu::matmul_uses_quantized_activations(t.w->dtype)) {
+        const size_t bytes = kernels::cpu::quantized_activation_bytes(n, cols);
+        if (scratch_.size() < bytes) scratch_.resize(bytes);
+        xq = kernels::cpu::quantized_activations_view(n, cols, scratch_.data());
+        for_token_rows(n, cols, [&](int64_t t0, int64_t t1) { kernels::cpu::quantize_activation_rows(x, xq, t0, t1); });
+        quantized = true;
+      }
+    }
+    std::array<kernels::cpu::MatmulParams, kMaxTargets> params;
+    std::array<int64_t, kMaxTargets + 1> first_task{};  // task ranges per target
+    std::array<int64_t, kMaxTargets> chunk{};
+    HEARTH_CHECK(targets.size() <= kMaxTargets) << "at most " << kMaxTargets << " matrices per matmuls()";
+    for (size_t i = 0; i < targets.size(); ++i) {
+      kernels::cpu::MatmulParams& p = params[i];
+      const TensorView& w = *targets[i].w;
+      p.type = w.dtype;
+      p.w = w.data;
+      p.rows = w.rows();
+      p.cols = cols;
+      p.x = x;
+      p.n_tokens = n;
+      p.y = targets[i].y;
+      p.xq = quantized ? &xq : nullptr;
+      chunk[i] = pool_.worth_splitting(work) ? rows_per_task(p.rows, pool_.size()) : p.rows;
+      first_task[i + 1] = first_task[i] + (p.rows + chunk[i] - 1) / chunk[i];
+    }
+    const int64_t n_tasks = first_task[targets.size()];
+    auto run = [&](int64_t task) {
+      size_t i = 0;
+      while (task >= first_task[i + 1]) ++i;
+      const int64_t r0 = (task - first_task[i]) * chunk[i];
+      kernels::cpu::matmul_rows(params[i], r0, std::min(params[i].rows, r0 + chunk[i]));
+    };
+    if (!pool_.worth_splitting(work)) {
+      for (int64_t task = 0; task < n_tasks; ++task) run(task);
+      return;
+    }
+    pool_.parallel_for(n_tasks, run);
+  }
+
+  // Chooses the kernels' weight prefetch distance for this host (cpu_tuning.h) once per
+  // process, with decode passes over this model's own matrices on this pool. Measuring
+  // costs one read of the windows (page faults the first decode step would otherwise
+  // take) and 12 passes; a cached or fixed choice costs nothing.
+  void tune_prefetch(std::span<const TensorView> tensors) {
+    static std::atomic<bool> tuned{false};
+    if (tuned.load()) return;
+    const auto windows = prefetch_tuning_windows(tensors);
+    const bool fixed = kernels::cpu::weight_prefetch_from_env() >= 0;
+    if (windows.size() < kMinTuningWindows && !fixed) {
+      HEARTH_LOG_DEBUG("weight prefetch {} bytes (default): the model's matrices are too small to measure others",
+                       kernels::cpu::weight_prefetch_bytes());
+      return;
+    }
+    if (tuned.exchange(true)) return;
+    int64_t max_rows = 0, max_cols = 0;
+    double pass_bytes = 0;  // every window holds the same matrices
+    for (const TensorView* t : windows.empty() ? std::vector<const TensorView*>{} : windows[0]) {
+      max_rows = std::max(max_rows, t->rows());
+      max_cols = std::max(max_cols, t->cols());
+      pass_bytes += static_cast<double>(t->bytes);
+    }
+    std::vector<float> x(static_cast<size_t>(max_cols), 0.01f), y(static_cast<size_t>(max_rows));
+    auto read = [&](const std::vector<const TensorView*>& window) {
+      for (const TensorView* t : window) matmul(*t, x.data(), 1, y.data());
+    };
+    size_t next = 0;
+    auto pass = [&](int) {
+      if (next == 0) {
+        for (const auto& window : windows) read(window);  // page faults: not a candidate's cost
+      }
+      const auto& window = windows[next++ % windows.size()];
+      const auto begin = std::chrono::steady_clock::now();
+      read(window);
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    };
+    const std::string isa(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa()));
+    PrefetchTuningOptions o;
+    o.key = fmt::format("v{}|{}|{}|{} threads|{}", kPrefetchTuningVersion, kernels::cpu::cpu_model_name(), isa,
+                        pool_.size(),
+                        windows.empty() ? "-" : std::string(dtype_name(windows[0][0]->dtype)));
+    o.cache_file = default_tuning_cache_file();
+    o.pass_bytes = pass_bytes;
+    o.rounds = 3;
+    const PrefetchTuning t = tune_weight_prefetch(o, pass);
+    HEARTH_LOG_INFO("cpu kernels on {} ({}, {} threads): {}", kernels::cpu::cpu_model_name(), isa, pool_.size(),
+                    t.describe(pass_bytes));
+  }
+
+  void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
+    if (reference_) {
+      kernels::ref::rms_norm(x, weight, n, dim, eps, out);
+      return;
+    }
+    for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      kernels::cpu::rms_norm(x + t0 * dim, weight, t1 - t0, dim, eps, out + t0 * dim);
+    });
+  }
+
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
+            RopeStyle style) override {
+    if (reference_) {
+      kernels::ref::rope(x, n, n_heads, head_dim, positions, inv_freq, style);
+    } else {
+      kernels::cpu::rope(x, n, n_heads, head_dim, positions, inv_freq, style);
+    }
+  }
+
+  void kv_store(const KvStoreParams& p) override {
+    const kernels::KvStoreParams k{p.k,          p.v,       p.k_cache,
+                                   p.v_cache,    p.step->slots, p.step->n_tokens,
+                                   p.n_kv_heads, p.head_dim, p.step->block_size,
+                                   p.dtype};
+    if (reference_) {
+      kernels::ref::kv_store(k);
+    } else {
+      kernels::cpu::kv_store(k);
+    }
+  }
+
+  // The kernels' calling convention is one sequence at a time: one AttentionParams per
+  // sequence of the step, into scratch that grows to the largest batch once.
+  void attention(const AttentionBatch& b) override {
+    const StepInput& st = *b.step;
+    attention_params_.resize(static_cast<size_t>(st.n_seqs));
+    const int64_t q_row = static_cast<int64_t>(b.n_heads) * b.head_dim;
+    for (int32_t s = 0; s < st.n_seqs; ++s) {
+      kernels::AttentionParams& p = attention_params_[static_cast<size_t>(s)];
+      const int32_t r0 = st.query_start[s];
+      p.q = b.q + r0 * q_row;
+      p.out = b.out + r0 * q_row;
+      p.k_cache = b.k_cache;
+      p.v_cache = b.v_cache;
+      p.block_table = st.pages + st.page_start[s];
+      p.positions = st.positions + r0;
+      p.block_size = st.block_size;
+      p.n_tokens = st.query_start[s + 1] - r0;
+      p.n_heads = b.n_heads;
+      p.n_kv_heads = b.n_kv_heads;
+      p.head_dim = b.head_dim;
+      p.scale = b.scale;
+      p.sliding_window = b.sliding_window;
+      p.kv_dtype = b.dtype;
+    }
+    attention_batch(attention_params_);
+  }
+
+  // Every sequence of a step in one op, split by (sequence, run of KV heads: the query
+  // heads that share one read its keys and values once) and, when that leaves the
+  // threads too little to share, by ranges of query tokens. A task takes adjacent KV
+  // heads, as many as still leave each thread two tasks: a block holds its KV heads side
+  // by side, so a run of them is one stretch of memory where a single head is 2 KiB here
+  // and there (one Zen 4 core, 4096 keys of f16 from memory: 0.89-0.90 ms a pass one
+  // head at a time, 0.77-0.80 two, 0.70-0.72 four, 0.64-0.69 all eight). Each (token,
+  // head) is computed alone, so no split changes a result.
+  void attention_batch(std::span<const kernels::AttentionParams> ps) {
+    if (reference_) {
+      for (const auto& p : ps) kernels::ref::attention(p);
+      return;
+    }
+    int64_t work = 0;  // every query against its keys, roughly
+    for (const auto& p : ps) {
+      work += static_cast<int64_t>(p.n_tokens) * p.n_heads * p.head_dim * (p.positions[p.n_tokens - 1] + 1);
+    }
+    if (!pool_.worth_splitting(work)) {
+      for (const auto& p : ps) kernels::cpu::attention(p, 0, p.n_heads);
+      return;
+    }
+    const auto n_seqs = static_cast<int32_t>(ps.size());
+    attention_tasks_.assign(ps.size() + 1, 0);  // first task of each sequence
+    attention_runs_.resize(ps.size());          // KV heads per task of each sequence
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const int32_t kv_heads = ps[i].n_kv_heads;
+      const int32_t run = std::clamp(kv_heads * n_seqs / (pool_.size() * 2), 1, kv_heads);
+      const int32_t runs = (kv_heads + run - 1) / run;
+      const int32_t chunks = std::clamp(pool_.size() * 4 / (runs * n_seqs), 1, ps[i].n_tokens);
+      attention_runs_[i] = run;
+      attention_tasks_[i + 1] = attention_tasks_[i] + static_cast<int64_t>(runs) * chunks;
+    }
+    pool_.parallel_for(attention_tasks_.back(), [&](int64_t task) {
+      size_t i = 0;
+      while (task >= attention_tasks_[i + 1]) ++i;
+      const kernels::AttentionParams& p = ps[i];
+      const int32_t run = attention_runs_[i];
+      const int64_t runs = (p.n_kv_heads + run - 1) / run;
+      const int64_t local = task - attention_tasks_[i];
+      const int64_t chunks = (attention_tasks_[i + 1] - attention_tasks_[i]) / runs;
+      const auto kv0 = static_cast<int32_t>(local % runs) * run;
+      const int32_t kv1 = std::min(p.n_kv_heads, kv0 + run);
+      const auto per_chunk = static_cast<int32_t>((p.n_tokens + chunks - 1) / chunks);
+      const int32_t t0 = static_cast<int32_t>(local / runs) * per_chunk;
+      const int32_t t1 = std::min(p.n_tokens, t0 + per_chunk);
+      if (t0 >= t1) return;
+      kernels::AttentionParams part = p;
+      const int64_t offset = static_cast<int64_t>(t0) * p.n_heads * p.head_dim;
+      part.q = p.q + offset;
+      part.out = p.out + offset;
+      part.positions = p.positions + t0;
+      part.n_tokens = t1 - t0;
+      const int32_t group = p.n_heads / p.n_kv_heads;
+      kernels::cpu::attention(part, kv0 * group, kv1 * group);
+    });
+  }
+
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
+    if (reference_) {
+      kernels::ref::swiglu(gate, up, n, out);
+      return;
+    }
+    // Elementwise: any split gives the same values.
+    constexpr int64_t kChunk = 4096;
+    if (!pool_.worth_splitting(n * 16)) {
+      kernels::cpu::swiglu(gate, up, n, out);
+      return;
+    }
+    pool_.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
+      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+      kernels::cpu::swiglu(gate + b, up + b, e - b, out + b);
+    });
+  }
+
+  void add(float* y, const float* x, int64_t n) override { kernels::cpu::add(y, x, n); }
+
+  void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
+                    float* out) override {
+    if (reference_) {
+      Backend::add_rms_norm(x, delta, weight, n, dim, eps, out);
+      return;
+    }
+    for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      kernels::cpu::add_rms_norm(x + t0 * dim, delta + t0 * dim, weight, t1 - t0, dim, eps, out + t0 * dim);
+    });
+  }
+
+  void add_bias(float* x, const float* bias, int64_t n, int64_t dim) override {
+    kernels::cpu::add_bias(x, bias, n, dim);
+  }
+
+  void gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) override {
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(out + i * dim, x + static_cast<int64_t>(rows[i]) * dim, static_cast<size_t>(dim) * sizeof(float));
+    }
+  }
+
+  void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
+    for_token_rows(n, cols, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        const float* src = x + t * cols;
+        float* dst = out + t * cols;
+        for (int64_t j = 0; j < cols; ++j) dst[j] = src[perm[j]];
+      }
+    });
+  }
+
+ private:
+  // Runs fn(t_begin, t_end) over the rows [0, n) of a row-independent op on [n, dim]
+  // values, split across the pool when there is enough of it.
+  template <typename Fn>
+  void for_token_rows(int64_t n, int64_t dim, Fn&& fn) {
+    if (n < 2 || !pool_.worth_splitting(n * dim * 16)) {
+      fn(0, n);
+      return;
+    }
+    const int64_t per_task = std::max<int64_t>(1, n / (pool_.size() * 4));
+    pool_.parallel_for((n + per_task - 1) / per_task, [&](int64_t task) {
+      fn(task * per_task, std::min(n, (task + 1) * per_task));
+    });
+  }
+
+  bool reference_;
+  ThreadPool pool_;
+  std::vector<std::byte> scratch_;  // quantized activations; grows to the largest matmul once
+  std::vector<int64_t> attention_tasks_;  // first task of each sequence; grows to the largest batch once
+  std::vector<int32_t> attention_runs_;   // KV heads per task of each sequence
+  std::vector<kernels::AttentionParams> attention_params_;  // one per sequence; the same
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace hearth
