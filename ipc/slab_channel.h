@@ -9,7 +9,7 @@
 //   {"op":"status"}        -> {"ok":true,"pid":P,"slabs":[{record, "adopted", "held_by",
 //                              "importers"}]}
 //   anything else          -> {"ok":false,"error":"..."}
-// No CUDA here: the loader and engines do the device work (kernels/cuda/vmm.h).
+// No CUDA here: the loader and engines do the device work (ipc/device_memory.h).
 #pragma once
 
 #include <chrono>

@@ -13,7 +13,7 @@
 #include "ipc/fd_store.h"
 #include "ipc/slab_channel.h"
 #include "kernels/cuda/device_info.h"
-#include "kernels/cuda/vmm.h"
+#include "ipc/device_memory.h"
 #endif
 
 namespace hearth {
@@ -83,7 +83,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kProbeBytes = 4096;
 
 struct Slab {
-  cu::SharedDeviceMemory memory;
+  SharedDeviceMemory memory;
   ServedSlab served;
   double seconds = 0;
 };
@@ -184,7 +184,7 @@ Result<std::unique_ptr<DeviceSlabs>> device_slabs_publish(const ResidentSegment&
   for (uint32_t rank = 0; rank < h.tp_size; ++rank) {
     const int device = options.devices[rank];
     const auto start = Clock::now();
-    HEARTH_ASSIGN_OR_RETURN(cu::DeviceIdentity id, cu::device_identity(device));
+    HEARTH_ASSIGN_OR_RETURN(DeviceIdentity id, device_identity(device));
     const std::byte* host = resident.segment.data() + h.rank_offset[rank];
     const size_t data_bytes = h.rank_bytes[rank];
     SlabRecord want;
@@ -204,7 +204,7 @@ Result<std::unique_ptr<DeviceSlabs>> device_slabs_publish(const ResidentSegment&
           !(rec->weights == want.weights)) {
         continue;
       }
-      auto memory = cu::SharedDeviceMemory::import_fd(device, k.fd.get(), rec->bytes);
+      auto memory = SharedDeviceMemory::import_fd(device, k.fd.get(), rec->bytes);
       if (!memory.is_ok()) {
         HEARTH_LOG_WARN("rank {}: the slab kept by {} cannot be mapped ({}); copying again", rank, store->kind(),
                         memory.status().to_string());
@@ -227,9 +227,9 @@ Result<std::unique_ptr<DeviceSlabs>> device_slabs_publish(const ResidentSegment&
     if (!slab.served.adopted) {
       std::string why;
       const bool vmm = options.sharing == DeviceSharing::kVmm ||
-                       (options.sharing == DeviceSharing::kAuto && cu::vmm_fd_supported(device, &why));
+                       (options.sharing == DeviceSharing::kAuto && vmm_fd_supported(device, &why));
       if (vmm) {
-        auto memory = cu::SharedDeviceMemory::allocate(device, data_bytes, fmt::format("rank {}'s weights", rank));
+        auto memory = SharedDeviceMemory::allocate(device, data_bytes, fmt::format("rank {}'s weights", rank));
         if (!memory.is_ok()) return with_memory_hint(memory.status());
         slab.memory = std::move(*memory);
         HEARTH_ASSIGN_OR_RETURN(slab.served.fd, slab.memory.export_fd());
@@ -238,7 +238,7 @@ Result<std::unique_ptr<DeviceSlabs>> device_slabs_publish(const ResidentSegment&
         if (!why.empty()) {
           HEARTH_LOG_WARN("rank {}: {}; using legacy CUDA IPC, so the device copy dies with this loader", rank, why);
         }
-        auto memory = cu::SharedDeviceMemory::allocate_legacy(device, data_bytes, fmt::format("rank {}'s weights", rank));
+        auto memory = SharedDeviceMemory::allocate_legacy(device, data_bytes, fmt::format("rank {}'s weights", rank));
         if (!memory.is_ok()) return with_memory_hint(memory.status());
         slab.memory = std::move(*memory);
         want.handle = std::string(kSlabHandleCudaIpc);

@@ -1,5 +1,5 @@
 // hearth-loader --device cuda: each tensor-parallel rank's weights also in device memory,
-// in a slab that outlives the loader (kernels/cuda/vmm.h), served to engine ranks at
+// in a slab that outlives the loader (ipc/device_memory.h), served to engine ranks at
 // hearth.<instance>.slabs.sock (ipc/slab_channel.h).
 //
 // A slab is a byte copy of its rank's data region of the weights segment. Before copying,

@@ -20,7 +20,7 @@
 #include "engine/cuda/cuda_handles.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/ops.h"
-#include "kernels/cuda/vmm.h"
+#include "ipc/device_memory.h"
 
 namespace hearth {
 namespace {
@@ -40,13 +40,13 @@ void check_cuda(cudaError_t e, const char* what) {
 class DeviceWeights final : public BoundWeights {
  public:
   DeviceWeights(DeviceBuffer slab, std::vector<TensorView> views) : slab_(std::move(slab)), views_(std::move(views)) {}
-  DeviceWeights(std::shared_ptr<const kernels::cuda::SharedDeviceMemory> shared, std::vector<TensorView> views)
+  DeviceWeights(std::shared_ptr<const SharedDeviceMemory> shared, std::vector<TensorView> views)
       : shared_(std::move(shared)), views_(std::move(views)) {}
   std::span<const TensorView> tensors() const override { return views_; }
 
  private:
   DeviceBuffer slab_;
-  std::shared_ptr<const kernels::cuda::SharedDeviceMemory> shared_;
+  std::shared_ptr<const SharedDeviceMemory> shared_;
   std::vector<TensorView> views_;
 };
 
@@ -132,7 +132,7 @@ class CudaBackend final : public Backend {
     return std::unique_ptr<BoundWeights>(new DeviceWeights(std::move(slab), std::move(views)));
   }
 
-  void use_slab(std::shared_ptr<const kernels::cuda::SharedDeviceMemory> slab, std::span<const std::byte> host) {
+  void use_slab(std::shared_ptr<const SharedDeviceMemory> slab, std::span<const std::byte> host) {
     shared_slab_ = std::move(slab);
     slab_host_ = host;
   }
@@ -406,7 +406,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name_;
-  std::shared_ptr<const kernels::cuda::SharedDeviceMemory> shared_slab_;
+  std::shared_ptr<const SharedDeviceMemory> shared_slab_;
   std::span<const std::byte> slab_host_;
   CudaStream stream_;
   CudaEvent uploaded_;
@@ -424,7 +424,7 @@ class CudaBackend final : public Backend {
 
 Result<std::unique_ptr<Backend>> make_cuda_backend(int device) { return CudaBackend::create(device); }
 
-Status cuda_backend_use_slab(Backend& backend, std::shared_ptr<const kernels::cuda::SharedDeviceMemory> slab,
+Status cuda_backend_use_slab(Backend& backend, std::shared_ptr<const SharedDeviceMemory> slab,
                              std::span<const std::byte> host_region) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   if (cuda == nullptr) return make_error(ErrorCode::kInternal, "{} is not a CUDA backend", backend.name());

@@ -11,9 +11,8 @@
 #include "engine/core/backend.h"
 
 namespace hearth {
-namespace kernels::cuda {
-class SharedDeviceMemory;
-}
+
+class SharedDeviceMemory;  // ipc/device_memory.h
 
 // The backend of CUDA device `device`: kUnavailable when no device is visible,
 // kInvalidArgument for an index past the last one.
@@ -22,7 +21,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
 // Makes `backend` (a CUDA backend) read the weights in `host_region` (one rank's data
 // region of the weights segment) from `slab`, the loader's device copy of that region,
 // instead of copying them itself: bind_weights then maps each tensor into the slab.
-Status cuda_backend_use_slab(Backend& backend, std::shared_ptr<const kernels::cuda::SharedDeviceMemory> slab,
+Status cuda_backend_use_slab(Backend& backend, std::shared_ptr<const SharedDeviceMemory> slab,
                              std::span<const std::byte> host_region);
 
 }  // namespace hearth

@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "engine/cuda/cuda_backend.h"
-#include "kernels/cuda/vmm.h"
+#include "ipc/device_memory.h"
 #endif
 
 namespace hearth {
@@ -38,7 +38,7 @@ Status backend_use_loader_slab(Backend& backend, const AttachedWeights& weights,
                       rank, r.data_bytes, h.rank_bytes[rank]);
   }
   HEARTH_ASSIGN_OR_RETURN(int device, cuda_device_from_name(backend.name()));
-  HEARTH_ASSIGN_OR_RETURN(kernels::cuda::DeviceIdentity id, kernels::cuda::device_identity(device));
+  HEARTH_ASSIGN_OR_RETURN(DeviceIdentity id, device_identity(device));
   if (id.uuid != r.device_uuid || id.compute_capability != r.compute_capability) {
     return make_error(ErrorCode::kInvalidArgument,
                       "the loader keeps rank {}'s weights on GPU {} (its device {}, sm_{}), and this engine runs on {} "
@@ -46,12 +46,12 @@ Status backend_use_loader_slab(Backend& backend, const AttachedWeights& weights,
                       "--device listing this one", rank, r.device_uuid, r.device, r.compute_capability, backend.name(),
                       id.uuid, id.compute_capability);
   }
-  auto memory = r.handle == kSlabHandleVmm ? kernels::cuda::SharedDeviceMemory::import_fd(device, fetched->fd.get(), r.bytes)
-                                           : kernels::cuda::SharedDeviceMemory::import_legacy(device, r.ipc_handle, r.bytes);
+  auto memory = r.handle == kSlabHandleVmm ? SharedDeviceMemory::import_fd(device, fetched->fd.get(), r.bytes)
+                                           : SharedDeviceMemory::import_legacy(device, r.ipc_handle, r.bytes);
   if (!memory.is_ok()) return memory.status().with_context(fmt::format("rank {}'s device slab", rank));
   const std::span<const std::byte> host(weights.segment.data() + h.rank_offset[rank], h.rank_bytes[rank]);
   HEARTH_RETURN_IF_ERROR(cuda_backend_use_slab(
-      backend, std::make_shared<const kernels::cuda::SharedDeviceMemory>(std::move(*memory)), host));
+      backend, std::make_shared<const SharedDeviceMemory>(std::move(*memory)), host));
   HEARTH_LOG_INFO("rank {}: weights from the loader's {} slab on {} ({})", rank, r.handle, backend.name(),
                   human_bytes(r.data_bytes));
   return Status::ok();

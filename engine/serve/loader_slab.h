@@ -1,6 +1,6 @@
 // An engine rank's side of hearth-loader --device: asks the loader for its rank's device
 // slab (ipc/slab_channel.h), checks that it is this segment's and this GPU's, maps it
-// (kernels/cuda/vmm.h) and hands it to the CUDA backend, which then reads the weights in
+// (ipc/device_memory.h) and hands it to the CUDA backend, which then reads the weights in
 // place. With no loader serving slabs (started without --device) or a backend that runs
 // from host memory, nothing happens and the backend copies the weights itself.
 #pragma once

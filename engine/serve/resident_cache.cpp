@@ -13,7 +13,7 @@
 #include <cuda_runtime.h>
 
 #include "engine/cuda/cuda_backend.h"
-#include "kernels/cuda/vmm.h"
+#include "ipc/device_memory.h"
 #endif
 
 namespace hearth {
@@ -73,14 +73,13 @@ void drop_held(RankCacheOptions& o, std::span<const std::unique_ptr<FdStore>> st
 }
 
 #if HEARTH_HAVE_CUDA
-namespace cu = kernels::cuda;
 
 // K and V of `segment` (on_device) on CUDA device `device`: the allocation a store kept
 // for the segment's id when the segment was adopted, else a new one (the segment renewed
 // first when its tables described memory nobody kept) given to every store. Whatever else
 // the stores keep for this rank is forgotten first, so that the GPU never holds two.
 struct DeviceKv {
-  std::shared_ptr<cu::SharedDeviceMemory> memory;
+  std::shared_ptr<SharedDeviceMemory> memory;
   std::string name;
 };
 
@@ -91,7 +90,7 @@ Result<DeviceKv> device_kv(int device, const std::string& uuid, KvSegment& segme
   KvDeviceRecord want{o.instance, o.rank, segment.adopted() ? segment.header().id : 0, kv_device_bytes(g), uuid};
   if (o.device_memory && !o.device_name.empty()) {  // this process's own, from the cache it opened before
     if (const std::vector<std::string> names{o.device_name}; kv_kept_choice(names, want).adopt) {
-      return DeviceKv{std::static_pointer_cast<cu::SharedDeviceMemory>(std::move(o.device_memory)), o.device_name};
+      return DeviceKv{std::static_pointer_cast<SharedDeviceMemory>(std::move(o.device_memory)), o.device_name};
     }
   }
   drop_held(o, stores);  // another segment's now, or lost by a failed open before
@@ -103,11 +102,11 @@ Result<DeviceKv> device_kv(int device, const std::string& uuid, KvSegment& segme
     forget(kept[i], o.rank);
     kept[i].fd.fd.reset();
   }
-  std::optional<cu::SharedDeviceMemory> memory;
+  std::optional<SharedDeviceMemory> memory;
   if (choice.adopt) {
     const Kept& k = kept[*choice.adopt];
     const uint64_t bytes = kv_store_record(k.fd.name)->bytes;
-    auto imported = cu::SharedDeviceMemory::import_fd(device, k.fd.fd.get(), bytes);
+    auto imported = SharedDeviceMemory::import_fd(device, k.fd.fd.get(), bytes);
     if (imported.is_ok()) {
       HEARTH_LOG_INFO("{}K and V of the resident KV cache are the ones {} kept on GPU {} ({})", who, k.store->kind(),
                       uuid, human_bytes(bytes));
@@ -121,7 +120,7 @@ Result<DeviceKv> device_kv(int device, const std::string& uuid, KvSegment& segme
     }
     for (Kept& same : kept) same.fd.fd.reset();
   }
-  if (memory) return DeviceKv{std::make_shared<cu::SharedDeviceMemory>(std::move(*memory)), names[*choice.adopt]};
+  if (memory) return DeviceKv{std::make_shared<SharedDeviceMemory>(std::move(*memory)), names[*choice.adopt]};
 
   if (segment.adopted()) {
     segment.renew();
@@ -130,7 +129,7 @@ Result<DeviceKv> device_kv(int device, const std::string& uuid, KvSegment& segme
                     "computed again",
                     who, segment.path().string());
   }
-  HEARTH_ASSIGN_OR_RETURN(cu::SharedDeviceMemory fresh, cu::SharedDeviceMemory::allocate(device, want.bytes, "the KV cache"));
+  HEARTH_ASSIGN_OR_RETURN(SharedDeviceMemory fresh, SharedDeviceMemory::allocate(device, want.bytes, "the KV cache"));
   // Zeroed: attention reads whole blocks, and a block's unwritten tail must not be NaN.
   if (cudaError_t e = cudaMemset(fresh.data(), 0, fresh.bytes()); e != cudaSuccess || (e = cudaDeviceSynchronize()) != cudaSuccess) {
     return make_error(ErrorCode::kInternal, "clearing the KV cache's device memory: {}", cudaGetErrorString(e));
@@ -153,7 +152,7 @@ Result<DeviceKv> device_kv(int device, const std::string& uuid, KvSegment& segme
     HEARTH_LOG_INFO("{}K and V of the resident KV cache on GPU {} ({}), kept by {}", who, uuid, human_bytes(want.bytes),
                     held);
   }
-  return DeviceKv{std::make_shared<cu::SharedDeviceMemory>(std::move(fresh)), name};
+  return DeviceKv{std::make_shared<SharedDeviceMemory>(std::move(fresh)), name};
 }
 #endif
 
@@ -179,10 +178,10 @@ Result<RankCache> open_rank_cache(Backend& backend, const KvCacheConfig& kv, Ran
   std::string uuid;
   if (gpu && options.adopt) {
     HEARTH_ASSIGN_OR_RETURN(device, cuda_device_from_name(backend.name()));
-    HEARTH_ASSIGN_OR_RETURN(cu::DeviceIdentity id, cu::device_identity(device));
+    HEARTH_ASSIGN_OR_RETURN(DeviceIdentity id, device_identity(device));
     uuid = id.uuid;
     std::string why;
-    if (!cu::vmm_fd_supported(device, &why)) {
+    if (!vmm_fd_supported(device, &why)) {
       why_private = fmt::format("keeping it on the GPU across restarts needs device memory with POSIX fd handles ({})", why);
     } else if (stores.empty()) {
       why_private = "keeping it on the GPU across restarts needs an fd store to hold it (run the engine under "

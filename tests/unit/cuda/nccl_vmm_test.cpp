@@ -1,5 +1,5 @@
 // Device-only checks of the pieces under the resident GPU path and GPU groups: shared
-// device memory (kernels/cuda/vmm.h) and the NCCL communicator. Skipped without a device.
+// device memory (ipc/device_memory.h) and the NCCL communicator. Skipped without a device.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -11,7 +11,7 @@
 
 #include "common/version.h"
 #include "kernels/cuda/device_info.h"
-#include "kernels/cuda/vmm.h"
+#include "ipc/device_memory.h"
 #if HEARTH_HAVE_NCCL
 #include "engine/tp/nccl_communicator.h"
 #endif
@@ -29,7 +29,7 @@ class DeviceTest : public ::testing::Test {
 };
 
 TEST_F(DeviceTest, DeviceIdentityIsNvidiaSmisUuid) {
-  auto id = cu::device_identity(0);
+  auto id = device_identity(0);
   ASSERT_TRUE(id.is_ok()) << id.status().to_string();
   EXPECT_EQ(id->uuid.size(), 40u) << id->uuid;
   EXPECT_TRUE(id->uuid.starts_with("GPU-")) << id->uuid;
@@ -38,9 +38,9 @@ TEST_F(DeviceTest, DeviceIdentityIsNvidiaSmisUuid) {
 
 TEST_F(DeviceTest, AVmmSlabExportedAsAnFdMapsAgainWithItsBytes) {
   std::string why;
-  if (!cu::vmm_fd_supported(0, &why)) GTEST_SKIP() << why;
+  if (!vmm_fd_supported(0, &why)) GTEST_SKIP() << why;
   constexpr size_t kBytes = 3u << 20;
-  auto slab = cu::SharedDeviceMemory::allocate(0, kBytes, "a test slab");
+  auto slab = SharedDeviceMemory::allocate(0, kBytes, "a test slab");
   ASSERT_TRUE(slab.is_ok()) << slab.status().to_string();
   EXPECT_GE(slab->bytes(), kBytes);
   std::vector<uint32_t> pattern(kBytes / 4);
@@ -48,31 +48,31 @@ TEST_F(DeviceTest, AVmmSlabExportedAsAnFdMapsAgainWithItsBytes) {
   ASSERT_EQ(cudaMemcpy(slab->data(), pattern.data(), kBytes, cudaMemcpyHostToDevice), cudaSuccess);
   auto fd = slab->export_fd();
   ASSERT_TRUE(fd.is_ok()) << fd.status().to_string();
-  auto again = cu::SharedDeviceMemory::import_fd(0, fd->get(), slab->bytes());
+  auto again = SharedDeviceMemory::import_fd(0, fd->get(), slab->bytes());
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
   EXPECT_NE(again->data(), slab->data());
   std::vector<uint32_t> back(pattern.size());
   ASSERT_EQ(cudaMemcpy(back.data(), again->data(), kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(back, pattern);
   // The allocation outlives the first mapping while the second holds it.
-  *slab = cu::SharedDeviceMemory();
+  *slab = SharedDeviceMemory();
   ASSERT_EQ(cudaMemcpy(back.data(), again->data(), kBytes, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(back, pattern);
   // A slab smaller than claimed does not map.
   auto fd2 = again->export_fd();
   ASSERT_TRUE(fd2.is_ok());
-  EXPECT_FALSE(cu::SharedDeviceMemory::import_fd(0, fd2->get(), again->bytes() * 4).is_ok());
+  EXPECT_FALSE(SharedDeviceMemory::import_fd(0, fd2->get(), again->bytes() * 4).is_ok());
 }
 
 TEST_F(DeviceTest, LegacyAllocationsHaveAnIpcHandle) {
-  auto slab = cu::SharedDeviceMemory::allocate_legacy(0, 1u << 20, "a legacy test slab");
+  auto slab = SharedDeviceMemory::allocate_legacy(0, 1u << 20, "a legacy test slab");
   ASSERT_TRUE(slab.is_ok()) << slab.status().to_string();
   EXPECT_TRUE(slab->legacy());
   auto handle = slab->legacy_handle_hex();
   ASSERT_TRUE(handle.is_ok()) << handle.status().to_string();
   EXPECT_EQ(handle->size(), 128u);
   EXPECT_FALSE(slab->export_fd().is_ok());
-  EXPECT_FALSE(cu::SharedDeviceMemory::import_legacy(0, "00", 1u << 20).is_ok());
+  EXPECT_FALSE(SharedDeviceMemory::import_legacy(0, "00", 1u << 20).is_ok());
 }
 
 #if HEARTH_HAVE_NCCL

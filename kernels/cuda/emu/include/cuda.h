@@ -1,5 +1,5 @@
 // The CUDA driver API as hearth's emulated device provides it: the virtual memory
-// management calls kernels/cuda/vmm.cpp reaches through cudaGetDriverEntryPointByVersion,
+// management calls ipc/device_memory.cpp reaches through cudaGetDriverEntryPointByVersion,
 // with the toolkit's names and values, implemented on memfds by
 // kernels/cuda/emu/driver.cpp (an allocation is a memfd, an exported handle a dup of it,
 // a mapping an mmap of it: it lives while any fd or mapping refers to it).

@@ -19,7 +19,7 @@
 #include "common/status.h"
 #include "common/unique_fd.h"
 
-namespace hearth::kernels::cuda {
+namespace hearth {
 
 struct DeviceIdentity {
   int device = 0;
@@ -75,4 +75,4 @@ class SharedDeviceMemory {
   unsigned long long handle_ = 0;  // CUmemGenericAllocationHandle (VMM)
 };
 
-}  // namespace hearth::kernels::cuda
+}  // namespace hearth

@@ -1,4 +1,4 @@
-#include "kernels/cuda/vmm.h"
+#include "ipc/device_memory.h"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -10,7 +10,7 @@
 #include <mutex>
 #include <utility>
 
-namespace hearth::kernels::cuda {
+namespace hearth {
 namespace {
 
 // The driver functions this file uses, looked up once through the runtime.
@@ -45,7 +45,7 @@ void lookup(const char* name, F& f, std::string& missing) {
 }
 
 const Driver& driver() {
-  static const Driver d = [] {
+  static const Driver entry_points = [] {
     Driver d;
     lookup("cuDeviceGet", d.device_get, d.missing);
     lookup("cuDeviceGetAttribute", d.device_attribute, d.missing);
@@ -63,7 +63,7 @@ const Driver& driver() {
     lookup("cuMemGetAllocationPropertiesFromHandle", d.properties, d.missing);
     return d;
   }();
-  return d;
+  return entry_points;
 }
 
 Status runtime_error(cudaError_t e, std::string_view what) {
@@ -341,4 +341,4 @@ Result<std::string> SharedDeviceMemory::legacy_handle_hex() const {
   return hex(handle.reserved, sizeof(handle.reserved));
 }
 
-}  // namespace hearth::kernels::cuda
+}  // namespace hearth
