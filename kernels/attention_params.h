@@ -51,9 +51,56 @@ struct AttentionParams {
   KvDType kv_dtype = KvDType::kF32;  // element type of k_cache and v_cache
 };
 
+// Causal attention of every sequence of a step over its own KV blocks, as every backend
+// receives it: the queries of sequence s are rows [query_start[s], query_start[s + 1]) of
+// q, its keys those at positions up to each query's position in
+// pages[page_start[s]..page_start[s + 1]). The CUDA kernel runs it as it is; kernels that
+// take one sequence at a time get AttentionParams from sequence_attention().
+struct AttentionStep {
+  const float* q = nullptr;          // [n_tokens, n_heads, head_dim]
+  float* out = nullptr;              // [n_tokens, n_heads, head_dim]
+  const void* k_cache = nullptr;     // [n_blocks, n_kv_heads, head_dim, block_size] of kv_dtype, this layer
+  const void* v_cache = nullptr;     // [n_blocks, n_kv_heads, block_size, head_dim] of kv_dtype
+  const int32_t* positions = nullptr;    // [n_tokens]
+  const int32_t* query_start = nullptr;  // [n_seqs + 1]
+  const int32_t* page_start = nullptr;   // [n_seqs + 1]
+  const int32_t* pages = nullptr;
+  int32_t n_tokens = 0;
+  int32_t n_seqs = 0;
+  int32_t block_size = 0;
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 1.0f;                // usually 1/sqrt(head_dim)
+  int32_t sliding_window = 0;        // 0: every earlier position
+  KvDType kv_dtype = KvDType::kF32;
+};
+
+// Sequence s of a step as one AttentionParams.
+HEARTH_HD AttentionParams sequence_attention(const AttentionStep& st, int32_t s) {
+  const int32_t r0 = st.query_start[s];
+  const int64_t row = static_cast<int64_t>(st.n_heads) * st.head_dim;
+  AttentionParams p;
+  p.q = st.q + r0 * row;
+  p.out = st.out + r0 * row;
+  p.k_cache = st.k_cache;
+  p.v_cache = st.v_cache;
+  p.block_table = st.pages + st.page_start[s];
+  p.positions = st.positions + r0;
+  p.block_size = st.block_size;
+  p.n_tokens = st.query_start[s + 1] - r0;
+  p.n_heads = st.n_heads;
+  p.n_kv_heads = st.n_kv_heads;
+  p.head_dim = st.head_dim;
+  p.scale = st.scale;
+  p.sliding_window = st.sliding_window;
+  p.kv_dtype = st.kv_dtype;
+  return p;
+}
+
 // Where one layer's K and V rows go: token t of the batch is stored at cache slot
 // slots[t] (= block * block_size + offset), in the layouts below, converted to kv_dtype
-// (rounded to nearest even). Field order is the engine's: it may be built positionally.
+// (rounded to nearest even).
 struct KvStoreParams {
   const float* k = nullptr;        // [n_tokens, n_kv_heads * head_dim]
   const float* v = nullptr;        // [n_tokens, n_kv_heads * head_dim]

@@ -84,8 +84,8 @@ class ObservedBackend final : public Backend {
             RopeStyle style) override {
     inner_->rope(x, n, n_heads, head_dim, positions, inv_freq, style);
   }
-  void kv_store(const KvStoreParams& p) override { inner_->kv_store(p); }
-  void attention(const AttentionBatch& p) override { inner_->attention(p); }
+  void kv_store(const kernels::KvStoreParams& p) override { inner_->kv_store(p); }
+  void attention(const kernels::AttentionStep& p) override { inner_->attention(p); }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_->swiglu(gate, up, n, out); }
   void add(float* y, const float* x, int64_t n) override { inner_->add(y, x, n); }
   void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,

@@ -94,38 +94,6 @@ struct StepInput {
   int32_t n_seqs = 0;
   int32_t n_logit_rows = 0;
   int32_t block_size = 0;
-  const ModelInput* host = nullptr;
-};
-
-// Where one layer's K and V rows go: token t of the step is stored at cache slot
-// step.slots[t] (= block * block_size + offset), in the layouts and element types of
-// kernels/attention_params.h.
-struct KvStoreParams {
-  const float* k = nullptr;       // [n_tokens, n_kv_heads * head_dim]
-  const float* v = nullptr;       // [n_tokens, n_kv_heads * head_dim]
-  void* k_cache = nullptr;        // [n_blocks, n_kv_heads, head_dim, block_size] of this layer
-  void* v_cache = nullptr;        // [n_blocks, n_kv_heads, block_size, head_dim]
-  kernels::KvDType dtype = kernels::KvDType::kF32;
-  const StepInput* step = nullptr;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;
-};
-
-// Causal attention of every sequence of a step over its own KV blocks: the queries of
-// sequence s are rows [query_start[s], query_start[s + 1]) of q, its keys those at
-// positions up to each query's position in pages[page_start[s]..].
-struct AttentionBatch {
-  const float* q = nullptr;        // [n_tokens, n_heads, head_dim]
-  float* out = nullptr;            // [n_tokens, n_heads, head_dim]
-  const void* k_cache = nullptr;  // this layer's, as in KvStoreParams
-  const void* v_cache = nullptr;
-  kernels::KvDType dtype = kernels::KvDType::kF32;
-  const StepInput* step = nullptr;
-  int32_t n_heads = 0;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;
-  float scale = 1.0f;
-  int32_t sliding_window = 0;      // 0: every earlier position
 };
 
 // Weights as a backend reads them, owned by the backend: views whose `data` is an
@@ -203,8 +171,8 @@ class Backend {
   // x[t, h, :] rotated by positions[t] * inv_freq. x: [n, n_heads, head_dim]; inv_freq: [head_dim / 2].
   virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
                     const float* inv_freq, RopeStyle style) = 0;
-  virtual void kv_store(const KvStoreParams& p) = 0;
-  virtual void attention(const AttentionBatch& p) = 0;
+  virtual void kv_store(const kernels::KvStoreParams& p) = 0;
+  virtual void attention(const kernels::AttentionStep& p) = 0;
   // out = silu(gate) * up over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // y += x over n values.

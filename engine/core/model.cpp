@@ -258,10 +258,34 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
   }
   be.rope(q, n, c.n_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
   be.rope(k, n, c.n_kv_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
-  be.kv_store({k, v, cache.k(li), cache.v(li), kc.dtype, &step, c.n_kv_heads, c.head_dim});
+  be.kv_store({.k = k,
+               .v = v,
+               .k_cache = cache.k(li),
+               .v_cache = cache.v(li),
+               .slots = step.slots,
+               .n_tokens = step.n_tokens,
+               .n_kv_heads = c.n_kv_heads,
+               .head_dim = c.head_dim,
+               .block_size = step.block_size,
+               .kv_dtype = kc.dtype});
   if (li == c.n_layers / 2) HEARTH_TEST_POINT("engine.kv.store");  // half the layers' K/V of this step written
-  be.attention({q, att, cache.k(li), cache.v(li), kc.dtype, &step, c.n_heads, c.n_kv_heads, c.head_dim,
-                1.0f / std::sqrt(static_cast<float>(c.head_dim)), c.sliding_window});
+  be.attention({.q = q,
+                .out = att,
+                .k_cache = cache.k(li),
+                .v_cache = cache.v(li),
+                .positions = step.positions,
+                .query_start = step.query_start,
+                .page_start = step.page_start,
+                .pages = step.pages,
+                .n_tokens = step.n_tokens,
+                .n_seqs = step.n_seqs,
+                .block_size = step.block_size,
+                .n_heads = c.n_heads,
+                .n_kv_heads = c.n_kv_heads,
+                .head_dim = c.head_dim,
+                .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                .sliding_window = c.sliding_window,
+                .kv_dtype = kc.dtype});
   const MatmulTarget output[] = {{l.attn_output, xn}};  // [n, dim], this rank's partial sum
   const int32_t* const output_perms[] = {l.output_perm};
   permuted_matmuls(att, n, q_dim, output, output_perms);

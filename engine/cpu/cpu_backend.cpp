@@ -85,9 +85,17 @@ class CpuBackend final : public Backend {
 
   // Host memory already: the ops read the input where it is.
   StepInput upload(const ModelInput& in) override {
-    return {in.tokens.data(),     in.positions.data(), in.slots.data(),      in.query_start.data(),
-            in.page_start.data(), in.pages.data(),     in.logit_rows.data(), in.n_tokens(),
-            in.n_seqs(),          static_cast<int32_t>(in.logit_rows.size()), in.block_size, &in};
+    return {.tokens = in.tokens.data(),
+            .positions = in.positions.data(),
+            .slots = in.slots.data(),
+            .query_start = in.query_start.data(),
+            .page_start = in.page_start.data(),
+            .pages = in.pages.data(),
+            .logit_rows = in.logit_rows.data(),
+            .n_tokens = in.n_tokens(),
+            .n_seqs = in.n_seqs(),
+            .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
+            .block_size = in.block_size};
   }
 
   Result<BackendBuffer> alloc(size_t bytes) override {
@@ -258,42 +266,19 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void kv_store(const KvStoreParams& p) override {
-    const kernels::KvStoreParams k{p.k,          p.v,       p.k_cache,
-                                   p.v_cache,    p.step->slots, p.step->n_tokens,
-                                   p.n_kv_heads, p.head_dim, p.step->block_size,
-                                   p.dtype};
+  void kv_store(const kernels::KvStoreParams& p) override {
     if (reference_) {
-      kernels::ref::kv_store(k);
+      kernels::ref::kv_store(p);
     } else {
-      kernels::cpu::kv_store(k);
+      kernels::cpu::kv_store(p);
     }
   }
 
   // The kernels' calling convention is one sequence at a time: one AttentionParams per
   // sequence of the step, into scratch that grows to the largest batch once.
-  void attention(const AttentionBatch& b) override {
-    const StepInput& st = *b.step;
+  void attention(const kernels::AttentionStep& st) override {
     attention_params_.resize(static_cast<size_t>(st.n_seqs));
-    const int64_t q_row = static_cast<int64_t>(b.n_heads) * b.head_dim;
-    for (int32_t s = 0; s < st.n_seqs; ++s) {
-      kernels::AttentionParams& p = attention_params_[static_cast<size_t>(s)];
-      const int32_t r0 = st.query_start[s];
-      p.q = b.q + r0 * q_row;
-      p.out = b.out + r0 * q_row;
-      p.k_cache = b.k_cache;
-      p.v_cache = b.v_cache;
-      p.block_table = st.pages + st.page_start[s];
-      p.positions = st.positions + r0;
-      p.block_size = st.block_size;
-      p.n_tokens = st.query_start[s + 1] - r0;
-      p.n_heads = b.n_heads;
-      p.n_kv_heads = b.n_kv_heads;
-      p.head_dim = b.head_dim;
-      p.scale = b.scale;
-      p.sliding_window = b.sliding_window;
-      p.kv_dtype = b.dtype;
-    }
+    for (int32_t s = 0; s < st.n_seqs; ++s) attention_params_[static_cast<size_t>(s)] = kernels::sequence_attention(st, s);
     attention_batch(attention_params_);
   }
 

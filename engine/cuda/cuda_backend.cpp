@@ -167,8 +167,17 @@ class CudaBackend final : public Backend {
     check_cuda(cudaEventRecord(uploaded_.get(), stream_.get()), "recording the upload");
     const auto* dev = static_cast<const std::byte*>(staging_dev_.data());
     auto at = [&](size_t i) { return reinterpret_cast<const int32_t*>(dev + offsets[i]); };
-    return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), in.n_tokens(), in.n_seqs(),
-            static_cast<int32_t>(in.logit_rows.size()), in.block_size, &in};
+    return {.tokens = at(0),
+            .positions = at(1),
+            .slots = at(2),
+            .query_start = at(3),
+            .page_start = at(4),
+            .pages = at(5),
+            .logit_rows = at(6),
+            .n_tokens = in.n_tokens(),
+            .n_seqs = in.n_seqs(),
+            .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
+            .block_size = in.block_size};
   }
 
   Result<BackendBuffer> alloc(size_t bytes) override {
@@ -291,19 +300,11 @@ class CudaBackend final : public Backend {
                "rope");
   }
 
-  void kv_store(const KvStoreParams& p) override {
-    const kernels::KvStoreParams k{p.k,          p.v,         p.k_cache,          p.v_cache, p.step->slots,
-                                   p.step->n_tokens, p.n_kv_heads, p.head_dim, p.step->block_size, p.dtype};
-    check_cuda(kernels::cuda::kv_store(k, stream_.get()), "kv_store");
+  void kv_store(const kernels::KvStoreParams& p) override {
+    check_cuda(kernels::cuda::kv_store(p, stream_.get()), "kv_store");
   }
 
-  void attention(const AttentionBatch& b) override {
-    const StepInput& st = *b.step;
-    const kernels::cuda::AttentionStepParams p{
-        .q = b.q, .out = b.out, .k_cache = b.k_cache, .v_cache = b.v_cache, .positions = st.positions,
-        .query_start = st.query_start, .page_start = st.page_start, .pages = st.pages, .n_tokens = st.n_tokens,
-        .n_seqs = st.n_seqs, .block_size = st.block_size, .n_heads = b.n_heads, .n_kv_heads = b.n_kv_heads,
-        .head_dim = b.head_dim, .scale = b.scale, .sliding_window = b.sliding_window, .kv_dtype = b.dtype};
+  void attention(const kernels::AttentionStep& p) override {
     check_cuda(kernels::cuda::attention(p, stream_.get()), "attention");
   }
 

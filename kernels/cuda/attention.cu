@@ -16,7 +16,7 @@ namespace {
 // Output dimensions a thread owns: d = threadIdx.x + i * kAttentionBlock.
 constexpr int kDimsPerThread = (kAttentionMaxHeadDim + kAttentionBlock - 1) / kAttentionBlock;
 
-__global__ void attention_kernel(AttentionStepParams p) {
+__global__ void attention_kernel(AttentionStep p) {
   HEARTH_DYNAMIC_SHARED(float, shared);
   float* q = shared;                        // [head_dim]
   float* scores = q + p.head_dim;           // [kAttentionBlock]
@@ -84,7 +84,7 @@ __global__ void attention_kernel(AttentionStepParams p) {
 
 }  // namespace
 
-cudaError_t attention(const AttentionStepParams& p, cudaStream_t stream) {
+cudaError_t attention(const AttentionStep& p, cudaStream_t stream) {
   if (kv_dtype_bytes(p.kv_dtype) == 0) return cudaErrorNotSupported;
   if (p.head_dim <= 0 || p.head_dim > kAttentionMaxHeadDim) return cudaErrorNotSupported;
   if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads != 0) return cudaErrorInvalidValue;

@@ -78,26 +78,7 @@ cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream);
 // Causal attention of every sequence of a step over the paged cache: the queries of
 // sequence s are rows [query_start[s], query_start[s + 1]) of q, its blocks
 // pages[page_start[s]..]; all arrays in device memory.
-struct AttentionStepParams {
-  const float* q = nullptr;          // [n_tokens, n_heads, head_dim]
-  float* out = nullptr;              // [n_tokens, n_heads, head_dim]
-  const void* k_cache = nullptr;     // [n_blocks, n_kv_heads, head_dim, block_size] of kv_dtype
-  const void* v_cache = nullptr;     // [n_blocks, n_kv_heads, block_size, head_dim] of kv_dtype
-  const int32_t* positions = nullptr;    // [n_tokens]
-  const int32_t* query_start = nullptr;  // [n_seqs + 1]
-  const int32_t* page_start = nullptr;   // [n_seqs + 1]
-  const int32_t* pages = nullptr;
-  int32_t n_tokens = 0;
-  int32_t n_seqs = 0;
-  int32_t block_size = 0;
-  int32_t n_heads = 0;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;              // at most kAttentionMaxHeadDim
-  float scale = 1.0f;
-  int32_t sliding_window = 0;
-  KvDType kv_dtype = KvDType::kF32;
-};
-cudaError_t attention(const AttentionStepParams& p, cudaStream_t stream);
+cudaError_t attention(const AttentionStep& p, cudaStream_t stream);
 
 // Float activations to fp16 or bf16 (`type`), rounded to nearest even, for the cuBLASLt
 // products.

@@ -315,11 +315,16 @@ TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
       auto ck = cpu_->alloc(cache_bytes), cv = cpu_->alloc(cache_bytes);
       auto gk = gpu_->alloc(cache_bytes), gv = gpu_->alloc(cache_bytes);
       ASSERT_TRUE(ck.is_ok() && cv.is_ok() && gk.is_ok() && gv.is_ok());
+      auto store = [&](const StepInput& st, const float* kr, const float* vr, void* kc, void* vc) {
+        return kernels::KvStoreParams{.k = kr, .v = vr, .k_cache = kc, .v_cache = vc, .slots = st.slots,
+                                      .n_tokens = st.n_tokens, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                                      .block_size = st.block_size, .kv_dtype = dtype};
+      };
       const StepInput cfill = cpu_->upload(fill);
-      cpu_->kv_store({k.data(), v.data(), ck->data(), cv->data(), dtype, &cfill, n_kv_heads, head_dim});
+      cpu_->kv_store(store(cfill, k.data(), v.data(), ck->data(), cv->data()));
       const BackendBuffer kd = upload(*gpu_, k), vd = upload(*gpu_, v);
       const StepInput gfill = gpu_->upload(fill);
-      gpu_->kv_store({kd.f32(), vd.f32(), gk->data(), gv->data(), dtype, &gfill, n_kv_heads, head_dim});
+      gpu_->kv_store(store(gfill, kd.f32(), vd.f32(), gk->data(), gv->data()));
       // The store is the reference's, bit for bit.
       std::vector<std::byte> host_k(cache_bytes), dev_k(cache_bytes);
       std::memcpy(host_k.data(), ck->data(), cache_bytes);
@@ -331,13 +336,18 @@ TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
       const StepInput cstep = cpu_->upload(in);
       const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
       const int32_t window = trial == 1 ? 1 + static_cast<int32_t>(rng_() % 64) : 0;
-      cpu_->attention({q.data(), want.data(), ck->data(), cv->data(), dtype, &cstep, n_heads, n_kv_heads, head_dim,
-                       scale, window});
+      auto attend = [&](const StepInput& st, const float* qr, float* o, const void* kc, const void* vc) {
+        return kernels::AttentionStep{.q = qr, .out = o, .k_cache = kc, .v_cache = vc, .positions = st.positions,
+                                      .query_start = st.query_start, .page_start = st.page_start, .pages = st.pages,
+                                      .n_tokens = st.n_tokens, .n_seqs = st.n_seqs, .block_size = st.block_size,
+                                      .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                                      .scale = scale, .sliding_window = window, .kv_dtype = dtype};
+      };
+      cpu_->attention(attend(cstep, q.data(), want.data(), ck->data(), cv->data()));
       const BackendBuffer qd = upload(*gpu_, q);
       const BackendBuffer out = poisoned(*gpu_, q.size());
       const StepInput gstep = gpu_->upload(in);
-      gpu_->attention({qd.f32(), out.f32(), gk->data(), gv->data(), dtype, &gstep, n_heads, n_kv_heads, head_dim,
-                       scale, window});
+      gpu_->attention(attend(gstep, qd.f32(), out.f32(), gk->data(), gv->data()));
       expect_near(download(*gpu_, out, q.size()), want, 1e-4f,
                   fmt::format("attention {} heads {}/{} head_dim {} window {}", kernels::kv_dtype_name(dtype),
                               n_heads, n_kv_heads, head_dim, window));

@@ -157,8 +157,8 @@ class SamplingCpuBackend final : public Backend {
   void rope(float* x, int64_t n, int64_t heads, int64_t hd, const int32_t* pos, const float* f, RopeStyle st) override {
     cpu_->rope(x, n, heads, hd, pos, f, st);
   }
-  void kv_store(const KvStoreParams& p) override { cpu_->kv_store(p); }
-  void attention(const AttentionBatch& p) override { cpu_->attention(p); }
+  void kv_store(const kernels::KvStoreParams& p) override { cpu_->kv_store(p); }
+  void attention(const kernels::AttentionStep& p) override { cpu_->attention(p); }
   void swiglu(const float* g, const float* u, int64_t n, float* out) override { cpu_->swiglu(g, u, n, out); }
   void add(float* y, const float* x, int64_t n) override { cpu_->add(y, x, n); }
   void add_bias(float* x, const float* b, int64_t n, int64_t dim) override { cpu_->add_bias(x, b, n, dim); }

@@ -163,6 +163,39 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest,
                                            DType::kQ8_0R16, DType::kQ4_0R16, DType::kF16R16, DType::kBF16R16),
                          [](const auto& p) { return std::string(dtype_name(p.param)); });
 
+// A ragged step as the per-sequence params the CPU kernels take: each sequence's rows
+// of q and out, its pages and positions, everything else the step's.
+TEST(KernelsTest, SequenceAttentionCutsAStepIntoItsSequences) {
+  const int32_t query_start[] = {0, 3, 4, 9};
+  const int32_t page_start[] = {0, 2, 3, 6};
+  const int32_t pages[] = {7, 1, 4, 2, 5, 8};
+  const int32_t positions[] = {0, 1, 2, 40, 16, 17, 18, 19, 20};
+  std::vector<float> q(9 * 4 * 8), out(q.size());
+  int cache = 0;
+  const AttentionStep st{.q = q.data(), .out = out.data(), .k_cache = &cache, .v_cache = &cache + 1,
+                         .positions = positions, .query_start = query_start, .page_start = page_start,
+                         .pages = pages, .n_tokens = 9, .n_seqs = 3, .block_size = 16, .n_heads = 4,
+                         .n_kv_heads = 2, .head_dim = 8, .scale = 0.5f, .sliding_window = 3,
+                         .kv_dtype = KvDType::kBF16};
+  for (int32_t s = 0; s < st.n_seqs; ++s) {
+    const AttentionParams p = sequence_attention(st, s);
+    EXPECT_EQ(p.q, q.data() + query_start[s] * 32) << s;
+    EXPECT_EQ(p.out, out.data() + query_start[s] * 32) << s;
+    EXPECT_EQ(p.n_tokens, query_start[s + 1] - query_start[s]) << s;
+    EXPECT_EQ(p.block_table, pages + page_start[s]) << s;
+    EXPECT_EQ(p.positions, positions + query_start[s]) << s;
+    EXPECT_EQ(p.k_cache, st.k_cache);
+    EXPECT_EQ(p.v_cache, st.v_cache);
+    EXPECT_EQ(p.block_size, 16);
+    EXPECT_EQ(p.n_heads, 4);
+    EXPECT_EQ(p.n_kv_heads, 2);
+    EXPECT_EQ(p.head_dim, 8);
+    EXPECT_EQ(p.scale, 0.5f);
+    EXPECT_EQ(p.sliding_window, 3);
+    EXPECT_EQ(p.kv_dtype, KvDType::kBF16);
+  }
+}
+
 TEST(KernelsTest, RepackRoundTripsEveryRow) {
   std::mt19937 rng(3);
   const int64_t rows = 32, cols = 96;
