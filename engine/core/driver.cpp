@@ -131,21 +131,9 @@ Status Driver::sample(Seq& s, const float* l, TokenResult& out) {
   return Status::ok();
 }
 
-Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
-  events.clear();
-  const StepPlan plan = scheduler_.plan(now_ms);
-  for (uint64_t id : plan.unschedulable) {
-    if (seqs_.erase(id) == 0) continue;
-    StepEvent& e = events.emplace_back();
-    e.id = id;
-    e.finish = FinishReason::kError;
-    e.error = make_error(ErrorCode::kResourceExhausted,
-                         "the request needs more KV cache than the engine has: lower max_tokens or raise --kv-blocks");
-  }
-  ran = !plan.seqs.empty();
-  last_step_tokens_ = plan.tokens;
-  if (!ran) return Status::ok();
-
+// The plan's step through the model: logits rows to sample on the host, or rows the
+// backend sampled.
+Status Driver::forward(const StepPlan& plan, std::span<const float>& logits, std::span<const SampledRow>& sampled) {
   input_.clear(runner_.cache().config().block_size);
   for (const PlannedSeq& p : plan.seqs) {
     const std::vector<TokenId>& tokens = seqs_.at(p.id).request.tokens;
@@ -154,8 +142,6 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
         scheduler_.kv(p.id)->blocks, p.sample));
   }
   HEARTH_TEST_POINT("engine.step.planned");
-  std::span<const float> logits;
-  std::span<const SampledRow> sampled;
   // A row a request shapes (grammar, bias, min_tokens) is sampled on the host, and so is
   // the rest of its step.
   const bool host_sampling = !runner_.samples() || std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const PlannedSeq& p) {
@@ -178,6 +164,27 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   } else {
     HEARTH_ASSIGN_OR_RETURN(logits, runner_.run(input_));
   }
+  return Status::ok();
+}
+
+Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
+  events.clear();
+  const StepPlan plan = scheduler_.plan(now_ms);
+  for (uint64_t id : plan.unschedulable) {
+    if (seqs_.erase(id) == 0) continue;
+    StepEvent& e = events.emplace_back();
+    e.id = id;
+    e.finish = FinishReason::kError;
+    e.error = make_error(ErrorCode::kResourceExhausted,
+                         "the request needs more KV cache than the engine has: lower max_tokens or raise --kv-blocks");
+  }
+  ran = !plan.seqs.empty();
+  last_step_tokens_ = plan.tokens;
+  if (!ran) return Status::ok();
+
+  std::span<const float> logits;
+  std::span<const SampledRow> sampled;
+  HEARTH_RETURN_IF_ERROR(forward(plan, logits, sampled));
   HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet (on the host)
 
   const auto vocab = static_cast<size_t>(runner_.vocab_size());

@@ -112,6 +112,7 @@ class Driver {
   };
   Result<FinishReason> add_sequence(uint64_t id, SequenceRequest request, KvSequence& adopted);
   Status sample(Seq& seq, const float* logits, TokenResult& out);
+  Status forward(const StepPlan& plan, std::span<const float>& logits, std::span<const SampledRow>& sampled);
   FinishReason finish_of(const Seq& seq) const;
 
   ModelRunner& runner_;

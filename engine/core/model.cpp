@@ -49,18 +49,11 @@ Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int s
   return c;
 }
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config, std::span<const TensorView> tensors,
-                                                       Backend& backend, int32_t max_batch_tokens,
-                                                       const ModelOptions& options) {
-  HEARTH_RETURN_IF_ERROR(model_config_validate(config));
-  std::unique_ptr<Communicator> own_comm;
-  Communicator* comm = options.comm;
-  if (comm == nullptr) {
-    own_comm = make_single_rank_communicator();
-    comm = own_comm.get();
-  }
-  HEARTH_ASSIGN_OR_RETURN(const ModelConfig rank_config, model_rank_config(config, comm->rank(), comm->size()));
-  std::vector<TensorView> own(tensors.begin(), tensors.end());
+namespace {
+
+// What a rank's tensors must be for this model on this backend, before anything is bound.
+Status check_rank_tensors(const ModelConfig& rank_config, const std::vector<TensorView>& own, const Backend& backend,
+                          int32_t max_batch_tokens) {
   HEARTH_RETURN_IF_ERROR(llama_check_tensors(rank_config, own));
   if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
     return make_error(ErrorCode::kInvalidArgument, "max batch tokens {} is out of range", max_batch_tokens);
@@ -75,68 +68,145 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
                         dtype_name(t.dtype), t.name);
     }
   }
+  return Status::ok();
+}
 
+}  // namespace
+
+// The small tensors a model copies to its backend: norms, biases and rope factors as
+// float32 in one buffer, and the column orders of act-order matrices as int32 in another
+// (equal orders of one layer stored once). Pointers into them are set once they are
+// uploaded.
+class HostCopies {
+ public:
+  explicit HostCopies(std::span<const TensorView> tensors) {
+    for (const TensorView& t : tensors) by_name_.emplace(t.name, &t);
+  }
+  const TensorView* find(const std::string& name) const {
+    const auto it = by_name_.find(name);
+    return it == by_name_.end() ? nullptr : it->second;
+  }
+
+  void add_vector(const std::string& name, const float** target) {
+    const TensorView* t = find(name);
+    if (t == nullptr) return;
+    const size_t offset = floats_.size();
+    floats_.resize(offset + static_cast<size_t>(t->elements()));
+    kernels::ref::dequantize_row(t->dtype, t->data, floats_.data() + offset, t->elements());
+    float_targets_.emplace_back(target, offset);
+  }
+
+  // `seen`: this layer's orders so far (offset, columns), so that equal ones share.
+  Status add_perm(const std::string& name, int64_t cols, std::vector<std::pair<size_t, int64_t>>& seen,
+                  const int32_t** target) {
+    const TensorView* t = find(name);
+    if (t == nullptr) return Status::ok();
+    HEARTH_ASSIGN_OR_RETURN(std::vector<int32_t> perm, read_column_order(*t, cols));
+    for (const auto& [offset, n] : seen) {
+      if (n == cols && std::equal(perm.begin(), perm.end(), ints_.begin() + static_cast<ptrdiff_t>(offset))) {
+        int_targets_.emplace_back(target, offset);
+        return Status::ok();
+      }
+    }
+    seen.emplace_back(ints_.size(), cols);
+    int_targets_.emplace_back(target, ints_.size());
+    ints_.insert(ints_.end(), perm.begin(), perm.end());
+    return Status::ok();
+  }
+
+  bool has_perms() const { return !ints_.empty(); }
+
+  // Copies both to `backend` (into `floats` and `ints`) and points every target there.
+  Status upload(Backend& backend, BackendBuffer& floats, BackendBuffer& ints) {
+    HEARTH_ASSIGN_OR_RETURN(floats, backend.alloc(floats_.size() * sizeof(float)));
+    backend.write(floats, 0, floats_.data(), floats_.size() * sizeof(float));
+    for (auto& [target, offset] : float_targets_) *target = floats.f32() + offset;
+    if (ints_.empty()) return Status::ok();
+    HEARTH_ASSIGN_OR_RETURN(ints, backend.alloc(ints_.size() * sizeof(int32_t)));
+    backend.write(ints, 0, ints_.data(), ints_.size() * sizeof(int32_t));
+    for (auto& [target, offset] : int_targets_) *target = static_cast<const int32_t*>(ints.data()) + offset;
+    return Status::ok();
+  }
+
+ private:
+  std::unordered_map<std::string_view, const TensorView*> by_name_;
+  std::vector<float> floats_;
+  std::vector<std::pair<const float**, size_t>> float_targets_;
+  std::vector<int32_t> ints_;
+  std::vector<std::pair<const int32_t**, size_t>> int_targets_;
+};
+
+namespace {
+
+// rope_freqs.weight (Llama 3's frequency factors) when the model has it: positive and finite.
+Result<std::vector<float>> rope_factors(const HostCopies& host) {
+  std::vector<float> factors;
+  const TensorView* f = host.find("rope_freqs.weight");
+  if (f == nullptr) return factors;
+  factors.resize(static_cast<size_t>(f->elements()));
+  kernels::ref::dequantize_row(f->dtype, f->data, factors.data(), f->elements());
+  for (float v : factors) {
+    if (!(v > 0.0f) || !std::isfinite(v)) {
+      return make_error(ErrorCode::kFormat, "rope_freqs.weight holds {}, not a positive factor", v);
+    }
+  }
+  return factors;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config, std::span<const TensorView> tensors,
+                                                       Backend& backend, int32_t max_batch_tokens,
+                                                       const ModelOptions& options) {
+  HEARTH_RETURN_IF_ERROR(model_config_validate(config));
+  std::unique_ptr<Communicator> own_comm;
+  Communicator* comm = options.comm;
+  if (comm == nullptr) {
+    own_comm = make_single_rank_communicator();
+    comm = own_comm.get();
+  }
+  HEARTH_ASSIGN_OR_RETURN(const ModelConfig rank_config, model_rank_config(config, comm->rank(), comm->size()));
+  std::vector<TensorView> own(tensors.begin(), tensors.end());
+  HEARTH_RETURN_IF_ERROR(check_rank_tensors(rank_config, own, backend, max_batch_tokens));
   std::string_view layout = options.layout;
   if (layout.empty()) {
     layout = std::any_of(own.begin(), own.end(), [](const TensorView& t) { return dtype_row_group(t.dtype) > 1; })
                  ? kLayoutCpuR16
                  : kLayoutPlain;
   }
-
   std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend, *comm));
   m->own_comm_ = std::move(own_comm);
   m->rank_config_ = rank_config;
   m->max_batch_tokens_ = max_batch_tokens;
   HEARTH_ASSIGN_OR_RETURN(m->weights_, backend.bind_weights(own, layout));
   // Matrices are read through the backend's handles, small vectors from the host views.
-  std::unordered_map<std::string_view, const TensorView*> bound, on_host;
-  for (const TensorView& t : m->weights_->tensors()) bound.emplace(t.name, &t);
-  for (const TensorView& t : own) on_host.emplace(t.name, &t);
-  auto lookup = [](const auto& by_name, const std::string& name) -> const TensorView* {
-    const auto it = by_name.find(name);
-    return it == by_name.end() ? nullptr : it->second;
-  };
-  auto find = [&](const std::string& name) { return lookup(bound, name); };
-  auto find_host = [&](const std::string& name) { return lookup(on_host, name); };
+  HostCopies host(own);
+  HEARTH_RETURN_IF_ERROR(m->bind_layers(host));
+  HEARTH_ASSIGN_OR_RETURN(const std::vector<float> factors, rope_factors(host));
+  m->inv_freq_ = rope_inv_freq(config, factors.empty() ? nullptr : factors.data());
+  HEARTH_RETURN_IF_ERROR(host.upload(backend, m->vectors_, m->perms_));
+  HEARTH_ASSIGN_OR_RETURN(m->inv_freq_buf_, backend.alloc(m->inv_freq_.size() * sizeof(float)));
+  backend.write(m->inv_freq_buf_, 0, m->inv_freq_.data(), m->inv_freq_.size() * sizeof(float));
+  HEARTH_RETURN_IF_ERROR(m->allocate_activations(host.has_perms()));
+  return m;
+}
 
-  // Norms, biases and rope factors become float32 copies in one buffer.
-  std::vector<float> host;
-  std::vector<std::pair<const float**, size_t>> fixups;  // pointer to set, offset in host
-  auto add_vector = [&](const TensorView* t, const float** target) {
-    if (t == nullptr) return;
-    const size_t offset = host.size();
-    host.resize(offset + static_cast<size_t>(t->elements()));
-    kernels::ref::dequantize_row(t->dtype, t->data, host.data() + offset, t->elements());
-    fixups.emplace_back(target, offset);
+// Each layer's matrices (the backend's bound views) and small tensors (copied by `host`).
+Status LlamaModel::bind_layers(HostCopies& host) {
+  std::unordered_map<std::string_view, const TensorView*> bound;
+  for (const TensorView& t : weights_->tensors()) bound.emplace(t.name, &t);
+  auto find = [&](const std::string& name) -> const TensorView* {
+    const auto it = bound.find(name);
+    return it == bound.end() ? nullptr : it->second;
   };
-
-  // Column orders (act-order matrices): int32 copies in one buffer, equal ones shared.
-  std::vector<int32_t> perm_host;
-  std::vector<std::pair<const int32_t**, size_t>> perm_fixups;  // pointer to set, offset in perm_host
-  auto add_perm = [&](const std::string& name, int64_t cols, std::vector<std::pair<size_t, int64_t>>& seen,
-                      const int32_t** target) -> Status {
-    const TensorView* t = find_host(name);
-    if (t == nullptr) return Status::ok();
-    HEARTH_ASSIGN_OR_RETURN(std::vector<int32_t> perm, read_column_order(*t, cols));
-    for (const auto& [offset, n] : seen) {
-      if (n == cols && std::equal(perm.begin(), perm.end(), perm_host.begin() + static_cast<ptrdiff_t>(offset))) {
-        perm_fixups.emplace_back(target, offset);
-        return Status::ok();
-      }
-    }
-    seen.emplace_back(perm_host.size(), cols);
-    perm_fixups.emplace_back(target, perm_host.size());
-    perm_host.insert(perm_host.end(), perm.begin(), perm.end());
-    return Status::ok();
-  };
-
-  m->token_embd_ = find("token_embd.weight");
-  m->output_ = find("output.weight");
-  if (m->output_ == nullptr) m->output_ = m->token_embd_;  // tied embeddings
-  add_vector(find_host("output_norm.weight"), &m->output_norm_);
-  m->layers_.resize(static_cast<size_t>(config.n_layers));
-  for (int i = 0; i < config.n_layers; ++i) {
-    Layer& l = m->layers_[static_cast<size_t>(i)];
+  token_embd_ = find("token_embd.weight");
+  output_ = find("output.weight");
+  if (output_ == nullptr) output_ = token_embd_;  // tied embeddings
+  host.add_vector("output_norm.weight", &output_norm_);
+  const ModelConfig& rc = rank_config_;
+  layers_.resize(static_cast<size_t>(config_.n_layers));
+  for (int i = 0; i < config_.n_layers; ++i) {
+    Layer& l = layers_[static_cast<size_t>(i)];
     const std::string p = fmt::format("blk.{}.", i);
     l.attn_q = find(p + "attn_q.weight");
     l.attn_k = find(p + "attn_k.weight");
@@ -145,60 +215,43 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
     l.ffn_gate = find(p + "ffn_gate.weight");
     l.ffn_up = find(p + "ffn_up.weight");
     l.ffn_down = find(p + "ffn_down.weight");
-    add_vector(find_host(p + "attn_norm.weight"), &l.attn_norm);
-    add_vector(find_host(p + "ffn_norm.weight"), &l.ffn_norm);
-    add_vector(find_host(p + "attn_q.bias"), &l.q_bias);
-    add_vector(find_host(p + "attn_k.bias"), &l.k_bias);
-    add_vector(find_host(p + "attn_v.bias"), &l.v_bias);
+    host.add_vector(p + "attn_norm.weight", &l.attn_norm);
+    host.add_vector(p + "ffn_norm.weight", &l.ffn_norm);
+    host.add_vector(p + "attn_q.bias", &l.q_bias);
+    host.add_vector(p + "attn_k.bias", &l.k_bias);
+    host.add_vector(p + "attn_v.bias", &l.v_bias);
     std::vector<std::pair<size_t, int64_t>> seen;
-    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_q.perm", rank_config.dim, seen, &l.q_perm));
-    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_k.perm", rank_config.dim, seen, &l.k_perm));
-    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_v.perm", rank_config.dim, seen, &l.v_perm));
-    HEARTH_RETURN_IF_ERROR(add_perm(p + "attn_output.perm", rank_config.q_dim(), seen, &l.output_perm));
-    HEARTH_RETURN_IF_ERROR(add_perm(p + "ffn_gate.perm", rank_config.dim, seen, &l.gate_perm));
-    HEARTH_RETURN_IF_ERROR(add_perm(p + "ffn_up.perm", rank_config.dim, seen, &l.up_perm));
+    HEARTH_RETURN_IF_ERROR(host.add_perm(p + "attn_q.perm", rc.dim, seen, &l.q_perm));
+    HEARTH_RETURN_IF_ERROR(host.add_perm(p + "attn_k.perm", rc.dim, seen, &l.k_perm));
+    HEARTH_RETURN_IF_ERROR(host.add_perm(p + "attn_v.perm", rc.dim, seen, &l.v_perm));
+    HEARTH_RETURN_IF_ERROR(host.add_perm(p + "attn_output.perm", rc.q_dim(), seen, &l.output_perm));
+    HEARTH_RETURN_IF_ERROR(host.add_perm(p + "ffn_gate.perm", rc.dim, seen, &l.gate_perm));
+    HEARTH_RETURN_IF_ERROR(host.add_perm(p + "ffn_up.perm", rc.dim, seen, &l.up_perm));
   }
-  std::vector<float> freq_factors;
-  if (const TensorView* f = find_host("rope_freqs.weight")) {
-    freq_factors.resize(static_cast<size_t>(f->elements()));
-    kernels::ref::dequantize_row(f->dtype, f->data, freq_factors.data(), f->elements());
-    for (float v : freq_factors) {
-      if (!(v > 0.0f) || !std::isfinite(v)) {
-        return make_error(ErrorCode::kFormat, "rope_freqs.weight holds {}, not a positive factor", v);
-      }
-    }
-  }
-  m->inv_freq_ = rope_inv_freq(config, freq_factors.empty() ? nullptr : freq_factors.data());
+  return Status::ok();
+}
 
-  HEARTH_ASSIGN_OR_RETURN(m->vectors_, backend.alloc(host.size() * sizeof(float)));
-  backend.write(m->vectors_, 0, host.data(), host.size() * sizeof(float));
-  for (auto& [target, offset] : fixups) *target = m->vectors_.f32() + offset;
-  HEARTH_ASSIGN_OR_RETURN(m->inv_freq_buf_, backend.alloc(m->inv_freq_.size() * sizeof(float)));
-  backend.write(m->inv_freq_buf_, 0, m->inv_freq_.data(), m->inv_freq_.size() * sizeof(float));
-  if (!perm_host.empty()) {
-    HEARTH_ASSIGN_OR_RETURN(m->perms_, backend.alloc(perm_host.size() * sizeof(int32_t)));
-    backend.write(m->perms_, 0, perm_host.data(), perm_host.size() * sizeof(int32_t));
-    for (auto& [target, offset] : perm_fixups) *target = static_cast<const int32_t*>(m->perms_.data()) + offset;
-  }
-
-  const ModelConfig& rc = rank_config;
-  const size_t n = static_cast<size_t>(max_batch_tokens);
+// Activations for max_batch_tokens_ rows (xp_ only when some matrix is stored permuted),
+// and the LM head's kLogitChunk rows.
+Status LlamaModel::allocate_activations(bool permuted) {
+  const ModelConfig& rc = rank_config_;
+  const size_t n = static_cast<size_t>(max_batch_tokens_);
   auto act = [&](int64_t width, BackendBuffer& buf) -> Status {
-    HEARTH_ASSIGN_OR_RETURN(buf, backend.alloc(n * static_cast<size_t>(width) * sizeof(float)));
+    HEARTH_ASSIGN_OR_RETURN(buf, backend_.alloc(n * static_cast<size_t>(width) * sizeof(float)));
     return Status::ok();
   };
-  HEARTH_RETURN_IF_ERROR(act(rc.dim, m->x_));
-  HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), m->xn_));
-  HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), m->q_));
-  HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), m->k_));
-  HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), m->v_));
-  HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), m->att_));
-  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, m->gate_));
-  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, m->up_));
-  if (!perm_host.empty()) HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), m->xp_));
-  HEARTH_ASSIGN_OR_RETURN(m->logits_in_, backend.alloc(kLogitChunk * static_cast<size_t>(config.dim) * sizeof(float)));
-  HEARTH_ASSIGN_OR_RETURN(m->logits_, backend.alloc(kLogitChunk * static_cast<size_t>(config.vocab_size) * sizeof(float)));
-  return m;
+  HEARTH_RETURN_IF_ERROR(act(rc.dim, x_));
+  HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), xn_));
+  HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), q_));
+  HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), k_));
+  HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), v_));
+  HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), att_));
+  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, gate_));
+  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, up_));
+  if (permuted) HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), xp_));
+  HEARTH_ASSIGN_OR_RETURN(logits_in_, backend_.alloc(kLogitChunk * static_cast<size_t>(config_.dim) * sizeof(float)));
+  HEARTH_ASSIGN_OR_RETURN(logits_, backend_.alloc(kLogitChunk * static_cast<size_t>(config_.vocab_size) * sizeof(float)));
+  return Status::ok();
 }
 
 Status LlamaModel::check(const ModelInput& input, const KvCache& cache) const {

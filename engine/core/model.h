@@ -41,6 +41,8 @@ struct ModelOptions {
 // divide evenly.
 Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int size);
 
+class HostCopies;  // model.cpp: the small tensors a model copies to its backend
+
 class LlamaModel {
  public:
   // Binds the weights (this rank's tensors under canonical names, checked against its
@@ -120,6 +122,8 @@ class LlamaModel {
 
   LlamaModel(const ModelConfig& config, Backend& backend, Communicator& comm)
       : config_(config), backend_(backend), comm_(comm) {}
+  Status bind_layers(HostCopies& host);
+  Status allocate_activations(bool permuted);
 
   ModelConfig config_;
   ModelConfig rank_config_;

@@ -101,6 +101,68 @@ int serve(Server& server, const std::function<void()>& on_serving) {
   return 0;
 }
 
+// The numbers and switches of the command line into `o` (after the environment's).
+hearth::Status read_flags(const hearth::Args& a, hearth::EngineOptions& o, int32_t& wait_seconds) {
+  using namespace hearth;
+  const Args* args = &a;
+  struct IntFlag {
+    const char* name;
+    int64_t min, max;
+    int32_t* target;
+  };
+  int32_t slots = static_cast<int32_t>(o.slots), rank = 0, tp = o.tp;
+  int32_t collective_ms = o.collective_timeout_ms, stale_ms = o.rank_stale_ms;
+  auto grammar_bytes = static_cast<int32_t>(o.grammar_bytes);
+  for (const IntFlag& f : {IntFlag{"slots", 1, 65536, &slots}, IntFlag{"ctx", 16, 1 << 24, &o.context},
+                           IntFlag{"kv-blocks", 1, 1 << 24, &o.kv_blocks},
+                           IntFlag{"max-batch-size", 1, 4096, &o.scheduler.max_batch_size},
+                           IntFlag{"max-batched-tokens", 1, 1 << 20, &o.scheduler.max_batched_tokens},
+                           IntFlag{"prefetch", 1, 65536, &o.prefetch}, IntFlag{"threads", 1, 1024, &o.threads},
+                           IntFlag{"wait-weights", 0, 86400, &wait_seconds},
+                           IntFlag{"static-batching", 1, 600000, &o.scheduler.static_batch_timeout_ms},
+                           IntFlag{"rank", 0, 1 << 20, &rank}, IntFlag{"tp", 1, 1 << 20, &tp},
+                           IntFlag{"collective-timeout", 100, 3600000, &collective_ms},
+                           IntFlag{"rank-timeout", 100, 3600000, &stale_ms},
+                           IntFlag{"max-grammar-bytes", 0, 16 << 20, &grammar_bytes}}) {
+    auto v = args->get_int(f.name, f.min, f.max);
+    if (!v.is_ok()) return v.status();
+    if (*v) *f.target = static_cast<int32_t>(**v);
+  }
+  o.slots = static_cast<uint32_t>(slots);
+  o.grammar_bytes = static_cast<uint32_t>(grammar_bytes);
+  o.rank = rank;
+  o.tp = tp;
+  o.collective_timeout_ms = collective_ms;
+  o.rank_stale_ms = stale_ms;
+  o.cpus = args->get("cpus").value_or("");
+  o.scheduler.prefix_caching = !args->has("no-prefix-cache");
+  o.kv_adopt = !args->has("no-kv-adopt");
+  return Status::ok();
+}
+
+// The flags that need the others: the rank within the group, CPUs, backend, KV dtype.
+hearth::Status check_flags(const hearth::Args& a, hearth::EngineOptions& o) {
+  using namespace hearth;
+  const Args* args = &a;
+  if (o.tp > kMaxTensorParallel) return make_error(ErrorCode::kInvalidArgument, "--tp {} is out of range 1..{}", o.tp, kMaxTensorParallel);
+  if (o.rank >= o.tp) {
+    return make_error(ErrorCode::kInvalidArgument, "--rank {} is not a rank of a group of {} (ranks 0..{})", o.rank, o.tp,
+                      o.tp - 1);
+  }
+  if (!o.cpus.empty() && o.cpus != "auto") {
+    if (auto cpus = cpu_set_parse(o.cpus); !cpus.is_ok()) return cpus.status();
+  }
+  o.backend = args->get("backend").value_or("cpu");
+  HEARTH_RETURN_IF_ERROR(backend_check_name(o.backend));
+  if (o.backend == "cuda") o.backend = fmt::format("cuda:{}", o.rank);  // rank r on GPU r
+  if (auto name = args->get("kv-dtype")) {
+    auto dtype = kv_dtype_from_name(*name);
+    if (!dtype.is_ok()) return dtype.status();
+    o.kv_dtype = *dtype;
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,55 +184,11 @@ int main(int argc, char** argv) {
   if (Status st = engine_options_from_env(o); !st.is_ok()) return usage_error(st.message());
   o.instance = args->get("instance").value_or("default");
   o.shm_dir = args->get("shm-dir").value_or("");
-  struct IntFlag {
-    const char* name;
-    int64_t min, max;
-    int32_t* target;
-  };
-  int32_t slots = static_cast<int32_t>(o.slots), wait_seconds = 0, rank = 0, tp = o.tp;
-  int32_t collective_ms = o.collective_timeout_ms, stale_ms = o.rank_stale_ms;
-  auto grammar_bytes = static_cast<int32_t>(o.grammar_bytes);
-  for (const IntFlag& f : {IntFlag{"slots", 1, 65536, &slots}, IntFlag{"ctx", 16, 1 << 24, &o.context},
-                           IntFlag{"kv-blocks", 1, 1 << 24, &o.kv_blocks},
-                           IntFlag{"max-batch-size", 1, 4096, &o.scheduler.max_batch_size},
-                           IntFlag{"max-batched-tokens", 1, 1 << 20, &o.scheduler.max_batched_tokens},
-                           IntFlag{"prefetch", 1, 65536, &o.prefetch}, IntFlag{"threads", 1, 1024, &o.threads},
-                           IntFlag{"wait-weights", 0, 86400, &wait_seconds},
-                           IntFlag{"static-batching", 1, 600000, &o.scheduler.static_batch_timeout_ms},
-                           IntFlag{"rank", 0, 1 << 20, &rank}, IntFlag{"tp", 1, 1 << 20, &tp},
-                           IntFlag{"collective-timeout", 100, 3600000, &collective_ms},
-                           IntFlag{"rank-timeout", 100, 3600000, &stale_ms},
-                           IntFlag{"max-grammar-bytes", 0, 16 << 20, &grammar_bytes}}) {
-    auto v = args->get_int(f.name, f.min, f.max);
-    if (!v.is_ok()) return usage_error(v.status().message());
-    if (*v) *f.target = static_cast<int32_t>(**v);
-  }
-  o.slots = static_cast<uint32_t>(slots);
-  o.grammar_bytes = static_cast<uint32_t>(grammar_bytes);
-  o.rank = rank;
-  o.tp = tp;
-  o.collective_timeout_ms = collective_ms;
-  o.rank_stale_ms = stale_ms;
-  o.cpus = args->get("cpus").value_or("");
-  o.scheduler.prefix_caching = !args->has("no-prefix-cache");
-  o.kv_adopt = !args->has("no-kv-adopt");
+  int32_t wait_seconds = 0;
+  if (Status st = read_flags(*args, o, wait_seconds); !st.is_ok()) return usage_error(st.message());
   const Status logging = log_init(fmt::format("engine[{}]", o.rank));
   if (auto exit = handle_program_flags(*args, "hearth-engine", logging)) return *exit;
-  if (o.tp > kMaxTensorParallel) return usage_error(fmt::format("--tp {} is out of range 1..{}", o.tp, kMaxTensorParallel));
-  if (o.rank >= o.tp) {
-    return usage_error(fmt::format("--rank {} is not a rank of a group of {} (ranks 0..{})", o.rank, o.tp, o.tp - 1));
-  }
-  if (!o.cpus.empty() && o.cpus != "auto") {
-    if (auto cpus = cpu_set_parse(o.cpus); !cpus.is_ok()) return usage_error(cpus.status().message());
-  }
-  o.backend = args->get("backend").value_or("cpu");
-  if (Status st = backend_check_name(o.backend); !st.is_ok()) return usage_error(st.message());
-  if (o.backend == "cuda") o.backend = fmt::format("cuda:{}", o.rank);  // rank r on GPU r
-  if (auto name = args->get("kv-dtype")) {
-    auto dtype = kv_dtype_from_name(*name);
-    if (!dtype.is_ok()) return usage_error(dtype.status().message());
-    o.kv_dtype = *dtype;
-  }
+  if (Status st = check_flags(*args, o); !st.is_ok()) return usage_error(st.message());
 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_seconds);
   // Waits for the weights (a loader still publishing) as long as --wait-weights says.
