@@ -89,13 +89,13 @@ int main(int argc, char** argv) {
         i == 0 ? 1 : static_cast<TokenId>(3 + (static_cast<int64_t>(i) * 7919) % (config.vocab_size - 3));
   }
   GenerateOptions options;
-  options.sampling.temperature = 0.0f;  // greedy
-  options.ignore_stop = true;
+  options.spec.sampling.temperature = 0.0f;  // greedy
+  options.spec.ignore_stop = true;
   options.context = context;
-  options.max_tokens = 3;  // warm-up: the prompt and two steps
+  options.spec.max_tokens = 3;  // warm-up: the prompt and two steps
   auto warm = generate(**model, *cache, prompt, options);
   if (!warm.is_ok()) return fail(warm.status());
-  options.max_tokens = gen + 1;  // the first token ends prefill; `gen` steps follow
+  options.spec.max_tokens = gen + 1;  // the first token ends prefill; `gen` steps follow
   auto run = generate(**model, *cache, prompt, options);
   if (!run.is_ok()) return fail(run.status());
 

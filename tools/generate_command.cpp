@@ -93,32 +93,32 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   HEARTH_RETURN_IF_ERROR(backend_check_name(o.backend));
   o.json = args.has("json");
   o.add_special = !args.has("no-special");
-  o.gen.ignore_stop = args.has("ignore-eos");
-  o.gen.sampling.temperature = 0.0f;
+  o.gen.spec.ignore_stop = args.has("ignore-eos");
+  o.gen.spec.sampling.temperature = 0.0f;
   HEARTH_ASSIGN_OR_RETURN(auto max_tokens, args.get_int("max-tokens", 0, 1 << 24));
-  o.gen.max_tokens = static_cast<int32_t>(max_tokens.value_or(256));
+  o.gen.spec.max_tokens = static_cast<int32_t>(max_tokens.value_or(256));
   HEARTH_ASSIGN_OR_RETURN(auto ctx, args.get_int("ctx", 1, 1 << 24));
   o.context = static_cast<int32_t>(ctx.value_or(0));
   if (auto name = args.get("kv-dtype")) {
     HEARTH_ASSIGN_OR_RETURN(o.kv_dtype, kv_dtype_from_name(*name));
   }
   HEARTH_ASSIGN_OR_RETURN(auto top_k, args.get_int("top-k", 0, 1 << 22));
-  o.gen.sampling.top_k = static_cast<int32_t>(top_k.value_or(0));
+  o.gen.spec.sampling.top_k = static_cast<int32_t>(top_k.value_or(0));
   HEARTH_ASSIGN_OR_RETURN(auto seed, args.get_int("seed", 0, INT64_MAX));
-  o.gen.sampling.seed = static_cast<uint64_t>(seed.value_or(0));
+  o.gen.spec.sampling.seed = static_cast<uint64_t>(seed.value_or(0));
   struct FloatFlag {
     const char* name;
     float* target;
   };
-  for (const FloatFlag& f : {FloatFlag{"temperature", &o.gen.sampling.temperature},
-                             FloatFlag{"top-p", &o.gen.sampling.top_p}, FloatFlag{"min-p", &o.gen.sampling.min_p},
-                             FloatFlag{"repetition-penalty", &o.gen.sampling.repetition_penalty},
-                             FloatFlag{"presence-penalty", &o.gen.sampling.presence_penalty},
-                             FloatFlag{"frequency-penalty", &o.gen.sampling.frequency_penalty}}) {
+  for (const FloatFlag& f : {FloatFlag{"temperature", &o.gen.spec.sampling.temperature},
+                             FloatFlag{"top-p", &o.gen.spec.sampling.top_p}, FloatFlag{"min-p", &o.gen.spec.sampling.min_p},
+                             FloatFlag{"repetition-penalty", &o.gen.spec.sampling.repetition_penalty},
+                             FloatFlag{"presence-penalty", &o.gen.spec.sampling.presence_penalty},
+                             FloatFlag{"frequency-penalty", &o.gen.spec.sampling.frequency_penalty}}) {
     HEARTH_ASSIGN_OR_RETURN(auto v, args.get_double(f.name));
     if (v) *f.target = static_cast<float>(*v);
   }
-  HEARTH_RETURN_IF_ERROR(sampling_params_validate(o.gen.sampling));
+  HEARTH_RETURN_IF_ERROR(sampling_params_validate(o.gen.spec.sampling));
   return o;
 }
 
@@ -163,7 +163,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
 
   auto prompt_ids = tok.encode(o.prompt, EncodeOptions{o.add_special, true});
   if (!prompt_ids.is_ok()) return fail(prompt_ids.status().with_context("prompt"));
-  o.gen.stop_ids = tok.stop_ids();
+  o.gen.spec.stop_ids = tok.stop_ids();
   o.gen.context = context;
 
   IncrementalDetokenizer detok(tok, /*at_start=*/false);

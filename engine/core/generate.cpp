@@ -35,10 +35,7 @@ Result<GenerateResult> generate(LlamaModel& model, KvCache& cache, std::span<con
   Driver driver(runner, config);
   SequenceRequest request{.tokens = {prompt.begin(), prompt.end()},
                           .n_prompt = static_cast<int32_t>(prompt.size()),
-                          .spec = {.sampling = options.sampling,
-                                   .max_tokens = options.max_tokens,
-                                   .ignore_stop = options.ignore_stop,
-                                   .stop_ids = options.stop_ids}};
+                          .spec = options.spec};
   GenerateResult result;
   result.prompt_tokens = request.n_prompt;
   HEARTH_ASSIGN_OR_RETURN(result.finish, driver.add(0, std::move(request)));

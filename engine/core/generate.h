@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/finish_reason.h"
+#include "common/request_spec.h"
 #include "common/sampling_params.h"
 #include "common/status.h"
 #include "common/token.h"
@@ -20,11 +21,10 @@
 namespace hearth {
 
 struct GenerateOptions {
-  int32_t max_tokens = 256;         // generated tokens at most
-  SamplingParams sampling;
-  std::vector<TokenId> stop_ids;    // generation ends after producing one of these
-  bool ignore_stop = false;         // benchmarks: run to max_tokens regardless
-  int32_t context = 0;              // positions available (0: the model's max_context)
+  // What is asked of the one sequence (common/request_spec.h): max_tokens, sampling, the
+  // stop ids generation ends after, ignore_stop (benchmarks: run to max_tokens regardless).
+  RequestSpec spec{.max_tokens = 256};
+  int32_t context = 0;  // positions available (0: the model's max_context)
 };
 
 struct GenerateResult {

@@ -434,8 +434,8 @@ TEST_F(CudaBackendTest, Stories260KGroundTruthOnTheDevice) {
     auto cache = KvCache::create(*gpu_, {m->config.n_layers, m->config.kv_dim(), 16, 32, dtype});
     ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
     GenerateOptions options;
-    options.max_tokens = static_cast<int32_t>(first_ids.size());
-    options.sampling.temperature = 0.0f;
+    options.spec.max_tokens = static_cast<int32_t>(first_ids.size());
+    options.spec.sampling.temperature = 0.0f;
     auto result = generate(**llama, *cache, prompt, options);
     ASSERT_TRUE(result.is_ok()) << result.status().to_string();
     EXPECT_EQ(result->tokens, first_ids) << kernels::kv_dtype_name(dtype);

@@ -33,8 +33,8 @@ struct Fixture {
 
   std::vector<TokenId> alone(const std::vector<TokenId>& prompt, int max_tokens, const SamplingParams& sampling) {
     GenerateOptions o;
-    o.max_tokens = max_tokens;
-    o.sampling = sampling;
+    o.spec.max_tokens = max_tokens;
+    o.spec.sampling = sampling;
     return generate(*llama, *cache, prompt, o)->tokens;
   }
 };

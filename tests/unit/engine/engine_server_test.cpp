@@ -124,9 +124,9 @@ class EngineServerTest : public ::testing::Test {
     auto llama = LlamaModel::create(model->config, model->tensors, *backend, 64);
     auto cache = KvCache::create(*backend, {model->config.n_layers, model->config.kv_dim(), 16, 32});
     GenerateOptions o;
-    o.max_tokens = max_tokens;
-    o.sampling.temperature = 0.0f;
-    o.stop_ids = {2};
+    o.spec.max_tokens = max_tokens;
+    o.spec.sampling.temperature = 0.0f;
+    o.spec.stop_ids = {2};
     return generate(**llama, *cache, prompt, o)->tokens;
   }
 

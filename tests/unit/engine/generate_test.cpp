@@ -30,8 +30,8 @@ TEST(GenerateTest, ChunkedPrefillGivesTheSameTokens) {
   Fixture small(32, 2), large(32, 64);
   const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
   GenerateOptions o;
-  o.max_tokens = 12;
-  o.sampling.temperature = 0.0f;
+  o.spec.max_tokens = 12;
+  o.spec.sampling.temperature = 0.0f;
   auto a = generate(*small.llama, *small.cache, prompt, o);
   auto b = generate(*large.llama, *large.cache, prompt, o);
   ASSERT_TRUE(a.is_ok() && b.is_ok());
@@ -42,15 +42,15 @@ TEST(GenerateTest, StopsAtAStopIdAndReportsWhy) {
   REQUIRE_STORIES();
   Fixture f;
   GenerateOptions o;
-  o.max_tokens = 50;
-  o.sampling.temperature = 0.0f;
-  o.stop_ids = {286};  // the third greedy token
+  o.spec.max_tokens = 50;
+  o.spec.sampling.temperature = 0.0f;
+  o.spec.stop_ids = {286};  // the third greedy token
   auto r = generate(*f.llama, *f.cache, std::vector<TokenId>{1, 403, 407, 261, 378}, o);
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->tokens, (std::vector<TokenId>{432, 383, 286}));
   EXPECT_EQ(r->finish, FinishReason::kStop);
-  o.ignore_stop = true;
-  o.max_tokens = 5;
+  o.spec.ignore_stop = true;
+  o.spec.max_tokens = 5;
   r = generate(*f.llama, *f.cache, std::vector<TokenId>{1, 403, 407, 261, 378}, o);
   ASSERT_TRUE(r.is_ok());
   EXPECT_EQ(r->tokens.size(), 5u);
@@ -61,8 +61,8 @@ TEST(GenerateTest, ContextLimitEndsWithLengthAndLongPromptsAreRefused) {
   REQUIRE_STORIES();
   Fixture f(1, 4);  // one block: 16 positions
   GenerateOptions o;
-  o.max_tokens = 100;
-  o.sampling.temperature = 0.0f;
+  o.spec.max_tokens = 100;
+  o.spec.sampling.temperature = 0.0f;
   auto r = generate(*f.llama, *f.cache, std::vector<TokenId>{1, 403, 407, 261, 378}, o);
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   EXPECT_EQ(r->finish, FinishReason::kLength);
@@ -78,7 +78,7 @@ TEST(GenerateTest, CallbackCanCancel) {
   REQUIRE_STORIES();
   Fixture f;
   GenerateOptions o;
-  o.max_tokens = 50;
+  o.spec.max_tokens = 50;
   int calls = 0;
   auto r = generate(*f.llama, *f.cache, std::vector<TokenId>{1, 403}, o, [&](const TokenResult&) {
     return ++calls < 3;
@@ -92,8 +92,8 @@ TEST(GenerateTest, SeededSamplingIsReproducible) {
   REQUIRE_STORIES();
   Fixture f;
   GenerateOptions o;
-  o.max_tokens = 20;
-  o.sampling = {.temperature = 0.9f, .top_p = 0.95f, .seed = 1234};
+  o.spec.max_tokens = 20;
+  o.spec.sampling = {.temperature = 0.9f, .top_p = 0.95f, .seed = 1234};
   const std::vector<TokenId> prompt = {1, 403, 407};
   auto a = generate(*f.llama, *f.cache, prompt, o);
   auto b = generate(*f.llama, *f.cache, prompt, o);

@@ -60,9 +60,9 @@ std::vector<std::vector<TokenId>> greedy_on_every_path(const ModelConfig& c, std
   for (cpu::CpuIsa isa : available_cpu_paths()) {
     EXPECT_TRUE(cpu::cpu_isa_force(isa));
     GenerateOptions options;
-    options.sampling.temperature = 0.0f;
-    options.max_tokens = tokens;
-    options.ignore_stop = true;
+    options.spec.sampling.temperature = 0.0f;
+    options.spec.max_tokens = tokens;
+    options.spec.ignore_stop = true;
     auto result = generate(**llama, *cache, prompt, options);
     EXPECT_TRUE(result.is_ok()) << result.status().to_string();
     out.push_back(result.is_ok() ? result->tokens : std::vector<TokenId>{});

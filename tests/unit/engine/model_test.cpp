@@ -68,8 +68,8 @@ TEST(ModelTest, GreedyFirstIdsMatchGroundTruthInEveryContainer) {
     HEARTH_REQUIRE_SHARED(path);
     Runner r = Runner::open(path);
     GenerateOptions options;
-    options.max_tokens = static_cast<int32_t>(kFirstIds.size());
-    options.sampling.temperature = 0.0f;
+    options.spec.max_tokens = static_cast<int32_t>(kFirstIds.size());
+    options.spec.sampling.temperature = 0.0f;
     auto result = generate(*r.llama, *r.cache, kPrompt, options);
     ASSERT_TRUE(result.is_ok()) << result.status().to_string();
     EXPECT_EQ(result->tokens, kFirstIds) << path;
@@ -88,8 +88,8 @@ TEST(ModelTest, GreedyFirstIdsMatchGroundTruthWithHalfPrecisionKv) {
         Runner r = Runner::open(path, reference, 64, dtype);
         EXPECT_EQ(r.cache->bytes(), 2u * 5 * 32 * 16 * r.model.config.kv_dim() * 2);  // half of f32's
         GenerateOptions options;
-        options.max_tokens = static_cast<int32_t>(kFirstIds.size());
-        options.sampling.temperature = 0.0f;
+        options.spec.max_tokens = static_cast<int32_t>(kFirstIds.size());
+        options.spec.sampling.temperature = 0.0f;
         auto result = generate(*r.llama, *r.cache, kPrompt, options);
         ASSERT_TRUE(result.is_ok()) << result.status().to_string();
         EXPECT_EQ(result->tokens, kFirstIds) << path << " " << kernels::kv_dtype_name(dtype) << (reference ? " reference" : "");
@@ -271,8 +271,8 @@ TEST(ModelTest, ConvertedContainersStillTellTheStory) {
     ASSERT_NE(q, nullptr);
     EXPECT_EQ(q->dtype, c.type);
     GenerateOptions options;
-    options.max_tokens = 16;
-    options.sampling.temperature = 0.0f;
+    options.spec.max_tokens = 16;
+    options.spec.sampling.temperature = 0.0f;
     auto result = generate(*r.llama, *r.cache, kPrompt, options);
     ASSERT_TRUE(result.is_ok()) << result.status().to_string();
     ASSERT_EQ(result->tokens.size(), 16u);

@@ -66,8 +66,8 @@ void exercise(const std::filesystem::path& path, int& refused, int& loaded) {
   auto cache = KvCache::create(*backend, {model->config.n_layers, model->config.kv_dim(), 16, 1});
   if (!cache.is_ok()) return;
   GenerateOptions o;
-  o.max_tokens = 3;
-  o.sampling.temperature = 0.0f;
+  o.spec.max_tokens = 3;
+  o.spec.sampling.temperature = 0.0f;
   (void)generate(**llama, *cache, std::vector<TokenId>{1, 2 % model->config.vocab_size}, o);
 }
 

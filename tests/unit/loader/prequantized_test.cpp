@@ -540,7 +540,7 @@ TEST(PrequantizedTest, GptqAndAwqCheckpointsOfStories260KLoadExactlyAndRun) {
     auto cache = KvCache::create(*backend, {m->config.n_layers, m->config.kv_dim(), 16, 8, KvDType::kF32});
     ASSERT_TRUE(cache.is_ok());
     GenerateOptions o;
-    o.max_tokens = 8;
+    o.spec.max_tokens = 8;
     const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
     auto r = generate(**llama, *cache, prompt, o);
     ASSERT_TRUE(r.is_ok());

@@ -239,8 +239,8 @@ TEST_F(WeightsSegmentTest, TheLoaderWritesTheLayoutItIsAskedForAndNamesIt) {
     auto cache = KvCache::create(*backend, {w->config.n_layers, w->config.kv_dim(), 16, 8});
     ASSERT_TRUE(cache.is_ok());
     GenerateOptions g;
-    g.max_tokens = 24;
-    g.sampling.temperature = 0.0f;
+    g.spec.max_tokens = 24;
+    g.spec.sampling.temperature = 0.0f;
     auto r = generate(**llama, *cache, std::vector<TokenId>{1, 403, 407, 261, 378}, g);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     outputs.push_back(r->tokens);

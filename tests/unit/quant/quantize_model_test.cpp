@@ -39,10 +39,10 @@ std::vector<TokenId> sampled_tokens(const cli::RunnableModel& m, uint64_t first_
   std::vector<TokenId> out;
   for (uint64_t seed = first_seed; seed < first_seed + static_cast<uint64_t>(n_seeds); ++seed) {
     GenerateOptions o;
-    o.max_tokens = 500;
-    o.sampling.temperature = 1.0f;
-    o.sampling.seed = seed;
-    o.ignore_stop = true;
+    o.spec.max_tokens = 500;
+    o.spec.sampling.temperature = 1.0f;
+    o.spec.sampling.seed = seed;
+    o.spec.ignore_stop = true;
     const std::vector<TokenId> prompt = {m.tokenizer->bos_id()};
     auto r = generate(**llama, *cache, prompt, o);
     EXPECT_TRUE(r.is_ok()) << r.status().to_string();
