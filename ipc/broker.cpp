@@ -333,6 +333,8 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
             .stop_ids = {s.stop_ids, s.stop_ids + s.n_stop_ids},
             .logit_bias = {bias, bias + s.n_logit_bias},
             .grammar = {grammar(index), s.grammar_bytes}};
+  // The engine's trust boundary: another process wrote every value.
+  HEARTH_RETURN_IF_ERROR(request_spec_validate(r.spec, {.vocab_size = vocab_size, .grammar_bytes = header_->slot_grammar_bytes}));
   // Only for log lines: anything but printable ASCII becomes '?'.
   r.client_request_id.assign(s.client_request_id, ::strnlen(s.client_request_id, sizeof(s.client_request_id)));
   for (char& c : r.client_request_id) {

@@ -37,9 +37,10 @@ struct BrokerConfig {
 // gone; a zombie counts as gone).
 enum class OwnerState { kAlive, kSilent, kExited };
 
-// A slot's request as the engine reads it: another process wrote it, so its counts and
-// sizes are checked here (request_spec_check_shape); its values are judged once, by
-// request_spec_validate where the driver takes the sequence.
+// A slot's request as the engine reads it: another process wrote it, so read_request
+// checks its counts and sizes before copying anything out, then every value with
+// request_spec_validate (the frontend's admission ran the same function, so a request
+// refused here is refused with the same code).
 struct SlotRequest {
   uint32_t generation = 0;
   int owner = -1;
@@ -110,9 +111,9 @@ class Broker {
   void slot_finish(uint32_t index, SlotState state, FinishReason finish, int32_t error_code = 0,
                    std::string_view error = {}) const;
   // Reads slot `index`'s request (and, with `resume`, the tokens it has produced):
-  // kOutOfRange when prompt plus output do not fit `context` tokens or an id (prompt,
-  // output, logit bias) is not in 0..vocab_size-1, kInvalidArgument when a count, flag or
-  // bias is malformed. The grammar text is read as is (the engine parses it).
+  // kOutOfRange when prompt plus output do not fit `context` tokens, a token id is not in
+  // 0..vocab_size-1 or a value of the spec is outside its range, kInvalidArgument when a
+  // count or flag is malformed. The grammar text is read as is (the engine parses it).
   Result<SlotRequest> read_request(uint32_t index, bool resume, int32_t context, int32_t vocab_size) const;
   // Wakes every frontend with news (call once per step).
   void wake_frontend(int frontend) const;

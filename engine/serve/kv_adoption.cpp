@@ -64,9 +64,11 @@ bool KvAdoption::consider(uint32_t index, uint64_t request_id, SlotRequest& r) {
   const int32_t bs = cache_.config().block_size;
   const auto n_tokens = static_cast<int32_t>(r.tokens.size());
   const int32_t pos = kv_check_pos(check);
-  if (committed <= 0 || check == 0 || t.request_id != request_id ||
+  if (committed <= 0 || committed > n_tokens || check == 0 || t.request_id != request_id ||
       t.generation != r.generation || pos < 0 || pos >= committed || pos >= n_tokens) {
-    return false;  // nothing committed for it, or a table torn by a crash mid-commit
+    // Nothing committed for it, a table torn by a crash mid-commit, or one that claims more
+    // positions than the request has tokens (damaged: no position past them was ever written).
+    return false;
   }
   const int32_t n_blocks = (committed + bs - 1) / bs;
   if (n_blocks > t.n_blocks || n_blocks > resident_.segment.header().geometry.max_blocks) return false;

@@ -58,6 +58,60 @@ TEST(BrokerTest, SlotLifecycleAndPersistenceAcrossEngines) {
   EXPECT_EQ(other->header().engine_epoch.load(), 0u);
 }
 
+// The engine's trust boundary: a slot another process wrote is read only when every count
+// fits the slot and every value passes request_spec_validate, the frontend's own check,
+// with the same codes.
+TEST(BrokerTest, ReadRequestJudgesTheSlotLikeTheFrontendDid) {
+  TempDir dir;
+  auto broker = Broker::open_or_create(dir.path() / "hearth.t.broker", {4, 64});
+  ASSERT_TRUE(broker.is_ok()) << broker.status().to_string();
+  auto index = broker->frontend_register();
+  ASSERT_TRUE(index.is_ok());
+  struct Case {
+    const char* what;
+    void (*spoil)(SlotHeader&, LogitBias*);
+    ErrorCode code;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"clean", [](SlotHeader&, LogitBias*) {}, ErrorCode::kOk, ""},
+      {"bias value", [](SlotHeader& s, LogitBias* b) { s.n_logit_bias = 1; b[0] = {.id = 3, .bias = 500.0f}; },
+       ErrorCode::kOutOfRange, "logit_bias of token 3"},
+      {"bias id", [](SlotHeader& s, LogitBias* b) { s.n_logit_bias = 1; b[0] = {.id = 99, .bias = 1.0f}; },
+       ErrorCode::kOutOfRange, "logit_bias: token 99"},
+      {"stop id", [](SlotHeader& s, LogitBias*) { s.n_stop_ids = 1; s.stop_ids[0] = 70; },
+       ErrorCode::kOutOfRange, "stop_token_ids: token 70"},
+      {"min_tokens", [](SlotHeader& s, LogitBias*) { s.min_tokens = -1; }, ErrorCode::kOutOfRange, "min_tokens"},
+      {"top_logprobs", [](SlotHeader& s, LogitBias*) { s.top_logprobs = kMaxTopLogprobs + 1; },
+       ErrorCode::kOutOfRange, "logprobs"},
+      {"temperature", [](SlotHeader& s, LogitBias*) { s.sampling.temperature = -1.0f; },
+       ErrorCode::kOutOfRange, "temperature"},
+      {"bias count", [](SlotHeader& s, LogitBias*) { s.n_logit_bias = kMaxLogitBias + 1; },
+       ErrorCode::kInvalidArgument, "malformed"},
+  };
+  for (const Case& c : cases) {
+    auto slot = broker->slot_claim(*index);
+    ASSERT_TRUE(slot.has_value());
+    SlotHeader& s = broker->slot(*slot);
+    s.sampling = {};
+    s.max_tokens = 4;
+    s.n_prompt = 2;
+    s.n_stop_ids = 0;
+    s.n_logit_bias = 0;
+    s.min_tokens = 0;
+    s.top_logprobs = 0;
+    s.flags = 0;
+    s.grammar_bytes = 0;
+    broker->prompt(*slot)[0] = 1;
+    broker->prompt(*slot)[1] = 2;
+    c.spoil(s, broker->logit_bias(*slot));
+    const auto r = broker->read_request(*slot, false, 64, 64);
+    EXPECT_EQ(r.status().code(), c.code) << c.what << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find(c.says), std::string::npos) << c.what << ": " << r.status().message();
+    broker->slot_release(*slot);
+  }
+}
+
 TEST(BrokerTest, SlotsRunOutAndFrontendEntriesAreReclaimed) {
   TempDir dir;
   auto b = Broker::open_or_create(dir.path() / "b", {2, 32});
