@@ -79,46 +79,45 @@ int usage_error(const std::string& message) {
 
 // The server's options from the command line (and a socket systemd passed); the drain
 // timeout beside them.
-hearth::Result<hearth::FrontendOptions> frontend_options(const hearth::Args& a, std::chrono::milliseconds* drain_timeout) {
+hearth::Result<hearth::FrontendOptions> frontend_options(const hearth::Args& args, std::chrono::milliseconds* drain_timeout) {
   using namespace hearth;
-  const Args* args = &a;
   FrontendOptions o;
-  o.instance = args->get("instance").value_or("default");
-  o.shm_dir = args->get("shm-dir").value_or("");
-  o.host = args->get("host").value_or("127.0.0.1");
-  auto port = args->get_int("port", 0, 65535);
-  auto threads = args->get_int("threads", 1, 256);
-  auto body = args->get_int("max-body", 1024, 1ll << 30);
-  auto wait = args->get_int("engine-wait", 0, 3600000);
-  auto drain = args->get_int("drain-timeout", 0, 3600000);
-  auto listen_fd = args->get_int("listen-fd", 0, 1 << 20);
-  auto max_queue = args->get_int("max-queue", 0, 1 << 20);
-  auto queue_timeout = args->get_int("queue-timeout", 0, 3600000);
-  auto max_connections = args->get_int("max-connections", 1, 1 << 20);
-  auto read_timeout = args->get_int("read-timeout", 100, 3600000);
+  o.instance = args.get("instance").value_or("default");
+  o.shm_dir = args.get("shm-dir").value_or("");
+  o.host = args.get("host").value_or("127.0.0.1");
+  auto port = args.get_int("port", 0, 65535);
+  auto threads = args.get_int("threads", 1, 256);
+  auto body = args.get_int("max-body", 1024, 1ll << 30);
+  auto wait = args.get_int("engine-wait", 0, 3600000);
+  auto drain = args.get_int("drain-timeout", 0, 3600000);
+  auto listen_fd = args.get_int("listen-fd", 0, 1 << 20);
+  auto max_queue = args.get_int("max-queue", 0, 1 << 20);
+  auto queue_timeout = args.get_int("queue-timeout", 0, 3600000);
+  auto max_connections = args.get_int("max-connections", 1, 1 << 20);
+  auto read_timeout = args.get_int("read-timeout", 100, 3600000);
   for (const Status* st : {&port.status(), &threads.status(), &body.status(), &wait.status(), &drain.status(),
                            &listen_fd.status(), &max_queue.status(), &queue_timeout.status(),
                            &max_connections.status(), &read_timeout.status()}) {
     if (!st->is_ok()) return *st;
   }
-  auto access = access_flags(*args);
+  auto access = access_flags(args);
   if (!access.is_ok()) return access.status();
   o.api_keys = std::move(access->api_keys);
   o.metrics_auth = access->metrics_auth;
   o.cors_origins = std::move(access->cors_origins);
-  o.served_model_names = args->get_all("served-model-name");
+  o.served_model_names = args.get_all("served-model-name");
   o.max_queue = static_cast<int>(max_queue->value_or(256));
   o.queue_timeout = std::chrono::milliseconds(queue_timeout->value_or(30000));
   o.max_connections = static_cast<int>(max_connections->value_or(4096));
   o.read_timeout = std::chrono::milliseconds(read_timeout->value_or(30000));
-  o.log_prompts = args->has("log-prompts");
+  o.log_prompts = args.has("log-prompts");
   o.port = static_cast<uint16_t>(port->value_or(8080));
   o.threads = static_cast<int>(threads->value_or(2));
   o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));
   o.engine_wait = std::chrono::milliseconds(wait->value_or(10000));
-  o.lenient_fields = args->has("lenient-fields");
-  o.chat_template = args->get("chat-template").value_or("");
-  o.tool_call_parser = args->get("tool-call-parser").value_or("");
+  o.lenient_fields = args.has("lenient-fields");
+  o.chat_template = args.get("chat-template").value_or("");
+  o.tool_call_parser = args.get("tool-call-parser").value_or("");
   *drain_timeout = std::chrono::milliseconds(drain->value_or(30000));
   if (*listen_fd) {
     o.listen_fd = static_cast<int>(**listen_fd);

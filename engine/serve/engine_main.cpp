@@ -102,9 +102,8 @@ int serve(Server& server, const std::function<void()>& on_serving) {
 }
 
 // The numbers and switches of the command line into `o` (after the environment's).
-hearth::Status read_flags(const hearth::Args& a, hearth::EngineOptions& o, int32_t& wait_seconds) {
+hearth::Status read_flags(const hearth::Args& args, hearth::EngineOptions& o, int32_t& wait_seconds) {
   using namespace hearth;
-  const Args* args = &a;
   struct IntFlag {
     const char* name;
     int64_t min, max;
@@ -124,7 +123,7 @@ hearth::Status read_flags(const hearth::Args& a, hearth::EngineOptions& o, int32
                            IntFlag{"collective-timeout", 100, 3600000, &collective_ms},
                            IntFlag{"rank-timeout", 100, 3600000, &stale_ms},
                            IntFlag{"max-grammar-bytes", 0, 16 << 20, &grammar_bytes}}) {
-    auto v = args->get_int(f.name, f.min, f.max);
+    auto v = args.get_int(f.name, f.min, f.max);
     if (!v.is_ok()) return v.status();
     if (*v) *f.target = static_cast<int32_t>(**v);
   }
@@ -134,16 +133,15 @@ hearth::Status read_flags(const hearth::Args& a, hearth::EngineOptions& o, int32
   o.tp = tp;
   o.collective_timeout_ms = collective_ms;
   o.rank_stale_ms = stale_ms;
-  o.cpus = args->get("cpus").value_or("");
-  o.scheduler.prefix_caching = !args->has("no-prefix-cache");
-  o.kv_adopt = !args->has("no-kv-adopt");
+  o.cpus = args.get("cpus").value_or("");
+  o.scheduler.prefix_caching = !args.has("no-prefix-cache");
+  o.kv_adopt = !args.has("no-kv-adopt");
   return Status::ok();
 }
 
 // The flags that need the others: the rank within the group, CPUs, backend, KV dtype.
-hearth::Status check_flags(const hearth::Args& a, hearth::EngineOptions& o) {
+hearth::Status check_flags(const hearth::Args& args, hearth::EngineOptions& o) {
   using namespace hearth;
-  const Args* args = &a;
   if (o.tp > kMaxTensorParallel) return make_error(ErrorCode::kInvalidArgument, "--tp {} is out of range 1..{}", o.tp, kMaxTensorParallel);
   if (o.rank >= o.tp) {
     return make_error(ErrorCode::kInvalidArgument, "--rank {} is not a rank of a group of {} (ranks 0..{})", o.rank, o.tp,
@@ -152,10 +150,10 @@ hearth::Status check_flags(const hearth::Args& a, hearth::EngineOptions& o) {
   if (!o.cpus.empty() && o.cpus != "auto") {
     if (auto cpus = cpu_set_parse(o.cpus); !cpus.is_ok()) return cpus.status();
   }
-  o.backend = args->get("backend").value_or("cpu");
+  o.backend = args.get("backend").value_or("cpu");
   HEARTH_RETURN_IF_ERROR(backend_check_name(o.backend));
   if (o.backend == "cuda") o.backend = fmt::format("cuda:{}", o.rank);  // rank r on GPU r
-  if (auto name = args->get("kv-dtype")) {
+  if (auto name = args.get("kv-dtype")) {
     auto dtype = kv_dtype_from_name(*name);
     if (!dtype.is_ok()) return dtype.status();
     o.kv_dtype = *dtype;
