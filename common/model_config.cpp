@@ -44,26 +44,65 @@ Status model_config_validate(const ModelConfig& c) {
                       "original_max_position_embeddings");
   }
   if (c.sliding_window < 0) return bad("sliding window", c.sliding_window, 0, 1 << 24);
+  if (c.rotary_dim != 0 && (c.rotary_dim < 2 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)) {
+    return make_error(ErrorCode::kFormat, "model config: rotary dim {} must be even and in 2..{} (the head dim)",
+                      c.rotary_dim, c.head_dim);
+  }
+  if (static_cast<uint8_t>(c.norm) > 1 || static_cast<uint8_t>(c.activation) > 2 ||
+      static_cast<uint8_t>(c.residual) > 2) {
+    return make_error(ErrorCode::kFormat, "model config: unknown norm, activation or residual kind");
+  }
+  if (!c.gated_ffn && c.activation == Activation::kSilu) {
+    return make_error(ErrorCode::kUnsupported, "model config: an ungated SiLU feed-forward is not implemented");
+  }
   return Status::ok();
 }
 
+namespace {
+
+constexpr std::string_view kNormNames[] = {"rms", "layer"};
+constexpr std::string_view kActivationNames[] = {"silu", "gelu", "gelu_tanh"};
+constexpr std::string_view kResidualNames[] = {"sequential", "parallel", "parallel_shared_norm"};
+
+template <size_t N>
+int name_index(const std::string_view (&names)[N], std::string_view name) {
+  for (size_t i = 0; i < N; ++i) {
+    if (names[i] == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
 std::string model_config_summary(const ModelConfig& c) {
+  std::string features;
+  if (c.tied_embeddings) features += ", tied embeddings";
+  if (c.qkv_bias) features += ", qkv bias";
+  if (c.qk_norm) features += ", q/k norm";
+  if (c.norm == NormKind::kLayer) features += ", layernorm";
+  if (c.residual != Residual::kSequential) features += fmt::format(", {} residual", kResidualNames[static_cast<int>(c.residual)]);
+  if (c.activation != Activation::kSilu || !c.gated_ffn) {
+    features += fmt::format(", {}{}", c.gated_ffn ? "gated " : "", kActivationNames[static_cast<int>(c.activation)]);
+  }
+  if (c.attn_output_bias || c.ffn_bias || c.output_bias) features += ", biases";
   return fmt::format(
-      "{}: vocab {}, dim {}, ffn {}, {} layers, {} heads / {} kv heads x {}, context {}, rope theta {} ({}{}){}{}",
+      "{}: vocab {}, dim {}, ffn {}, {} layers, {} heads / {} kv heads x {}, context {}, rope theta {} ({}{}{}){}",
       c.architecture, c.vocab_size, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
       c.max_context, c.rope_theta, c.rope_style == RopeStyle::kHalf ? "half" : "interleaved",
+      c.rotary() != c.head_dim ? fmt::format(", {} of {} dims", c.rotary(), c.head_dim) : "",
       c.rope_scaling.type == RopeScalingType::kLlama3   ? ", llama3 scaling"
       : c.rope_scaling.type == RopeScalingType::kLinear ? ", linear scaling"
                                                         : "",
-      c.tied_embeddings ? ", tied embeddings" : "", c.qkv_bias ? ", qkv bias" : "");
+      features);
 }
 
 std::vector<float> rope_inv_freq(const ModelConfig& c, const float* freq_factors) {
-  const int half = c.head_dim / 2;
+  const int rotary = c.rotary();
+  const int half = rotary / 2;
   std::vector<float> out(static_cast<size_t>(half));
   const RopeScaling& s = c.rope_scaling;
   for (int i = 0; i < half; ++i) {
-    double freq = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / c.head_dim);
+    double freq = 1.0 / std::pow(static_cast<double>(c.rope_theta), 2.0 * i / rotary);
     if (s.type == RopeScalingType::kLinear) {
       freq /= s.factor;
     } else if (s.type == RopeScalingType::kLlama3) {
@@ -108,6 +147,15 @@ std::string model_config_to_json(const ModelConfig& c) {
   o["tied_embeddings"] = c.tied_embeddings;
   o["qkv_bias"] = c.qkv_bias;
   o["sliding_window"] = c.sliding_window;
+  o["norm"] = kNormNames[static_cast<int>(c.norm)];
+  o["activation"] = kActivationNames[static_cast<int>(c.activation)];
+  o["gated_ffn"] = c.gated_ffn;
+  o["residual"] = kResidualNames[static_cast<int>(c.residual)];
+  o["rotary_dim"] = c.rotary_dim;
+  o["qk_norm"] = c.qk_norm;
+  o["attn_output_bias"] = c.attn_output_bias;
+  o["ffn_bias"] = c.ffn_bias;
+  o["output_bias"] = c.output_bias;
   return boost::json::serialize(o);
 }
 
@@ -155,6 +203,29 @@ Result<ModelConfig> model_config_from_json(std::string_view json) {
   c.tied_embeddings = tied.value_or(false);
   c.qkv_bias = bias.value_or(false);
   HEARTH_RETURN_IF_ERROR(i32("sliding_window", c.sliding_window));
+  // The family fields; a config stored before they existed is a Llama-family one.
+  auto kind = [&](std::string_view key, const auto& names, auto& out) -> Status {
+    HEARTH_ASSIGN_OR_RETURN(auto name, json_opt_string(o, key));
+    if (!name) return Status::ok();
+    const int i = name_index(names, *name);
+    if (i < 0) return make_error(ErrorCode::kFormat, "the stored model config has {} \"{}\"", key, *name);
+    out = static_cast<std::remove_reference_t<decltype(out)>>(i);
+    return Status::ok();
+  };
+  HEARTH_RETURN_IF_ERROR(kind("norm", kNormNames, c.norm));
+  HEARTH_RETURN_IF_ERROR(kind("activation", kActivationNames, c.activation));
+  HEARTH_RETURN_IF_ERROR(kind("residual", kResidualNames, c.residual));
+  auto flag = [&](std::string_view key, bool& out) -> Status {
+    HEARTH_ASSIGN_OR_RETURN(auto v, json_opt_bool(o, key));
+    if (v) out = *v;
+    return Status::ok();
+  };
+  HEARTH_RETURN_IF_ERROR(flag("gated_ffn", c.gated_ffn));
+  HEARTH_RETURN_IF_ERROR(flag("qk_norm", c.qk_norm));
+  HEARTH_RETURN_IF_ERROR(flag("attn_output_bias", c.attn_output_bias));
+  HEARTH_RETURN_IF_ERROR(flag("ffn_bias", c.ffn_bias));
+  HEARTH_RETURN_IF_ERROR(flag("output_bias", c.output_bias));
+  if (o.contains("rotary_dim")) HEARTH_RETURN_IF_ERROR(i32("rotary_dim", c.rotary_dim));
   HEARTH_RETURN_IF_ERROR(model_config_validate(c));
   return c;
 }

@@ -1,4 +1,6 @@
-// ModelConfig: the architecture of a Llama-family model, as read from its own files.
+// ModelConfig: the architecture of a decoder-only transformer, as read from its own files.
+// One forward pass (engine/core/model.h) serves every family; what differs between them
+// (norms, residual wiring, activation, rotary share, biases, q/k norms) is data here.
 //
 // Every model container (HF config.json, GGUF metadata, llama2.c header) is turned into
 // this one struct by loader/; engines read nothing else. Plain data; thread-compatible.
@@ -22,6 +24,24 @@ enum class RopeStyle : uint8_t {
 
 enum class RopeScalingType : uint8_t { kNone = 0, kLinear = 1, kLlama3 = 2 };
 
+// The norm every norm of the model is: RMSNorm with a weight (Llama, Qwen), or
+// LayerNorm with a weight and a bias (GPT-J, GPT-NeoX).
+enum class NormKind : uint8_t { kRms = 0, kLayer = 1 };
+
+// The feed-forward activation: of the gate, times up, when the FFN is gated (SwiGLU,
+// GeGLU); of up alone otherwise (GPT-J, GPT-NeoX).
+enum class Activation : uint8_t {
+  kSilu = 0,
+  kGelu = 1,      // exact, erf ("gelu")
+  kGeluTanh = 2,  // tanh approximation ("gelu_new", "gelu_pytorch_tanh")
+};
+
+// How attention and the FFN are wired into the residual stream:
+//   kSequential: x += attn(norm1(x)); x += ffn(norm2(x))            Llama, Qwen
+//   kParallel:   x += attn(norm1(x)) + ffn(norm2(x))                GPT-NeoX
+//   kParallelSharedNorm: h = norm1(x); x += attn(h) + ffn(h)        GPT-J
+enum class Residual : uint8_t { kSequential = 0, kParallel = 1, kParallelSharedNorm = 2 };
+
 struct RopeScaling {
   RopeScalingType type = RopeScalingType::kNone;
   float factor = 1.0f;
@@ -31,7 +51,7 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;  // "llama", "mistral", "qwen2" (GGUF spelling)
+  std::string architecture;  // "llama", "mistral", "qwen2", "qwen3", "gptneox", "gptj" (GGUF spelling)
   int32_t vocab_size = 0;
   int32_t dim = 0;           // hidden size
   int32_t hidden_dim = 0;    // feed-forward size
@@ -47,8 +67,18 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool qkv_bias = false;      // Qwen2
   int32_t sliding_window = 0;  // 0: full attention (Mistral v0.1 uses 4096)
+  NormKind norm = NormKind::kRms;
+  Activation activation = Activation::kSilu;
+  bool gated_ffn = true;         // gate and up projections; false: up alone
+  Residual residual = Residual::kSequential;
+  int32_t rotary_dim = 0;        // dimensions of a head RoPE rotates; 0: all (head_dim)
+  bool qk_norm = false;          // RMSNorm of each query and key head before RoPE (Qwen3)
+  bool attn_output_bias = false; // a bias on the attention output projection
+  bool ffn_bias = false;         // biases on the FFN's projections (up, gate, down)
+  bool output_bias = false;      // a bias on the LM head (GPT-J)
 
   int32_t q_dim() const { return n_heads * head_dim; }
+  int32_t rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
 };
 
@@ -56,7 +86,7 @@ struct ModelConfig {
 // sane bounds), so that no later allocation is sized by a hostile file.
 Status model_config_validate(const ModelConfig& config);
 
-// RoPE inverse frequencies ([head_dim / 2]) for `config`: theta^(-2i/d), with linear or
+// RoPE inverse frequencies ([rotary() / 2]) for `config`: theta^(-2i/d), with linear or
 // Llama 3 scaling, divided by `freq_factors` when given (GGUF's rope_freqs.weight).
 std::vector<float> rope_inv_freq(const ModelConfig& config, const float* freq_factors);
 

@@ -6,13 +6,18 @@
 
 namespace hearth {
 
-std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs;
   const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), f = c.hidden_dim, v = c.vocab_size;
+  const bool layer_norm = c.norm == NormKind::kLayer;
+  auto norm = [&](const std::string& name) {
+    specs.push_back({name + ".weight", {d}, true, false});
+    if (layer_norm) specs.push_back({name + ".bias", {d}, true, false});
+  };
   specs.push_back({"token_embd.weight", {v, d}, true, true});
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
-    specs.push_back({p + "attn_norm.weight", {d}, true, false});
+    norm(p + "attn_norm");
     specs.push_back({p + "attn_q.weight", {q, d}, true, true});
     specs.push_back({p + "attn_k.weight", {kv, d}, true, true});
     specs.push_back({p + "attn_v.weight", {kv, d}, true, true});
@@ -21,25 +26,37 @@ std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& c) {
       specs.push_back({p + "attn_k.bias", {kv}, true, false});
       specs.push_back({p + "attn_v.bias", {kv}, true, false});
     }
+    if (c.qk_norm) {
+      specs.push_back({p + "attn_q_norm.weight", {c.head_dim}, true, false});
+      specs.push_back({p + "attn_k_norm.weight", {c.head_dim}, true, false});
+    }
     specs.push_back({p + "attn_output.weight", {d, q}, true, true});
-    specs.push_back({p + "ffn_norm.weight", {d}, true, false});
-    specs.push_back({p + "ffn_gate.weight", {f, d}, true, true});
+    if (c.attn_output_bias) specs.push_back({p + "attn_output.bias", {d}, true, false});
+    if (c.residual != Residual::kParallelSharedNorm) norm(p + "ffn_norm");
+    if (c.gated_ffn) specs.push_back({p + "ffn_gate.weight", {f, d}, true, true});
     specs.push_back({p + "ffn_up.weight", {f, d}, true, true});
     specs.push_back({p + "ffn_down.weight", {d, f}, true, true});
+    if (c.ffn_bias) {
+      if (c.gated_ffn) specs.push_back({p + "ffn_gate.bias", {f}, true, false});
+      specs.push_back({p + "ffn_up.bias", {f}, true, false});
+      specs.push_back({p + "ffn_down.bias", {d}, true, false});
+    }
     // Act-order matrices stored with their columns permuted: the order, one per matrix.
     for (const char* m : {"attn_q", "attn_k", "attn_v", "ffn_gate", "ffn_up"}) {
+      if (std::string_view(m) == "ffn_gate" && !c.gated_ffn) continue;
       specs.push_back({p + m + ".perm", {d}, false, false});
     }
     specs.push_back({p + "attn_output.perm", {q}, false, false});
   }
-  specs.push_back({"output_norm.weight", {d}, true, false});
+  norm("output_norm");
   specs.push_back({"output.weight", {v, d}, !c.tied_embeddings, true});
-  specs.push_back({"rope_freqs.weight", {c.head_dim / 2}, false, false});
+  if (c.output_bias) specs.push_back({"output.bias", {v}, true, false});
+  specs.push_back({"rope_freqs.weight", {c.rotary() / 2}, false, false});
   return specs;
 }
 
-Status llama_check_tensors(const ModelConfig& config, const std::vector<TensorView>& tensors) {
-  const std::vector<TensorSpec> specs = llama_tensor_specs(config);
+Status model_check_tensors(const ModelConfig& config, const std::vector<TensorView>& tensors) {
+  const std::vector<TensorSpec> specs = model_tensor_specs(config);
   std::unordered_map<std::string_view, const TensorSpec*> spec_by_name;
   for (const TensorSpec& spec : specs) spec_by_name.emplace(spec.name, &spec);
   std::unordered_map<std::string_view, const TensorView*> by_name;

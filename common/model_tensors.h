@@ -1,11 +1,16 @@
-// The tensors a Llama-family model is made of, by canonical (GGUF-style) name and
-// shape, derived from its ModelConfig. Every container is mapped onto these names by
+// The tensors a model is made of, by canonical (GGUF-style) name and shape, derived from
+// its ModelConfig (which families add which: the norms' .bias with LayerNorm, the q/k
+// norms, the biases of the output and FFN projections, no ffn_gate when ungated, no
+// ffn_norm with a shared-norm parallel residual). Every container is mapped onto these names by
 // the loader; the engine binds its weights through them. Pure functions; thread-safe.
 //
 // Names: token_embd.weight, output_norm.weight, output.weight (absent when tied),
 // rope_freqs.weight (optional per-dimension frequency divisors, GGUF Llama 3),
 // blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
-// ffn_down}.weight, with qkv_bias blk.N.attn_{q,k,v}.bias, and optionally
+// ffn_down}.weight, with qkv_bias blk.N.attn_{q,k,v}.bias, with qk_norm
+// blk.N.attn_{q,k}_norm.weight ([head_dim]), LayerNorm biases {attn_norm, ffn_norm,
+// output_norm}.bias, blk.N.attn_output.bias, blk.N.ffn_{gate,up,down}.bias, output.bias;
+// and optionally
 // blk.N.{attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up}.perm: a matrix whose
 // columns are stored permuted (act-order GPTQ, so that each quantization group is
 // contiguous) reads input column perm[j] as its column j; float values, exact integers.
@@ -29,11 +34,11 @@ struct TensorSpec {
 };
 
 // Every tensor the model may have, in a stable order.
-std::vector<TensorSpec> llama_tensor_specs(const ModelConfig& config);
+std::vector<TensorSpec> model_tensor_specs(const ModelConfig& config);
 
 // Checks a container's tensors against the specs: each required one present, every
 // shape as expected, vectors (norms, biases) in a float type, no tensor the model
 // would silently ignore. The message names the tensor and both shapes.
-Status llama_check_tensors(const ModelConfig& config, const std::vector<TensorView>& tensors);
+Status model_check_tensors(const ModelConfig& config, const std::vector<TensorView>& tensors);
 
 }  // namespace hearth

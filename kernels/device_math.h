@@ -133,11 +133,12 @@ HEARTH_HD void softmax_merge(SoftmaxState& a, const SoftmaxState& b, float& scal
 
 // ---- RoPE -----------------------------------------------------------------------------
 
-// The two dimensions pair i (0..head_dim/2-1) rotates: (2i, 2i+1) interleaved, else
-// (i, i + head_dim/2).
-HEARTH_HD void rope_pair(int32_t i, int32_t head_dim, bool interleaved, int32_t& a, int32_t& b) {
+// The two dimensions pair i (0..rotary_dim/2-1) rotates: (2i, 2i+1) interleaved, else
+// (i, i + rotary_dim/2). Dimensions rotary_dim.. of a head (partial rotary: GPT-J,
+// GPT-NeoX) are left as they are.
+HEARTH_HD void rope_pair(int32_t i, int32_t rotary_dim, bool interleaved, int32_t& a, int32_t& b) {
   a = interleaved ? 2 * i : i;
-  b = interleaved ? 2 * i + 1 : i + head_dim / 2;
+  b = interleaved ? 2 * i + 1 : i + rotary_dim / 2;
 }
 
 // (x0, x1) rotated by position * inv_freq.
@@ -198,9 +199,27 @@ HEARTH_HD void kv_element_store(void* cache, KvDType type, int64_t i, float x) {
 
 HEARTH_HD float silu_mul(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 
+// GELU, exact (erf: GPT-NeoX "gelu") and in its tanh form ("gelu_new", "gelu_pytorch_tanh":
+// GPT-J, Gemma): x * Phi(x), Phi the normal CDF or its tanh approximation.
+HEARTH_HD float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+HEARTH_HD float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+HEARTH_HD float gelu(float x, bool tanh_form) { return tanh_form ? gelu_tanh(x) : gelu_erf(x); }
+
 // 1 / rms of a row whose sum of squares is `sum_sq`.
 HEARTH_HD float rms_inv(float sum_sq, int64_t dim, float eps) {
   return 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
+}
+
+// LayerNorm's 1 / sqrt(variance + eps) from the sum of squared deviations from the mean.
+HEARTH_HD float layer_norm_inv(float sum_sq_dev, int64_t dim, float eps) {
+  return 1.0f / sqrtf(sum_sq_dev / static_cast<float>(dim) + eps);
+}
+// One element of a LayerNorm row: (x - mean) * inv * weight + bias (bias may be null).
+HEARTH_HD float layer_norm_value(float x, float mean, float inv, const float* weight, const float* bias, int64_t i) {
+  const float y = (x - mean) * inv * weight[i];
+  return bias != nullptr ? y + bias[i] : y;
 }
 
 }  // namespace hearth::kernels::dev

@@ -89,7 +89,7 @@ Status gguf_export(const LoadedModel& model, DType matrix_type, const std::files
   }
   if (!v.chat_template.empty()) w.add_string("tokenizer.chat_template", v.chat_template);
 
-  for (const TensorSpec& spec : llama_tensor_specs(c)) {
+  for (const TensorSpec& spec : model_tensor_specs(c)) {
     const TensorView* t = model.find(spec.name);
     if (t == nullptr) continue;
     const bool qk = spec.name.ends_with("attn_q.weight") || spec.name.ends_with("attn_k.weight");

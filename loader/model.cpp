@@ -75,7 +75,7 @@ Result<LoadedModel> model_open(const std::filesystem::path& path, const ModelOpe
     model.tokenizer = std::move(tokenizer);
   }
   HEARTH_RETURN_IF_ERROR(model_config_validate(model.config).with_context(path.string()));
-  HEARTH_RETURN_IF_ERROR(llama_check_tensors(model.config, model.tensors).with_context(path.string()));
+  HEARTH_RETURN_IF_ERROR(model_check_tensors(model.config, model.tensors).with_context(path.string()));
   return model;
 }
 

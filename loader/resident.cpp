@@ -72,9 +72,15 @@ Status add_file_identity(const std::filesystem::path& p, Fnv& a, Fnv& b) {
 }
 
 // Which split a tensor gets with tensor parallelism.
-// A column order (.perm) goes whole to every rank: the rows of its matrix are split.
+// A column order (.perm) goes whole to every rank: the rows of its matrix are split. The
+// bias of a column-split matrix (attention output, FFN down) goes whole to every rank too:
+// it is added once, after the partial sums are reduced.
 TensorSplit split_of(std::string_view name, int tp) {
   if (tp == 1 || name.ends_with(".perm")) return TensorSplit::kReplicated;
+  if (name.ends_with(".bias") && (name.find("attn_output.") != std::string_view::npos ||
+                                  name.find("ffn_down.") != std::string_view::npos)) {
+    return TensorSplit::kReplicated;
+  }
   for (std::string_view s : {"attn_q.", "attn_k.", "attn_v.", "ffn_gate.", "ffn_up."}) {
     if (name.find(s) != std::string_view::npos) return TensorSplit::kRows;
   }
@@ -106,7 +112,7 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
   for (int rank = 0; rank < o.tp; ++rank) {
     offset = align_up(offset, alignment);
     h.rank_offset[rank] = offset;
-    for (const TensorSpec& spec : llama_tensor_specs(c)) {
+    for (const TensorSpec& spec : model_tensor_specs(c)) {
       const TensorView* t = model.find(spec.name);
       if (t == nullptr) continue;
       if (o.tp > 1 && spec.name.ends_with("attn_output.perm")) {
@@ -382,7 +388,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
 
   Layout h;
   h.alignment = o.hugepages ? kHugePageAlignment : kTensorAlignment;
-  const size_t n_entries = llama_tensor_specs(model.config).size() * static_cast<size_t>(o.tp);
+  const size_t n_entries = model_tensor_specs(model.config).size() * static_cast<size_t>(o.tp);
   h.manifest_offset = kWeightsHeaderBytes;
   h.config_offset = h.manifest_offset + n_entries * sizeof(WeightsEntry);
   h.tokenizer_offset = h.config_offset + config_json.size();

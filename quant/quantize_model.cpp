@@ -38,6 +38,9 @@ constexpr int kInputs = 4;
 
 std::string linear_name(int32_t layer, int i) { return fmt::format("blk.{}.{}.weight", layer, kLinears[i]); }
 
+// Whether the model has linear i (an ungated FFN, GPT-J / GPT-NeoX, has no ffn_gate).
+bool has_linear(const ModelConfig& c, int i) { return c.gated_ffn || std::string_view(kLinears[i]) != "ffn_gate"; }
+
 // A CPU backend that shows every matmul's input to an observer before running it: how
 // the calibration pass sees what each linear layer reads, through the engine's own
 // forward pass.
@@ -80,13 +83,20 @@ class ObservedBackend final : public Backend {
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
     inner_->rms_norm(x, weight, n, dim, eps, out);
   }
-  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
-            RopeStyle style) override {
-    inner_->rope(x, n, n_heads, head_dim, positions, inv_freq, style);
+  void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                  float* out) override {
+    inner_->layer_norm(x, weight, bias, n, dim, eps, out);
+  }
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim, const int32_t* positions,
+            const float* inv_freq, RopeStyle style) override {
+    inner_->rope(x, n, n_heads, head_dim, rotary_dim, positions, inv_freq, style);
   }
   void kv_store(const kernels::KvStoreParams& p) override { inner_->kv_store(p); }
   void attention(const kernels::AttentionStep& p) override { inner_->attention(p); }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override { inner_->swiglu(gate, up, n, out); }
+  void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) override {
+    inner_->gelu(x, up, n, tanh_form, out);
+  }
   void add(float* y, const float* x, int64_t n) override { inner_->add(y, x, n); }
   void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
                     float* out) override {
@@ -246,6 +256,7 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
   std::vector<std::string> unfit;
   for (int32_t l = 0; l < model.config.n_layers; ++l) {
     for (int i = 0; i < 7; ++i) {
+      if (!has_linear(model.config, i)) continue;
       const TensorView* t = model.find(linear_name(l, i));
       if (t == nullptr) return make_error(ErrorCode::kFormat, "the model has no {}", linear_name(l, i));
       if (const std::optional<std::string> why = unfit_reason(*t, o)) unfit.push_back(fmt::format("{} ({})", t->name, *why));
@@ -273,6 +284,7 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
     for (int32_t l = 0; l < c.n_layers; ++l) {
       const auto tl = std::chrono::steady_clock::now();
       for (int i = 0; i < 7; ++i) {
+        if (!has_linear(c, i)) continue;
         const TensorView& t = *model.find(linear_name(l, i));
         if (!divisible(t)) {
           out.kept.push_back(t.name);
@@ -309,7 +321,7 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   auto observe = [&](const TensorView& w, const float* x, int64_t n) {
     for (int i = 0; i < 7; ++i) {
       if (w.name != names[i]) continue;
-      if (i == 1 || i == 2 || i == 5) return;  // the same input as attn_q / ffn_gate
+      if (i == 1 || i == 2 || (i == 5 && c.gated_ffn)) return;  // the same input as attn_q / ffn_gate
       hessians[static_cast<size_t>(kInputOf[i])].add(x, n, &pool);
       return;
     }
@@ -332,7 +344,7 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   std::vector<TensorView> views = model.tensors;
   for (layer = 0; layer < c.n_layers; ++layer) {
     const auto tl = std::chrono::steady_clock::now();
-    for (int i = 0; i < 7; ++i) names[i] = linear_name(layer, i);
+    for (int i = 0; i < 7; ++i) names[i] = has_linear(c, i) ? linear_name(layer, i) : std::string();
     std::vector<std::vector<float>> weights(7);  // this layer's matrices in float32, bound below
     for (int i = 0; i < 7; ++i) {
       const std::string name = linear_name(layer, i);
@@ -359,7 +371,7 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
     uint64_t hbytes = 0;
     for (int k = 0; k < kInputs; ++k) {
       int first = 0;
-      while (kInputOf[first] != k) ++first;
+      while (kInputOf[first] != k || !has_linear(c, first)) ++first;
       const int64_t cols = model.find(linear_name(layer, first))->cols();
       hessians.emplace_back(cols);
       hbytes += static_cast<uint64_t>(cols * cols) * sizeof(double);
@@ -377,7 +389,7 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
     for (int k = 0; k < kInputs; ++k) {
       std::optional<GptqFactor> factor;
       for (int i = 0; i < 7; ++i) {
-        if (kInputOf[i] != k) continue;
+        if (kInputOf[i] != k || !has_linear(c, i)) continue;
         const std::string name = linear_name(layer, i);
         const TensorView& t = *model.find(name);
         if (!divisible(t)) {

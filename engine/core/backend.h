@@ -1,4 +1,4 @@
-// Backend: the ops of the Llama forward pass, implemented once per device kind.
+// Backend: the ops of the forward pass, implemented once per device kind.
 //
 // The model (model.h) is written once against this interface; the CPU backend is the
 // reference every other backend is tested against. A backend owns the memory it hands
@@ -33,10 +33,12 @@ enum class BackendOp : uint8_t {
   kEmbedding,  // rows of a weight table, dequantized
   kMatmul,     // activations x weight matrix^T
   kRmsNorm,
+  kLayerNorm,
   kRope,
   kKvStore,
   kAttention,
   kSwiglu,
+  kGelu,
   kAdd,
   kAddRmsNorm,
   kGatherRows,
@@ -168,13 +170,20 @@ class Backend {
   }
   // out = x / rms(x) * weight, per row. x, out: [n, dim] (out may be x); weight: [dim].
   virtual void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) = 0;
-  // x[t, h, :] rotated by positions[t] * inv_freq. x: [n, n_heads, head_dim]; inv_freq: [head_dim / 2].
-  virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                    const float* inv_freq, RopeStyle style) = 0;
+  // out = (x - mean) / sqrt(var + eps) * weight + bias, per row. x, out: [n, dim] (out
+  // may be x); weight, bias: [dim] (bias may be null).
+  virtual void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                          float* out) = 0;
+  // x[t, h, :rotary_dim] rotated by positions[t] * inv_freq, the rest of each head kept.
+  // x: [n, n_heads, head_dim]; inv_freq: [rotary_dim / 2].
+  virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+                    const int32_t* positions, const float* inv_freq, RopeStyle style) = 0;
   virtual void kv_store(const kernels::KvStoreParams& p) = 0;
   virtual void attention(const kernels::AttentionStep& p) = 0;
   // out = silu(gate) * up over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // out = gelu(x) (* up when up is given: GeGLU) over n values, exact or tanh form.
+  virtual void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) = 0;
   // y += x over n values.
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // The residual add fused with the next norm: x += delta, then out = rms_norm(x) *

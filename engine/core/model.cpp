@@ -54,7 +54,7 @@ namespace {
 // What a rank's tensors must be for this model on this backend, before anything is bound.
 Status check_rank_tensors(const ModelConfig& rank_config, const std::vector<TensorView>& own, const Backend& backend,
                           int32_t max_batch_tokens) {
-  HEARTH_RETURN_IF_ERROR(llama_check_tensors(rank_config, own));
+  HEARTH_RETURN_IF_ERROR(model_check_tensors(rank_config, own));
   if (max_batch_tokens < 1 || max_batch_tokens > (1 << 20)) {
     return make_error(ErrorCode::kInvalidArgument, "max batch tokens {} is out of range", max_batch_tokens);
   }
@@ -202,7 +202,9 @@ Status LlamaModel::bind_layers(HostCopies& host) {
   token_embd_ = find("token_embd.weight");
   output_ = find("output.weight");
   if (output_ == nullptr) output_ = token_embd_;  // tied embeddings
-  host.add_vector("output_norm.weight", &output_norm_);
+  host.add_vector("output_norm.weight", &output_norm_.weight);
+  host.add_vector("output_norm.bias", &output_norm_.bias);
+  host.add_vector("output.bias", &output_bias_);
   const ModelConfig& rc = rank_config_;
   layers_.resize(static_cast<size_t>(config_.n_layers));
   for (int i = 0; i < config_.n_layers; ++i) {
@@ -215,11 +217,19 @@ Status LlamaModel::bind_layers(HostCopies& host) {
     l.ffn_gate = find(p + "ffn_gate.weight");
     l.ffn_up = find(p + "ffn_up.weight");
     l.ffn_down = find(p + "ffn_down.weight");
-    host.add_vector(p + "attn_norm.weight", &l.attn_norm);
-    host.add_vector(p + "ffn_norm.weight", &l.ffn_norm);
+    host.add_vector(p + "attn_norm.weight", &l.attn_norm.weight);
+    host.add_vector(p + "attn_norm.bias", &l.attn_norm.bias);
+    host.add_vector(p + "ffn_norm.weight", &l.ffn_norm.weight);
+    host.add_vector(p + "ffn_norm.bias", &l.ffn_norm.bias);
     host.add_vector(p + "attn_q.bias", &l.q_bias);
     host.add_vector(p + "attn_k.bias", &l.k_bias);
     host.add_vector(p + "attn_v.bias", &l.v_bias);
+    host.add_vector(p + "attn_q_norm.weight", &l.q_norm);
+    host.add_vector(p + "attn_k_norm.weight", &l.k_norm);
+    host.add_vector(p + "attn_output.bias", &l.output_bias);
+    host.add_vector(p + "ffn_gate.bias", &l.gate_bias);
+    host.add_vector(p + "ffn_up.bias", &l.up_bias);
+    host.add_vector(p + "ffn_down.bias", &l.down_bias);
     std::vector<std::pair<size_t, int64_t>> seen;
     HEARTH_RETURN_IF_ERROR(host.add_perm(p + "attn_q.perm", rc.dim, seen, &l.q_perm));
     HEARTH_RETURN_IF_ERROR(host.add_perm(p + "attn_k.perm", rc.dim, seen, &l.k_perm));
@@ -249,6 +259,7 @@ Status LlamaModel::allocate_activations(bool permuted) {
   HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, gate_));
   HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, up_));
   if (permuted) HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), xp_));
+  if (rc.residual != Residual::kSequential) HEARTH_RETURN_IF_ERROR(act(rc.dim, proj_));
   HEARTH_ASSIGN_OR_RETURN(logits_in_, backend_.alloc(kLogitChunk * static_cast<size_t>(config_.dim) * sizeof(float)));
   HEARTH_ASSIGN_OR_RETURN(logits_, backend_.alloc(kLogitChunk * static_cast<size_t>(config_.vocab_size) * sizeof(float)));
   return Status::ok();
@@ -285,32 +296,48 @@ Status LlamaModel::forward_sampled(const ModelInput& input, KvCache& cache, std:
   });
 }
 
-Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, const float* next_norm) {
+void LlamaModel::norm(const float* x, const Norm& w, int64_t n, float* out) {
+  const ModelConfig& c = rank_config_;
+  if (c.norm == NormKind::kLayer) {
+    backend_.layer_norm(x, w.weight, w.bias, n, c.dim, c.norm_eps, out);
+  } else {
+    backend_.rms_norm(x, w.weight, n, c.dim, c.norm_eps, out);
+  }
+}
+
+void LlamaModel::add_norm(float* x, const float* delta, const Norm& w, int64_t n, float* out) {
+  const ModelConfig& c = rank_config_;
+  if (c.norm == NormKind::kLayer) {
+    backend_.add(x, delta, n * c.dim);
+    backend_.layer_norm(x, w.weight, w.bias, n, c.dim, c.norm_eps, out);
+  } else {
+    backend_.add_rms_norm(x, delta, w.weight, n, c.dim, c.norm_eps, out);
+  }
+}
+
+void LlamaModel::attention_block(int32_t li, const StepInput& step, KvCache& cache) {
   const KvCacheConfig& kc = cache.config();
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
   const Layer& l = layers_[static_cast<size_t>(li)];
   const int64_t n = step.n_tokens;
-  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.hidden_dim;
-  float* x = x_.f32();
-  float* xn = xn_.f32();
   float* q = q_.f32();
   float* k = k_.f32();
   float* v = v_.f32();
-  float* att = att_.f32();
-  float* gate = gate_.f32();
-  float* up = up_.f32();
-  // Attention block (xn: this layer's attention norm of x).
   const MatmulTarget qkv[] = {{l.attn_q, q}, {l.attn_k, k}, {l.attn_v, v}};  // [n, q_dim], [n, kv_dim] x 2
   const int32_t* const qkv_perms[] = {l.q_perm, l.k_perm, l.v_perm};
-  permuted_matmuls(xn, n, dim, qkv, qkv_perms);
+  permuted_matmuls(xn_.f32(), n, c.dim, qkv, qkv_perms);
   if (l.q_bias != nullptr) {
-    be.add_bias(q, l.q_bias, n, q_dim);
-    be.add_bias(k, l.k_bias, n, kv_dim);
-    be.add_bias(v, l.v_bias, n, kv_dim);
+    be.add_bias(q, l.q_bias, n, c.q_dim());
+    be.add_bias(k, l.k_bias, n, c.kv_dim());
+    be.add_bias(v, l.v_bias, n, c.kv_dim());
   }
-  be.rope(q, n, c.n_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
-  be.rope(k, n, c.n_kv_heads, c.head_dim, step.positions, inv_freq_buf_.f32(), c.rope_style);
+  if (l.q_norm != nullptr) {  // each head normalised on its own
+    be.rms_norm(q, l.q_norm, n * c.n_heads, c.head_dim, c.norm_eps, q);
+    be.rms_norm(k, l.k_norm, n * c.n_kv_heads, c.head_dim, c.norm_eps, k);
+  }
+  be.rope(q, n, c.n_heads, c.head_dim, c.rotary(), step.positions, inv_freq_buf_.f32(), c.rope_style);
+  be.rope(k, n, c.n_kv_heads, c.head_dim, c.rotary(), step.positions, inv_freq_buf_.f32(), c.rope_style);
   be.kv_store({.k = k,
                .v = v,
                .k_cache = cache.k(li),
@@ -323,7 +350,7 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
                .kv_dtype = kc.dtype});
   if (li == c.n_layers / 2) HEARTH_TEST_POINT("engine.kv.store");  // half the layers' K/V of this step written
   be.attention({.q = q,
-                .out = att,
+                .out = att_.f32(),
                 .k_cache = cache.k(li),
                 .v_cache = cache.v(li),
                 .positions = step.positions,
@@ -339,20 +366,69 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
                 .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                 .sliding_window = c.sliding_window,
                 .kv_dtype = kc.dtype});
+}
+
+void LlamaModel::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
+  const ModelConfig& c = rank_config_;
+  Backend& be = backend_;
+  const Layer& l = layers_[static_cast<size_t>(li)];
+  const int64_t ffn = c.hidden_dim;
+  float* gate = gate_.f32();
+  float* up = up_.f32();
+  const bool tanh_form = c.activation == Activation::kGeluTanh;
+  if (c.gated_ffn) {
+    const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
+    const int32_t* const gate_up_perms[] = {l.gate_perm, l.up_perm};
+    permuted_matmuls(in, n, c.dim, gate_up, gate_up_perms);
+    if (l.gate_bias != nullptr) be.add_bias(gate, l.gate_bias, n, ffn);
+    if (l.up_bias != nullptr) be.add_bias(up, l.up_bias, n, ffn);
+    if (c.activation == Activation::kSilu) {
+      be.swiglu(gate, up, n * ffn, gate);
+    } else {
+      be.gelu(gate, up, n * ffn, tanh_form, gate);
+    }
+  } else {
+    const MatmulTarget up_only[] = {{l.ffn_up, gate}};  // [n, ffn]
+    const int32_t* const up_perms[] = {l.up_perm};
+    permuted_matmuls(in, n, c.dim, up_only, up_perms);
+    if (l.up_bias != nullptr) be.add_bias(gate, l.up_bias, n, ffn);
+    be.gelu(gate, nullptr, n * ffn, tanh_form, gate);
+  }
+  be.matmul(*l.ffn_down, gate, n, out);  // [n, dim], this rank's partial sum
+}
+
+Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, const Norm* next_norm) {
+  const ModelConfig& c = rank_config_;
+  Backend& be = backend_;
+  const Layer& l = layers_[static_cast<size_t>(li)];
+  const int64_t n = step.n_tokens;
+  const int64_t dim = c.dim, q_dim = c.q_dim();
+  float* x = x_.f32();
+  float* xn = xn_.f32();
   const MatmulTarget output[] = {{l.attn_output, xn}};  // [n, dim], this rank's partial sum
   const int32_t* const output_perms[] = {l.output_perm};
-  permuted_matmuls(att, n, q_dim, output, output_perms);
+  attention_block(li, step, cache);
+  if (c.residual == Residual::kSequential) {
+    permuted_matmuls(att_.f32(), n, q_dim, output, output_perms);
+    HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
+    if (l.output_bias != nullptr) be.add_bias(xn, l.output_bias, n, dim);
+    add_norm(x, xn, l.ffn_norm, n, xn);  // the residual add fused with the FFN's norm
+    ffn_block(li, xn, n, xn);
+  } else {
+    // Attention and the FFN both read x before either is added: their partial sums are
+    // added first, so that the layer needs one all-reduce.
+    if (c.residual == Residual::kParallel) norm(x, l.ffn_norm, n, xn);  // else the shared norm is there
+    ffn_block(li, xn, n, xn);
+    const MatmulTarget proj[] = {{l.attn_output, proj_.f32()}};
+    permuted_matmuls(att_.f32(), n, q_dim, proj, output_perms);
+    be.add(xn, proj_.f32(), n * dim);
+  }
   HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
-  // Feed-forward block: the residual add fused with its norm.
-  be.add_rms_norm(x, xn, l.ffn_norm, n, dim, c.norm_eps, xn);
-  const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
-  const int32_t* const gate_up_perms[] = {l.gate_perm, l.up_perm};
-  permuted_matmuls(xn, n, dim, gate_up, gate_up_perms);
-  be.swiglu(gate, up, n * ffn, gate);
-  be.matmul(*l.ffn_down, gate, n, xn);  // [n, dim], this rank's partial sum
-  HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
+  // The biases of the projections whose partial sums were reduced, added once.
+  if (c.residual != Residual::kSequential && l.output_bias != nullptr) be.add_bias(xn, l.output_bias, n, dim);
+  if (l.down_bias != nullptr) be.add_bias(xn, l.down_bias, n, dim);
   if (next_norm != nullptr) {
-    be.add_rms_norm(x, xn, next_norm, n, dim, c.norm_eps, xn);
+    add_norm(x, xn, *next_norm, n, xn);
   } else {
     be.add(x, xn, n * dim);
   }
@@ -411,8 +487,7 @@ Status LlamaModel::run_layer(const ModelInput& input, KvCache& cache, int32_t la
   const int64_t n = step.n_tokens, dim = rank_config_.dim;
   const size_t bytes = static_cast<size_t>(n * dim) * sizeof(float);
   backend_.write(x_, 0, hidden, bytes);
-  backend_.rms_norm(x_.f32(), layers_[static_cast<size_t>(layer_index)].attn_norm, n, dim, rank_config_.norm_eps,
-                    xn_.f32());
+  norm(x_.f32(), layers_[static_cast<size_t>(layer_index)].attn_norm, n, xn_.f32());
   HEARTH_RETURN_IF_ERROR(layer(layer_index, step, cache, nullptr));
   backend_.read(x_, 0, hidden, bytes);
   return Status::ok();
@@ -430,9 +505,9 @@ Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, On
   float* xn = xn_.f32();
 
   be.embedding(*token_embd_, step.tokens, n, x);
-  be.rms_norm(x, layers_[0].attn_norm, n, dim, c.norm_eps, xn);
+  norm(x, layers_[0].attn_norm, n, xn);
   for (int32_t li = 0; li < c.n_layers; ++li) {
-    const float* next_norm = li + 1 < c.n_layers ? layers_[static_cast<size_t>(li) + 1].attn_norm : nullptr;
+    const Norm* next_norm = li + 1 < c.n_layers ? &layers_[static_cast<size_t>(li) + 1].attn_norm : nullptr;
     HEARTH_RETURN_IF_ERROR(layer(li, step, cache, next_norm));
   }
 
@@ -444,8 +519,9 @@ Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, On
   for (int64_t i0 = 0; i0 < n_logits; i0 += kLogitChunk) {
     const int64_t m = std::min<int64_t>(kLogitChunk, n_logits - i0);
     be.gather_rows(x, step.logit_rows + i0, m, dim, rows);
-    be.rms_norm(rows, output_norm_, m, dim, c.norm_eps, rows);
+    norm(rows, output_norm_, m, rows);
     be.matmul(*output_, rows, m, logits_.f32());  // [m, vocab]
+    if (output_bias_ != nullptr) be.add_bias(logits_.f32(), output_bias_, m, c.vocab_size);
     on_logits(i0, m);
   }
   return Status::ok();

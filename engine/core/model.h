@@ -1,5 +1,8 @@
-// LlamaModel: the forward pass of the Llama family (Llama 2/3, Mistral, Qwen2,
-// TinyLlama, SmolLM), written once against the Backend interface.
+// LlamaModel: the forward pass of the decoder-only families hearth runs (Llama 2/3,
+// Mistral, Qwen2/3, TinyLlama, SmolLM, GPT-J, GPT-NeoX), written once against the
+// Backend interface. What differs between families is ModelConfig data: RMSNorm or
+// LayerNorm, sequential or parallel residual, gated SiLU or plain GELU FFN, full or
+// partial rotary, q/k norms and biases.
 //
 // A forward call runs one step's ModelInput: tokens of one or more sequences (prefill
 // chunks and decode steps alike); every matmul covers all tokens of the step, attention
@@ -88,9 +91,25 @@ class LlamaModel {
   template <typename OnLogits>
   Status run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits);
 
+  // A norm's weight and (LayerNorm) bias, as copied to the backend.
+  struct Norm {
+    const float* weight = nullptr;
+    const float* bias = nullptr;
+  };
+
   // Layer `li` on x_ (with xn_ its attention norm): K/V into the cache, x_ advanced;
   // xn_ becomes x_'s norm with `next_norm` (the next layer's attention norm) when given.
-  Status layer(int32_t li, const StepInput& step, KvCache& cache, const float* next_norm);
+  Status layer(int32_t li, const StepInput& step, KvCache& cache, const Norm* next_norm);
+  // out = norm(x) per row of dim values (out may be x).
+  void norm(const float* x, const Norm& w, int64_t n, float* out);
+  // x += delta, then out = norm(x) (out may be delta).
+  void add_norm(float* x, const float* delta, const Norm& w, int64_t n, float* out);
+  // The attention block from xn_ (this layer's attention norm): q/k/v, K/V into the
+  // cache, attention into att_.
+  void attention_block(int32_t li, const StepInput& step, KvCache& cache);
+  // The feed-forward block of `in` ([n, dim]) into `out` ([n, dim], this rank's partial
+  // sum, no down bias); `in` may be `out`.
+  void ffn_block(int32_t li, const float* in, int64_t n, float* out);
 
   struct Layer {
     const TensorView* attn_q = nullptr;
@@ -100,11 +119,17 @@ class LlamaModel {
     const TensorView* ffn_gate = nullptr;
     const TensorView* ffn_up = nullptr;
     const TensorView* ffn_down = nullptr;
-    const float* attn_norm = nullptr;  // into vectors_
-    const float* ffn_norm = nullptr;
+    Norm attn_norm;  // into vectors_
+    Norm ffn_norm;   // none with a shared-norm parallel residual
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
+    const float* q_norm = nullptr;  // [head_dim], qk_norm
+    const float* k_norm = nullptr;
+    const float* output_bias = nullptr;
+    const float* gate_bias = nullptr;
+    const float* up_bias = nullptr;
+    const float* down_bias = nullptr;
     // The column order of each matrix stored permuted (act-order GPTQ), into perms_;
     // null: in order. Equal orders share one pointer, so their input is permuted once.
     const int32_t* q_perm = nullptr;
@@ -134,15 +159,17 @@ class LlamaModel {
   std::unique_ptr<BoundWeights> weights_;  // the backend's handles; tensors below point into it
   const TensorView* token_embd_ = nullptr;
   const TensorView* output_ = nullptr;
-  const float* output_norm_ = nullptr;
+  Norm output_norm_;
+  const float* output_bias_ = nullptr;
   std::vector<Layer> layers_;
   std::vector<float> inv_freq_;
   BackendBuffer vectors_;  // norms and biases as float32
   BackendBuffer inv_freq_buf_;
   BackendBuffer perms_;  // the layers' column orders, int32
   // Activations, [max_batch_tokens, width] each; xp_ (a matmul's input in its matrix's
-  // column order) only when some matrix is stored permuted.
-  BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, xp_;
+  // column order) only when some matrix is stored permuted, proj_ (the attention
+  // output's partial sum beside the FFN's) only with a parallel residual.
+  BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, xp_, proj_;
   // Final-norm rows and logits, kLogitChunk rows at a time.
   static constexpr int64_t kLogitChunk = 16;
   BackendBuffer logits_in_, logits_;

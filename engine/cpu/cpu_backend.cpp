@@ -257,12 +257,23 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
-            RopeStyle style) override {
+  void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                  float* out) override {
     if (reference_) {
-      kernels::ref::rope(x, n, n_heads, head_dim, positions, inv_freq, style);
+      kernels::ref::layer_norm(x, weight, bias, n, dim, eps, out);
+      return;
+    }
+    for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      kernels::cpu::layer_norm(x + t0 * dim, weight, bias, t1 - t0, dim, eps, out + t0 * dim);
+    });
+  }
+
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim, const int32_t* positions,
+            const float* inv_freq, RopeStyle style) override {
+    if (reference_) {
+      kernels::ref::rope(x, n, n_heads, head_dim, rotary_dim, positions, inv_freq, style);
     } else {
-      kernels::cpu::rope(x, n, n_heads, head_dim, positions, inv_freq, style);
+      kernels::cpu::rope(x, n, n_heads, head_dim, rotary_dim, positions, inv_freq, style);
     }
   }
 
@@ -353,6 +364,22 @@ class CpuBackend final : public Backend {
     pool_.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
       const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
       kernels::cpu::swiglu(gate + b, up + b, e - b, out + b);
+    });
+  }
+
+  void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) override {
+    if (reference_) {
+      kernels::ref::gelu(x, up, n, tanh_form, out);
+      return;
+    }
+    constexpr int64_t kChunk = 4096;
+    if (!pool_.worth_splitting(n * 16)) {
+      kernels::cpu::gelu(x, up, n, tanh_form, out);
+      return;
+    }
+    pool_.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
+      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+      kernels::cpu::gelu(x + b, up != nullptr ? up + b : nullptr, e - b, tanh_form, out + b);
     });
   }
 

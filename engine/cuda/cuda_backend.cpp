@@ -293,10 +293,15 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::rms_norm(x, weight, n, dim, eps, out, stream_.get()), "rms_norm");
   }
 
-  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
-            RopeStyle style) override {
-    check_cuda(kernels::cuda::rope(x, n, n_heads, head_dim, positions, inv_freq, style == RopeStyle::kInterleaved,
-                                   stream_.get()),
+  void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                  float* out) override {
+    check_cuda(kernels::cuda::layer_norm(x, weight, bias, n, dim, eps, out, stream_.get()), "layer_norm");
+  }
+
+  void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim, const int32_t* positions,
+            const float* inv_freq, RopeStyle style) override {
+    check_cuda(kernels::cuda::rope(x, n, n_heads, head_dim, rotary_dim, positions, inv_freq,
+                                   style == RopeStyle::kInterleaved, stream_.get()),
                "rope");
   }
 
@@ -310,6 +315,10 @@ class CudaBackend final : public Backend {
 
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
     check_cuda(kernels::cuda::swiglu(gate, up, n, out, stream_.get()), "swiglu");
+  }
+
+  void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) override {
+    check_cuda(kernels::cuda::gelu(x, up, n, tanh_form, out, stream_.get()), "gelu");
   }
 
   void add(float* y, const float* x, int64_t n) override {

@@ -2,6 +2,7 @@
 
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops_impl.h"
+#include "kernels/device_math.h"
 
 #include <cmath>
 #include <type_traits>
@@ -43,9 +44,31 @@ void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, 
   for (int64_t t = 0; t < n; ++t) norm_row<true>(x + t * dim, delta + t * dim, weight, dim, eps, out + t * dim);
 }
 
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-          const float* inv_freq, RopeStyle style) {
-  const int64_t half = head_dim / 2;
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* r = x + t * dim;
+    float* o = out + t * dim;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) sum += r[i];
+    const float mean = sum / static_cast<float>(dim);
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += (r[i] - mean) * (r[i] - mean);
+    const float inv = dev::layer_norm_inv(ss, dim, eps);
+    for (int64_t i = 0; i < dim; ++i) o[i] = dev::layer_norm_value(r[i], mean, inv, weight, bias, i);
+  }
+}
+
+void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = dev::gelu(x[i], tanh_form);
+    out[i] = up != nullptr ? g * up[i] : g;
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+          const int32_t* positions, const float* inv_freq, RopeStyle style) {
+  const int64_t half = rotary_dim / 2;
   constexpr int64_t kMaxHalf = 512;  // head_dim <= 1024 (ModelConfig validation)
   float cos_v[kMaxHalf], sin_v[kMaxHalf];
   for (int64_t t = 0; t < n_tokens; ++t) {

@@ -1,4 +1,5 @@
-// CPU elementwise and row ops of the Llama forward pass: RMSNorm, RoPE, SwiGLU, adds.
+// CPU elementwise and row ops of the forward pass: RMSNorm, LayerNorm, RoPE, SwiGLU,
+// GELU, adds.
 // Pure functions over caller-owned memory; thread-safe for disjoint outputs.
 #pragma once
 
@@ -16,12 +17,21 @@ void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float
 // be delta (each row of delta is read before that row of out is written).
 void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps, float* out);
 
-// In-place rotary embedding of x ([n_tokens, n_heads, head_dim]); see ref::rope.
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-          const float* inv_freq, RopeStyle style);
+// LayerNorm of n rows of dim values with weight and bias (bias may be null; out may be
+// x); see ref::layer_norm. Mean and variance in two passes over the row, in float.
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                float* out);
+
+// In-place rotary embedding of the first rotary_dim dimensions of each head of x
+// ([n_tokens, n_heads, head_dim]); see ref::rope.
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+          const int32_t* positions, const float* inv_freq, RopeStyle style);
 
 // out = silu(gate) * up over n values (out may alias gate); e^x by fast_exp.h.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// out = gelu(x) (* up when given) over n values (out may alias x); device_math.h's form.
+void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out);
 
 // The sum of e^(x[i] - max) over n values, each x[i] <= max (the log-normaliser of a row
 // of logits, without its log): vectorized, within ~1e-6 relative of the exact sum.

@@ -1,4 +1,4 @@
-// Elementwise and per-row kernels: embedding, norms, RoPE, SwiGLU, adds, row gathers,
+// Elementwise and per-row kernels: embedding, norms, RoPE, SwiGLU, GELU, adds, row gathers,
 // the KV store. Every value is a device_math.h function of its inputs.
 #include <cuda_runtime.h>
 
@@ -49,9 +49,28 @@ __global__ void rms_norm_kernel(float* x, const float* delta, const float* weigh
   }
 }
 
-__global__ void rope_kernel(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                            const float* inv_freq, bool interleaved) {
-  const int64_t half = head_dim / 2;
+// One block per row: the mean, then the sum of squared deviations, each reduced over
+// the block; then the normalised row.
+__global__ void layer_norm_kernel(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim,
+                                  float eps, float* out) {
+  __shared__ float scratch[32];
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const float* xr = x + t * dim;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += xr[i];
+    const float mean = block_sum(sum, scratch) / static_cast<float>(dim);
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (xr[i] - mean) * (xr[i] - mean);
+    const float inv = dev::layer_norm_inv(block_sum(ss, scratch), dim, eps);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      out[t * dim + i] = dev::layer_norm_value(xr[i], mean, inv, weight, bias, i);
+    }
+  }
+}
+
+__global__ void rope_kernel(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+                            const int32_t* positions, const float* inv_freq, bool interleaved) {
+  const int64_t half = rotary_dim / 2;
   const int64_t total = n * n_heads * half;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -59,7 +78,7 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t n_heads, int64_t head_d
     const int64_t head = i / half;  // t * n_heads + h
     const int64_t t = head / n_heads;
     int32_t a, b;
-    dev::rope_pair(static_cast<int32_t>(pair), static_cast<int32_t>(head_dim), interleaved, a, b);
+    dev::rope_pair(static_cast<int32_t>(pair), static_cast<int32_t>(rotary_dim), interleaved, a, b);
     float* v = x + head * head_dim;
     dev::rope_rotate(v[a], v[b], positions[t], inv_freq[pair]);
   }
@@ -69,6 +88,14 @@ __global__ void swiglu_kernel(const float* gate, const float* up, int64_t n, flo
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[i] = dev::silu_mul(gate[i], up[i]);
+  }
+}
+
+__global__ void gelu_kernel(const float* x, const float* up, int64_t n, bool tanh_form, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = dev::gelu(x[i], tanh_form);
+    out[i] = up != nullptr ? g * up[i] : g;
   }
 }
 
@@ -166,13 +193,21 @@ cudaError_t add_rms_norm(float* x, const float* delta, const float* weight, int6
   return launched();
 }
 
-cudaError_t rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                 const float* inv_freq, bool interleaved, cudaStream_t stream) {
-  if (head_dim % 2 != 0) return cudaErrorNotSupported;
+cudaError_t layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                       float* out, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  const LaunchShape s = elementwise_launch(n * n_heads * (head_dim / 2));
+  const LaunchShape s = rows_launch(n);
+  HEARTH_LAUNCH(layer_norm_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, weight, bias, n, dim, eps, out);
+  return launched();
+}
+
+cudaError_t rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+                 const int32_t* positions, const float* inv_freq, bool interleaved, cudaStream_t stream) {
+  if (rotary_dim % 2 != 0 || rotary_dim < 2 || rotary_dim > head_dim) return cudaErrorNotSupported;
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n * n_heads * (rotary_dim / 2));
   HEARTH_LAUNCH(rope_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
-      x, n, n_heads, head_dim, positions, inv_freq, interleaved);
+      x, n, n_heads, head_dim, rotary_dim, positions, inv_freq, interleaved);
   return launched();
 }
 
@@ -180,6 +215,13 @@ cudaError_t swiglu(const float* gate, const float* up, int64_t n, float* out, cu
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n);
   HEARTH_LAUNCH(swiglu_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(gate, up, n, out);
+  return launched();
+}
+
+cudaError_t gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n);
+  HEARTH_LAUNCH(gelu_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, up, n, tanh_form, out);
   return launched();
 }
 

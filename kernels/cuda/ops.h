@@ -58,12 +58,20 @@ cudaError_t rms_norm(const float* x, const float* weight, int64_t n, int64_t dim
 cudaError_t add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
                          float* out, cudaStream_t stream);
 
-// x: [n, n_heads, head_dim] rotated in place by positions[t] * inv_freq[i] ([head_dim / 2]).
-cudaError_t rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-                 const float* inv_freq, bool interleaved, cudaStream_t stream);
+// out = (x - mean) / sqrt(var + eps) * weight + bias per row ([n, dim]; bias may be
+// null; out may be x).
+cudaError_t layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                       float* out, cudaStream_t stream);
+
+// x: [n, n_heads, head_dim], the first rotary_dim dimensions of each head rotated in place
+// by positions[t] * inv_freq[i] ([rotary_dim / 2]).
+cudaError_t rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+                 const int32_t* positions, const float* inv_freq, bool interleaved, cudaStream_t stream);
 
 // out = silu(gate) * up; y += x; x[t] += bias ([n, dim]); out[i] = x[rows[i]] ([n, dim]).
 cudaError_t swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+// out = gelu(x) (* up when given) over n values, dev::gelu's form.
+cudaError_t gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out, cudaStream_t stream);
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);
 cudaError_t add_bias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
 cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out, cudaStream_t stream);

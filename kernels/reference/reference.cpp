@@ -1,6 +1,7 @@
 #include "kernels/reference/reference.h"
 
 #include <cmath>
+#include <numbers>
 #include <vector>
 
 #include "common/check.h"
@@ -161,9 +162,26 @@ void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float
   }
 }
 
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-          const float* inv_freq, RopeStyle style) {
-  const int64_t half = head_dim / 2;
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float* r = x + t * dim;
+    double mean = 0.0;
+    for (int64_t i = 0; i < dim; ++i) mean += r[i];
+    mean /= static_cast<double>(dim);
+    double var = 0.0;
+    for (int64_t i = 0; i < dim; ++i) var += (r[i] - mean) * (r[i] - mean);
+    const double inv = 1.0 / std::sqrt(var / static_cast<double>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) {
+      const double y = (r[i] - mean) * inv * weight[i] + (bias != nullptr ? bias[i] : 0.0f);
+      out[t * dim + i] = static_cast<float>(y);
+    }
+  }
+}
+
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+          const int32_t* positions, const float* inv_freq, RopeStyle style) {
+  const int64_t half = rotary_dim / 2;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t h = 0; h < n_heads; ++h) {
       float* v = x + (t * n_heads + h) * head_dim;
@@ -182,6 +200,15 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const i
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double phi = tanh_form ? 0.5 * (1.0 + std::tanh(std::sqrt(2.0 / std::numbers::pi) * (v + 0.044715 * v * v * v)))
+                                 : 0.5 * (1.0 + std::erf(v / std::numbers::sqrt2));
+    out[i] = static_cast<float>(v * phi * (up != nullptr ? up[i] : 1.0f));
+  }
 }
 
 namespace {

@@ -29,13 +29,23 @@ void matmul(DType type, const void* w, int64_t rows, int64_t cols, const float* 
 // out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for each of n rows of dim values.
 void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out);
 
-// Rotates each head of x ([n_tokens, n_heads, head_dim]) by angle position * inv_freq[i]
-// for pair i; the pairs are (2i, 2i+1) or (i, i + head_dim/2) as `style` says.
-void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, const int32_t* positions,
-          const float* inv_freq, RopeStyle style);
+// out[t] = (x[t] - mean) / sqrt(var + eps) * weight + bias (bias may be null), over n
+// rows of dim values (out may be x): LayerNorm.
+void layer_norm(const float* x, const float* weight, const float* bias, int64_t n, int64_t dim, float eps,
+                float* out);
+
+// Rotates the first rotary_dim dimensions of each head of x ([n_tokens, n_heads,
+// head_dim]) by angle position * inv_freq[i] for pair i ([rotary_dim / 2]); the pairs
+// are (2i, 2i+1) or (i, i + rotary_dim/2) as `style` says. The rest of a head is kept.
+void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
+          const int32_t* positions, const float* inv_freq, RopeStyle style);
 
 // out = silu(gate) * up, elementwise over n values.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
+
+// out = gelu(x) (* up when up is given), elementwise over n values; the exact (erf) or
+// the tanh form of GELU (device_math.h's gelu_erf / gelu_tanh in double).
+void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out);
 
 // Stores token t's K and V rows at cache slot p.slots[t], each element converted to
 // p.kv_dtype with common/half.h (round to nearest even; f32 copied).

@@ -208,19 +208,40 @@ TEST_F(CudaBackendTest, NormsRopeAndElementwiseOpsMatchTheCpu) {
     gpu_->add_bias(b.f32(), wd.f32(), n, dim);
     expect_near(download(*gpu_, b, x.size()), biased, 0.0f, "add_bias");
   }
-  {  // rope, both pairings, over heads of a head_dim that divides dim
+  {  // layer_norm with and without bias, in place
+    for (bool with_bias : {true, false}) {
+      std::vector<float> want(x.size());
+      cpu_->layer_norm(x.data(), w.data(), with_bias ? y.data() : nullptr, n, dim, 1e-5f, want.data());
+      const BackendBuffer ld = upload(*gpu_, x);
+      gpu_->layer_norm(ld.f32(), wd.f32(), with_bias ? yd.f32() : nullptr, n, dim, 1e-5f, ld.f32());
+      expect_near(download(*gpu_, ld, x.size()), want, 2e-5f, "layer_norm");
+    }
+  }
+  {  // gelu in both forms, of x alone and times y
+    for (bool tanh_form : {false, true}) {
+      for (bool gated : {false, true}) {
+        std::vector<float> want(x.size());
+        cpu_->gelu(x.data(), gated ? y.data() : nullptr, n * dim, tanh_form, want.data());
+        const BackendBuffer out = poisoned(*gpu_, want.size());
+        gpu_->gelu(xd.f32(), gated ? yd.f32() : nullptr, n * dim, tanh_form, out.f32());
+        expect_near(download(*gpu_, out, want.size()), want, 1e-5f, "gelu");
+      }
+    }
+  }
+  {  // rope, both pairings, whole and partial, over heads of a head_dim that divides dim
     const int64_t head_dim = 2 * (1 + static_cast<int64_t>(rng_() % 64)), heads = 3;
+    const int64_t rotary = rng_() % 2 == 0 ? head_dim : 2 * (1 + static_cast<int64_t>(rng_() % (head_dim / 2)));
     const auto q = random_floats(static_cast<size_t>(n * heads * head_dim), rng_);
     std::vector<int32_t> positions(static_cast<size_t>(n));
     for (auto& p : positions) p = static_cast<int32_t>(rng_() % 8192);
-    std::vector<float> inv_freq(static_cast<size_t>(head_dim / 2));
-    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / head_dim);
+    std::vector<float> inv_freq(static_cast<size_t>(rotary / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / rotary);
     const BackendBuffer pd = upload(*gpu_, positions), fd = upload(*gpu_, inv_freq);
     for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
       std::vector<float> want = q;
-      cpu_->rope(want.data(), n, heads, head_dim, positions.data(), inv_freq.data(), style);
+      cpu_->rope(want.data(), n, heads, head_dim, rotary, positions.data(), inv_freq.data(), style);
       const BackendBuffer qd = upload(*gpu_, q);
-      gpu_->rope(qd.f32(), n, heads, head_dim, static_cast<const int32_t*>(pd.data()), fd.f32(), style);
+      gpu_->rope(qd.f32(), n, heads, head_dim, rotary, static_cast<const int32_t*>(pd.data()), fd.f32(), style);
       // Angles up to 8192 radians: the device's sinf/cosf after range reduction agree
       // with the host's to a few 1e-4 there.
       expect_near(download(*gpu_, qd, q.size()), want, 2e-3f, "rope");

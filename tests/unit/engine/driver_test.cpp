@@ -154,12 +154,18 @@ class SamplingCpuBackend final : public Backend {
   void rms_norm(const float* x, const float* w, int64_t n, int64_t dim, float eps, float* out) override {
     cpu_->rms_norm(x, w, n, dim, eps, out);
   }
-  void rope(float* x, int64_t n, int64_t heads, int64_t hd, const int32_t* pos, const float* f, RopeStyle st) override {
-    cpu_->rope(x, n, heads, hd, pos, f, st);
+  void layer_norm(const float* x, const float* w, const float* b, int64_t n, int64_t dim, float eps,
+                  float* out) override {
+    cpu_->layer_norm(x, w, b, n, dim, eps, out);
+  }
+  void rope(float* x, int64_t n, int64_t heads, int64_t hd, int64_t rd, const int32_t* pos, const float* f,
+            RopeStyle st) override {
+    cpu_->rope(x, n, heads, hd, rd, pos, f, st);
   }
   void kv_store(const kernels::KvStoreParams& p) override { cpu_->kv_store(p); }
   void attention(const kernels::AttentionStep& p) override { cpu_->attention(p); }
   void swiglu(const float* g, const float* u, int64_t n, float* out) override { cpu_->swiglu(g, u, n, out); }
+  void gelu(const float* x, const float* u, int64_t n, bool t, float* out) override { cpu_->gelu(x, u, n, t, out); }
   void add(float* y, const float* x, int64_t n) override { cpu_->add(y, x, n); }
   void add_bias(float* x, const float* b, int64_t n, int64_t dim) override { cpu_->add_bias(x, b, n, dim); }
   void gather_rows(const float* x, const int32_t* r, int64_t n, int64_t dim, float* out) override {

@@ -367,19 +367,20 @@ TEST(DeviceMathTest, KvStoreWritesTheReferencesBits) {
 TEST(DeviceMathTest, RopeRotatesAsTheReference) {
   std::mt19937 rng(fresh_seed());
   const int64_t n = 5, n_heads = 3, head_dim = 18;
-  std::vector<float> inv_freq(head_dim / 2);
-  for (size_t i = 0; i < inv_freq.size(); ++i) {
-    inv_freq[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / head_dim));
-  }
   std::vector<int32_t> positions = {0, 1, 17, 500, 4095};
+  for (int64_t rotary : {head_dim, int64_t{6}})
   for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
+    std::vector<float> inv_freq(static_cast<size_t>(rotary / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) {
+      inv_freq[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * static_cast<double>(i) / rotary));
+    }
     auto want = random_floats(static_cast<size_t>(n * n_heads * head_dim), rng);
     auto got = want;
-    ref::rope(want.data(), n, n_heads, head_dim, positions.data(), inv_freq.data(), style);
+    ref::rope(want.data(), n, n_heads, head_dim, rotary, positions.data(), inv_freq.data(), style);
     for (int64_t row = 0; row < n * n_heads; ++row) {
-      for (int32_t i = 0; i < head_dim / 2; ++i) {
+      for (int32_t i = 0; i < rotary / 2; ++i) {
         int32_t a, b;
-        dev::rope_pair(i, head_dim, style == RopeStyle::kInterleaved, a, b);
+        dev::rope_pair(i, static_cast<int32_t>(rotary), style == RopeStyle::kInterleaved, a, b);
         float* v = got.data() + row * head_dim;
         dev::rope_rotate(v[a], v[b], positions[static_cast<size_t>(row / n_heads)], inv_freq[static_cast<size_t>(i)]);
       }
@@ -407,6 +408,27 @@ TEST(DeviceMathTest, ElementwiseOpsMatchTheReference) {
     for (int64_t i = 0; i < dim; ++i) {
       ASSERT_FLOAT_EQ(w[static_cast<size_t>(i)] * (scale * x[static_cast<size_t>(t * dim + i)]),
                       want[static_cast<size_t>(t * dim + i)]);
+    }
+  }
+  for (bool tanh_form : {false, true}) {  // GELU of the gate, times up (GeGLU) and alone
+    ref::gelu(x.data(), up.data(), n * dim, tanh_form, want.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_NEAR(dev::gelu(x[i], tanh_form) * up[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << x[i];
+    }
+  }
+  const auto b = random_floats(static_cast<size_t>(dim), rng);
+  ref::layer_norm(x.data(), w.data(), b.data(), n, dim, 1e-5f, want.data());
+  for (int64_t t = 0; t < n; ++t) {
+    const float* r = x.data() + t * dim;
+    float sum = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) sum += r[i];
+    const float mean = sum / static_cast<float>(dim);
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += (r[i] - mean) * (r[i] - mean);
+    const float inv = dev::layer_norm_inv(ss, dim, 1e-5f);
+    for (int64_t i = 0; i < dim; ++i) {
+      ASSERT_NEAR(dev::layer_norm_value(r[i], mean, inv, w.data(), b.data(), i), want[static_cast<size_t>(t * dim + i)],
+                  1e-5f);
     }
   }
 }

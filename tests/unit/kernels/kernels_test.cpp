@@ -358,18 +358,63 @@ TEST(KernelsTest, FusedAddRmsNormEqualsAddThenRmsNormAndTheReference) {
   }
 }
 
-TEST(KernelsTest, RopeMatchesReferenceInBothStyles) {
+TEST(KernelsTest, RopeMatchesReferenceInBothStylesWholeAndPartial) {
   std::mt19937 rng(6);
   const int64_t n = 3, heads = 5, hd = 12;
-  std::vector<float> inv(hd / 2);
-  for (int64_t i = 0; i < hd / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / hd);
   const std::vector<int32_t> pos = {0, 17, 4095};
-  for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
-    auto a = random_floats(static_cast<size_t>(n * heads * hd), rng), b = a;
-    ref::rope(a.data(), n, heads, hd, pos.data(), inv.data(), style);
-    cpu::rope(b.data(), n, heads, hd, pos.data(), inv.data(), style);
-    for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f);
+  for (int64_t rotary : {hd, int64_t{4}}) {
+    std::vector<float> inv(rotary / 2);
+    for (int64_t i = 0; i < rotary / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / rotary);
+    for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
+      const auto x = random_floats(static_cast<size_t>(n * heads * hd), rng);
+      auto a = x, b = x;
+      ref::rope(a.data(), n, heads, hd, rotary, pos.data(), inv.data(), style);
+      cpu::rope(b.data(), n, heads, hd, rotary, pos.data(), inv.data(), style);
+      for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6f);
+      for (int64_t row = 0; row < n * heads; ++row) {  // the dimensions past rotary_dim are kept
+        for (int64_t d = rotary; d < hd; ++d) ASSERT_EQ(a[row * hd + d], x[row * hd + d]);
+      }
+    }
   }
+}
+
+TEST(KernelsTest, LayerNormMatchesReferenceWithAndWithoutBias) {
+  std::mt19937 rng(16);
+  for (int64_t dim : {1, 7, 64, 333}) {
+    const int64_t n = 3;
+    auto x = random_floats(static_cast<size_t>(n * dim), rng);
+    for (float& v : x) v = 3.0f + 2.0f * v;  // a mean far from zero
+    const auto w = random_floats(static_cast<size_t>(dim), rng), b = random_floats(static_cast<size_t>(dim), rng);
+    for (const float* bias : {b.data(), static_cast<const float*>(nullptr)}) {
+      std::vector<float> want(x.size()), got = x;
+      ref::layer_norm(x.data(), w.data(), bias, n, dim, 1e-5f, want.data());
+      cpu::layer_norm(got.data(), w.data(), bias, n, dim, 1e-5f, got.data());  // in place
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5f) << "dim " << dim << " at " << i;
+    }
+  }
+}
+
+TEST(KernelsTest, GeluMatchesReferenceInBothFormsGatedOrNot) {
+  std::mt19937 rng(17);
+  const int64_t n = 1000;
+  auto x = random_floats(n, rng);
+  for (float& v : x) v *= 12.0f;  // past the tails on both sides
+  const auto up = random_floats(n, rng);
+  for (bool tanh_form : {false, true}) {
+    for (const float* u : {up.data(), static_cast<const float*>(nullptr)}) {
+      std::vector<float> want(n), got = x;
+      ref::gelu(x.data(), u, n, tanh_form, want.data());
+      cpu::gelu(got.data(), u, n, tanh_form, got.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << x[i];
+    }
+  }
+  // The two forms differ (by up to ~1e-3 near |x| = 2), and both are x * Phi(x).
+  float erf_v, tanh_v;
+  const float at = 2.0f;
+  ref::gelu(&at, nullptr, 1, false, &erf_v);
+  ref::gelu(&at, nullptr, 1, true, &tanh_v);
+  EXPECT_NEAR(erf_v, 1.9544997f, 1e-6f);
+  EXPECT_NEAR(tanh_v, 1.9545977f, 1e-6f);
 }
 
 TEST(KernelsTest, RopeStylesAgreeUnderTheRowPermutation) {
@@ -386,8 +431,8 @@ TEST(KernelsTest, RopeStylesAgreeUnderTheRowPermutation) {
     inter[2 * i] = half[i];
     inter[2 * i + 1] = half[i + hd / 2];
   }
-  ref::rope(half.data(), 1, 1, hd, &pos, inv.data(), RopeStyle::kHalf);
-  ref::rope(inter.data(), 1, 1, hd, &pos, inv.data(), RopeStyle::kInterleaved);
+  ref::rope(half.data(), 1, 1, hd, hd, &pos, inv.data(), RopeStyle::kHalf);
+  ref::rope(inter.data(), 1, 1, hd, hd, &pos, inv.data(), RopeStyle::kInterleaved);
   for (int64_t i = 0; i < hd / 2; ++i) {
     EXPECT_FLOAT_EQ(inter[2 * i], half[i]);
     EXPECT_FLOAT_EQ(inter[2 * i + 1], half[i + hd / 2]);
