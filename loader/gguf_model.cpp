@@ -1,22 +1,54 @@
 // GGUF container -> LoadedModel.
 #include <cmath>
 
+#include "loader/fused_qkv.h"
 #include "loader/gguf.h"
 #include "loader/model.h"
 
 namespace hearth {
 namespace {
 
+// What llama.cpp's name for an architecture implies beyond its metadata keys. Biases
+// are read from which tensors the file has.
 struct ArchInfo {
   std::string_view name;
-  RopeStyle rope_style;  // llama.cpp's converter permutes llama q/k rows, not qwen2's
-  bool qkv_bias;
+  RopeStyle rope_style;  // llama.cpp's converter permutes llama q/k rows, not the others'
+  NormKind norm;
+  Residual residual;
+  Activation activation;
+  bool gated_ffn;
+  bool qk_norm;
 };
 
 constexpr ArchInfo kArchs[] = {
-    {"llama", RopeStyle::kInterleaved, false},
-    {"qwen2", RopeStyle::kHalf, true},
+    {"llama", RopeStyle::kInterleaved, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false},
+    {"qwen2", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false},
+    {"qwen3", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true},
+    // GPT-NeoX's own activation is the exact GELU (hidden_act "gelu"); the file does not say.
+    {"gptneox", RopeStyle::kHalf, NormKind::kLayer, Residual::kParallel, Activation::kGelu, false, false},
+    {"gptj", RopeStyle::kInterleaved, NormKind::kLayer, Residual::kParallelSharedNorm, Activation::kGeluTanh, false,
+     false},
 };
+
+// Metadata keys that change the math and that hearth does not implement, refused by name.
+constexpr std::string_view kUnimplementedKeys[] = {
+    ".attn_logit_softcapping", ".final_logit_softcapping", ".expert_count", ".expert_used_count",
+    ".attention.sliding_window_pattern", ".embedding_scale", ".logit_scale", ".residual_scale",
+    ".attention.clamp_kqv",
+};
+
+// Whether a metadata value says anything: not zero, false, empty.
+bool value_set(const GgufValue& v) {
+  switch (v.type) {
+    case GgufValue::Type::kUint: return v.u != 0;
+    case GgufValue::Type::kInt: return v.i != 0;
+    case GgufValue::Type::kFloat: return v.f != 0.0;
+    case GgufValue::Type::kBool: return v.b;
+    case GgufValue::Type::kString: return !v.s.empty();
+    case GgufValue::Type::kArray: return !v.strings.empty() || !v.ints.empty() || !v.floats.empty() || !v.nested.empty();
+  }
+  return true;
+}
 
 Result<int32_t> get_dim(const GgufFile& f, const std::string& key, std::optional<int64_t> fallback = std::nullopt) {
   HEARTH_ASSIGN_OR_RETURN(auto v, f.get_uint(key));
@@ -94,17 +126,33 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   }
   if (arch == nullptr) {
     return make_error(ErrorCode::kUnsupported,
-                      "GGUF architecture \"{}\" is not supported (hearth runs llama, qwen2 and the models stored as "
-                      "llama: Mistral, TinyLlama, SmolLM)",
+                      "GGUF architecture \"{}\" is not supported (hearth runs llama, qwen2, qwen3, gptneox, gptj and "
+                      "the models stored as llama: Mistral, TinyLlama, SmolLM)",
                       *arch_name);
   }
   const std::string a(arch->name);
+  for (std::string_view key : kUnimplementedKeys) {
+    const GgufValue* v = gguf.find(a + std::string(key));
+    if (v != nullptr && value_set(*v)) {
+      return make_error(ErrorCode::kUnsupported, "GGUF {}{} is set, and hearth's {} does not implement it", a, key, a);
+    }
+  }
   LoadedModel model;
   model.format = ModelFormat::kGguf;
   ModelConfig& c = model.config;
   c.architecture = a;
   c.rope_style = arch->rope_style;
-  c.qkv_bias = arch->qkv_bias;
+  c.norm = arch->norm;
+  c.residual = arch->residual;
+  c.activation = arch->activation;
+  c.gated_ffn = arch->gated_ffn;
+  c.qk_norm = arch->qk_norm;
+  for (const TensorView& t : gguf.tensors) {
+    c.qkv_bias = c.qkv_bias || t.name.ends_with(".attn_q.bias") || t.name.ends_with(".attn_qkv.bias");
+    c.attn_output_bias = c.attn_output_bias || t.name.ends_with(".attn_output.bias");
+    c.ffn_bias = c.ffn_bias || t.name.ends_with(".ffn_up.bias");
+    c.output_bias = c.output_bias || t.name == "output.bias";
+  }
   HEARTH_ASSIGN_OR_RETURN(c.dim, get_dim(gguf, a + ".embedding_length"));
   HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_dim(gguf, a + ".feed_forward_length"));
   HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_dim(gguf, a + ".block_count"));
@@ -119,12 +167,14 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
                       value_dim);
   }
   HEARTH_ASSIGN_OR_RETURN(const int32_t rope_dims, get_dim(gguf, a + ".rope.dimension_count", c.head_dim));
-  if (rope_dims != c.head_dim) {
-    return make_error(ErrorCode::kUnsupported, "partial rotary embeddings ({} of {} dims) are not supported",
-                      rope_dims, c.head_dim);
-  }
-  HEARTH_ASSIGN_OR_RETURN(auto eps, gguf.get_float(a + ".attention.layer_norm_rms_epsilon"));
+  c.rotary_dim = rope_dims == c.head_dim ? 0 : rope_dims;
+  HEARTH_ASSIGN_OR_RETURN(auto eps, gguf.get_float(a + (c.norm == NormKind::kLayer ? ".attention.layer_norm_epsilon"
+                                                                                  : ".attention.layer_norm_rms_epsilon")));
   c.norm_eps = static_cast<float>(eps.value_or(1e-5));
+  if (a == "gptneox") {
+    HEARTH_ASSIGN_OR_RETURN(auto parallel, gguf.get_bool("gptneox.use_parallel_residual"));
+    c.residual = parallel.value_or(true) ? Residual::kParallel : Residual::kSequential;
+  }
   HEARTH_ASSIGN_OR_RETURN(auto theta, gguf.get_float(a + ".rope.freq_base"));
   c.rope_theta = static_cast<float>(theta.value_or(10000.0));
   HEARTH_ASSIGN_OR_RETURN(auto scaling, gguf.get_string(a + ".rope.scaling.type"));
@@ -151,6 +201,7 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   model.name = name.value_or(path.stem().string());
   model.tensors = std::move(gguf.tensors);
   model.files.push_back(std::move(file));
+  HEARTH_RETURN_IF_ERROR(split_fused_qkv(model, QkvLayout::kBlocks));
   return model;
 }
 

@@ -1,8 +1,10 @@
 // Hugging Face directory (config.json + safetensors) -> LoadedModel.
 #include <algorithm>
 #include <set>
+#include <span>
 
 #include "common/json.h"
+#include "loader/fused_qkv.h"
 #include "loader/model.h"
 #include "loader/prequantized.h"
 #include "loader/safetensors.h"
@@ -12,24 +14,22 @@ namespace {
 
 constexpr size_t kMaxConfigBytes = 16u << 20;
 
-struct HfArch {
-  std::string_view hf_name;
-  std::string_view name;
-  bool qkv_bias;
+using NamePair = std::pair<std::string_view, std::string_view>;
+
+// One family's parameter names: whole-model ones, and those under `layer_prefix` N.
+struct HfNames {
+  std::string_view layer_prefix;
+  std::span<const NamePair> globals;
+  std::span<const NamePair> layers;
+  std::span<const std::string_view> buffers;  // layer parameters that carry no weights
 };
 
-constexpr HfArch kArchs[] = {
-    {"LlamaForCausalLM", "llama", false},
-    {"MistralForCausalLM", "mistral", false},
-    {"Qwen2ForCausalLM", "qwen2", true},
-};
-
-constexpr std::pair<std::string_view, std::string_view> kGlobalNames[] = {
+constexpr NamePair kLlamaGlobals[] = {
     {"model.embed_tokens.weight", "token_embd.weight"},
     {"model.norm.weight", "output_norm.weight"},
     {"lm_head.weight", "output.weight"},
 };
-constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
+constexpr NamePair kLlamaLayers[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
     {"self_attn.k_proj.weight", "attn_k.weight"},
@@ -37,28 +37,111 @@ constexpr std::pair<std::string_view, std::string_view> kLayerNames[] = {
     {"self_attn.q_proj.bias", "attn_q.bias"},
     {"self_attn.k_proj.bias", "attn_k.bias"},
     {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
     {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.o_proj.bias", "attn_output.bias"},
     {"post_attention_layernorm.weight", "ffn_norm.weight"},
     {"mlp.gate_proj.weight", "ffn_gate.weight"},
     {"mlp.up_proj.weight", "ffn_up.weight"},
     {"mlp.down_proj.weight", "ffn_down.weight"},
+    {"mlp.gate_proj.bias", "ffn_gate.bias"},
+    {"mlp.up_proj.bias", "ffn_up.bias"},
+    {"mlp.down_proj.bias", "ffn_down.bias"},
 };
+constexpr std::string_view kLlamaBuffers[] = {"self_attn.rotary_emb.inv_freq"};
+
+constexpr NamePair kNeoxGlobals[] = {
+    {"gpt_neox.embed_in.weight", "token_embd.weight"},
+    {"gpt_neox.final_layer_norm.weight", "output_norm.weight"},
+    {"gpt_neox.final_layer_norm.bias", "output_norm.bias"},
+    {"embed_out.weight", "output.weight"},
+};
+constexpr NamePair kNeoxLayers[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"input_layernorm.bias", "attn_norm.bias"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"post_attention_layernorm.bias", "ffn_norm.bias"},
+    {"attention.query_key_value.weight", "attn_qkv.weight"},
+    {"attention.query_key_value.bias", "attn_qkv.bias"},
+    {"attention.dense.weight", "attn_output.weight"},
+    {"attention.dense.bias", "attn_output.bias"},
+    {"mlp.dense_h_to_4h.weight", "ffn_up.weight"},
+    {"mlp.dense_h_to_4h.bias", "ffn_up.bias"},
+    {"mlp.dense_4h_to_h.weight", "ffn_down.weight"},
+    {"mlp.dense_4h_to_h.bias", "ffn_down.bias"},
+};
+constexpr std::string_view kNeoxBuffers[] = {"attention.bias", "attention.masked_bias", "attention.rotary_emb.inv_freq"};
+
+constexpr NamePair kGptjGlobals[] = {
+    {"transformer.wte.weight", "token_embd.weight"},
+    {"transformer.ln_f.weight", "output_norm.weight"},
+    {"transformer.ln_f.bias", "output_norm.bias"},
+    {"lm_head.weight", "output.weight"},
+    {"lm_head.bias", "output.bias"},
+};
+constexpr NamePair kGptjLayers[] = {
+    {"ln_1.weight", "attn_norm.weight"},
+    {"ln_1.bias", "attn_norm.bias"},
+    {"attn.q_proj.weight", "attn_q.weight"},
+    {"attn.k_proj.weight", "attn_k.weight"},
+    {"attn.v_proj.weight", "attn_v.weight"},
+    {"attn.out_proj.weight", "attn_output.weight"},
+    {"mlp.fc_in.weight", "ffn_up.weight"},
+    {"mlp.fc_in.bias", "ffn_up.bias"},
+    {"mlp.fc_out.weight", "ffn_down.weight"},
+    {"mlp.fc_out.bias", "ffn_down.bias"},
+};
+constexpr std::string_view kGptjBuffers[] = {"attn.bias", "attn.masked_bias"};
+
+constexpr HfNames kLlamaNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers};
+constexpr HfNames kNeoxNames{"gpt_neox.layers.", kNeoxGlobals, kNeoxLayers, kNeoxBuffers};
+constexpr HfNames kGptjNames{"transformer.h.", kGptjGlobals, kGptjLayers, kGptjBuffers};
+
+Status read_llama_config(const boost::json::object& cfg, ModelConfig& c);
+Status read_neox_config(const boost::json::object& cfg, ModelConfig& c);
+Status read_gptj_config(const boost::json::object& cfg, ModelConfig& c);
+
+struct HfArch {
+  std::string_view hf_name;
+  std::string_view name;  // GGUF spelling
+  const HfNames* names;
+  Status (*read)(const boost::json::object& cfg, ModelConfig& c);
+};
+
+constexpr HfArch kArchs[] = {
+    {"LlamaForCausalLM", "llama", &kLlamaNames, read_llama_config},
+    {"MistralForCausalLM", "mistral", &kLlamaNames, read_llama_config},
+    {"Qwen2ForCausalLM", "qwen2", &kLlamaNames, read_llama_config},
+    {"Qwen3ForCausalLM", "qwen3", &kLlamaNames, read_llama_config},
+    {"GPTNeoXForCausalLM", "gptneox", &kNeoxNames, read_neox_config},
+    {"GPTJForCausalLM", "gptj", &kGptjNames, read_gptj_config},
+};
+
+const HfArch* find_arch(std::string_view hf_name) {
+  for (const HfArch& a : kArchs) {
+    if (a.hf_name == hf_name) return &a;
+  }
+  return nullptr;
+}
 
 // HF parameter name -> canonical name; empty for buffers that carry no weights.
 // Names that match nothing are kept as they are, so that the tensor check refuses them.
-std::string canonical_name(const std::string& hf) {
-  for (const auto& [from, to] : kGlobalNames) {
+std::string canonical_name(const HfNames& names, const std::string& hf) {
+  for (const auto& [from, to] : names.globals) {
     if (hf == from) return std::string(to);
   }
-  constexpr std::string_view kPrefix = "model.layers.";
-  if (hf.starts_with(kPrefix)) {
-    const size_t dot = hf.find('.', kPrefix.size());
-    if (dot != std::string::npos && dot > kPrefix.size() && dot - kPrefix.size() <= 4) {
-      const std::string index = hf.substr(kPrefix.size(), dot - kPrefix.size());
+  const std::string_view prefix = names.layer_prefix;
+  if (hf.starts_with(prefix)) {
+    const size_t dot = hf.find('.', prefix.size());
+    if (dot != std::string::npos && dot > prefix.size() && dot - prefix.size() <= 4) {
+      const std::string index = hf.substr(prefix.size(), dot - prefix.size());
       const std::string_view rest = std::string_view(hf).substr(dot + 1);
       if (index.find_first_not_of("0123456789") == std::string::npos) {
-        if (rest == "self_attn.rotary_emb.inv_freq") return "";
-        for (const auto& [from, to] : kLayerNames) {
+        for (std::string_view b : names.buffers) {
+          if (rest == b) return "";
+        }
+        for (const auto& [from, to] : names.layers) {
           if (rest == from) return fmt::format("blk.{}.{}", std::stoi(index), to);
         }
       }
@@ -96,34 +179,95 @@ Status append_ids(const boost::json::object& obj, std::string_view key, std::vec
   return push(it->value());
 }
 
-Status read_config(const boost::json::object& cfg, ModelConfig& c) {
-  const auto* archs = json_find_array(cfg, "architectures");
-  std::string hf_arch;
-  if (archs != nullptr && !archs->empty() && (*archs)[0].is_string()) hf_arch = std::string((*archs)[0].as_string());
-  const HfArch* arch = nullptr;
-  for (const HfArch& a : kArchs) {
-    if (a.hf_name == hf_arch) arch = &a;
+// Config fields that change the math of a family that does not have them: refused by
+// name rather than ignored (a false, null, zero or empty value is their absence).
+constexpr std::string_view kUnimplementedFields[] = {
+    "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "sliding_window_pattern",
+    "num_experts",            "num_local_experts",       "n_routed_experts",      "moe_intermediate_size",
+    "use_qk_norm",            "alibi",                   "use_alibi",             "embedding_multiplier",
+    "logits_scaling",         "residual_multiplier",     "attention_multiplier",  "clip_qkv",
+};
+
+Status refuse_unimplemented(const boost::json::object& cfg, std::string_view arch) {
+  for (std::string_view key : kUnimplementedFields) {
+    const auto it = cfg.find(boost::json::string_view(key.data(), key.size()));
+    if (it == cfg.end()) continue;
+    const boost::json::value& v = it->value();
+    const bool absent = v.is_null() || (v.is_bool() && !v.as_bool()) || (v.is_int64() && v.as_int64() == 0) ||
+                        (v.is_uint64() && v.as_uint64() == 0) || (v.is_double() && v.as_double() == 0.0) ||
+                        (v.is_array() && v.as_array().empty());
+    if (!absent) {
+      return make_error(ErrorCode::kUnsupported,
+                        "\"{}\" is set, and hearth's {} does not implement it; refusing to run the model without it",
+                        key, arch);
+    }
   }
-  if (arch == nullptr) {
+  return Status::ok();
+}
+
+Status read_rope_scaling(const boost::json::object& cfg, ModelConfig& c) {
+  const auto* rs = json_find_object(cfg, "rope_scaling");
+  if (rs == nullptr) return Status::ok();
+  HEARTH_ASSIGN_OR_RETURN(auto type, json_opt_string(*rs, "rope_type"));
+  if (!type) {
+    HEARTH_ASSIGN_OR_RETURN(type, json_opt_string(*rs, "type"));
+  }
+  HEARTH_ASSIGN_OR_RETURN(auto factor, json_opt_number(*rs, "factor"));
+  const std::string t = type.value_or("default");
+  if (t == "linear") {
+    c.rope_scaling.type = RopeScalingType::kLinear;
+    c.rope_scaling.factor = static_cast<float>(factor.value_or(1.0));
+  } else if (t == "llama3") {
+    c.rope_scaling.type = RopeScalingType::kLlama3;
+    c.rope_scaling.factor = static_cast<float>(factor.value_or(8.0));
+    HEARTH_ASSIGN_OR_RETURN(auto lo, json_opt_number(*rs, "low_freq_factor"));
+    HEARTH_ASSIGN_OR_RETURN(auto hi, json_opt_number(*rs, "high_freq_factor"));
+    HEARTH_ASSIGN_OR_RETURN(auto orig, json_opt_int(*rs, "original_max_position_embeddings"));
+    c.rope_scaling.low_freq_factor = static_cast<float>(lo.value_or(1.0));
+    c.rope_scaling.high_freq_factor = static_cast<float>(hi.value_or(4.0));
+    c.rope_scaling.original_context = static_cast<int32_t>(std::clamp<int64_t>(orig.value_or(8192), 0, INT32_MAX));
+  } else if (t != "default") {
     return make_error(ErrorCode::kUnsupported,
-                      "architecture \"{}\" is not supported (hearth runs LlamaForCausalLM, MistralForCausalLM and "
-                      "Qwen2ForCausalLM)",
-                      hf_arch.empty() ? "(none given)" : hf_arch);
+                      "rope_scaling type \"{}\" is not supported (linear and llama3 are)", t);
   }
-  c.architecture = std::string(arch->name);
-  c.qkv_bias = arch->qkv_bias;
+  return Status::ok();
+}
+
+// The activation a config names: silu, gelu (exact), or one of the tanh forms.
+Result<Activation> read_activation(const boost::json::object& cfg, std::string_view key, std::string_view fallback) {
+  HEARTH_ASSIGN_OR_RETURN(auto act, json_opt_string(cfg, key));
+  const std::string a = act.value_or(std::string(fallback));
+  if (a == "silu" || a == "swish") return Activation::kSilu;
+  if (a == "gelu") return Activation::kGelu;
+  if (a == "gelu_new" || a == "gelu_fast" || a == "gelu_pytorch_tanh") return Activation::kGeluTanh;
+  return make_error(ErrorCode::kUnsupported, "{} \"{}\" is not supported (silu, gelu, gelu_new, gelu_pytorch_tanh are)",
+                    key, a);
+}
+
+// partial_rotary_factor / rotary_pct: the share of a head RoPE rotates.
+Status read_rotary_share(const boost::json::object& cfg, std::string_view key, double fallback, ModelConfig& c) {
+  HEARTH_ASSIGN_OR_RETURN(auto share, json_opt_number(cfg, key));
+  const double f = share.value_or(fallback);
+  if (!(f > 0.0 && f <= 1.0)) return make_error(ErrorCode::kFormat, "\"{}\" is {}, not in (0, 1]", key, f);
+  const auto dims = static_cast<int32_t>(static_cast<double>(c.head_dim) * f);
+  c.rotary_dim = dims == c.head_dim ? 0 : dims;
+  return Status::ok();
+}
+
+Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
+  c.qkv_bias = c.architecture == "qwen2";
+  c.qk_norm = c.architecture == "qwen3";
   c.rope_style = RopeStyle::kHalf;  // HF checkpoints are laid out for rotate_half
 
-  HEARTH_ASSIGN_OR_RETURN(auto act, json_opt_string(cfg, "hidden_act"));
-  if (act && *act != "silu") {
-    return make_error(ErrorCode::kUnsupported, "hidden_act \"{}\" is not supported (silu is)", *act);
-  }
+  HEARTH_ASSIGN_OR_RETURN(c.activation, read_activation(cfg, "hidden_act", "silu"));
   HEARTH_ASSIGN_OR_RETURN(auto attention_bias, json_opt_bool(cfg, "attention_bias"));
   HEARTH_ASSIGN_OR_RETURN(auto mlp_bias, json_opt_bool(cfg, "mlp_bias"));
-  if (attention_bias.value_or(false) || mlp_bias.value_or(false)) {
-    return make_error(ErrorCode::kUnsupported, "attention_bias / mlp_bias (biases on o_proj and the MLP) are not "
-                      "supported");
+  if (attention_bias.value_or(false)) {
+    // Llama's attention_bias: q, k, v and o (Qwen2's bias is on q, k and v only, always).
+    c.qkv_bias = true;
+    c.attn_output_bias = c.architecture != "qwen3";
   }
+  c.ffn_bias = mlp_bias.value_or(false);
   HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
   HEARTH_ASSIGN_OR_RETURN(c.dim, get_int(cfg, "hidden_size", std::nullopt));
   HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "intermediate_size", std::nullopt));
@@ -132,6 +276,7 @@ Status read_config(const boost::json::object& cfg, ModelConfig& c) {
   HEARTH_ASSIGN_OR_RETURN(c.n_kv_heads, get_int(cfg, "num_key_value_heads", c.n_heads));
   if (c.n_heads == 0) return make_error(ErrorCode::kFormat, "config.json num_attention_heads is 0");
   HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", c.dim / c.n_heads));
+  HEARTH_RETURN_IF_ERROR(read_rotary_share(cfg, "partial_rotary_factor", 1.0, c));
   HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 2048));
   HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
   c.norm_eps = static_cast<float>(eps.value_or(1e-6));
@@ -143,34 +288,97 @@ Status read_config(const boost::json::object& cfg, ModelConfig& c) {
   HEARTH_ASSIGN_OR_RETURN(auto use_sliding, json_opt_bool(cfg, "use_sliding_window"));
   HEARTH_ASSIGN_OR_RETURN(auto window, json_opt_int(cfg, "sliding_window"));
   if (window && use_sliding.value_or(true) && *window > 0 && *window < c.max_context) {
-    c.sliding_window = static_cast<int32_t>(std::min<int64_t>(*window, INT32_MAX));
+    if (c.architecture == "qwen2" || c.architecture == "qwen3") {
+      // Qwen's sliding window covers only the layers from max_window_layers on.
+      HEARTH_ASSIGN_OR_RETURN(auto from, json_opt_int(cfg, "max_window_layers"));
+      if (from && *from < c.n_layers) {
+        return make_error(ErrorCode::kUnsupported, "use_sliding_window with max_window_layers {} of {} layers (a "
+                          "window on some layers only) is not implemented", *from, c.n_layers);
+      }
+    } else {
+      c.sliding_window = static_cast<int32_t>(std::min<int64_t>(*window, INT32_MAX));
+    }
   }
+  return read_rope_scaling(cfg, c);
+}
 
-  if (const auto* rs = json_find_object(cfg, "rope_scaling")) {
-    HEARTH_ASSIGN_OR_RETURN(auto type, json_opt_string(*rs, "rope_type"));
-    if (!type) {
-      HEARTH_ASSIGN_OR_RETURN(type, json_opt_string(*rs, "type"));
-    }
-    HEARTH_ASSIGN_OR_RETURN(auto factor, json_opt_number(*rs, "factor"));
-    const std::string t = type.value_or("default");
-    if (t == "linear") {
-      c.rope_scaling.type = RopeScalingType::kLinear;
-      c.rope_scaling.factor = static_cast<float>(factor.value_or(1.0));
-    } else if (t == "llama3") {
-      c.rope_scaling.type = RopeScalingType::kLlama3;
-      c.rope_scaling.factor = static_cast<float>(factor.value_or(8.0));
-      HEARTH_ASSIGN_OR_RETURN(auto lo, json_opt_number(*rs, "low_freq_factor"));
-      HEARTH_ASSIGN_OR_RETURN(auto hi, json_opt_number(*rs, "high_freq_factor"));
-      HEARTH_ASSIGN_OR_RETURN(auto orig, json_opt_int(*rs, "original_max_position_embeddings"));
-      c.rope_scaling.low_freq_factor = static_cast<float>(lo.value_or(1.0));
-      c.rope_scaling.high_freq_factor = static_cast<float>(hi.value_or(4.0));
-      c.rope_scaling.original_context = static_cast<int32_t>(std::clamp<int64_t>(orig.value_or(8192), 0, INT32_MAX));
-    } else if (t != "default") {
-      return make_error(ErrorCode::kUnsupported, "rope_scaling type \"{}\" is not supported (linear and llama3 are)",
-                        t);
-    }
+Status read_neox_config(const boost::json::object& cfg, ModelConfig& c) {
+  c.norm = NormKind::kLayer;
+  c.gated_ffn = false;
+  c.rope_style = RopeStyle::kHalf;
+  HEARTH_ASSIGN_OR_RETURN(c.activation, read_activation(cfg, "hidden_act", "gelu"));
+  HEARTH_ASSIGN_OR_RETURN(auto parallel, json_opt_bool(cfg, "use_parallel_residual"));
+  c.residual = parallel.value_or(true) ? Residual::kParallel : Residual::kSequential;
+  HEARTH_ASSIGN_OR_RETURN(auto attention_bias, json_opt_bool(cfg, "attention_bias"));
+  c.qkv_bias = c.attn_output_bias = attention_bias.value_or(true);
+  c.ffn_bias = true;
+  HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.dim, get_int(cfg, "hidden_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "intermediate_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_int(cfg, "num_hidden_layers", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_heads, get_int(cfg, "num_attention_heads", std::nullopt));
+  if (c.n_heads == 0) return make_error(ErrorCode::kFormat, "config.json num_attention_heads is 0");
+  c.n_kv_heads = c.n_heads;
+  c.head_dim = c.dim / c.n_heads;
+  HEARTH_RETURN_IF_ERROR(read_rotary_share(cfg, "rotary_pct", 0.25, c));
+  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 2048));
+  HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "layer_norm_eps"));
+  c.norm_eps = static_cast<float>(eps.value_or(1e-5));
+  HEARTH_ASSIGN_OR_RETURN(auto theta, json_opt_number(cfg, "rotary_emb_base"));
+  if (!theta) {
+    HEARTH_ASSIGN_OR_RETURN(theta, json_opt_number(cfg, "rope_theta"));
+  }
+  c.rope_theta = static_cast<float>(theta.value_or(10000.0));
+  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(cfg, "tie_word_embeddings"));
+  c.tied_embeddings = tied.value_or(false);
+  return read_rope_scaling(cfg, c);
+}
+
+Status read_gptj_config(const boost::json::object& cfg, ModelConfig& c) {
+  c.norm = NormKind::kLayer;
+  c.gated_ffn = false;
+  c.residual = Residual::kParallelSharedNorm;
+  c.rope_style = RopeStyle::kInterleaved;  // rotate_every_two
+  c.ffn_bias = true;
+  c.output_bias = true;
+  HEARTH_ASSIGN_OR_RETURN(c.activation, read_activation(cfg, "activation_function", "gelu_new"));
+  HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.dim, get_int(cfg, "n_embd", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(auto inner, json_opt_int(cfg, "n_inner"));
+  c.hidden_dim = static_cast<int32_t>(std::clamp<int64_t>(inner.value_or(4 * static_cast<int64_t>(c.dim)), 0, INT32_MAX));
+  HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_int(cfg, "n_layer", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_heads, get_int(cfg, "n_head", std::nullopt));
+  if (c.n_heads == 0) return make_error(ErrorCode::kFormat, "config.json n_head is 0");
+  c.n_kv_heads = c.n_heads;
+  c.head_dim = c.dim / c.n_heads;
+  HEARTH_ASSIGN_OR_RETURN(auto rotary, json_opt_int(cfg, "rotary_dim"));
+  if (rotary && *rotary != c.head_dim) c.rotary_dim = static_cast<int32_t>(std::clamp<int64_t>(*rotary, -1, INT32_MAX));
+  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "n_positions", 2048));
+  HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "layer_norm_epsilon"));
+  c.norm_eps = static_cast<float>(eps.value_or(1e-5));
+  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(cfg, "tie_word_embeddings"));
+  c.tied_embeddings = tied.value_or(false);
+  if (c.tied_embeddings) {
+    return make_error(ErrorCode::kUnsupported, "tie_word_embeddings with GPT-J's lm_head bias is not implemented");
   }
   return Status::ok();
+}
+
+Result<const HfArch*> read_config(const boost::json::object& cfg, ModelConfig& c) {
+  const auto* archs = json_find_array(cfg, "architectures");
+  std::string hf_arch;
+  if (archs != nullptr && !archs->empty() && (*archs)[0].is_string()) hf_arch = std::string((*archs)[0].as_string());
+  const HfArch* arch = find_arch(hf_arch);
+  if (arch == nullptr) {
+    std::string known;
+    for (const HfArch& a : kArchs) known += fmt::format("{}{}", known.empty() ? "" : ", ", a.hf_name);
+    return make_error(ErrorCode::kUnsupported, "architecture \"{}\" is not supported (hearth runs {})",
+                      hf_arch.empty() ? "(none given)" : hf_arch, known);
+  }
+  c.architecture = std::string(arch->name);
+  HEARTH_RETURN_IF_ERROR(refuse_unimplemented(cfg, arch->hf_name));
+  HEARTH_RETURN_IF_ERROR(arch->read(cfg, c));
+  return arch;
 }
 
 bool safe_file_name(const std::string& name) {
@@ -180,8 +388,13 @@ bool safe_file_name(const std::string& name) {
 
 }  // namespace
 
-std::optional<std::string> hf_parameter_name(const std::string& canonical) {
-  for (const auto& [hf, ours] : kGlobalNames) {
+std::optional<std::string> hf_parameter_name(const std::string& canonical, std::string_view architecture) {
+  const HfNames* names = nullptr;
+  for (const HfArch& a : kArchs) {
+    if (a.name == architecture) names = a.names;
+  }
+  if (names == nullptr) return std::nullopt;
+  for (const auto& [hf, ours] : names->globals) {
     if (canonical == ours) return std::string(hf);
   }
   constexpr std::string_view kPrefix = "blk.";
@@ -191,8 +404,8 @@ std::optional<std::string> hf_parameter_name(const std::string& canonical) {
   const std::string index = canonical.substr(kPrefix.size(), dot - kPrefix.size());
   if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
   const std::string_view rest = std::string_view(canonical).substr(dot + 1);
-  for (const auto& [hf, ours] : kLayerNames) {
-    if (rest == ours) return fmt::format("model.layers.{}.{}", index, hf);
+  for (const auto& [hf, ours] : names->layers) {
+    if (rest == ours) return fmt::format("{}{}.{}", names->layer_prefix, index, hf);
   }
   return std::nullopt;
 }
@@ -207,7 +420,10 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
   HEARTH_ASSIGN_OR_RETURN(boost::json::value config_json, json_parse(config_text, "config.json"));
   if (!config_json.is_object()) return make_error(ErrorCode::kFormat, "config.json is not a JSON object");
   const auto& cfg = config_json.as_object();
-  HEARTH_RETURN_IF_ERROR(read_config(cfg, model.config).with_context("config.json"));
+  auto arch = read_config(cfg, model.config);
+  if (!arch.is_ok()) return arch.status().with_context("config.json");
+  const HfNames& names = *(*arch)->names;
+  auto canonical = [&names](const std::string& hf) { return canonical_name(names, hf); };
   HEARTH_ASSIGN_OR_RETURN(const std::optional<PrequantConfig> prequant, prequant_config(cfg));
 
   // Which files hold the weights: the shard index when there is one.
@@ -246,7 +462,7 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
       int32_tensors.push_back(std::move(t));
     }
     for (TensorView& t : st.tensors) {
-      std::string name = canonical_name(t.name);
+      std::string name = canonical(t.name);
       if (name.empty()) continue;
       if (name == "output.weight" && model.config.tied_embeddings) continue;  // transformers ties it anyway
       if (!seen.insert(name).second) {
@@ -258,7 +474,10 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
     model.files.push_back(std::move(file));
   }
   if (prequant) {
-    HEARTH_RETURN_IF_ERROR(prequant_apply(*prequant, std::move(int32_tensors), canonical_name, model));
+    HEARTH_RETURN_IF_ERROR(prequant_apply(*prequant, std::move(int32_tensors), canonical, model));
+  }
+  if (&names == &kNeoxNames) {
+    HEARTH_RETURN_IF_ERROR(split_fused_qkv(model, QkvLayout::kPerHead).with_context("query_key_value"));
   }
   if (!model.config.tied_embeddings && !seen.contains("output.weight")) {
     model.config.tied_embeddings = true;  // no lm_head: the embeddings serve as the output layer

@@ -58,9 +58,10 @@ Result<LoadedModel> model_open(const std::filesystem::path& path, const ModelOpe
 // Container-specific openers, used by model_open after it has sniffed the format.
 Result<LoadedModel> gguf_model_open(const std::filesystem::path& path);
 Result<LoadedModel> hf_model_open(const std::filesystem::path& dir);
-// The Hugging Face parameter name of a canonical tensor name ("blk.3.attn_q.weight" ->
+// The Hugging Face parameter name of a canonical tensor name in a model of `architecture`
+// (GGUF spelling: "llama", "gptj", ...; "blk.3.attn_q.weight" ->
 // "model.layers.3.self_attn.q_proj.weight"); nullopt for names HF checkpoints lack.
-std::optional<std::string> hf_parameter_name(const std::string& canonical);
+std::optional<std::string> hf_parameter_name(const std::string& canonical, std::string_view architecture);
 // `tokenizer_path` may be empty: then tok<vocab>.bin or tokenizer.bin beside the checkpoint.
 Result<LoadedModel> llama2c_model_open(const std::filesystem::path& path, const std::filesystem::path& tokenizer_path);
 

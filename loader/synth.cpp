@@ -32,24 +32,31 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-enum class Kind { kNorm, kEmbed, kLinear, kLmHead };
+enum class Kind { kNorm, kBias, kEmbed, kLinear, kLmHead };
 
 struct SynthTensor {
   std::string hf_name, gguf_name;
   std::vector<int64_t> shape;  // HF shape, outermost first
   Kind kind;
   int rope_heads;  // q/k: heads whose rows are permuted for the GGUF
+  bool fused_qkv = false;  // GPT-NeoX's query_key_value: per-head in HF, [Q; K; V] in GGUF
 };
 
-std::vector<SynthTensor> tensor_list(const SynthShape& c) {
+std::vector<SynthTensor> llama_tensors(const SynthShape& c, bool qk_norm) {
   const int64_t d = c.dim, f = c.hidden, hd = c.dim / c.heads, kv = c.kv_heads * hd;
+  // llama.cpp's converter permutes llama's q/k rows for interleaved RoPE, not qwen's.
+  const int q_heads = qk_norm ? 0 : c.heads, k_heads = qk_norm ? 0 : c.kv_heads;
   std::vector<SynthTensor> out = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab, d}, Kind::kEmbed, 0}};
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i), g = fmt::format("blk.{}.", i);
     out.push_back({p + "input_layernorm.weight", g + "attn_norm.weight", {d}, Kind::kNorm, 0});
-    out.push_back({p + "self_attn.q_proj.weight", g + "attn_q.weight", {d, d}, Kind::kLinear, c.heads});
-    out.push_back({p + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, d}, Kind::kLinear, c.kv_heads});
+    out.push_back({p + "self_attn.q_proj.weight", g + "attn_q.weight", {d, d}, Kind::kLinear, q_heads});
+    out.push_back({p + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, d}, Kind::kLinear, k_heads});
     out.push_back({p + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, d}, Kind::kLinear, 0});
+    if (qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {hd}, Kind::kNorm, 0});
+      out.push_back({p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, Kind::kNorm, 0});
+    }
     out.push_back({p + "self_attn.o_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
     out.push_back({p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {d}, Kind::kNorm, 0});
     out.push_back({p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {f, d}, Kind::kLinear, 0});
@@ -61,6 +68,82 @@ std::vector<SynthTensor> tensor_list(const SynthShape& c) {
   return out;
 }
 
+std::vector<SynthTensor> neox_tensors(const SynthShape& c) {
+  const int64_t d = c.dim, f = c.hidden;
+  std::vector<SynthTensor> out = {{"gpt_neox.embed_in.weight", "token_embd.weight", {c.vocab, d}, Kind::kEmbed, 0}};
+  auto norm = [&](const std::string& hf, const std::string& gguf) {
+    out.push_back({hf + ".weight", gguf + ".weight", {d}, Kind::kNorm, 0});
+    out.push_back({hf + ".bias", gguf + ".bias", {d}, Kind::kBias, 0});
+  };
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = fmt::format("gpt_neox.layers.{}.", i), g = fmt::format("blk.{}.", i);
+    norm(p + "input_layernorm", g + "attn_norm");
+    out.push_back({p + "attention.query_key_value.weight", g + "attn_qkv.weight", {3 * d, d}, Kind::kLinear, 0, true});
+    out.push_back({p + "attention.query_key_value.bias", g + "attn_qkv.bias", {3 * d}, Kind::kBias, 0, true});
+    out.push_back({p + "attention.dense.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "attention.dense.bias", g + "attn_output.bias", {d}, Kind::kBias, 0});
+    norm(p + "post_attention_layernorm", g + "ffn_norm");
+    out.push_back({p + "mlp.dense_h_to_4h.weight", g + "ffn_up.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.dense_h_to_4h.bias", g + "ffn_up.bias", {f}, Kind::kBias, 0});
+    out.push_back({p + "mlp.dense_4h_to_h.weight", g + "ffn_down.weight", {d, f}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.dense_4h_to_h.bias", g + "ffn_down.bias", {d}, Kind::kBias, 0});
+  }
+  norm("gpt_neox.final_layer_norm", "output_norm");
+  out.push_back({"embed_out.weight", "output.weight", {c.vocab, d}, Kind::kLmHead, 0});
+  return out;
+}
+
+std::vector<SynthTensor> gptj_tensors(const SynthShape& c) {
+  const int64_t d = c.dim, f = c.hidden;
+  std::vector<SynthTensor> out = {{"transformer.wte.weight", "token_embd.weight", {c.vocab, d}, Kind::kEmbed, 0}};
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = fmt::format("transformer.h.{}.", i), g = fmt::format("blk.{}.", i);
+    out.push_back({p + "ln_1.weight", g + "attn_norm.weight", {d}, Kind::kNorm, 0});
+    out.push_back({p + "ln_1.bias", g + "attn_norm.bias", {d}, Kind::kBias, 0});
+    out.push_back({p + "attn.q_proj.weight", g + "attn_q.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "attn.k_proj.weight", g + "attn_k.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "attn.v_proj.weight", g + "attn_v.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "attn.out_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.fc_in.weight", g + "ffn_up.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.fc_in.bias", g + "ffn_up.bias", {f}, Kind::kBias, 0});
+    out.push_back({p + "mlp.fc_out.weight", g + "ffn_down.weight", {d, f}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.fc_out.bias", g + "ffn_down.bias", {d}, Kind::kBias, 0});
+  }
+  out.push_back({"transformer.ln_f.weight", "output_norm.weight", {d}, Kind::kNorm, 0});
+  out.push_back({"transformer.ln_f.bias", "output_norm.bias", {d}, Kind::kBias, 0});
+  out.push_back({"lm_head.weight", "output.weight", {c.vocab, d}, Kind::kLmHead, 0});
+  out.push_back({"lm_head.bias", "output.bias", {c.vocab}, Kind::kBias, 0});
+  return out;
+}
+
+std::vector<SynthTensor> tensor_list(const SynthOptions& o) {
+  if (o.arch == "gptneox") return neox_tensors(o.shape);
+  if (o.arch == "gptj") return gptj_tensors(o.shape);
+  return llama_tensors(o.shape, o.arch == "qwen3");
+}
+
+// GPT-NeoX's fused rows reordered from per head ([h][q, k, v][head_dim]) to [Q; K; V]
+// as llama.cpp's converter writes them.
+std::vector<float> qkv_per_head_to_blocks(const std::vector<float>& x, int64_t heads, int64_t hd, int64_t cols) {
+  std::vector<float> out(x.size());
+  const int64_t row = cols, head_rows = hd;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t p = 0; p < 3; ++p) {
+      const float* src = x.data() + ((3 * h + p) * head_rows) * row;
+      float* dst = out.data() + (p * heads * hd + h * hd) * row;
+      std::copy(src, src + head_rows * row, dst);
+    }
+  }
+  return out;
+}
+
+// The share of a head RoPE rotates in a family's synthetic model (GPT-J and GPT-NeoX
+// rotate a quarter, as GPT-J-6B and Pythia do).
+int64_t rotary_dims(const SynthOptions& o) {
+  const int64_t hd = o.shape.dim / o.shape.heads;
+  return o.arch == "gptneox" || o.arch == "gptj" ? std::max<int64_t>(2, hd / 4) : hd;
+}
+
 // The master values: generated, then rounded to the HF dtype (F16 or BF16).
 std::vector<float> master_values(const SynthTensor& t, uint64_t seed, DType hf_type) {
   int64_t n = 1;
@@ -69,6 +152,7 @@ std::vector<float> master_values(const SynthTensor& t, uint64_t seed, DType hf_t
   double scale;
   switch (t.kind) {
     case Kind::kNorm: scale = 0.2; break;
+    case Kind::kBias: scale = 0.1; break;
     case Kind::kEmbed: scale = std::sqrt(3.0); break;
     case Kind::kLmHead: scale = kLmHeadGain * std::sqrt(3.0 / static_cast<double>(in)); break;
     default: scale = std::sqrt(3.0 / static_cast<double>(in));
@@ -253,7 +337,9 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   const SynthShape& c = o.shape;
   const int64_t hd = c.dim / c.heads;
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  const std::string a = o.arch;
+  const bool layer_norm = a == "gptneox" || a == "gptj";
+  w.add_string("general.architecture", a);
   w.add_string("general.name", o.name);
   w.add_string("general.description", fmt::format("pseudo-random weights from hearth synth, seed {}", o.seed));
   const uint32_t file_type = o.gguf_type == DType::kF32    ? 0
@@ -264,16 +350,18 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_u32("general.file_type", file_type);
   w.add_u32("general.quantization_version", 2);
   w.add_u32("general.alignment", 32);
-  w.add_u32("llama.vocab_size", static_cast<uint32_t>(c.vocab));
-  w.add_u32("llama.context_length", static_cast<uint32_t>(c.context));
-  w.add_u32("llama.embedding_length", static_cast<uint32_t>(c.dim));
-  w.add_u32("llama.block_count", static_cast<uint32_t>(c.layers));
-  w.add_u32("llama.feed_forward_length", static_cast<uint32_t>(c.hidden));
-  w.add_u32("llama.rope.dimension_count", static_cast<uint32_t>(hd));
-  w.add_f32("llama.rope.freq_base", c.rope_theta);
-  w.add_u32("llama.attention.head_count", static_cast<uint32_t>(c.heads));
-  w.add_u32("llama.attention.head_count_kv", static_cast<uint32_t>(c.kv_heads));
-  w.add_f32("llama.attention.layer_norm_rms_epsilon", kRmsEps);
+  w.add_u32(a + ".vocab_size", static_cast<uint32_t>(c.vocab));
+  w.add_u32(a + ".context_length", static_cast<uint32_t>(c.context));
+  w.add_u32(a + ".embedding_length", static_cast<uint32_t>(c.dim));
+  w.add_u32(a + ".block_count", static_cast<uint32_t>(c.layers));
+  w.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(c.hidden));
+  w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(rotary_dims(o)));
+  w.add_f32(a + ".rope.freq_base", c.rope_theta);
+  w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(c.heads));
+  w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(layer_norm ? c.heads : c.kv_heads));
+  if (a == "qwen3") w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+  w.add_f32(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"), kRmsEps);
+  if (a == "gptneox") w.add_bool(a + ".use_parallel_residual", true);
   w.add_string("tokenizer.ggml.model", "llama");
   w.add_strings("tokenizer.ggml.tokens", vocab.pieces);
   w.add_f32s("tokenizer.ggml.scores", vocab.scores);
@@ -283,15 +371,82 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_u32("tokenizer.ggml.eos_token_id", 2);
   w.add_bool("tokenizer.ggml.add_bos_token", true);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
-  for (const SynthTensor& t : tensor_list(c)) {
+  for (const SynthTensor& t : tensor_list(o)) {
     const DType type = t.shape.size() == 1 ? DType::kF32 : o.gguf_type;
     HEARTH_RETURN_IF_ERROR(w.add_tensor_lazy(t.gguf_name, type, t.shape, [t, type, &o, hd] {
       std::vector<float> x = master_values(t, o.seed, o.hf_type);
       if (t.rope_heads > 0) x = rope_rows_half_to_interleaved(x, t.shape[0], t.shape[1], hd);
+      if (t.fused_qkv) x = qkv_per_head_to_blocks(x, o.shape.heads, hd, t.shape.size() > 1 ? t.shape[1] : 1);
       return quantize(type, x);
     }));
   }
   return w.write(o.gguf);
+}
+
+// config.json as each family's transformers config spells it.
+boost::json::object hf_config(const SynthOptions& o) {
+  namespace js = boost::json;
+  const SynthShape& c = o.shape;
+  const int64_t hd = c.dim / c.heads;
+  const char* dtype = o.hf_type == DType::kBF16 ? "bfloat16" : "float16";
+  if (o.arch == "gptneox") {
+    return {{"architectures", js::array{"GPTNeoXForCausalLM"}},
+            {"model_type", "gpt_neox"},
+            {"hidden_size", c.dim},
+            {"intermediate_size", c.hidden},
+            {"num_hidden_layers", c.layers},
+            {"num_attention_heads", c.heads},
+            {"vocab_size", c.vocab},
+            {"max_position_embeddings", c.context},
+            {"layer_norm_eps", kRmsEps},
+            {"rotary_pct", static_cast<double>(rotary_dims(o)) / static_cast<double>(hd)},
+            {"rotary_emb_base", c.rope_theta},
+            {"hidden_act", "gelu"},
+            {"use_parallel_residual", true},
+            {"attention_bias", true},
+            {"tie_word_embeddings", false},
+            {"bos_token_id", 1},
+            {"eos_token_id", 2},
+            {"torch_dtype", dtype}};
+  }
+  if (o.arch == "gptj") {
+    return {{"architectures", js::array{"GPTJForCausalLM"}},
+            {"model_type", "gptj"},
+            {"n_embd", c.dim},
+            {"n_inner", c.hidden},
+            {"n_layer", c.layers},
+            {"n_head", c.heads},
+            {"vocab_size", c.vocab},
+            {"n_positions", c.context},
+            {"layer_norm_epsilon", kRmsEps},
+            {"rotary_dim", rotary_dims(o)},
+            {"activation_function", "gelu_new"},
+            {"tie_word_embeddings", false},
+            {"bos_token_id", 1},
+            {"eos_token_id", 2},
+            {"torch_dtype", dtype}};
+  }
+  const bool qwen3 = o.arch == "qwen3";
+  return {{"architectures", js::array{qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+          {"model_type", qwen3 ? "qwen3" : "llama"},
+          {"hidden_size", c.dim},
+          {"intermediate_size", c.hidden},
+          {"num_hidden_layers", c.layers},
+          {"num_attention_heads", c.heads},
+          {"num_key_value_heads", c.kv_heads},
+          {"head_dim", hd},
+          {"vocab_size", c.vocab},
+          {"max_position_embeddings", c.context},
+          {"rms_norm_eps", kRmsEps},
+          {"rope_theta", c.rope_theta},
+          {"rope_scaling", nullptr},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", 1},
+          {"eos_token_id", 2},
+          {"torch_dtype", dtype}};
 }
 
 Status write_hf(const SynthOptions& o, const Vocab& vocab) {
@@ -300,36 +455,14 @@ Status write_hf(const SynthOptions& o, const Vocab& vocab) {
   std::filesystem::create_directories(o.hf, ec);
   if (ec) return make_error(ErrorCode::kIo, "cannot create {}: {}", o.hf.string(), ec.message());
   SafetensorsWriter st;
-  for (const SynthTensor& t : tensor_list(c)) {
+  for (const SynthTensor& t : tensor_list(o)) {
     HEARTH_RETURN_IF_ERROR(st.add_lazy(t.hf_name, o.hf_type, t.shape, [t, &o] {
       return quantize(o.hf_type, master_values(t, o.seed, o.hf_type));
     }));
   }
   HEARTH_RETURN_IF_ERROR(st.write(o.hf / "model.safetensors"));
   namespace js = boost::json;
-  const js::object config{
-      {"architectures", js::array{"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"hidden_size", c.dim},
-      {"intermediate_size", c.hidden},
-      {"num_hidden_layers", c.layers},
-      {"num_attention_heads", c.heads},
-      {"num_key_value_heads", c.kv_heads},
-      {"head_dim", c.dim / c.heads},
-      {"vocab_size", c.vocab},
-      {"max_position_embeddings", c.context},
-      {"rms_norm_eps", kRmsEps},
-      {"rope_theta", c.rope_theta},
-      {"rope_scaling", nullptr},
-      {"hidden_act", "silu"},
-      {"attention_bias", false},
-      {"mlp_bias", false},
-      {"tie_word_embeddings", false},
-      {"bos_token_id", 1},
-      {"eos_token_id", 2},
-      {"torch_dtype", o.hf_type == DType::kBF16 ? "bfloat16" : "float16"},
-  };
-  HEARTH_RETURN_IF_ERROR(write_file(o.hf / "config.json", js::serialize(config)));
+  HEARTH_RETURN_IF_ERROR(write_file(o.hf / "config.json", js::serialize(hf_config(o))));
   HEARTH_RETURN_IF_ERROR(write_file(o.hf / "tokenizer.json", hf_tokenizer_json(vocab)));
   const js::object tokenizer_config{{"tokenizer_class", "LlamaTokenizerFast"}, {"add_bos_token", true},
                                     {"add_eos_token", false}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
@@ -361,6 +494,13 @@ Status synth_write(const SynthOptions& o) {
                       "by kv heads");
   }
   if (c.vocab < 260) return make_error(ErrorCode::kInvalidArgument, "vocab must hold the 259 special and byte pieces");
+  if (std::find(std::begin(kSynthArchs), std::end(kSynthArchs), o.arch) == std::end(kSynthArchs)) {
+    return make_error(ErrorCode::kInvalidArgument, "unknown architecture \"{}\" (llama, qwen3, gptneox, gptj)", o.arch);
+  }
+  if ((o.arch == "gptneox" || o.arch == "gptj") && c.kv_heads != c.heads) {
+    return make_error(ErrorCode::kInvalidArgument, "{} has no grouped-query attention: give --kv-heads {}", o.arch,
+                      c.heads);
+  }
   if (o.gguf.empty() && o.hf.empty()) return make_error(ErrorCode::kInvalidArgument, "give a GGUF path or an HF dir");
   if (o.hf_type != DType::kF16 && o.hf_type != DType::kBF16) {
     return make_error(ErrorCode::kInvalidArgument, "the HF master dtype is f16 or bf16");

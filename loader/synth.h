@@ -1,8 +1,11 @@
-// Synthetic Llama models with seeded pseudo-random weights, written as GGUF (F32, F16,
-// Q8_0, Q4_0) and/or as a Hugging Face directory (F16 or BF16), for benchmarks and demos
-// of realistic size without downloads.
+// Synthetic models with seeded pseudo-random weights, written as GGUF (F32, F16, Q8_0,
+// Q4_0) and/or as a Hugging Face directory (F16 or BF16), for tests, benchmarks and demos
+// of realistic size without downloads. Families (SynthOptions::arch): llama, qwen3
+// (q/k norms), gptneox (LayerNorm, parallel residual, fused QKV, quarter rotary, GELU,
+// biases), gptj (LayerNorm, shared-norm parallel residual, quarter interleaved rotary,
+// tanh GELU, biases, LM head bias).
 //
-// The weights follow ../shared/tools/peer/make_model.py's generator exactly (splitmix64
+// The llama weights follow ../shared/tools/peer/make_model.py's generator exactly (splitmix64
 // of fnv1a64(HF tensor name) ^ seed; the same scales, F16 master values, q/k rows
 // permuted for the GGUF, ggml's reference quantizers), so a model made here and one made
 // there hold the same weights and hearth and llama.cpp can be compared on either.
@@ -27,8 +30,12 @@ struct SynthShape {
 // 8 kv heads, vocab 32000), "7b" (Llama-2-7B shape).
 Result<SynthShape> synth_preset(std::string_view name);
 
+// The families synth writes, by their GGUF names.
+inline constexpr std::string_view kSynthArchs[] = {"llama", "qwen3", "gptneox", "gptj"};
+
 struct SynthOptions {
   SynthShape shape;
+  std::string arch = "llama";       // one of kSynthArchs
   std::string name = "synth";       // general.name
   uint64_t seed = 1234;
   std::filesystem::path gguf;       // empty: no GGUF

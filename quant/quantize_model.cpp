@@ -239,6 +239,10 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
                         "--asym cannot be written to GGUF (its Q4_0 / Q8_0 blocks are symmetric): use --sym, or "
                         "write a Hugging Face GPTQ directory (--out DIR)");
     }
+  } else if (model.config.architecture == "gptneox") {
+    return make_error(ErrorCode::kUnsupported,
+                      "a Hugging Face GPTQ directory of GPT-NeoX would need its fused query_key_value rebuilt, which "
+                      "is not implemented: give --out FILE.gguf");
   } else if (model.format != ModelFormat::kSafetensors) {
     return make_error(ErrorCode::kUnsupported,
                       "a Hugging Face GPTQ directory is written from a Hugging Face model directory (its tokenizer "
@@ -537,7 +541,7 @@ Status write_quantized_hf(const LoadedModel& model, const QuantizedModel& quanti
   for (const auto& [name, m] : quantized.matrices) by_name[name] = &m;
   SafetensorsWriter w;
   for (const TensorView& t : model.tensors) {
-    const std::optional<std::string> hf = hf_parameter_name(t.name);
+    const std::optional<std::string> hf = hf_parameter_name(t.name, model.config.architecture);
     if (!hf) return make_error(ErrorCode::kInternal, "no Hugging Face name for {}", t.name);
     const std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.n_dims);
     const auto it = by_name.find(t.name);

@@ -1,4 +1,4 @@
-// `hearth synth`: write a Llama model of a named shape with seeded random weights.
+// `hearth synth`: write a model of a named family and shape with seeded random weights.
 #include <cstdio>
 
 #include "common/args.h"
@@ -9,10 +9,12 @@
 namespace hearth::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: hearth synth [--preset tiny|1b|7b] [shape flags] --gguf FILE [--hf DIR]
+constexpr const char* kUsage = R"(usage: hearth synth [--arch A] [--preset tiny|1b|7b] [shape flags] --gguf FILE [--hf DIR]
 
-Writes a Llama-architecture model with seeded pseudo-random weights (the same weights
-as ../shared/tools/peer/make_model.py for the same shape and seed).
+Writes a model with seeded pseudo-random weights, the same weights in both containers
+(for llama, the same as ../shared/tools/peer/make_model.py for the same shape and seed).
+
+  --arch A             llama (default), qwen3, gptneox, gptj
 
   --preset NAME        tiny (default), 1b (dim 2048, ffn 8192, 16 layers, 32/8 heads,
                        vocab 32000), 7b (Llama-2-7B shape)
@@ -35,7 +37,7 @@ int usage_error(const std::string& message) {
 
 int synth_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
-                          {"preset", "dim", "hidden", "layers", "heads", "kv-heads", "vocab", "ctx", "rope-theta",
+                          {"arch", "preset", "dim", "hidden", "layers", "heads", "kv-heads", "vocab", "ctx", "rope-theta",
                            "type", "seed", "gguf", "hf", "hf-dtype"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
@@ -48,6 +50,8 @@ int synth_command(const std::vector<std::string>& argv) {
   if (!shape.is_ok()) return usage_error(shape.status().message());
   SynthOptions o;
   o.shape = *shape;
+  o.arch = args->get("arch").value_or("llama");
+  if (o.arch == "gptneox" || o.arch == "gptj") o.shape.kv_heads = o.shape.heads;  // no grouped-query attention
   struct IntFlag {
     const char* name;
     int32_t* target;
@@ -76,7 +80,7 @@ int synth_command(const std::vector<std::string>& argv) {
   o.gguf = args->get("gguf").value_or("");
   o.hf = args->get("hf").value_or("");
   if (o.gguf.empty() && o.hf.empty()) return usage_error("give --gguf FILE and/or --hf DIR");
-  o.name = fmt::format("hearth-synth-{}-{}", preset, type);
+  o.name = fmt::format("hearth-synth-{}{}-{}", o.arch == "llama" ? "" : o.arch + "-", preset, type);
 
   const double start = monotonic_seconds();
   if (Status st = synth_write(o); !st.is_ok()) {
