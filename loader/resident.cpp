@@ -132,7 +132,8 @@ Result<std::vector<PlannedTensor>> plan_tensors(const LoadedModel& model, const 
       for (int d = 0; d < t->n_dims; ++d) e.shape[d] = t->shape[d];
       if (split == TensorSplit::kRows) {
         e.shape[0] = t->shape[0] / o.tp;
-        p.row_begin = e.shape[0] * rank;
+        // A vector (a bias of a row-split matrix) is one row: its share is a run of columns.
+        (t->n_dims == 1 ? p.col_begin : p.row_begin) = e.shape[0] * rank;
       } else if (split == TensorSplit::kCols) {
         e.shape[1] = t->shape[1] / o.tp;
         p.col_begin = e.shape[1] * rank;

@@ -12,6 +12,8 @@ std::filesystem::path shared_dir() {
 
 std::filesystem::path shared_path(const std::string& relative) { return shared_dir() / relative; }
 
+std::filesystem::path source_path(const std::string& relative) { return std::filesystem::path(HEARTH_SOURCE_DIR) / relative; }
+
 TempDir::TempDir(const std::filesystem::path& parent) {
   const auto base = parent.empty() ? std::filesystem::temp_directory_path() : parent;
   std::string pattern = (base / "hearth-test-XXXXXX").string();

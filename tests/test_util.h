@@ -15,6 +15,9 @@ std::filesystem::path shared_dir();
 // shared_dir() / relative.
 std::filesystem::path shared_path(const std::string& relative);
 
+// A file of the project's own source tree ("tests/reference/hf_forward.py").
+std::filesystem::path source_path(const std::string& relative);
+
 // A fresh, empty temporary directory, removed by the destructor.
 class TempDir {
  public:

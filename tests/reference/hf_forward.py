@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""An independent forward pass of a Hugging Face checkpoint, in numpy (float64).
+
+Written from the equations of the transformers modelling code of each family
+(modeling_llama.py, modeling_qwen3.py, modeling_gpt_neox.py, modeling_gptj.py), reading
+config.json and model.safetensors directly; nothing of hearth is used, so hearth's
+logits are checked against a second implementation rather than against themselves.
+
+    hf_forward.py MODEL_DIR IDS N_GENERATE LOGITS_OUT
+
+IDS: comma-separated prompt token ids. Writes the logits of every prompt position
+([len(IDS), vocab] float32, row-major) to LOGITS_OUT and prints a JSON object with the
+N_GENERATE greedy continuation ids: {"greedy": [...]}.
+"""
+import json
+import math
+import struct
+import sys
+
+import numpy as np
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    out = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = meta["data_offsets"]
+        raw = data[base + begin:base + end]
+        dtype = meta["dtype"]
+        if dtype == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif dtype == "F16":
+            a = np.frombuffer(raw, dtype="<f2")
+        elif dtype == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise SystemExit(f"{name}: dtype {dtype} is not handled by the reference")
+        out[name] = a.astype(np.float64).reshape(meta["shape"])
+    return out
+
+
+def rms_norm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def layer_norm(x, w, b, eps):
+    mean = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu(x):
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def gelu_new(x):
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def rope_half(x, pos, rot, theta):
+    """transformers' rotate_half RoPE on the first `rot` dims of each head. x: [T, H, D]."""
+    inv = 1.0 / theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot)
+    ang = pos[:, None] * inv[None, :]
+    cos = np.concatenate([np.cos(ang), np.cos(ang)], axis=-1)[:, None, :]
+    sin = np.concatenate([np.sin(ang), np.sin(ang)], axis=-1)[:, None, :]
+    xr, xp = x[..., :rot], x[..., rot:]
+    half = rot // 2
+    rotated = np.concatenate([-xr[..., half:], xr[..., :half]], axis=-1)
+    return np.concatenate([xr * cos + rotated * sin, xp], axis=-1)
+
+
+def rope_every_two(x, pos, rot, theta):
+    """GPT-J's rotate_every_two on the first `rot` dims of each head. x: [T, H, D]."""
+    inv = 1.0 / theta ** (np.arange(0, rot, 2, dtype=np.float64) / rot)
+    ang = pos[:, None] * inv[None, :]
+    cos = np.repeat(np.cos(ang), 2, axis=-1)[:, None, :]
+    sin = np.repeat(np.sin(ang), 2, axis=-1)[:, None, :]
+    xr, xp = x[..., :rot], x[..., rot:]
+    rotated = np.stack([-xr[..., 1::2], xr[..., ::2]], axis=-1).reshape(xr.shape)
+    return np.concatenate([xr * cos + rotated * sin, xp], axis=-1)
+
+
+def attention(q, k, v):
+    """Causal attention, q: [T, H, D], k/v: [T, KV, D] (KV heads shared by H/KV queries)."""
+    t, h, d = q.shape
+    group = h // k.shape[1]
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(d)
+    mask = np.triu(np.ones((t, t), dtype=bool), k=1)
+    scores = np.where(mask[None], -np.inf, scores)
+    scores -= scores.max(axis=-1, keepdims=True)
+    p = np.exp(scores)
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("hts,shd->thd", p, v).reshape(t, h * d)
+
+
+def linear(x, w, b=None):
+    y = x @ w.T
+    return y if b is None else y + b
+
+
+def forward_llama(cfg, w, ids):
+    """LlamaForCausalLM / Qwen3ForCausalLM."""
+    eps = cfg.get("rms_norm_eps", 1e-6)
+    theta = cfg.get("rope_theta", 10000.0)
+    n_heads = cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads", n_heads)
+    hd = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
+    qk_norm = cfg["architectures"][0] == "Qwen3ForCausalLM"
+    t = len(ids)
+    pos = np.arange(t, dtype=np.float64)
+    x = w["model.embed_tokens.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = linear(h, w[p + "self_attn.q_proj.weight"]).reshape(t, n_heads, hd)
+        k = linear(h, w[p + "self_attn.k_proj.weight"]).reshape(t, n_kv, hd)
+        v = linear(h, w[p + "self_attn.v_proj.weight"]).reshape(t, n_kv, hd)
+        if qk_norm:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q, k = rope_half(q, pos, hd, theta), rope_half(k, pos, hd, theta)
+        x = x + linear(attention(q, k, v), w[p + "self_attn.o_proj.weight"])
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        ffn = silu(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
+        x = x + linear(ffn, w[p + "mlp.down_proj.weight"])
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return linear(x, head)
+
+
+def forward_neox(cfg, w, ids):
+    """GPTNeoXForCausalLM: fused per-head query_key_value, partial rotate_half RoPE."""
+    eps = cfg.get("layer_norm_eps", 1e-5)
+    theta = cfg.get("rotary_emb_base", 10000.0)
+    n_heads = cfg["num_attention_heads"]
+    hd = cfg["hidden_size"] // n_heads
+    rot = int(hd * cfg.get("rotary_pct", 0.25))
+    act = gelu if cfg.get("hidden_act", "gelu") == "gelu" else gelu_new
+    parallel = cfg.get("use_parallel_residual", True)
+    t = len(ids)
+    pos = np.arange(t, dtype=np.float64)
+    x = w["gpt_neox.embed_in.weight"][ids]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"gpt_neox.layers.{i}."
+        h = layer_norm(x, w[p + "input_layernorm.weight"], w[p + "input_layernorm.bias"], eps)
+        qkv = linear(h, w[p + "attention.query_key_value.weight"], w[p + "attention.query_key_value.bias"])
+        qkv = qkv.reshape(t, n_heads, 3 * hd)
+        q, k, v = qkv[..., :hd], qkv[..., hd:2 * hd], qkv[..., 2 * hd:]
+        q, k = rope_half(q, pos, rot, theta), rope_half(k, pos, rot, theta)
+        a = linear(attention(q, k, v), w[p + "attention.dense.weight"], w[p + "attention.dense.bias"])
+
+        def mlp(y):
+            up = act(linear(y, w[p + "mlp.dense_h_to_4h.weight"], w[p + "mlp.dense_h_to_4h.bias"]))
+            return linear(up, w[p + "mlp.dense_4h_to_h.weight"], w[p + "mlp.dense_4h_to_h.bias"])
+
+        ln2 = (p + "post_attention_layernorm.weight", p + "post_attention_layernorm.bias")
+        if parallel:
+            x = x + a + mlp(layer_norm(x, w[ln2[0]], w[ln2[1]], eps))
+        else:
+            x = x + a
+            x = x + mlp(layer_norm(x, w[ln2[0]], w[ln2[1]], eps))
+    x = layer_norm(x, w["gpt_neox.final_layer_norm.weight"], w["gpt_neox.final_layer_norm.bias"], eps)
+    return linear(x, w["embed_out.weight"])
+
+
+def forward_gptj(cfg, w, ids):
+    """GPTJForCausalLM: one ln_1 feeds attention and MLP, rotate_every_two RoPE."""
+    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    n_heads = cfg["n_head"]
+    hd = cfg["n_embd"] // n_heads
+    rot = cfg.get("rotary_dim") or hd
+    act = gelu_new if cfg.get("activation_function", "gelu_new") != "gelu" else gelu
+    t = len(ids)
+    pos = np.arange(t, dtype=np.float64)
+    x = w["transformer.wte.weight"][ids]
+    for i in range(cfg["n_layer"]):
+        p = f"transformer.h.{i}."
+        h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
+        q = linear(h, w[p + "attn.q_proj.weight"]).reshape(t, n_heads, hd)
+        k = linear(h, w[p + "attn.k_proj.weight"]).reshape(t, n_heads, hd)
+        v = linear(h, w[p + "attn.v_proj.weight"]).reshape(t, n_heads, hd)
+        q, k = rope_every_two(q, pos, rot, 10000.0), rope_every_two(k, pos, rot, 10000.0)
+        a = linear(attention(q, k, v), w[p + "attn.out_proj.weight"])
+        m = linear(act(linear(h, w[p + "mlp.fc_in.weight"], w[p + "mlp.fc_in.bias"])),
+                   w[p + "mlp.fc_out.weight"], w[p + "mlp.fc_out.bias"])
+        x = x + a + m
+    x = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
+    return linear(x, w["lm_head.weight"], w["lm_head.bias"])
+
+
+FORWARDS = {
+    "LlamaForCausalLM": forward_llama,
+    "Qwen3ForCausalLM": forward_llama,
+    "GPTNeoXForCausalLM": forward_neox,
+    "GPTJForCausalLM": forward_gptj,
+}
+
+
+def main():
+    if len(sys.argv) != 5:
+        raise SystemExit(__doc__)
+    model_dir, ids_arg, n_generate, out_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    with open(f"{model_dir}/config.json") as f:
+        cfg = json.load(f)
+    arch = cfg["architectures"][0]
+    if arch not in FORWARDS:
+        raise SystemExit(f"the reference has no forward pass for {arch}")
+    forward = FORWARDS[arch]
+    w = read_safetensors(f"{model_dir}/model.safetensors")
+    ids = [int(s) for s in ids_arg.split(",")]
+    logits = forward(cfg, w, ids)
+    logits.astype("<f4").tofile(out_path)
+    tokens = list(ids)
+    greedy = []
+    for step in range(n_generate):
+        nxt = int(np.argmax(logits[-1])) if step == 0 else int(np.argmax(forward(cfg, w, tokens)[-1]))
+        greedy.append(nxt)
+        tokens.append(nxt)
+    print(json.dumps({"greedy": greedy}))
+
+
+if __name__ == "__main__":
+    main()
