@@ -52,6 +52,14 @@ Status model_config_validate(const ModelConfig& c) {
       static_cast<uint8_t>(c.residual) > 2) {
     return make_error(ErrorCode::kFormat, "model config: unknown norm, activation or residual kind");
   }
+  if (c.n_experts < 0 || c.n_experts > 1024 || (c.n_experts > 0 && (c.n_experts_used < 1 || c.n_experts_used > 16 ||
+                                                                     c.n_experts_used > c.n_experts))) {
+    return make_error(ErrorCode::kFormat, "model config: {} experts with {} used per token (expected 0, or up to 1024 "
+                      "experts with 1..16 used)", c.n_experts, c.n_experts_used);
+  }
+  if (c.n_experts > 0 && !c.gated_ffn) {
+    return make_error(ErrorCode::kUnsupported, "model config: ungated experts are not implemented");
+  }
   if (!c.gated_ffn && c.activation == Activation::kSilu) {
     return make_error(ErrorCode::kUnsupported, "model config: an ungated SiLU feed-forward is not implemented");
   }
@@ -85,6 +93,7 @@ std::string model_config_summary(const ModelConfig& c) {
     features += fmt::format(", {}{}", c.gated_ffn ? "gated " : "", kActivationNames[static_cast<int>(c.activation)]);
   }
   if (c.attn_output_bias || c.ffn_bias || c.output_bias) features += ", biases";
+  if (c.n_experts > 0) features += fmt::format(", {} experts, {} per token", c.n_experts, c.n_experts_used);
   return fmt::format(
       "{}: vocab {}, dim {}, ffn {}, {} layers, {} heads / {} kv heads x {}, context {}, rope theta {} ({}{}{}){}",
       c.architecture, c.vocab_size, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
@@ -156,6 +165,9 @@ std::string model_config_to_json(const ModelConfig& c) {
   o["attn_output_bias"] = c.attn_output_bias;
   o["ffn_bias"] = c.ffn_bias;
   o["output_bias"] = c.output_bias;
+  o["n_experts"] = c.n_experts;
+  o["n_experts_used"] = c.n_experts_used;
+  o["moe_normalize"] = c.moe_normalize;
   return boost::json::serialize(o);
 }
 
@@ -225,7 +237,11 @@ Result<ModelConfig> model_config_from_json(std::string_view json) {
   HEARTH_RETURN_IF_ERROR(flag("attn_output_bias", c.attn_output_bias));
   HEARTH_RETURN_IF_ERROR(flag("ffn_bias", c.ffn_bias));
   HEARTH_RETURN_IF_ERROR(flag("output_bias", c.output_bias));
-  if (o.contains("rotary_dim")) HEARTH_RETURN_IF_ERROR(i32("rotary_dim", c.rotary_dim));
+  HEARTH_RETURN_IF_ERROR(flag("moe_normalize", c.moe_normalize));
+  for (const auto& [key, field] : {std::pair{"rotary_dim", &c.rotary_dim}, std::pair{"n_experts", &c.n_experts},
+                                   std::pair{"n_experts_used", &c.n_experts_used}}) {
+    if (o.contains(key)) HEARTH_RETURN_IF_ERROR(i32(key, *field));
+  }
   HEARTH_RETURN_IF_ERROR(model_config_validate(c));
   return c;
 }

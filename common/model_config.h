@@ -76,6 +76,11 @@ struct ModelConfig {
   bool attn_output_bias = false; // a bias on the attention output projection
   bool ffn_bias = false;         // biases on the FFN's projections (up, gate, down)
   bool output_bias = false;      // a bias on the LM head (GPT-J)
+  // Mixture of experts (Mixtral, Qwen3-MoE): every layer's FFN is n_experts experts of
+  // hidden_dim each, of which a softmax router picks n_experts_used per token; 0: dense.
+  int32_t n_experts = 0;
+  int32_t n_experts_used = 0;
+  bool moe_normalize = true;     // the chosen experts' weights renormalised to sum 1
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }

@@ -33,6 +33,18 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
     specs.push_back({p + "attn_output.weight", {d, q}, true, true});
     if (c.attn_output_bias) specs.push_back({p + "attn_output.bias", {d}, true, false});
     if (c.residual != Residual::kParallelSharedNorm) norm(p + "ffn_norm");
+    if (c.n_experts > 0) {
+      // The router, and each expert's three matrices under its index.
+      specs.push_back({p + "ffn_gate_inp.weight", {c.n_experts, d}, true, true});
+      for (int e = 0; e < c.n_experts; ++e) {
+        specs.push_back({fmt::format("{}ffn_gate.{}.weight", p, e), {f, d}, true, true});
+        specs.push_back({fmt::format("{}ffn_up.{}.weight", p, e), {f, d}, true, true});
+        specs.push_back({fmt::format("{}ffn_down.{}.weight", p, e), {d, f}, true, true});
+      }
+      specs.push_back({p + "attn_output.perm", {q}, false, false});
+      for (const char* m : {"attn_q", "attn_k", "attn_v"}) specs.push_back({p + m + ".perm", {d}, false, false});
+      continue;
+    }
     if (c.gated_ffn) specs.push_back({p + "ffn_gate.weight", {f, d}, true, true});
     specs.push_back({p + "ffn_up.weight", {f, d}, true, true});
     specs.push_back({p + "ffn_down.weight", {d, f}, true, true});

@@ -1,7 +1,9 @@
 // The tensors a model is made of, by canonical (GGUF-style) name and shape, derived from
 // its ModelConfig (which families add which: the norms' .bias with LayerNorm, the q/k
 // norms, the biases of the output and FFN projections, no ffn_gate when ungated, no
-// ffn_norm with a shared-norm parallel residual). Every container is mapped onto these names by
+// ffn_norm with a shared-norm parallel residual; with experts, the router
+// blk.N.ffn_gate_inp.weight [n_experts, dim] and blk.N.ffn_{gate,up,down}.E.weight for
+// each expert E in place of the dense FFN). Every container is mapped onto these names by
 // the loader; the engine binds its weights through them. Pure functions; thread-safe.
 //
 // Names: token_embd.weight, output_norm.weight, output.weight (absent when tied),

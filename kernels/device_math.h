@@ -212,6 +212,44 @@ HEARTH_HD float rms_inv(float sum_sq, int64_t dim, float eps) {
   return 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
 }
 
+// ---- Mixture of experts --------------------------------------------------------------
+
+// The k experts a token is routed to by its router logits ([n_experts]): ids in
+// descending logit order (the lower id first among equals), weights their softmax
+// probabilities over all experts, renormalised over the k when `normalize` (Mixtral,
+// Qwen3-MoE's norm_topk_prob). k <= n_experts.
+HEARTH_HD void moe_top_k(const float* logits, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+                         float* weights) {
+  float max = logits[0];
+  for (int32_t e = 1; e < n_experts; ++e) max = logits[e] > max ? logits[e] : max;
+  float sum = 0.0f;
+  for (int32_t e = 0; e < n_experts; ++e) sum += expf(logits[e] - max);
+  float chosen = 0.0f;
+  for (int32_t j = 0; j < k; ++j) {
+    int32_t best = -1;
+    for (int32_t e = 0; e < n_experts; ++e) {
+      bool taken = false;
+      for (int32_t i = 0; i < j; ++i) taken = taken || ids[i] == e;
+      if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+    }
+    ids[j] = best;
+    weights[j] = expf(logits[best] - max) / sum;
+    chosen += weights[j];
+  }
+  if (normalize) {
+    for (int32_t j = 0; j < k; ++j) weights[j] /= chosen;
+  }
+}
+
+// Element i of token t's combined expert output: sum over its k experts of the weight
+// times that expert's row (rows[pos[j]]), in expert-rank order.
+HEARTH_HD float moe_combine_value(const float* rows, const int32_t* pos, const float* weights, int32_t k, int64_t dim,
+                                  int64_t i) {
+  float acc = 0.0f;
+  for (int32_t j = 0; j < k; ++j) acc += weights[j] * rows[static_cast<int64_t>(pos[j]) * dim + i];
+  return acc;
+}
+
 // LayerNorm's 1 / sqrt(variance + eps) from the sum of squared deviations from the mean.
 HEARTH_HD float layer_norm_inv(float sum_sq_dev, int64_t dim, float eps) {
   return 1.0f / sqrtf(sum_sq_dev / static_cast<float>(dim) + eps);

@@ -28,14 +28,48 @@ constexpr ArchInfo kArchs[] = {
     {"gptneox", RopeStyle::kHalf, NormKind::kLayer, Residual::kParallel, Activation::kGelu, false, false},
     {"gptj", RopeStyle::kInterleaved, NormKind::kLayer, Residual::kParallelSharedNorm, Activation::kGeluTanh, false,
      false},
+    {"qwen3moe", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true},
 };
 
 // Metadata keys that change the math and that hearth does not implement, refused by name.
 constexpr std::string_view kUnimplementedKeys[] = {
-    ".attn_logit_softcapping", ".final_logit_softcapping", ".expert_count", ".expert_used_count",
-    ".attention.sliding_window_pattern", ".embedding_scale", ".logit_scale", ".residual_scale",
-    ".attention.clamp_kqv",
+    ".attn_logit_softcapping", ".final_logit_softcapping", ".attention.sliding_window_pattern", ".embedding_scale",
+    ".logit_scale", ".residual_scale", ".attention.clamp_kqv", ".expert_shared_count", ".leading_dense_block_count",
+    ".expert_shared_feed_forward_length",
 };
+
+// A mixture of experts' merged tensors (blk.N.ffn_{gate,up,down}_exps.weight, [experts,
+// rows, cols]) as one view per expert (blk.N.ffn_gate.E.weight, [rows, cols]).
+Status split_experts(std::vector<TensorView>& tensors) {
+  std::vector<TensorView> out;
+  out.reserve(tensors.size());
+  for (TensorView& t : tensors) {
+    const size_t at = t.name.find("_exps.weight");
+    if (!t.name.starts_with("blk.") || at == std::string::npos) {
+      out.push_back(std::move(t));
+      continue;
+    }
+    const auto row_bytes = t.n_dims == 3 ? dtype_bytes(t.dtype, t.shape[2]) : std::nullopt;
+    if (!row_bytes || dtype_row_group(t.dtype) != 1 || t.shape[0] < 1) {
+      return make_error(ErrorCode::kFormat, "{} has shape {} of {}: experts are [experts, rows, cols]", t.name,
+                        shape_string(t), dtype_name(t.dtype));
+    }
+    const std::string stem = t.name.substr(0, at);  // "blk.N.ffn_gate"
+    const uint64_t expert_bytes = *row_bytes * static_cast<uint64_t>(t.shape[1]);
+    for (int64_t e = 0; e < t.shape[0]; ++e) {
+      TensorView v;
+      v.name = fmt::format("{}.{}.weight", stem, e);
+      v.dtype = t.dtype;
+      v.n_dims = 2;
+      v.shape = {t.shape[1], t.shape[2], 0, 0};
+      v.data = t.data + static_cast<uint64_t>(e) * expert_bytes;
+      v.bytes = expert_bytes;
+      out.push_back(std::move(v));
+    }
+  }
+  tensors = std::move(out);
+  return Status::ok();
+}
 
 // Whether a metadata value says anything: not zero, false, empty.
 bool value_set(const GgufValue& v) {
@@ -175,6 +209,28 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
     HEARTH_ASSIGN_OR_RETURN(auto parallel, gguf.get_bool("gptneox.use_parallel_residual"));
     c.residual = parallel.value_or(true) ? Residual::kParallel : Residual::kSequential;
   }
+  HEARTH_ASSIGN_OR_RETURN(c.n_experts, get_dim(gguf, a + ".expert_count", 0));
+  if (c.n_experts > 0) {
+    if (a != "llama" && a != "qwen3moe") {
+      return make_error(ErrorCode::kUnsupported, "GGUF {}.expert_count is set: experts are implemented for llama "
+                        "(Mixtral) and qwen3moe only", a);
+    }
+    HEARTH_ASSIGN_OR_RETURN(c.n_experts_used, get_dim(gguf, a + ".expert_used_count"));
+    HEARTH_ASSIGN_OR_RETURN(const int32_t gating, get_dim(gguf, a + ".expert_gating_func", 1));
+    if (gating != 1) {
+      return make_error(ErrorCode::kUnsupported, "GGUF {}.expert_gating_func {} is not implemented (1, softmax, is)", a,
+                        gating);
+    }
+    HEARTH_ASSIGN_OR_RETURN(auto norm, gguf.get_bool(a + ".expert_weights_norm"));
+    c.moe_normalize = norm.value_or(true);  // what llama.cpp does for both families
+    if (a == "qwen3moe") {
+      HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_dim(gguf, a + ".expert_feed_forward_length"));
+    } else {
+      c.architecture = "mixtral";  // Mixtral is stored as llama with experts
+    }
+  } else if (a == "qwen3moe") {
+    return make_error(ErrorCode::kFormat, "GGUF qwen3moe has no qwen3moe.expert_count");
+  }
   HEARTH_ASSIGN_OR_RETURN(auto theta, gguf.get_float(a + ".rope.freq_base"));
   c.rope_theta = static_cast<float>(theta.value_or(10000.0));
   HEARTH_ASSIGN_OR_RETURN(auto scaling, gguf.get_string(a + ".rope.scaling.type"));
@@ -202,6 +258,7 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   model.tensors = std::move(gguf.tensors);
   model.files.push_back(std::move(file));
   HEARTH_RETURN_IF_ERROR(split_fused_qkv(model, QkvLayout::kBlocks));
+  HEARTH_RETURN_IF_ERROR(split_experts(model.tensors));
   return model;
 }
 

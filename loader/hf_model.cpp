@@ -16,12 +16,17 @@ constexpr size_t kMaxConfigBytes = 16u << 20;
 
 using NamePair = std::pair<std::string_view, std::string_view>;
 
-// One family's parameter names: whole-model ones, and those under `layer_prefix` N.
+// One family's parameter names: whole-model ones, those under `layer_prefix` N, and a
+// mixture of experts' under `layer_prefix` N `experts_prefix` E (each mapped to
+// "<canonical>.E.weight").
 struct HfNames {
   std::string_view layer_prefix;
   std::span<const NamePair> globals;
   std::span<const NamePair> layers;
   std::span<const std::string_view> buffers;  // layer parameters that carry no weights
+  std::span<const NamePair> moe_layers = {};  // the router
+  std::string_view experts_prefix = {};
+  std::span<const NamePair> experts = {};
 };
 
 constexpr NamePair kLlamaGlobals[] = {
@@ -94,7 +99,17 @@ constexpr NamePair kGptjLayers[] = {
 };
 constexpr std::string_view kGptjBuffers[] = {"attn.bias", "attn.masked_bias"};
 
+constexpr NamePair kQwenMoeRouter[] = {{"mlp.gate.weight", "ffn_gate_inp.weight"}};
+constexpr NamePair kQwenMoeExperts[] = {
+    {"gate_proj.weight", "ffn_gate"}, {"up_proj.weight", "ffn_up"}, {"down_proj.weight", "ffn_down"}};
+constexpr NamePair kMixtralRouter[] = {{"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}};
+constexpr NamePair kMixtralExperts[] = {{"w1.weight", "ffn_gate"}, {"w3.weight", "ffn_up"}, {"w2.weight", "ffn_down"}};
+
 constexpr HfNames kLlamaNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers};
+constexpr HfNames kQwenMoeNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
+                                kQwenMoeRouter, "mlp.experts.", kQwenMoeExperts};
+constexpr HfNames kMixtralNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
+                                kMixtralRouter, "block_sparse_moe.experts.", kMixtralExperts};
 constexpr HfNames kNeoxNames{"gpt_neox.layers.", kNeoxGlobals, kNeoxLayers, kNeoxBuffers};
 constexpr HfNames kGptjNames{"transformer.h.", kGptjGlobals, kGptjLayers, kGptjBuffers};
 
@@ -114,6 +129,8 @@ constexpr HfArch kArchs[] = {
     {"MistralForCausalLM", "mistral", &kLlamaNames, read_llama_config},
     {"Qwen2ForCausalLM", "qwen2", &kLlamaNames, read_llama_config},
     {"Qwen3ForCausalLM", "qwen3", &kLlamaNames, read_llama_config},
+    {"Qwen3MoeForCausalLM", "qwen3moe", &kQwenMoeNames, read_llama_config},
+    {"MixtralForCausalLM", "mixtral", &kMixtralNames, read_llama_config},
     {"GPTNeoXForCausalLM", "gptneox", &kNeoxNames, read_neox_config},
     {"GPTJForCausalLM", "gptj", &kGptjNames, read_gptj_config},
 };
@@ -143,6 +160,20 @@ std::string canonical_name(const HfNames& names, const std::string& hf) {
         }
         for (const auto& [from, to] : names.layers) {
           if (rest == from) return fmt::format("blk.{}.{}", std::stoi(index), to);
+        }
+        for (const auto& [from, to] : names.moe_layers) {
+          if (rest == from) return fmt::format("blk.{}.{}", std::stoi(index), to);
+        }
+        if (!names.experts_prefix.empty() && rest.starts_with(names.experts_prefix)) {
+          const std::string_view tail = rest.substr(names.experts_prefix.size());
+          const size_t edot = tail.find('.');
+          const std::string_view expert = tail.substr(0, edot);
+          if (edot != std::string_view::npos && !expert.empty() && expert.size() <= 4 &&
+              expert.find_first_not_of("0123456789") == std::string_view::npos) {
+            for (const auto& [from, to] : names.experts) {
+              if (tail.substr(edot + 1) == from) return fmt::format("blk.{}.{}.{}.weight", std::stoi(index), to, expert);
+            }
+          }
         }
       }
     }
@@ -183,13 +214,18 @@ Status append_ids(const boost::json::object& obj, std::string_view key, std::vec
 // name rather than ignored (a false, null, zero or empty value is their absence).
 constexpr std::string_view kUnimplementedFields[] = {
     "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "sliding_window_pattern",
-    "num_experts",            "num_local_experts",       "n_routed_experts",      "moe_intermediate_size",
-    "use_qk_norm",            "alibi",                   "use_alibi",             "embedding_multiplier",
-    "logits_scaling",         "residual_multiplier",     "attention_multiplier",  "clip_qkv",
+    "n_routed_experts",       "n_shared_experts",        "num_shared_experts",    "shared_expert_intermediate_size",
+    "first_k_dense_replace",  "mlp_only_layers",         "use_qk_norm",           "alibi",
+    "use_alibi",              "embedding_multiplier",    "logits_scaling",        "residual_multiplier",
+    "attention_multiplier",   "clip_qkv",
 };
+// What a dense family does not implement, and a mixture of experts does.
+constexpr std::string_view kExpertFields[] = {"num_experts", "num_local_experts", "moe_intermediate_size"};
 
-Status refuse_unimplemented(const boost::json::object& cfg, std::string_view arch) {
-  for (std::string_view key : kUnimplementedFields) {
+Status refuse_unimplemented(const boost::json::object& cfg, std::string_view arch, bool moe) {
+  std::vector<std::string_view> keys(std::begin(kUnimplementedFields), std::end(kUnimplementedFields));
+  if (!moe) keys.insert(keys.end(), std::begin(kExpertFields), std::end(kExpertFields));
+  for (std::string_view key : keys) {
     const auto it = cfg.find(boost::json::string_view(key.data(), key.size()));
     if (it == cfg.end()) continue;
     const boost::json::value& v = it->value();
@@ -254,9 +290,29 @@ Status read_rotary_share(const boost::json::object& cfg, std::string_view key, d
   return Status::ok();
 }
 
+// Qwen3-MoE's and Mixtral's experts: how many, how many per token, of what size.
+Status read_experts(const boost::json::object& cfg, ModelConfig& c) {
+  const bool qwen = c.architecture == "qwen3moe";
+  HEARTH_ASSIGN_OR_RETURN(c.n_experts, get_int(cfg, qwen ? "num_experts" : "num_local_experts", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_experts_used, get_int(cfg, "num_experts_per_tok", std::nullopt));
+  if (qwen) {
+    HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "moe_intermediate_size", std::nullopt));
+    HEARTH_ASSIGN_OR_RETURN(auto norm, json_opt_bool(cfg, "norm_topk_prob"));
+    c.moe_normalize = norm.value_or(false);
+    HEARTH_ASSIGN_OR_RETURN(auto step, json_opt_int(cfg, "decoder_sparse_step"));
+    if (step.value_or(1) != 1) {
+      return make_error(ErrorCode::kUnsupported, "\"decoder_sparse_step\" {} (dense layers between expert layers) is "
+                        "not implemented", *step);
+    }
+  } else {
+    c.moe_normalize = true;  // Mixtral renormalises its top-k weights
+  }
+  return Status::ok();
+}
+
 Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
   c.qkv_bias = c.architecture == "qwen2";
-  c.qk_norm = c.architecture == "qwen3";
+  c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3moe";
   c.rope_style = RopeStyle::kHalf;  // HF checkpoints are laid out for rotate_half
 
   HEARTH_ASSIGN_OR_RETURN(c.activation, read_activation(cfg, "hidden_act", "silu"));
@@ -265,7 +321,7 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
   if (attention_bias.value_or(false)) {
     // Llama's attention_bias: q, k, v and o (Qwen2's bias is on q, k and v only, always).
     c.qkv_bias = true;
-    c.attn_output_bias = c.architecture != "qwen3";
+    c.attn_output_bias = c.architecture != "qwen2";
   }
   c.ffn_bias = mlp_bias.value_or(false);
   HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
@@ -288,7 +344,7 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
   HEARTH_ASSIGN_OR_RETURN(auto use_sliding, json_opt_bool(cfg, "use_sliding_window"));
   HEARTH_ASSIGN_OR_RETURN(auto window, json_opt_int(cfg, "sliding_window"));
   if (window && use_sliding.value_or(true) && *window > 0 && *window < c.max_context) {
-    if (c.architecture == "qwen2" || c.architecture == "qwen3") {
+    if (c.architecture.starts_with("qwen")) {
       // Qwen's sliding window covers only the layers from max_window_layers on.
       HEARTH_ASSIGN_OR_RETURN(auto from, json_opt_int(cfg, "max_window_layers"));
       if (from && *from < c.n_layers) {
@@ -299,6 +355,7 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
       c.sliding_window = static_cast<int32_t>(std::min<int64_t>(*window, INT32_MAX));
     }
   }
+  if (c.architecture == "qwen3moe" || c.architecture == "mixtral") HEARTH_RETURN_IF_ERROR(read_experts(cfg, c));
   return read_rope_scaling(cfg, c);
 }
 
@@ -376,7 +433,7 @@ Result<const HfArch*> read_config(const boost::json::object& cfg, ModelConfig& c
                       hf_arch.empty() ? "(none given)" : hf_arch, known);
   }
   c.architecture = std::string(arch->name);
-  HEARTH_RETURN_IF_ERROR(refuse_unimplemented(cfg, arch->hf_name));
+  HEARTH_RETURN_IF_ERROR(refuse_unimplemented(cfg, arch->hf_name, !arch->names->experts.empty()));
   HEARTH_RETURN_IF_ERROR(arch->read(cfg, c));
   return arch;
 }

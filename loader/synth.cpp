@@ -40,11 +40,40 @@ struct SynthTensor {
   Kind kind;
   int rope_heads;  // q/k: heads whose rows are permuted for the GGUF
   bool fused_qkv = false;  // GPT-NeoX's query_key_value: per-head in HF, [Q; K; V] in GGUF
+  // A GGUF tensor made of these HF tensors one after another (merged experts); an
+  // entry with no hf_name is written to the GGUF only, one with no gguf_name to HF only.
+  std::vector<SynthTensor> parts = {};
 };
 
-std::vector<SynthTensor> llama_tensors(const SynthShape& c, bool qk_norm) {
+// The experts of layer `p` (HF prefix) / `g` (GGUF prefix): the router, each expert's
+// matrices under the family's HF names, and the GGUF's merged tensors of them.
+void add_experts(std::vector<SynthTensor>& out, const SynthShape& c, bool mixtral, const std::string& p,
+                 const std::string& g) {
+  const int64_t d = c.dim, f = c.hidden;
+  out.push_back({p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), g + "ffn_gate_inp.weight",
+                 {c.experts, d}, Kind::kLinear, 0});
+  const char* hf[3][2] = {{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}};
+  const char* gguf[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+  for (int m = 0; m < 3; ++m) {
+    const std::vector<int64_t> shape = m == 2 ? std::vector<int64_t>{d, f} : std::vector<int64_t>{f, d};
+    SynthTensor merged{"", g + gguf[m] + ".weight", {c.experts, shape[0], shape[1]}, Kind::kLinear, 0};
+    for (int e = 0; e < c.experts; ++e) {
+      const std::string name = mixtral ? fmt::format("{}block_sparse_moe.experts.{}.{}.weight", p, e, hf[m][1])
+                                       : fmt::format("{}mlp.experts.{}.{}.weight", p, e, hf[m][0]);
+      SynthTensor expert{name, "", shape, Kind::kLinear, 0};
+      merged.parts.push_back(expert);
+      out.push_back(std::move(expert));
+    }
+    out.push_back(std::move(merged));
+  }
+}
+
+std::vector<SynthTensor> llama_tensors(const SynthShape& c, std::string_view arch) {
   const int64_t d = c.dim, f = c.hidden, hd = c.dim / c.heads, kv = c.kv_heads * hd;
-  // llama.cpp's converter permutes llama's q/k rows for interleaved RoPE, not qwen's.
+  const bool qk_norm = arch == "qwen3" || arch == "qwen3moe";
+  const bool moe = arch == "qwen3moe" || arch == "mixtral";
+  // llama.cpp's converter permutes llama's (and Mixtral's) q/k rows for interleaved RoPE,
+  // not qwen's.
   const int q_heads = qk_norm ? 0 : c.heads, k_heads = qk_norm ? 0 : c.kv_heads;
   std::vector<SynthTensor> out = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab, d}, Kind::kEmbed, 0}};
   for (int i = 0; i < c.layers; ++i) {
@@ -59,6 +88,10 @@ std::vector<SynthTensor> llama_tensors(const SynthShape& c, bool qk_norm) {
     }
     out.push_back({p + "self_attn.o_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
     out.push_back({p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {d}, Kind::kNorm, 0});
+    if (moe) {
+      add_experts(out, c, arch == "mixtral", p, g);
+      continue;
+    }
     out.push_back({p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {f, d}, Kind::kLinear, 0});
     out.push_back({p + "mlp.up_proj.weight", g + "ffn_up.weight", {f, d}, Kind::kLinear, 0});
     out.push_back({p + "mlp.down_proj.weight", g + "ffn_down.weight", {d, f}, Kind::kLinear, 0});
@@ -119,7 +152,7 @@ std::vector<SynthTensor> gptj_tensors(const SynthShape& c) {
 std::vector<SynthTensor> tensor_list(const SynthOptions& o) {
   if (o.arch == "gptneox") return neox_tensors(o.shape);
   if (o.arch == "gptj") return gptj_tensors(o.shape);
-  return llama_tensors(o.shape, o.arch == "qwen3");
+  return llama_tensors(o.shape, o.arch);
 }
 
 // GPT-NeoX's fused rows reordered from per head ([h][q, k, v][head_dim]) to [Q; K; V]
@@ -144,8 +177,21 @@ int64_t rotary_dims(const SynthOptions& o) {
   return o.arch == "gptneox" || o.arch == "gptj" ? std::max<int64_t>(2, hd / 4) : hd;
 }
 
+std::vector<float> master_values(const SynthTensor& t, uint64_t seed, DType hf_type);
+
+// A merged tensor's values: its parts' one after another.
+std::vector<float> merged_values(const SynthTensor& t, uint64_t seed, DType hf_type) {
+  std::vector<float> out;
+  for (const SynthTensor& part : t.parts) {
+    const std::vector<float> v = master_values(part, seed, hf_type);
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
 // The master values: generated, then rounded to the HF dtype (F16 or BF16).
 std::vector<float> master_values(const SynthTensor& t, uint64_t seed, DType hf_type) {
+  if (!t.parts.empty()) return merged_values(t, seed, hf_type);
   int64_t n = 1;
   for (int64_t d : t.shape) n *= d;
   const int64_t in = t.shape.size() > 1 ? t.shape[1] : 1;
@@ -337,7 +383,7 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   const SynthShape& c = o.shape;
   const int64_t hd = c.dim / c.heads;
   GgufWriter w;
-  const std::string a = o.arch;
+  const std::string a = o.arch == "mixtral" ? "llama" : o.arch;  // llama.cpp stores Mixtral as llama
   const bool layer_norm = a == "gptneox" || a == "gptj";
   w.add_string("general.architecture", a);
   w.add_string("general.name", o.name);
@@ -359,7 +405,12 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_f32(a + ".rope.freq_base", c.rope_theta);
   w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(c.heads));
   w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(layer_norm ? c.heads : c.kv_heads));
-  if (a == "qwen3") w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+  if (a == "qwen3" || a == "qwen3moe") w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+  if (o.arch == "qwen3moe" || o.arch == "mixtral") {
+    w.add_u32(a + ".expert_count", static_cast<uint32_t>(c.experts));
+    w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(c.experts_used));
+    if (a == "qwen3moe") w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(c.hidden));
+  }
   w.add_f32(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"), kRmsEps);
   if (a == "gptneox") w.add_bool(a + ".use_parallel_residual", true);
   w.add_string("tokenizer.ggml.model", "llama");
@@ -372,6 +423,7 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_bool("tokenizer.ggml.add_bos_token", true);
   w.add_bool("tokenizer.ggml.add_eos_token", false);
   for (const SynthTensor& t : tensor_list(o)) {
+    if (t.gguf_name.empty()) continue;
     const DType type = t.shape.size() == 1 ? DType::kF32 : o.gguf_type;
     HEARTH_RETURN_IF_ERROR(w.add_tensor_lazy(t.gguf_name, type, t.shape, [t, type, &o, hd] {
       std::vector<float> x = master_values(t, o.seed, o.hf_type);
@@ -382,6 +434,8 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   }
   return w.write(o.gguf);
 }
+
+boost::json::object llama_config(const SynthOptions& o);
 
 // config.json as each family's transformers config spells it.
 boost::json::object hf_config(const SynthOptions& o) {
@@ -426,6 +480,32 @@ boost::json::object hf_config(const SynthOptions& o) {
             {"eos_token_id", 2},
             {"torch_dtype", dtype}};
   }
+  js::object config = llama_config(o);
+  if (o.arch == "qwen3moe") {
+    config["architectures"] = js::array{"Qwen3MoeForCausalLM"};
+    config["model_type"] = "qwen3_moe";
+    config["num_experts"] = c.experts;
+    config["num_experts_per_tok"] = c.experts_used;
+    config["moe_intermediate_size"] = c.hidden;
+    config["norm_topk_prob"] = true;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = js::array{};
+  } else if (o.arch == "mixtral") {
+    config["architectures"] = js::array{"MixtralForCausalLM"};
+    config["model_type"] = "mixtral";
+    config["num_local_experts"] = c.experts;
+    config["num_experts_per_tok"] = c.experts_used;
+    config.erase("attention_bias");
+    config.erase("mlp_bias");
+  }
+  return config;
+}
+
+boost::json::object llama_config(const SynthOptions& o) {
+  namespace js = boost::json;
+  const SynthShape& c = o.shape;
+  const int64_t hd = c.dim / c.heads;
+  const char* dtype = o.hf_type == DType::kBF16 ? "bfloat16" : "float16";
   const bool qwen3 = o.arch == "qwen3";
   return {{"architectures", js::array{qwen3 ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
           {"model_type", qwen3 ? "qwen3" : "llama"},
@@ -456,6 +536,7 @@ Status write_hf(const SynthOptions& o, const Vocab& vocab) {
   if (ec) return make_error(ErrorCode::kIo, "cannot create {}: {}", o.hf.string(), ec.message());
   SafetensorsWriter st;
   for (const SynthTensor& t : tensor_list(o)) {
+    if (t.hf_name.empty()) continue;
     HEARTH_RETURN_IF_ERROR(st.add_lazy(t.hf_name, o.hf_type, t.shape, [t, &o] {
       return quantize(o.hf_type, master_values(t, o.seed, o.hf_type));
     }));
@@ -495,7 +576,12 @@ Status synth_write(const SynthOptions& o) {
   }
   if (c.vocab < 260) return make_error(ErrorCode::kInvalidArgument, "vocab must hold the 259 special and byte pieces");
   if (std::find(std::begin(kSynthArchs), std::end(kSynthArchs), o.arch) == std::end(kSynthArchs)) {
-    return make_error(ErrorCode::kInvalidArgument, "unknown architecture \"{}\" (llama, qwen3, gptneox, gptj)", o.arch);
+    return make_error(ErrorCode::kInvalidArgument,
+                      "unknown architecture \"{}\" (llama, qwen3, gptneox, gptj, qwen3moe, mixtral)", o.arch);
+  }
+  if ((o.arch == "qwen3moe" || o.arch == "mixtral") &&
+      (c.experts < 1 || c.experts_used < 1 || c.experts_used > c.experts || c.experts_used > 16)) {
+    return make_error(ErrorCode::kInvalidArgument, "{} experts with {} per token", c.experts, c.experts_used);
   }
   if ((o.arch == "gptneox" || o.arch == "gptj") && c.kv_heads != c.heads) {
     return make_error(ErrorCode::kInvalidArgument, "{} has no grouped-query attention: give --kv-heads {}", o.arch,

@@ -3,7 +3,8 @@
 // of realistic size without downloads. Families (SynthOptions::arch): llama, qwen3
 // (q/k norms), gptneox (LayerNorm, parallel residual, fused QKV, quarter rotary, GELU,
 // biases), gptj (LayerNorm, shared-norm parallel residual, quarter interleaved rotary,
-// tanh GELU, biases, LM head bias).
+// tanh GELU, biases, LM head bias), qwen3moe and mixtral (softmax-routed experts: per
+// expert in HF, merged [experts, rows, cols] in GGUF as llama.cpp writes them).
 //
 // The llama weights follow ../shared/tools/peer/make_model.py's generator exactly (splitmix64
 // of fnv1a64(HF tensor name) ^ seed; the same scales, F16 master values, q/k rows
@@ -24,6 +25,7 @@ namespace hearth {
 struct SynthShape {
   int32_t dim = 64, hidden = 256, layers = 5, heads = 4, kv_heads = 2, vocab = 512, context = 512;
   float rope_theta = 10000.0f;
+  int32_t experts = 8, experts_used = 2;  // qwen3moe and mixtral (each expert of `hidden`)
 };
 
 // "tiny" (dim 64, 5 layers, vocab 512), "1b" (dim 2048, hidden 8192, 16 layers, 32 heads,
@@ -31,7 +33,7 @@ struct SynthShape {
 Result<SynthShape> synth_preset(std::string_view name);
 
 // The families synth writes, by their GGUF names.
-inline constexpr std::string_view kSynthArchs[] = {"llama", "qwen3", "gptneox", "gptj"};
+inline constexpr std::string_view kSynthArchs[] = {"llama", "qwen3", "gptneox", "gptj", "qwen3moe", "mixtral"};
 
 struct SynthOptions {
   SynthShape shape;

@@ -109,6 +109,14 @@ class ObservedBackend final : public Backend {
   void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
     inner_->permute_columns(x, n, cols, perm, out);
   }
+  void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+                 float* weights) override {
+    inner_->moe_route(logits, n, n_experts, k, normalize, ids, weights);
+  }
+  void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                   float* out) override {
+    inner_->moe_combine(rows, pos, weights, n, k, dim, out);
+  }
 
  private:
   std::unique_ptr<Backend> inner_;
@@ -239,11 +247,19 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
                         "--asym cannot be written to GGUF (its Q4_0 / Q8_0 blocks are symmetric): use --sym, or "
                         "write a Hugging Face GPTQ directory (--out DIR)");
     }
-  } else if (model.config.architecture == "gptneox") {
+  }
+  if (model.config.n_experts > 0) {
+    return make_error(ErrorCode::kUnsupported,
+                      "quantizing a mixture of experts ({} experts a layer) is not implemented: serve its GGUF as "
+                      "Q8_0 or Q4_0, or publish it with hearth-loader --quant int8|int4",
+                      model.config.n_experts);
+  }
+  if (o.output == OutputFormat::kHfGptq && model.config.architecture == "gptneox") {
     return make_error(ErrorCode::kUnsupported,
                       "a Hugging Face GPTQ directory of GPT-NeoX would need its fused query_key_value rebuilt, which "
                       "is not implemented: give --out FILE.gguf");
-  } else if (model.format != ModelFormat::kSafetensors) {
+  }
+  if (o.output == OutputFormat::kHfGptq && model.format != ModelFormat::kSafetensors) {
     return make_error(ErrorCode::kUnsupported,
                       "a Hugging Face GPTQ directory is written from a Hugging Face model directory (its tokenizer "
                       "and config are copied), not from a {} file: give --out FILE.gguf",

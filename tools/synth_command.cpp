@@ -14,7 +14,10 @@ constexpr const char* kUsage = R"(usage: hearth synth [--arch A] [--preset tiny|
 Writes a model with seeded pseudo-random weights, the same weights in both containers
 (for llama, the same as ../shared/tools/peer/make_model.py for the same shape and seed).
 
-  --arch A             llama (default), qwen3, gptneox, gptj
+  --arch A             llama (default), qwen3, gptneox, gptj, qwen3moe, mixtral
+  --experts N --experts-used K
+                       a mixture of experts' experts and experts per token (default 8, 2;
+                       each expert's FFN is --hidden)
 
   --preset NAME        tiny (default), 1b (dim 2048, ffn 8192, 16 layers, 32/8 heads,
                        vocab 32000), 7b (Llama-2-7B shape)
@@ -38,7 +41,7 @@ int usage_error(const std::string& message) {
 int synth_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"arch", "preset", "dim", "hidden", "layers", "heads", "kv-heads", "vocab", "ctx", "rope-theta",
-                           "type", "seed", "gguf", "hf", "hf-dtype"},
+                           "experts", "experts-used", "type", "seed", "gguf", "hf", "hf-dtype"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -59,7 +62,8 @@ int synth_command(const std::vector<std::string>& argv) {
   for (const IntFlag& f : {IntFlag{"dim", &o.shape.dim}, IntFlag{"hidden", &o.shape.hidden},
                            IntFlag{"layers", &o.shape.layers}, IntFlag{"heads", &o.shape.heads},
                            IntFlag{"kv-heads", &o.shape.kv_heads}, IntFlag{"vocab", &o.shape.vocab},
-                           IntFlag{"ctx", &o.shape.context}}) {
+                           IntFlag{"ctx", &o.shape.context}, IntFlag{"experts", &o.shape.experts},
+                           IntFlag{"experts-used", &o.shape.experts_used}}) {
     auto v = args->get_int(f.name, 1, 1 << 20);
     if (!v.is_ok()) return usage_error(v.status().message());
     if (*v) *f.target = static_cast<int32_t>(**v);

@@ -43,6 +43,8 @@ enum class BackendOp : uint8_t {
   kAddRmsNorm,
   kGatherRows,
   kPermuteColumns,
+  kMoeRoute,
+  kMoeCombine,
 };
 
 // Memory owned by a backend (host or device), freed when the handle dies. Move-only.
@@ -202,6 +204,14 @@ class Backend {
   // its weights are stored in (act-order GPTQ). x, out: [n, cols] (distinct); perm:
   // backend memory, a permutation of [0, cols).
   virtual void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) = 0;
+  // Mixture of experts: each of n tokens' k experts by its router logits ([n, n_experts])
+  // into ids and weights ([n, k], backend memory; kernels/reference's moe_route).
+  virtual void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+                         float* weights) = 0;
+  // out[t] = sum_j weights[t, j] * rows[pos[t, j]]: each token's experts' rows combined.
+  // rows: [*, dim]; pos, weights: [n, k]; out: [n, dim] (not aliasing rows).
+  virtual void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k,
+                           int64_t dim, float* out) = 0;
 };
 
 // Backend names: "cpu", "cpu-reference" (the scalar reference kernels), "cuda" / "cuda:N"

@@ -215,6 +215,16 @@ Status LlamaModel::bind_layers(HostCopies& host) {
     l.attn_v = find(p + "attn_v.weight");
     l.attn_output = find(p + "attn_output.weight");
     l.ffn_gate = find(p + "ffn_gate.weight");
+    if (rc.n_experts > 0) {
+      l.router = find(p + "ffn_gate_inp.weight");
+      l.experts.resize(static_cast<size_t>(rc.n_experts));
+      for (int e = 0; e < rc.n_experts; ++e) {
+        Layer::Expert& x = l.experts[static_cast<size_t>(e)];
+        x.gate = find(fmt::format("{}ffn_gate.{}.weight", p, e));
+        x.up = find(fmt::format("{}ffn_up.{}.weight", p, e));
+        x.down = find(fmt::format("{}ffn_down.{}.weight", p, e));
+      }
+    }
     l.ffn_up = find(p + "ffn_up.weight");
     l.ffn_down = find(p + "ffn_down.weight");
     host.add_vector(p + "attn_norm.weight", &l.attn_norm.weight);
@@ -256,8 +266,21 @@ Status LlamaModel::allocate_activations(bool permuted) {
   HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), k_));
   HEARTH_RETURN_IF_ERROR(act(rc.kv_dim(), v_));
   HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), att_));
-  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, gate_));
-  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim, up_));
+  // Every token's rows for each of its experts.
+  const int64_t routed = std::max(1, rc.n_experts_used);
+  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim * routed, gate_));
+  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim * routed, up_));
+  if (rc.n_experts > 0) {
+    HEARTH_RETURN_IF_ERROR(act(rc.n_experts, router_logits_));
+    HEARTH_RETURN_IF_ERROR(act(routed, route_ids_));  // int32, the size of a float
+    HEARTH_RETURN_IF_ERROR(act(routed, route_weights_));
+    HEARTH_RETURN_IF_ERROR(act(2 * routed, moe_index_));
+    HEARTH_RETURN_IF_ERROR(act(rc.dim * routed, moe_in_));
+    HEARTH_RETURN_IF_ERROR(act(rc.dim * routed, moe_out_));
+    host_route_ids_.resize(n * static_cast<size_t>(routed));
+    host_moe_index_.resize(2 * n * static_cast<size_t>(routed));
+    expert_rows_.resize(static_cast<size_t>(rc.n_experts) + 1);
+  }
   if (permuted) HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), xp_));
   if (rc.residual != Residual::kSequential) HEARTH_RETURN_IF_ERROR(act(rc.dim, proj_));
   HEARTH_ASSIGN_OR_RETURN(logits_in_, backend_.alloc(kLogitChunk * static_cast<size_t>(config_.dim) * sizeof(float)));
@@ -368,8 +391,61 @@ void LlamaModel::attention_block(int32_t li, const StepInput& step, KvCache& cac
                 .kv_dtype = kc.dtype});
 }
 
+void LlamaModel::moe_block(int32_t li, const float* in, int64_t n, float* out) {
+  const ModelConfig& c = rank_config_;
+  Backend& be = backend_;
+  const Layer& l = layers_[static_cast<size_t>(li)];
+  const int32_t k = c.n_experts_used, n_experts = c.n_experts;
+  const int64_t dim = c.dim, ffn = c.hidden_dim, routed = n * k;
+  be.matmul(*l.router, in, n, router_logits_.f32());  // [n, n_experts]
+  auto* ids = static_cast<int32_t*>(route_ids_.data());
+  be.moe_route(router_logits_.f32(), n, n_experts, k, c.moe_normalize, ids, route_weights_.f32());
+  // The grouping is decided on the host: which gathered row each (token, expert) gets.
+  be.read(route_ids_, 0, host_route_ids_.data(), static_cast<size_t>(routed) * sizeof(int32_t));
+  std::fill(expert_rows_.begin(), expert_rows_.end(), 0);
+  for (int64_t i = 0; i < routed; ++i) ++expert_rows_[static_cast<size_t>(host_route_ids_[static_cast<size_t>(i)]) + 1];
+  for (int32_t e = 0; e < n_experts; ++e) expert_rows_[static_cast<size_t>(e) + 1] += expert_rows_[static_cast<size_t>(e)];
+  int32_t* source = host_moe_index_.data();        // [routed]: the token of each gathered row
+  int32_t* row_of = host_moe_index_.data() + routed;  // [n, k]: the gathered row of each (token, expert)
+  for (int32_t e = 0, r = 0; e < n_experts; ++e) {
+    for (int64_t i = 0; i < routed; ++i) {  // tokens in order within an expert
+      if (host_route_ids_[static_cast<size_t>(i)] != e) continue;
+      source[r] = static_cast<int32_t>(i / k);
+      row_of[i] = r++;
+    }
+  }
+  be.write(moe_index_, 0, host_moe_index_.data(), static_cast<size_t>(2 * routed) * sizeof(int32_t));
+  const auto* index = static_cast<const int32_t*>(moe_index_.data());
+  float* xg = moe_in_.f32();
+  float* gate = gate_.f32();
+  float* up = up_.f32();
+  float* yg = moe_out_.f32();
+  be.gather_rows(in, index, routed, dim, xg);  // [routed, dim], expert by expert
+  for (int32_t e = 0; e < n_experts; ++e) {
+    const int64_t r0 = expert_rows_[static_cast<size_t>(e)], m = expert_rows_[static_cast<size_t>(e) + 1] - r0;
+    if (m == 0) continue;  // an expert no token chose is not read
+    const Layer::Expert& x = l.experts[static_cast<size_t>(e)];
+    const MatmulTarget gate_up[] = {{x.gate, gate + r0 * ffn}, {x.up, up + r0 * ffn}};
+    be.matmuls(xg + r0 * dim, m, gate_up);
+  }
+  if (c.activation == Activation::kSilu) {
+    be.swiglu(gate, up, routed * ffn, gate);
+  } else {
+    be.gelu(gate, up, routed * ffn, c.activation == Activation::kGeluTanh, gate);
+  }
+  for (int32_t e = 0; e < n_experts; ++e) {
+    const int64_t r0 = expert_rows_[static_cast<size_t>(e)], m = expert_rows_[static_cast<size_t>(e) + 1] - r0;
+    if (m > 0) be.matmul(*l.experts[static_cast<size_t>(e)].down, gate + r0 * ffn, m, yg + r0 * dim);
+  }
+  be.moe_combine(yg, index + routed, route_weights_.f32(), n, k, dim, out);  // this rank's partial sums
+}
+
 void LlamaModel::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
   const ModelConfig& c = rank_config_;
+  if (c.n_experts > 0) {
+    moe_block(li, in, n, out);
+    return;
+  }
   Backend& be = backend_;
   const Layer& l = layers_[static_cast<size_t>(li)];
   const int64_t ffn = c.hidden_dim;

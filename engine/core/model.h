@@ -110,6 +110,10 @@ class LlamaModel {
   // The feed-forward block of `in` ([n, dim]) into `out` ([n, dim], this rank's partial
   // sum, no down bias); `in` may be `out`.
   void ffn_block(int32_t li, const float* in, int64_t n, float* out);
+  // ffn_block of a mixture-of-experts layer: the router picks each token's experts; the
+  // tokens are gathered expert by expert, so that each expert's matrices are read once
+  // for all its tokens; the experts' rows are combined per token by their weights.
+  void moe_block(int32_t li, const float* in, int64_t n, float* out);
 
   struct Layer {
     const TensorView* attn_q = nullptr;
@@ -130,6 +134,14 @@ class LlamaModel {
     const float* gate_bias = nullptr;
     const float* up_bias = nullptr;
     const float* down_bias = nullptr;
+    // Mixture of experts: the router ([n_experts, dim]) and each expert's matrices.
+    const TensorView* router = nullptr;
+    struct Expert {
+      const TensorView* gate = nullptr;
+      const TensorView* up = nullptr;
+      const TensorView* down = nullptr;
+    };
+    std::vector<Expert> experts;
     // The column order of each matrix stored permuted (act-order GPTQ), into perms_;
     // null: in order. Equal orders share one pointer, so their input is permuted once.
     const int32_t* q_perm = nullptr;
@@ -170,6 +182,13 @@ class LlamaModel {
   // column order) only when some matrix is stored permuted, proj_ (the attention
   // output's partial sum beside the FFN's) only with a parallel residual.
   BackendBuffer x_, xn_, q_, k_, v_, att_, gate_, up_, xp_, proj_;
+  // Mixture of experts, [max_batch_tokens * n_experts_used] rows each: the router's
+  // logits, each token's experts and weights, the gathered rows' source tokens and each
+  // (token, expert)'s row (moe_index_), the gathered inputs and the experts' outputs;
+  // and the host's copies of the ids and the index, sized once.
+  BackendBuffer router_logits_, route_ids_, route_weights_, moe_index_, moe_in_, moe_out_;
+  std::vector<int32_t> host_route_ids_, host_moe_index_;
+  std::vector<int32_t> expert_rows_;  // [n_experts + 1]: each expert's first gathered row
   // Final-norm rows and logits, kLogitChunk rows at a time.
   static constexpr int64_t kLogitChunk = 16;
   BackendBuffer logits_in_, logits_;

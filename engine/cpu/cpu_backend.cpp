@@ -383,6 +383,26 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+                 float* weights) override {
+    if (reference_) {
+      kernels::ref::moe_route(logits, n, n_experts, k, normalize, ids, weights);
+    } else {
+      kernels::cpu::moe_route(logits, n, n_experts, k, normalize, ids, weights);
+    }
+  }
+
+  void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                   float* out) override {
+    if (reference_) {
+      kernels::ref::moe_combine(rows, pos, weights, n, k, dim, out);
+      return;
+    }
+    for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      kernels::cpu::moe_combine(rows, pos + t0 * k, weights + t0 * k, t1 - t0, k, dim, out + t0 * dim);
+    });
+  }
+
   void add(float* y, const float* x, int64_t n) override { kernels::cpu::add(y, x, n); }
 
   void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,

@@ -317,6 +317,16 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::swiglu(gate, up, n, out, stream_.get()), "swiglu");
   }
 
+  void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+                 float* weights) override {
+    check_cuda(kernels::cuda::moe_route(logits, n, n_experts, k, normalize, ids, weights, stream_.get()), "moe_route");
+  }
+
+  void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                   float* out) override {
+    check_cuda(kernels::cuda::moe_combine(rows, pos, weights, n, k, dim, out, stream_.get()), "moe_combine");
+  }
+
   void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) override {
     check_cuda(kernels::cuda::gelu(x, up, n, tanh_form, out, stream_.get()), "gelu");
   }

@@ -66,6 +66,18 @@ void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out
   }
 }
 
+void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+               float* weights) {
+  for (int64_t t = 0; t < n; ++t) dev::moe_top_k(logits + t * n_experts, n_experts, k, normalize, ids + t * k, weights + t * k);
+}
+
+void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                 float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < dim; ++i) out[t * dim + i] = dev::moe_combine_value(rows, pos + t * k, weights + t * k, k, dim, i);
+  }
+}
+
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
           const int32_t* positions, const float* inv_freq, RopeStyle style) {
   const int64_t half = rotary_dim / 2;

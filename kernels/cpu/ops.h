@@ -33,6 +33,13 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 // out = gelu(x) (* up when given) over n values (out may alias x); device_math.h's form.
 void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out);
 
+// Mixture-of-experts routing and combination of n tokens; see ref::moe_route and
+// ref::moe_combine (dev::moe_top_k and dev::moe_combine_value in float).
+void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+               float* weights);
+void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                 float* out);
+
 // The sum of e^(x[i] - max) over n values, each x[i] <= max (the log-normaliser of a row
 // of logits, without its log): vectorized, within ~1e-6 relative of the exact sum.
 double sum_exp_below(const float* x, int64_t n, float max);

@@ -99,6 +99,23 @@ __global__ void gelu_kernel(const float* x, const float* up, int64_t n, bool tan
   }
 }
 
+__global__ void moe_route_kernel(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize,
+                                 int32_t* ids, float* weights) {
+  for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < n;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dev::moe_top_k(logits + t * n_experts, n_experts, k, normalize, ids + t * k, weights + t * k);
+  }
+}
+
+__global__ void moe_combine_kernel(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k,
+                                   int64_t dim, float* out) {
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+      out[t * dim + i] = dev::moe_combine_value(rows, pos + t * k, weights + t * k, k, dim, i);
+    }
+  }
+}
+
 // y[i] += x[i % period] (period n for add, dim for add_bias).
 __global__ void add_kernel(float* y, const float* x, int64_t n, int64_t period) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -222,6 +239,24 @@ cudaError_t gelu(const float* x, const float* up, int64_t n, bool tanh_form, flo
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n);
   HEARTH_LAUNCH(gelu_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, up, n, tanh_form, out);
+  return launched();
+}
+
+cudaError_t moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+                      float* weights, cudaStream_t stream) {
+  if (k < 1 || k > n_experts) return cudaErrorInvalidValue;
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = elementwise_launch(n);
+  HEARTH_LAUNCH(moe_route_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(logits, n, n_experts, k, normalize,
+                                                                                ids, weights);
+  return launched();
+}
+
+cudaError_t moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                        float* out, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = rows_launch(n);
+  HEARTH_LAUNCH(moe_combine_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(rows, pos, weights, n, k, dim, out);
   return launched();
 }
 

@@ -79,6 +79,13 @@ cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t 
 cudaError_t permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out,
                             cudaStream_t stream);
 
+// Mixture of experts: each token's top-k experts and weights (dev::moe_top_k, a thread
+// per token), and out[t] = sum_j weights[t, j] * rows[pos[t, j]] (dev::moe_combine_value).
+cudaError_t moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+                      float* weights, cudaStream_t stream);
+cudaError_t moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                        float* out, cudaStream_t stream);
+
 // Token t's K and V rows to cache slot p.slots[t], converted to p.kv_dtype (the
 // reference's kv_store, bit for bit).
 cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream);

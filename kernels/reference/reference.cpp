@@ -1,5 +1,6 @@
 #include "kernels/reference/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -200,6 +201,40 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+               float* weights) {
+  std::vector<int32_t> order(static_cast<size_t>(n_experts));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = logits + t * n_experts;
+    for (int32_t e = 0; e < n_experts; ++e) order[static_cast<size_t>(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+    const double max = l[order[0]];
+    double sum = 0.0;
+    for (int32_t e = 0; e < n_experts; ++e) sum += std::exp(static_cast<double>(l[e]) - max);
+    double chosen = 0.0;
+    for (int32_t j = 0; j < k; ++j) chosen += std::exp(static_cast<double>(l[order[static_cast<size_t>(j)]]) - max) / sum;
+    for (int32_t j = 0; j < k; ++j) {
+      const int32_t e = order[static_cast<size_t>(j)];
+      const double p = std::exp(static_cast<double>(l[e]) - max) / sum;
+      ids[t * k + j] = e;
+      weights[t * k + j] = static_cast<float>(normalize ? p / chosen : p);
+    }
+  }
+}
+
+void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                 float* out) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < dim; ++i) {
+      double acc = 0.0;
+      for (int32_t j = 0; j < k; ++j) {
+        acc += static_cast<double>(weights[t * k + j]) * rows[static_cast<int64_t>(pos[t * k + j]) * dim + i];
+      }
+      out[t * dim + i] = static_cast<float>(acc);
+    }
+  }
 }
 
 void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) {

@@ -47,6 +47,16 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 // the tanh form of GELU (device_math.h's gelu_erf / gelu_tanh in double).
 void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out);
 
+// Mixture-of-experts routing: for each of n tokens, the k largest of its n_experts router
+// logits ([n, n_experts]) as ids ([n, k], descending; the lower id first among equals)
+// and weights ([n, k]: softmax probabilities over all experts, in double, renormalised
+// over the k when `normalize`).
+void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+               float* weights);
+// out[t] = sum_j weights[t, j] * rows[pos[t, j]] for t < n, j < k. rows: [*, dim].
+void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
+                 float* out);
+
 // Stores token t's K and V rows at cache slot p.slots[t], each element converted to
 // p.kv_dtype with common/half.h (round to nearest even; f32 copied).
 void kv_store(const KvStoreParams& p);

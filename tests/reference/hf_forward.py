@@ -2,7 +2,8 @@
 """An independent forward pass of a Hugging Face checkpoint, in numpy (float64).
 
 Written from the equations of the transformers modelling code of each family
-(modeling_llama.py, modeling_qwen3.py, modeling_gpt_neox.py, modeling_gptj.py), reading
+(modeling_llama.py, modeling_qwen3.py, modeling_qwen3_moe.py, modeling_mixtral.py,
+modeling_gpt_neox.py, modeling_gptj.py), reading
 config.json and model.safetensors directly; nothing of hearth is used, so hearth's
 logits are checked against a second implementation rather than against themselves.
 
@@ -113,14 +114,43 @@ def linear(x, w, b=None):
     return y if b is None else y + b
 
 
+def moe(cfg, w, p, h):
+    """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock: softmax over the router's logits,
+    the top k experts (torch.topk: the larger first), their weights renormalised when
+    norm_topk_prob (always for Mixtral), each expert a SwiGLU MLP."""
+    mixtral = cfg["architectures"][0] == "MixtralForCausalLM"
+    k = cfg["num_experts_per_tok"]
+    normalize = True if mixtral else cfg.get("norm_topk_prob", False)
+    router = w[p + ("block_sparse_moe.gate.weight" if mixtral else "mlp.gate.weight")]
+    logits = linear(h, router)
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = np.argsort(-probs[t], kind="stable")[:k]
+        weights = probs[t, top]
+        if normalize:
+            weights = weights / weights.sum()
+        for e, wt in zip(top, weights):
+            if mixtral:
+                q = f"{p}block_sparse_moe.experts.{e}."
+                gate, up, down = q + "w1.weight", q + "w3.weight", q + "w2.weight"
+            else:
+                q = f"{p}mlp.experts.{e}."
+                gate, up, down = q + "gate_proj.weight", q + "up_proj.weight", q + "down_proj.weight"
+            out[t] += wt * linear(silu(linear(h[t], w[gate])) * linear(h[t], w[up]), w[down])
+    return out
+
+
 def forward_llama(cfg, w, ids):
-    """LlamaForCausalLM / Qwen3ForCausalLM."""
+    """LlamaForCausalLM / Qwen3ForCausalLM / Qwen3MoeForCausalLM / MixtralForCausalLM."""
     eps = cfg.get("rms_norm_eps", 1e-6)
     theta = cfg.get("rope_theta", 10000.0)
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_heads)
     hd = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
-    qk_norm = cfg["architectures"][0] == "Qwen3ForCausalLM"
+    qk_norm = cfg["architectures"][0] in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+    experts = cfg["architectures"][0] in ("Qwen3MoeForCausalLM", "MixtralForCausalLM")
     t = len(ids)
     pos = np.arange(t, dtype=np.float64)
     x = w["model.embed_tokens.weight"][ids]
@@ -136,6 +166,9 @@ def forward_llama(cfg, w, ids):
         q, k = rope_half(q, pos, hd, theta), rope_half(k, pos, hd, theta)
         x = x + linear(attention(q, k, v), w[p + "self_attn.o_proj.weight"])
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        if experts:
+            x = x + moe(cfg, w, p, h)
+            continue
         ffn = silu(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
         x = x + linear(ffn, w[p + "mlp.down_proj.weight"])
     x = rms_norm(x, w["model.norm.weight"], eps)
@@ -206,6 +239,8 @@ def forward_gptj(cfg, w, ids):
 FORWARDS = {
     "LlamaForCausalLM": forward_llama,
     "Qwen3ForCausalLM": forward_llama,
+    "Qwen3MoeForCausalLM": forward_llama,
+    "MixtralForCausalLM": forward_llama,
     "GPTNeoXForCausalLM": forward_neox,
     "GPTJForCausalLM": forward_gptj,
 }

@@ -1,4 +1,5 @@
-// Every family hearth runs (llama, qwen3, gptneox, gptj), on synthetic weights written by
+// Every family hearth runs (llama, qwen3, gptneox, gptj, and the mixtures of experts
+// qwen3moe and mixtral: 8 experts, 2 per token), on synthetic weights written by
 // hearth synth in both containers, checked against tests/reference/hf_forward.py: an
 // independent forward pass in numpy, written from the transformers modelling code's
 // equations, reading the Hugging Face checkpoint itself. Logits at every position of a
@@ -288,9 +289,13 @@ TEST_P(FamilyReferenceTest, TwoRanksOfTheResidentSegmentMatchTheReference) {
 // Block quantization of the weights (activations quantized alike in the CPU kernels)
 // moves the distribution by at most these mean KLs from the reference's. Measured on
 // these tiny models (dim 64, logits sharpened by the synthetic LM head's gain): Q8_0
-// 0.0009-0.0022 nats, Q4_0 0.11-0.23; the bounds leave about 2x.
+// 0.0009-0.0022 nats, Q4_0 0.11-0.23 for the dense families; with experts, where a
+// rounded router logit can send a token to another expert, Q8_0 0.011-0.017 and Q4_0
+// 0.45-0.57. The bounds leave about 2x.
 TEST_P(FamilyReferenceTest, QuantizedWeightsStayWithinTheirKlBounds) {
-  for (const auto& [type, bound] : {std::pair{DType::kQ8_0, 5e-3}, std::pair{DType::kQ4_0, 0.5}}) {
+  const bool experts = GetParam() == "qwen3moe" || GetParam() == "mixtral";
+  for (const auto& [type, bound] : {std::pair{DType::kQ8_0, experts ? 0.04 : 5e-3},
+                                    std::pair{DType::kQ4_0, experts ? 1.2 : 0.5}}) {
     std::vector<float> logits;
     std::vector<TokenId> greedy;
     run_file(gguf_as(type), logits, greedy);
@@ -301,7 +306,8 @@ TEST_P(FamilyReferenceTest, QuantizedWeightsStayWithinTheirKlBounds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, FamilyReferenceTest, ::testing::Values("llama", "qwen3", "gptneox", "gptj"),
+INSTANTIATE_TEST_SUITE_P(Families, FamilyReferenceTest,
+                         ::testing::Values("llama", "qwen3", "gptneox", "gptj", "qwen3moe", "mixtral"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -44,12 +44,15 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
     Activation activation;
     bool gated, qk_norm, qkv_bias, output_bias;
     int32_t rotary_dim;
+    int32_t experts = 0;
   };
   const Want wants[] = {
       {"llama", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, false, false, 0},
       {"qwen3", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true, false, false, 0},
       {"gptneox", NormKind::kLayer, Residual::kParallel, Activation::kGelu, false, false, true, false, 4},
       {"gptj", NormKind::kLayer, Residual::kParallelSharedNorm, Activation::kGeluTanh, false, false, false, true, 4},
+      {"qwen3moe", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true, false, false, 0, 8},
+      {"mixtral", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, false, false, 0, 8},
   };
   for (const Want& w : wants) {
     TempDir dir;
@@ -67,6 +70,8 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
       EXPECT_EQ(c.qkv_bias, w.qkv_bias) << path;
       EXPECT_EQ(c.output_bias, w.output_bias) << path;
       EXPECT_EQ(c.rotary_dim, w.rotary_dim) << path;
+      EXPECT_EQ(c.n_experts, w.experts) << path;
+      EXPECT_EQ(c.n_experts_used, w.experts > 0 ? 2 : 0) << path;
       // The config survives the weights segment's JSON.
       auto back = model_config_from_json(model_config_to_json(c));
       ASSERT_TRUE(back.is_ok()) << back.status().to_string();
@@ -114,7 +119,7 @@ TEST(FamilyConfigTest, AGgufKeyThatChangesTheMathAndIsNotImplementedIsRefusedByN
   synth("llama", dir.path());
   auto real = model_open(dir.path() / "model.gguf");
   ASSERT_TRUE(real.is_ok());
-  for (const char* key : {"llama.expert_count", "llama.final_logit_softcapping"}) {
+  for (const char* key : {"llama.expert_shared_count", "llama.final_logit_softcapping"}) {
     GgufWriter w;
     const ModelConfig& c = real->config;
     w.add_string("general.architecture", "llama");
