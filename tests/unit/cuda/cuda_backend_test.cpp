@@ -21,6 +21,7 @@
 #include "engine/core/sampler.h"
 #include "kernels/cuda/device_info.h"
 #include "loader/model.h"
+#include "loader/synth.h"
 #include "loader/quantize.h"
 #include "tests/test_util.h"
 #if HEARTH_CUDA_EMU
@@ -247,6 +248,29 @@ TEST_F(CudaBackendTest, NormsRopeAndElementwiseOpsMatchTheCpu) {
       expect_near(download(*gpu_, qd, q.size()), want, 2e-3f, "rope");
     }
   }
+  {  // moe_route and moe_combine: each of n tokens' top 2 of 8 experts, and their rows combined
+    const int32_t experts = 8, k = 2;
+    const auto logits = random_floats(static_cast<size_t>(n * experts), rng_, 4.0f);
+    std::vector<int32_t> ids(static_cast<size_t>(n * k));
+    std::vector<float> weights(ids.size());
+    cpu_->moe_route(logits.data(), n, experts, k, true, ids.data(), weights.data());
+    const BackendBuffer ld = upload(*gpu_, logits);
+    const BackendBuffer id = poisoned(*gpu_, ids.size()), wd2 = poisoned(*gpu_, ids.size());
+    gpu_->moe_route(ld.f32(), n, experts, k, true, static_cast<int32_t*>(id.data()), wd2.f32());
+    std::vector<int32_t> got_ids(ids.size());
+    gpu_->read(id, 0, got_ids.data(), got_ids.size() * sizeof(int32_t));
+    EXPECT_EQ(got_ids, ids) << "moe_route ids";
+    expect_near(download(*gpu_, wd2, weights.size()), weights, 1e-6f, "moe_route weights");
+    std::vector<int32_t> pos(ids.size());
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(pos.size() - 1 - i);
+    const auto rows = random_floats(static_cast<size_t>(n * k * dim), rng_);
+    std::vector<float> want(static_cast<size_t>(n * dim));
+    cpu_->moe_combine(rows.data(), pos.data(), weights.data(), n, k, dim, want.data());
+    const BackendBuffer rd = upload(*gpu_, rows), pd = upload(*gpu_, pos), wd3 = upload(*gpu_, weights);
+    const BackendBuffer out = poisoned(*gpu_, want.size());
+    gpu_->moe_combine(rd.f32(), static_cast<const int32_t*>(pd.data()), wd3.f32(), n, k, dim, out.f32());
+    expect_near(download(*gpu_, out, want.size()), want, 1e-5f, "moe_combine");
+  }
   {  // gather_rows
     const std::vector<int32_t> rows = {static_cast<int32_t>(n - 1), 0};
     std::vector<float> want(rows.size() * dim);
@@ -460,6 +484,43 @@ TEST_F(CudaBackendTest, Stories260KGroundTruthOnTheDevice) {
     auto result = generate(**llama, *cache, prompt, options);
     ASSERT_TRUE(result.is_ok()) << result.status().to_string();
     EXPECT_EQ(result->tokens, first_ids) << kernels::kv_dtype_name(dtype);
+  }
+}
+
+// Every family hearth runs (hearth synth's tiny models, F32 GGUF) gives the CPU's greedy
+// ids on the device: LayerNorm, GELU, partial rotary, q/k norms, biases, parallel
+// residuals and routed experts, through the whole forward pass.
+TEST_F(CudaBackendTest, EveryFamilyGivesTheCpusGreedyIdsOnTheDevice) {
+  testing::TempDir dir;
+  for (std::string_view arch : kSynthArchs) {
+    SynthOptions o;
+    o.arch = std::string(arch);
+    o.shape = synth_preset("tiny").value();
+    if (arch == "gptneox" || arch == "gptj") o.shape.kv_heads = o.shape.heads;
+    o.gguf = dir.path() / (o.arch + ".gguf");
+    o.gguf_type = DType::kF32;
+    ASSERT_TRUE(synth_write(o).is_ok());
+    auto m = model_open(o.gguf);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    std::vector<TokenId> prompt = {1};
+    for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<TokenId>(3 + (i * 37) % 500));
+    std::vector<TokenId> ids[2];
+    Backend* backends[] = {cpu_.get(), gpu_.get()};
+    for (int b = 0; b < 2; ++b) {
+      auto model = LlamaModel::create(m->config, m->tensors, *backends[b], 64);
+      ASSERT_TRUE(model.is_ok()) << arch << ": " << model.status().to_string();
+      auto cache = KvCache::create(*backends[b], {m->config.n_layers, m->config.kv_dim(), 16, 8, KvDType::kF32});
+      ASSERT_TRUE(cache.is_ok());
+      GenerateOptions options;
+      options.spec.max_tokens = 12;
+      options.spec.ignore_stop = true;
+      options.spec.sampling.temperature = 0.0f;
+      auto result = generate(**model, *cache, prompt, options);
+      ASSERT_TRUE(result.is_ok()) << arch << ": " << result.status().to_string();
+      ids[b] = result->tokens;
+    }
+    EXPECT_EQ(ids[1], ids[0]) << arch;
+    EXPECT_EQ(ids[0].size(), 12u) << arch;
   }
 }
 

@@ -433,6 +433,32 @@ TEST(DeviceMathTest, ElementwiseOpsMatchTheReference) {
   }
 }
 
+TEST(DeviceMathTest, MoeTopKAndCombineAsTheReference) {
+  std::mt19937 rng(fresh_seed());
+  for (int trial = 0; trial < 50; ++trial) {
+    const int32_t experts = 1 + static_cast<int32_t>(rng() % 128);
+    const int32_t k = 1 + static_cast<int32_t>(rng() % std::min(experts, 16));
+    auto logits = random_floats(static_cast<size_t>(experts), rng, 6.0f);
+    const bool normalize = rng() % 2 == 0;
+    std::vector<int32_t> want_ids(static_cast<size_t>(k)), got_ids(want_ids.size());
+    std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
+    ref::moe_route(logits.data(), 1, experts, k, normalize, want_ids.data(), want_w.data());
+    dev::moe_top_k(logits.data(), experts, k, normalize, got_ids.data(), got_w.data());
+    ASSERT_EQ(got_ids, want_ids) << experts << " experts, top " << k;
+    for (int32_t j = 0; j < k; ++j) ASSERT_NEAR(got_w[static_cast<size_t>(j)], want_w[static_cast<size_t>(j)], 1e-6f);
+    const int64_t dim = 5;
+    const auto rows = random_floats(static_cast<size_t>(k * dim), rng);
+    std::vector<int32_t> pos(static_cast<size_t>(k));
+    for (int32_t j = 0; j < k; ++j) pos[static_cast<size_t>(j)] = k - 1 - j;
+    std::vector<float> want(static_cast<size_t>(dim));
+    ref::moe_combine(rows.data(), pos.data(), got_w.data(), 1, k, dim, want.data());
+    for (int64_t i = 0; i < dim; ++i) {
+      ASSERT_NEAR(dev::moe_combine_value(rows.data(), pos.data(), got_w.data(), k, dim, i), want[static_cast<size_t>(i)],
+                  1e-5f);
+    }
+  }
+}
+
 TEST(DeviceMathTest, StepSequenceOfFindsEachTokensSequence) {
   std::mt19937 rng(fresh_seed());
   for (int trial = 0; trial < 100; ++trial) {

@@ -394,6 +394,48 @@ TEST(KernelsTest, LayerNormMatchesReferenceWithAndWithoutBias) {
   }
 }
 
+TEST(KernelsTest, MoeRouteAndCombineMatchReference) {
+  std::mt19937 rng(18);
+  for (const auto& [experts, k] : {std::pair{8, 2}, std::pair{64, 8}, std::pair{3, 3}}) {
+    const int64_t n = 7, dim = 33;
+    auto logits = random_floats(static_cast<size_t>(n * experts), rng);
+    for (float& v : logits) v *= 4.0f;
+    logits[1] = logits[0];  // a tie: the lower id first
+    for (bool normalize : {true, false}) {
+      std::vector<int32_t> want_ids(static_cast<size_t>(n * k)), got_ids(want_ids.size());
+      std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
+      ref::moe_route(logits.data(), n, experts, k, normalize, want_ids.data(), want_w.data());
+      cpu::moe_route(logits.data(), n, experts, k, normalize, got_ids.data(), got_w.data());
+      ASSERT_EQ(got_ids, want_ids) << experts << " experts, top " << k;
+      for (size_t i = 0; i < want_w.size(); ++i) ASSERT_NEAR(got_w[i], want_w[i], 1e-6f);
+      for (int64_t t = 0; t < n; ++t) {
+        float sum = 0.0f;
+        for (int32_t j = 0; j < k; ++j) sum += got_w[static_cast<size_t>(t * k + j)];
+        if (normalize) EXPECT_NEAR(sum, 1.0f, 1e-6f);
+        for (int32_t j = 1; j < k; ++j) {  // descending
+          EXPECT_GE(logits[static_cast<size_t>(t * experts + got_ids[static_cast<size_t>(t * k + j - 1)])],
+                    logits[static_cast<size_t>(t * experts + got_ids[static_cast<size_t>(t * k + j)])]);
+        }
+      }
+    }
+    // Combination: rows gathered in any order, each (token, expert) pointing at its row.
+    const auto rows = random_floats(static_cast<size_t>(n * k * dim), rng);
+    std::vector<int32_t> pos(static_cast<size_t>(n * k));
+    for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>((i * 5 + 3) % pos.size());
+    const auto weights = random_floats(pos.size(), rng);
+    std::vector<float> want(static_cast<size_t>(n * dim)), got(want.size());
+    ref::moe_combine(rows.data(), pos.data(), weights.data(), n, k, dim, want.data());
+    cpu::moe_combine(rows.data(), pos.data(), weights.data(), n, k, dim, got.data());
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5f);
+  }
+  std::vector<int32_t> ids(2);
+  std::vector<float> w(2);
+  const float tie[4] = {1.0f, 3.0f, 3.0f, 0.0f};
+  ref::moe_route(tie, 1, 4, 2, true, ids.data(), w.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_FLOAT_EQ(w[0], 0.5f);
+}
+
 TEST(KernelsTest, GeluMatchesReferenceInBothFormsGatedOrNot) {
   std::mt19937 rng(17);
   const int64_t n = 1000;
