@@ -1,8 +1,9 @@
 // Restarts without loss, with real processes and real HTTP: the frontend replaced five
 // times under load (hearth serve started by systemd-socket-activate, so the listening
 // socket comes through the real LISTEN_FDS handoff), the engine killed with SIGKILL in
-// the middle of 16 streams, one of two frontends killed, and an engine away for longer
-// than the frontend waits.
+// the middle of 16 streams, one of two frontends killed, an engine away for longer
+// than the frontend waits, and a mixture of experts through a frontend SIGHUP and an
+// engine SIGKILL.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -230,6 +231,58 @@ TEST(RestartTest, EngineKilledMidStreamResumesEveryStreamIdentically) {
   EXPECT_NE(children_of(serve.pid(), "hearth-engine"), engines);
   serve.signal(SIGTERM);
   EXPECT_EQ(serve.wait(60s), 0) << serve.err();
+}
+
+// A mixture of experts (hearth synth's qwen3moe: 8 experts, 2 per token) under hearth
+// serve: 16 concurrent streams, whose steps batch tokens routed to different experts,
+// give the text each gives alone; then neither a frontend replaced with SIGHUP nor the
+// engine killed with SIGKILL in the middle of them loses or changes any.
+TEST(RestartTest, AMixtureOfExpertsServesSixteenStreamsAsOneAndLosesNothingToRestarts) {
+  TempDir models;
+  const auto model = models.path() / "moe.gguf";
+  ChildProcess synth({hearth_bin("hearth"), "synth", "--arch", "qwen3moe", "--experts", "8", "--experts-used", "2",
+                      "--type", "f16", "--gguf", model.string()});
+  ASSERT_EQ(synth.wait(60s), 0) << synth.err();
+  TempDir shm(shm_parent());
+  ChildProcess serve({hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", "moe",
+                      "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "32", "--threads", "1",
+                      "--chat-template", plain_chat_template()});
+  const auto line = serve.read_line(60s);
+  ASSERT_TRUE(line.has_value()) << serve.err();
+  const size_t colon = line->rfind(':', line->find("/v1"));
+  const auto port = static_cast<uint16_t>(std::stoi(line->substr(colon + 1)));
+
+  const auto cases = long_streams(16, 150);
+  std::vector<std::string> alone;  // each request by itself
+  for (const Answer& a : references(port, cases)) {
+    ASSERT_EQ(a.error, "") << tail_of(serve.err(), 4000);
+    alone.push_back(a.text);
+  }
+  std::set<std::string> distinct(alone.begin(), alone.end());
+  EXPECT_GE(distinct.size(), 4u) << "the four prompts should lead to different texts";
+  {
+    ConcurrentStreams together(port, cases);
+    EXPECT_EQ(together.texts(), alone) << "16 streams at once";
+  }
+  {
+    ConcurrentStreams streams(port, cases);
+    ASSERT_TRUE(streams.all_midway(300, 30s)) << "the streams did not start";
+    serve.signal(SIGHUP);  // a new frontend; this one drains
+    EXPECT_EQ(streams.texts(), alone) << "through a frontend SIGHUP";
+  }
+  const auto engines = children_of(serve.pid(), "hearth-engine");
+  ASSERT_EQ(engines.size(), 1u);
+  {
+    ConcurrentStreams streams(port, cases);
+    ASSERT_TRUE(streams.all_midway(300, 30s)) << "the streams did not start";
+    const int cut = streams.unfinished();
+    ::kill(engines[0], SIGKILL);
+    EXPECT_EQ(streams.texts(), alone) << "through an engine SIGKILL";
+    EXPECT_GT(cut, 0) << "no stream was running when the engine died";
+  }
+  EXPECT_EQ(status_of(shm.path(), "moe").at("broker").at("engine_epoch").to_number<int64_t>(), 2);
+  serve.signal(SIGTERM);
+  EXPECT_EQ(serve.wait(60s), 0) << tail_of(serve.err(), 4000);
 }
 
 // A tensor-parallel group of two ranks under hearth serve --tp 2: one rank killed with
