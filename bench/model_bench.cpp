@@ -99,10 +99,21 @@ int main(int argc, char** argv) {
   auto run = generate(**model, *cache, prompt, options);
   if (!run.is_ok()) return fail(run.status());
 
-  // Weights a decode step reads: every tensor but the embedding table (one row of it).
-  uint64_t weight_bytes = 0;
+  // Weights a decode step reads: every tensor but the embedding table (one row of it);
+  // of a mixture of experts, only the experts the step's one token was routed to
+  // (n_experts_used of each layer's n_experts, all of one size).
+  uint64_t weight_bytes = 0, expert_bytes = 0;
   for (const TensorView& t : source->tensors) {
-    if (t.name != "token_embd.weight") weight_bytes += t.bytes;
+    if (t.name == "token_embd.weight") continue;
+    // With experts, every ffn_gate / ffn_up / ffn_down tensor is one expert's.
+    bool expert = false;
+    for (const char* m : {".ffn_gate.", ".ffn_up.", ".ffn_down."}) {
+      expert = expert || (config.n_experts > 0 && t.name.find(m) != std::string::npos);
+    }
+    (expert ? expert_bytes : weight_bytes) += t.bytes;
+  }
+  if (config.n_experts > 0) {
+    weight_bytes += expert_bytes / static_cast<uint64_t>(config.n_experts) * static_cast<uint64_t>(config.n_experts_used);
   }
   std::string name = attach.empty() ? std::filesystem::path(model_path).filename().string() : attach;
   // KV a decode step reads at the end of the run: every layer's K and V of every position.

@@ -2,11 +2,15 @@
 # hearth and llama.cpp side by side on the same GGUF files, on this machine, in one run.
 #
 #   bench/peer_compare.sh [--reps 3] [--threads "1 2"] [--types "f16 q8_0 q4_0"] [--preset 1b]
-#                         [--isa avx2] [--prompt 128] [--gen 64] [--out FILE]
+#                         [--arch llama] [--isa avx2] [--prompt 128] [--gen 64] [--out FILE]
 #
 # llama.cpp is ../shared/tools/peer's pinned build measured through its C API with a
 # persistent thread pool (run `bash ../shared/tools/peer/setup.sh` once first); the models
-# are that harness's (make_model.py, seed 1234), made under $PEER_DIR/models if missing.
+# are that harness's (make_model.py, seed 1234), made under $PEER_DIR/models if missing;
+# with --arch (qwen3moe, mixtral, qwen3, gptneox, gptj) they are hearth synth's of that
+# family (e.g. --arch qwen3moe --preset 1b-moe --types "q8_0 q4_0": a mixture of experts
+# of ~1B active parameters; its bandwidth column counts only the experts a decode step's
+# token was routed to).
 # hearth runs them the way it serves: hearth-loader publishes the resident segment (Q8_0
 # and Q4_0 repacked to the kernels' row-interleaved layouts) and model_bench attaches
 # to it. Both use the same prompt (128 ids), the same 64 greedy decode steps and one
@@ -31,24 +35,25 @@ ROOT=$(cd "$HERE/.." && pwd)
 PEER_TOOLS=$(cd "$ROOT/../shared/tools/peer" 2>/dev/null && pwd || true)
 PEER=${PEER_DIR:-/tmp/peer}
 BIN=${HEARTH_BIN:-$ROOT/build/bin}
-REPS=3 THREADS="1 2" TYPES="f16 q8_0 q4_0" PRESET=1b OUT=$ROOT/build/peer_compare.md ISA="" PROMPT=128 GEN=64
+REPS=3 THREADS="1 2" TYPES="f16 q8_0 q4_0" PRESET=1b OUT=$ROOT/build/peer_compare.md ISA="" PROMPT=128 GEN=64 ARCH=llama
 while [ $# -gt 0 ]; do
     case $1 in
         --reps) REPS=$2; shift 2 ;;
         --threads) THREADS=$2; shift 2 ;;
         --types) TYPES=$2; shift 2 ;;
         --preset) PRESET=$2; shift 2 ;;
+        --arch) ARCH=$2; shift 2 ;;
         --isa) ISA=$2; shift 2 ;;
         --prompt) PROMPT=$2; shift 2 ;;
         --gen) GEN=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
-        *) sed -n '2,24p' "$0"; exit 2 ;;
+        *) sed -n '2,28p' "$0"; exit 2 ;;
     esac
 done
 [ -n "$PEER_TOOLS" ] || { echo "peer_compare: ../shared/tools/peer not found next to the repository" >&2; exit 1; }
 [ -x "$PEER/llamacpp_c_bench" ] && [ -x "$PEER/membw" ] ||
     { echo "peer_compare: llama.cpp harness missing; run: bash $PEER_TOOLS/setup.sh" >&2; exit 1; }
-for b in hearth-loader model_bench; do
+for b in hearth hearth-loader model_bench; do
     [ -x "$BIN/$b" ] || { echo "peer_compare: $BIN/$b missing; build first (./setup.sh)" >&2; exit 1; }
 done
 # The harness as setup.sh built it, or a copy of its source built with other llama.cpp
@@ -91,28 +96,34 @@ instances=()
 cleanup() { for i in "${instances[@]}"; do rm -f "$SHM/hearth.$i.weights"; done; }
 trap cleanup EXIT
 
+NAME=$PRESET
+[ "$ARCH" = llama ] || NAME=$ARCH-$PRESET
 for t in $TYPES; do
-    f=$M/$PRESET-$t.gguf
+    f=$M/$NAME-$t.gguf
     if [ ! -s "$f" ]; then
         echo "== making $f"
-        /usr/bin/python3 "$PEER_TOOLS/make_model.py" --preset "$PRESET" --type "$t" --gguf "$f.part" >/dev/null
+        if [ "$ARCH" = llama ]; then
+            /usr/bin/python3 "$PEER_TOOLS/make_model.py" --preset "$PRESET" --type "$t" --gguf "$f.part" >/dev/null
+        else
+            "$BIN/hearth" synth --arch "$ARCH" --preset "$PRESET" --type "$t" --gguf "$f.part"
+        fi
         mv "$f.part" "$f"
     fi
-    inst=peer-$PRESET-${t//_/}-$$
+    inst=peer-$NAME-${t//_/}-$$
     "$BIN/hearth-loader" --model "$f" --instance "$inst" --exit-after-publish >/dev/null
     instances+=("$inst")
 done
 
-echo "== $REPS rounds; prompt $PROMPT, $GEN decode steps; threads: $THREADS; models: $(for t in $TYPES; do printf '%s ' "$PRESET-$t"; done)"
+echo "== $REPS rounds; prompt $PROMPT, $GEN decode steps; threads: $THREADS; models: $(for t in $TYPES; do printf '%s ' "$NAME-$t"; done)"
 for rep in $(seq "$REPS"); do
     "$PEER/membw" 2 2 | tee -a "$RAW"
     GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "$PEER/membw" 2 2 | sed 's/^{/{"pages":"2M",/' | tee -a "$RAW"
     for t in $TYPES; do
         for n in $THREADS; do
-            "$LLAMA" "$M/$PRESET-$t.gguf" "$n" "$PROMPT" "$GEN" | tee -a "$RAW"
-            "$BIN/model_bench" --attach "peer-$PRESET-${t//_/}-$$" --threads "$n" --prompt "$PROMPT" --gen "$GEN" \
+            "$LLAMA" "$M/$NAME-$t.gguf" "$n" "$PROMPT" "$GEN" | tee -a "$RAW"
+            "$BIN/model_bench" --attach "peer-$NAME-${t//_/}-$$" --threads "$n" --prompt "$PROMPT" --gen "$GEN" \
                 --ctx "$CTX" --kv-dtype f16 |
-                sed "s/\"model\":\"[^\"]*\"/\"model\":\"$PRESET-$t.gguf\"/" | tee -a "$RAW"
+                sed "s/\"model\":\"[^\"]*\"/\"model\":\"$NAME-$t.gguf\"/" | tee -a "$RAW"
         done
     done
 done

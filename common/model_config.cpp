@@ -60,6 +60,15 @@ Status model_config_validate(const ModelConfig& c) {
   if (c.n_experts > 0 && !c.gated_ffn) {
     return make_error(ErrorCode::kUnsupported, "model config: ungated experts are not implemented");
   }
+  if (!(c.embedding_scale >= 0.0f) || !std::isfinite(c.embedding_scale) || !(c.attention_scale >= 0.0f) ||
+      !std::isfinite(c.attention_scale) || !(c.rope_local_theta >= 0.0f) || !std::isfinite(c.rope_local_theta) ||
+      c.sliding_window_pattern < 0 || c.sliding_window_pattern > 1024) {
+    return make_error(ErrorCode::kFormat, "model config: a negative or non-finite embedding scale, attention scale, "
+                      "local rope theta or sliding window pattern");
+  }
+  if (c.sandwich_norm && c.residual != Residual::kSequential) {
+    return make_error(ErrorCode::kUnsupported, "model config: block output norms with a parallel residual");
+  }
   if (!c.gated_ffn && c.activation == Activation::kSilu) {
     return make_error(ErrorCode::kUnsupported, "model config: an ungated SiLU feed-forward is not implemented");
   }
@@ -94,6 +103,14 @@ std::string model_config_summary(const ModelConfig& c) {
   }
   if (c.attn_output_bias || c.ffn_bias || c.output_bias) features += ", biases";
   if (c.n_experts > 0) features += fmt::format(", {} experts, {} per token", c.n_experts, c.n_experts_used);
+  if (c.sandwich_norm) features += ", block output norms";
+  if (c.embedding_scale > 0.0f) features += fmt::format(", embeddings x {}", c.embedding_scale);
+  if (c.sliding_window > 0) {
+    features += c.sliding_window_pattern > 0
+                    ? fmt::format(", window {} on {} of every {} layers", c.sliding_window, c.sliding_window_pattern - 1,
+                                  c.sliding_window_pattern)
+                    : fmt::format(", window {}", c.sliding_window);
+  }
   return fmt::format(
       "{}: vocab {}, dim {}, ffn {}, {} layers, {} heads / {} kv heads x {}, context {}, rope theta {} ({}{}{}){}",
       c.architecture, c.vocab_size, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
@@ -128,6 +145,16 @@ std::vector<float> rope_inv_freq(const ModelConfig& c, const float* freq_factors
     }
     if (freq_factors != nullptr) freq /= freq_factors[i];
     out[static_cast<size_t>(i)] = static_cast<float>(freq);
+  }
+  return out;
+}
+
+std::vector<float> rope_local_inv_freq(const ModelConfig& c) {
+  const int rotary = c.rotary();
+  std::vector<float> out(static_cast<size_t>(rotary / 2));
+  for (int i = 0; i < rotary / 2; ++i) {
+    out[static_cast<size_t>(i)] =
+        static_cast<float>(1.0 / std::pow(static_cast<double>(c.rope_local_theta), 2.0 * i / rotary));
   }
   return out;
 }
@@ -168,6 +195,11 @@ std::string model_config_to_json(const ModelConfig& c) {
   o["n_experts"] = c.n_experts;
   o["n_experts_used"] = c.n_experts_used;
   o["moe_normalize"] = c.moe_normalize;
+  o["embedding_scale"] = c.embedding_scale;
+  o["sandwich_norm"] = c.sandwich_norm;
+  o["attention_scale"] = c.attention_scale;
+  o["sliding_window_pattern"] = c.sliding_window_pattern;
+  o["rope_local_theta"] = c.rope_local_theta;
   return boost::json::serialize(o);
 }
 
@@ -238,8 +270,15 @@ Result<ModelConfig> model_config_from_json(std::string_view json) {
   HEARTH_RETURN_IF_ERROR(flag("ffn_bias", c.ffn_bias));
   HEARTH_RETURN_IF_ERROR(flag("output_bias", c.output_bias));
   HEARTH_RETURN_IF_ERROR(flag("moe_normalize", c.moe_normalize));
+  HEARTH_RETURN_IF_ERROR(flag("sandwich_norm", c.sandwich_norm));
+  for (const auto& [key, field] : {std::pair{"embedding_scale", &c.embedding_scale},
+                                   std::pair{"attention_scale", &c.attention_scale},
+                                   std::pair{"rope_local_theta", &c.rope_local_theta}}) {
+    if (o.contains(key)) HEARTH_RETURN_IF_ERROR(f32(key, *field));
+  }
   for (const auto& [key, field] : {std::pair{"rotary_dim", &c.rotary_dim}, std::pair{"n_experts", &c.n_experts},
-                                   std::pair{"n_experts_used", &c.n_experts_used}}) {
+                                   std::pair{"n_experts_used", &c.n_experts_used},
+                                   std::pair{"sliding_window_pattern", &c.sliding_window_pattern}}) {
     if (o.contains(key)) HEARTH_RETURN_IF_ERROR(i32(key, *field));
   }
   HEARTH_RETURN_IF_ERROR(model_config_validate(c));

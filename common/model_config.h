@@ -81,9 +81,23 @@ struct ModelConfig {
   int32_t n_experts = 0;
   int32_t n_experts_used = 0;
   bool moe_normalize = true;     // the chosen experts' weights renormalised to sum 1
+  // Gemma 3: the embeddings scaled by embedding_scale (0: not scaled); a norm of each
+  // block's output before it is added (post_attention_norm, post_ffw_norm); an attention
+  // scale other than 1/sqrt(head_dim) (0: that one); every sliding_window_pattern-th
+  // layer global and the others windowed (0: sliding_window, if any, on every layer),
+  // the windowed ones with RoPE base rope_local_theta and no scaling (0: as the others).
+  float embedding_scale = 0.0f;
+  bool sandwich_norm = false;
+  float attention_scale = 0.0f;
+  int32_t sliding_window_pattern = 0;
+  float rope_local_theta = 0.0f;
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
+  // Whether layer `layer` attends through the sliding window.
+  bool windowed(int32_t layer) const {
+    return sliding_window > 0 && (sliding_window_pattern == 0 || (layer + 1) % sliding_window_pattern != 0);
+  }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
 };
 
@@ -94,6 +108,9 @@ Status model_config_validate(const ModelConfig& config);
 // RoPE inverse frequencies ([rotary() / 2]) for `config`: theta^(-2i/d), with linear or
 // Llama 3 scaling, divided by `freq_factors` when given (GGUF's rope_freqs.weight).
 std::vector<float> rope_inv_freq(const ModelConfig& config, const float* freq_factors);
+// The windowed layers' frequencies when they have a base of their own (rope_local_theta):
+// theta_local^(-2i/d), unscaled.
+std::vector<float> rope_local_inv_freq(const ModelConfig& config);
 
 // The config as a JSON object and back (the weights segment stores it this way). The
 // reader validates with model_config_validate.

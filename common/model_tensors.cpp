@@ -32,6 +32,10 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
     }
     specs.push_back({p + "attn_output.weight", {d, q}, true, true});
     if (c.attn_output_bias) specs.push_back({p + "attn_output.bias", {d}, true, false});
+    if (c.sandwich_norm) {
+      specs.push_back({p + "post_attention_norm.weight", {d}, true, false});
+      specs.push_back({p + "post_ffw_norm.weight", {d}, true, false});
+    }
     if (c.residual != Residual::kParallelSharedNorm) norm(p + "ffn_norm");
     if (c.n_experts > 0) {
       // The router, and each expert's three matrices under its index.

@@ -11,7 +11,8 @@
 // blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up,
 // ffn_down}.weight, with qkv_bias blk.N.attn_{q,k,v}.bias, with qk_norm
 // blk.N.attn_{q,k}_norm.weight ([head_dim]), LayerNorm biases {attn_norm, ffn_norm,
-// output_norm}.bias, blk.N.attn_output.bias, blk.N.ffn_{gate,up,down}.bias, output.bias;
+// output_norm}.bias, blk.N.attn_output.bias, blk.N.ffn_{gate,up,down}.bias, output.bias,
+// with sandwich_norm blk.N.{post_attention_norm, post_ffw_norm}.weight;
 // and optionally
 // blk.N.{attn_q, attn_k, attn_v, attn_output, ffn_gate, ffn_up}.perm: a matrix whose
 // columns are stored permuted (act-order GPTQ, so that each quantization group is

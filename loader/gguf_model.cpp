@@ -29,6 +29,7 @@ constexpr ArchInfo kArchs[] = {
     {"gptj", RopeStyle::kInterleaved, NormKind::kLayer, Residual::kParallelSharedNorm, Activation::kGeluTanh, false,
      false},
     {"qwen3moe", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true},
+    {"gemma3", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, true},
 };
 
 // Metadata keys that change the math and that hearth does not implement, refused by name.
@@ -208,6 +209,19 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   if (a == "gptneox") {
     HEARTH_ASSIGN_OR_RETURN(auto parallel, gguf.get_bool("gptneox.use_parallel_residual"));
     c.residual = parallel.value_or(true) ? Residual::kParallel : Residual::kSequential;
+  }
+  if (a == "gemma3") {
+    // What llama.cpp fixes for gemma3 rather than reading from the file: one global
+    // layer in six, a RoPE base of 10000 on the others, the embeddings times
+    // sqrt(n_embd), and an attention scale of 1/sqrt(head_dim) (1/sqrt(n_embd / n_head)
+    // for the 27B, whose query_pre_attn_scalar is that). Its converter stores each norm
+    // weight as 1 + weight, which is what hearth's RMSNorm multiplies by.
+    c.sandwich_norm = true;
+    c.sliding_window_pattern = 6;
+    c.rope_local_theta = 10000.0f;
+    c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+    const bool is_27b = c.n_layers == 62 && c.dim == 5376;
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? c.dim / c.n_heads : c.head_dim));
   }
   HEARTH_ASSIGN_OR_RETURN(c.n_experts, get_dim(gguf, a + ".expert_count", 0));
   if (c.n_experts > 0) {

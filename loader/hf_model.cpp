@@ -1,8 +1,11 @@
 // Hugging Face directory (config.json + safetensors) -> LoadedModel.
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <set>
 #include <span>
 
+#include "common/half.h"
 #include "common/json.h"
 #include "loader/fused_qkv.h"
 #include "loader/model.h"
@@ -99,6 +102,24 @@ constexpr NamePair kGptjLayers[] = {
 };
 constexpr std::string_view kGptjBuffers[] = {"attn.bias", "attn.masked_bias"};
 
+// Gemma 3: "post_attention_layernorm" is the attention block's output norm, and the
+// FFN's input norm is "pre_feedforward_layernorm".
+constexpr NamePair kGemmaLayers[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"post_attention_layernorm.weight", "post_attention_norm.weight"},
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight"},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
 constexpr NamePair kQwenMoeRouter[] = {{"mlp.gate.weight", "ffn_gate_inp.weight"}};
 constexpr NamePair kQwenMoeExperts[] = {
     {"gate_proj.weight", "ffn_gate"}, {"up_proj.weight", "ffn_up"}, {"down_proj.weight", "ffn_down"}};
@@ -110,12 +131,14 @@ constexpr HfNames kQwenMoeNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kL
                                 kQwenMoeRouter, "mlp.experts.", kQwenMoeExperts};
 constexpr HfNames kMixtralNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
                                 kMixtralRouter, "block_sparse_moe.experts.", kMixtralExperts};
+constexpr HfNames kGemmaNames{"model.layers.", kLlamaGlobals, kGemmaLayers, kLlamaBuffers};
 constexpr HfNames kNeoxNames{"gpt_neox.layers.", kNeoxGlobals, kNeoxLayers, kNeoxBuffers};
 constexpr HfNames kGptjNames{"transformer.h.", kGptjGlobals, kGptjLayers, kGptjBuffers};
 
 Status read_llama_config(const boost::json::object& cfg, ModelConfig& c);
 Status read_neox_config(const boost::json::object& cfg, ModelConfig& c);
 Status read_gptj_config(const boost::json::object& cfg, ModelConfig& c);
+Status read_gemma3_config(const boost::json::object& cfg, ModelConfig& c);
 
 struct HfArch {
   std::string_view hf_name;
@@ -133,6 +156,7 @@ constexpr HfArch kArchs[] = {
     {"MixtralForCausalLM", "mixtral", &kMixtralNames, read_llama_config},
     {"GPTNeoXForCausalLM", "gptneox", &kNeoxNames, read_neox_config},
     {"GPTJForCausalLM", "gptj", &kGptjNames, read_gptj_config},
+    {"Gemma3ForCausalLM", "gemma3", &kGemmaNames, read_gemma3_config},
 };
 
 const HfArch* find_arch(std::string_view hf_name) {
@@ -226,6 +250,7 @@ Status refuse_unimplemented(const boost::json::object& cfg, std::string_view arc
   std::vector<std::string_view> keys(std::begin(kUnimplementedFields), std::end(kUnimplementedFields));
   if (!moe) keys.insert(keys.end(), std::begin(kExpertFields), std::end(kExpertFields));
   for (std::string_view key : keys) {
+    if (arch == "Gemma3ForCausalLM" && (key == "query_pre_attn_scalar" || key == "sliding_window_pattern")) continue;
     const auto it = cfg.find(boost::json::string_view(key.data(), key.size()));
     if (it == cfg.end()) continue;
     const boost::json::value& v = it->value();
@@ -421,6 +446,89 @@ Status read_gptj_config(const boost::json::object& cfg, ModelConfig& c) {
   return Status::ok();
 }
 
+Status read_gemma3_config(const boost::json::object& cfg, ModelConfig& c) {
+  c.qk_norm = true;
+  c.sandwich_norm = true;
+  c.tied_embeddings = true;
+  c.rope_style = RopeStyle::kHalf;
+  HEARTH_ASSIGN_OR_RETURN(c.activation, read_activation(cfg, "hidden_activation", "gelu_pytorch_tanh"));
+  HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.dim, get_int(cfg, "hidden_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "intermediate_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_int(cfg, "num_hidden_layers", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_heads, get_int(cfg, "num_attention_heads", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_kv_heads, get_int(cfg, "num_key_value_heads", c.n_heads));
+  if (c.n_heads == 0) return make_error(ErrorCode::kFormat, "config.json num_attention_heads is 0");
+  HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", 256));
+  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 32768));
+  HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
+  c.norm_eps = static_cast<float>(eps.value_or(1e-6));
+  HEARTH_ASSIGN_OR_RETURN(auto theta, json_opt_number(cfg, "rope_theta"));
+  c.rope_theta = static_cast<float>(theta.value_or(1000000.0));
+  HEARTH_ASSIGN_OR_RETURN(auto local_theta, json_opt_number(cfg, "rope_local_base_freq"));
+  c.rope_local_theta = static_cast<float>(local_theta.value_or(10000.0));
+  HEARTH_ASSIGN_OR_RETURN(auto scalar, json_opt_number(cfg, "query_pre_attn_scalar"));
+  c.attention_scale = static_cast<float>(1.0 / std::sqrt(scalar.value_or(c.head_dim)));
+  // The embeddings times sqrt(hidden_size), in float (transformers rounds the factor to
+  // the checkpoint's dtype first: 34.0 rather than 33.94 for a bf16 1152).
+  c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
+  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(cfg, "tie_word_embeddings"));
+  c.tied_embeddings = tied.value_or(true);
+  HEARTH_ASSIGN_OR_RETURN(auto window, json_opt_int(cfg, "sliding_window"));
+  c.sliding_window = static_cast<int32_t>(std::clamp<int64_t>(window.value_or(4096), 0, INT32_MAX));
+  // Which layers are windowed: every sliding_window_pattern-th one global, or the same
+  // spelled out in layer_types.
+  HEARTH_ASSIGN_OR_RETURN(auto pattern, json_opt_int(cfg, "sliding_window_pattern"));
+  c.sliding_window_pattern = static_cast<int32_t>(std::clamp<int64_t>(pattern.value_or(6), 0, 1024));
+  if (const auto* types = json_find_array(cfg, "layer_types")) {
+    int32_t period = 0;
+    for (size_t i = 0; i < types->size(); ++i) {
+      if ((*types)[i].is_string() && (*types)[i].as_string() == "full_attention") {
+        period = static_cast<int32_t>(i) + 1;
+        break;
+      }
+    }
+    for (size_t i = 0; i < types->size(); ++i) {
+      const bool full = (*types)[i].is_string() && (*types)[i].as_string() == "full_attention";
+      if (period == 0 || full != ((static_cast<int32_t>(i) + 1) % period == 0)) {
+        return make_error(ErrorCode::kUnsupported, "\"layer_types\" is not a global layer every N layers; other "
+                          "orders are not implemented");
+      }
+    }
+    c.sliding_window_pattern = period;
+  }
+  return read_rope_scaling(cfg, c);
+}
+
+// Gemma's RMSNorm multiplies by (1 + weight): every norm weight of the checkpoint,
+// stored as 1 + weight in float32 (what llama.cpp's converter writes into its GGUF), so
+// that the engine's RMSNorm computes it.
+Status fold_gemma_norms(LoadedModel& model) {
+  for (TensorView& t : model.tensors) {
+    if (!t.name.ends_with("norm.weight")) continue;
+    if (t.n_dims != 1 || (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16)) {
+      return make_error(ErrorCode::kFormat, "{} is not a float vector", t.name);
+    }
+    std::vector<std::byte>& bytes = model.owned.emplace_back(static_cast<size_t>(t.shape[0]) * sizeof(float));
+    auto* out = reinterpret_cast<float*>(bytes.data());
+    for (int64_t i = 0; i < t.shape[0]; ++i) {
+      float v;
+      if (t.dtype == DType::kF32) {
+        std::memcpy(&v, t.data + i * 4, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, t.data + i * 2, 2);
+        v = t.dtype == DType::kF16 ? fp16_to_f32(h) : bf16_to_f32(h);
+      }
+      out[i] = 1.0f + v;
+    }
+    t.dtype = DType::kF32;
+    t.data = bytes.data();
+    t.bytes = bytes.size();
+  }
+  return Status::ok();
+}
+
 Result<const HfArch*> read_config(const boost::json::object& cfg, ModelConfig& c) {
   const auto* archs = json_find_array(cfg, "architectures");
   std::string hf_arch;
@@ -533,6 +641,7 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
   if (prequant) {
     HEARTH_RETURN_IF_ERROR(prequant_apply(*prequant, std::move(int32_tensors), canonical, model));
   }
+  if (&names == &kGemmaNames) HEARTH_RETURN_IF_ERROR(fold_gemma_norms(model));
   if (&names == &kNeoxNames) {
     HEARTH_RETURN_IF_ERROR(split_fused_qkv(model, QkvLayout::kPerHead).with_context("query_key_value"));
   }

@@ -18,6 +18,10 @@ namespace {
 
 constexpr float kRmsEps = 1e-5f;
 constexpr double kLmHeadGain = 4.0;
+// Gemma 3's windowed layers' RoPE base (llama.cpp fixes it at this for gemma3 GGUFs).
+constexpr float kGemmaLocalTheta = 10000.0f;
+
+int32_t gemma_window(const SynthShape& c) { return c.sliding_window > 0 ? c.sliding_window : 512; }
 
 uint64_t fnv1a64(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -32,7 +36,10 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-enum class Kind { kNorm, kBias, kEmbed, kLinear, kLmHead };
+// kOffsetNorm: a Gemma norm, whose weight w multiplies as 1 + w: HF stores w, the GGUF 1 + w.
+// kScaledEmbed: embeddings of a model that multiplies them by sqrt(dim) and ties its LM
+// head to them (Gemma): of 1/sqrt(dim) the usual size, so that the scaled rows are.
+enum class Kind { kNorm, kOffsetNorm, kBias, kEmbed, kScaledEmbed, kLinear, kLmHead };
 
 struct SynthTensor {
   std::string hf_name, gguf_name;
@@ -149,7 +156,32 @@ std::vector<SynthTensor> gptj_tensors(const SynthShape& c) {
   return out;
 }
 
+std::vector<SynthTensor> gemma3_tensors(const SynthShape& c) {
+  const int64_t d = c.dim, f = c.hidden, hd = c.dim / c.heads, kv = c.kv_heads * hd;
+  std::vector<SynthTensor> out = {
+      {"model.embed_tokens.weight", "token_embd.weight", {c.vocab, d}, Kind::kScaledEmbed, 0}};
+  for (int i = 0; i < c.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i), g = fmt::format("blk.{}.", i);
+    out.push_back({p + "input_layernorm.weight", g + "attn_norm.weight", {d}, Kind::kOffsetNorm, 0});
+    out.push_back({p + "self_attn.q_proj.weight", g + "attn_q.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, d}, Kind::kLinear, 0});
+    out.push_back({p + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, d}, Kind::kLinear, 0});
+    out.push_back({p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {hd}, Kind::kOffsetNorm, 0});
+    out.push_back({p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, Kind::kOffsetNorm, 0});
+    out.push_back({p + "self_attn.o_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
+    out.push_back({p + "post_attention_layernorm.weight", g + "post_attention_norm.weight", {d}, Kind::kOffsetNorm, 0});
+    out.push_back({p + "pre_feedforward_layernorm.weight", g + "ffn_norm.weight", {d}, Kind::kOffsetNorm, 0});
+    out.push_back({p + "post_feedforward_layernorm.weight", g + "post_ffw_norm.weight", {d}, Kind::kOffsetNorm, 0});
+    out.push_back({p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.up_proj.weight", g + "ffn_up.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.down_proj.weight", g + "ffn_down.weight", {d, f}, Kind::kLinear, 0});
+  }
+  out.push_back({"model.norm.weight", "output_norm.weight", {d}, Kind::kOffsetNorm, 0});
+  return out;  // tied: no lm_head
+}
+
 std::vector<SynthTensor> tensor_list(const SynthOptions& o) {
+  if (o.arch == "gemma3") return gemma3_tensors(o.shape);
   if (o.arch == "gptneox") return neox_tensors(o.shape);
   if (o.arch == "gptj") return gptj_tensors(o.shape);
   return llama_tensors(o.shape, o.arch);
@@ -197,9 +229,11 @@ std::vector<float> master_values(const SynthTensor& t, uint64_t seed, DType hf_t
   const int64_t in = t.shape.size() > 1 ? t.shape[1] : 1;
   double scale;
   switch (t.kind) {
-    case Kind::kNorm: scale = 0.2; break;
+    case Kind::kNorm:
+    case Kind::kOffsetNorm: scale = 0.2; break;
     case Kind::kBias: scale = 0.1; break;
     case Kind::kEmbed: scale = std::sqrt(3.0); break;
+    case Kind::kScaledEmbed: scale = std::sqrt(3.0 / static_cast<double>(in)); break;
     case Kind::kLmHead: scale = kLmHeadGain * std::sqrt(3.0 / static_cast<double>(in)); break;
     default: scale = std::sqrt(3.0 / static_cast<double>(in));
   }
@@ -405,7 +439,8 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_f32(a + ".rope.freq_base", c.rope_theta);
   w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(c.heads));
   w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(layer_norm ? c.heads : c.kv_heads));
-  if (a == "qwen3" || a == "qwen3moe") w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+  if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+  if (a == "gemma3") w.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(gemma_window(c)));
   if (o.arch == "qwen3moe" || o.arch == "mixtral") {
     w.add_u32(a + ".expert_count", static_cast<uint32_t>(c.experts));
     w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(c.experts_used));
@@ -429,6 +464,9 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
       std::vector<float> x = master_values(t, o.seed, o.hf_type);
       if (t.rope_heads > 0) x = rope_rows_half_to_interleaved(x, t.shape[0], t.shape[1], hd);
       if (t.fused_qkv) x = qkv_per_head_to_blocks(x, o.shape.heads, hd, t.shape.size() > 1 ? t.shape[1] : 1);
+      if (t.kind == Kind::kOffsetNorm) {
+        for (float& v : x) v += 1.0f;  // as llama.cpp's converter stores a Gemma norm
+      }
       return quantize(type, x);
     }));
   }
@@ -476,6 +514,32 @@ boost::json::object hf_config(const SynthOptions& o) {
             {"rotary_dim", rotary_dims(o)},
             {"activation_function", "gelu_new"},
             {"tie_word_embeddings", false},
+            {"bos_token_id", 1},
+            {"eos_token_id", 2},
+            {"torch_dtype", dtype}};
+  }
+  if (o.arch == "gemma3") {
+    return {{"architectures", js::array{"Gemma3ForCausalLM"}},
+            {"model_type", "gemma3_text"},
+            {"hidden_size", c.dim},
+            {"intermediate_size", c.hidden},
+            {"num_hidden_layers", c.layers},
+            {"num_attention_heads", c.heads},
+            {"num_key_value_heads", c.kv_heads},
+            {"head_dim", hd},
+            {"query_pre_attn_scalar", hd},
+            {"vocab_size", c.vocab},
+            {"max_position_embeddings", c.context},
+            {"rms_norm_eps", kRmsEps},
+            {"rope_theta", c.rope_theta},
+            {"rope_local_base_freq", kGemmaLocalTheta},
+            {"rope_scaling", nullptr},
+            {"sliding_window", gemma_window(c)},
+            {"sliding_window_pattern", 6},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"final_logit_softcapping", nullptr},
+            {"attn_logit_softcapping", nullptr},
+            {"tie_word_embeddings", true},
             {"bos_token_id", 1},
             {"eos_token_id", 2},
             {"torch_dtype", dtype}};
@@ -557,7 +621,10 @@ Result<SynthShape> synth_preset(std::string_view name) {
   if (name == "tiny") return SynthShape{64, 256, 5, 4, 2, 512, 512, 10000.0f};
   if (name == "1b") return SynthShape{2048, 8192, 16, 32, 8, 32000, 8192, 500000.0f};
   if (name == "7b") return SynthShape{4096, 11008, 32, 32, 32, 32000, 4096, 10000.0f};
-  return make_error(ErrorCode::kInvalidArgument, "unknown preset \"{}\" (tiny, 1b, 7b)", name);
+  // A mixture of experts of about 1B active parameters (5B in all): 24 layers of 32
+  // experts of 1024, 4 per token, after Qwen3-30B-A3B's proportions.
+  if (name == "1b-moe") return SynthShape{2048, 1024, 24, 32, 4, 32000, 8192, 1000000.0f, 32, 4};
+  return make_error(ErrorCode::kInvalidArgument, "unknown preset \"{}\" (tiny, 1b, 7b, 1b-moe)", name);
 }
 
 float synth_uniform(std::string_view hf_name, uint64_t seed, uint64_t i, double scale) {

@@ -4,7 +4,9 @@
 // (q/k norms), gptneox (LayerNorm, parallel residual, fused QKV, quarter rotary, GELU,
 // biases), gptj (LayerNorm, shared-norm parallel residual, quarter interleaved rotary,
 // tanh GELU, biases, LM head bias), qwen3moe and mixtral (softmax-routed experts: per
-// expert in HF, merged [experts, rows, cols] in GGUF as llama.cpp writes them).
+// expert in HF, merged [experts, rows, cols] in GGUF as llama.cpp writes them), gemma3
+// (GeGLU, q/k norms, block output norms, (1 + w) norms, scaled tied embeddings, five
+// windowed layers to one global with its own RoPE base).
 //
 // The llama weights follow ../shared/tools/peer/make_model.py's generator exactly (splitmix64
 // of fnv1a64(HF tensor name) ^ seed; the same scales, F16 master values, q/k rows
@@ -26,14 +28,17 @@ struct SynthShape {
   int32_t dim = 64, hidden = 256, layers = 5, heads = 4, kv_heads = 2, vocab = 512, context = 512;
   float rope_theta = 10000.0f;
   int32_t experts = 8, experts_used = 2;  // qwen3moe and mixtral (each expert of `hidden`)
+  int32_t sliding_window = 0;             // gemma3's windowed layers (0: 512)
 };
 
 // "tiny" (dim 64, 5 layers, vocab 512), "1b" (dim 2048, hidden 8192, 16 layers, 32 heads,
-// 8 kv heads, vocab 32000), "7b" (Llama-2-7B shape).
+// 8 kv heads, vocab 32000), "7b" (Llama-2-7B shape), "1b-moe" (for qwen3moe and mixtral:
+// dim 2048, 24 layers, 32/4 heads, 32 experts of 1024 with 4 per token: ~1B active).
 Result<SynthShape> synth_preset(std::string_view name);
 
 // The families synth writes, by their GGUF names.
-inline constexpr std::string_view kSynthArchs[] = {"llama", "qwen3", "gptneox", "gptj", "qwen3moe", "mixtral"};
+inline constexpr std::string_view kSynthArchs[] = {"llama",    "qwen3",   "gptneox", "gptj",
+                                                    "qwen3moe", "mixtral", "gemma3"};
 
 struct SynthOptions {
   SynthShape shape;

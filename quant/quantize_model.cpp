@@ -98,6 +98,7 @@ class ObservedBackend final : public Backend {
     inner_->gelu(x, up, n, tanh_form, out);
   }
   void add(float* y, const float* x, int64_t n) override { inner_->add(y, x, n); }
+  void scale(float* x, int64_t n, float s) override { inner_->scale(x, n, s); }
   void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
                     float* out) override {
     inner_->add_rms_norm(x, delta, weight, n, dim, eps, out);

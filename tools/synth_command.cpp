@@ -20,7 +20,8 @@ Writes a model with seeded pseudo-random weights, the same weights in both conta
                        each expert's FFN is --hidden)
 
   --preset NAME        tiny (default), 1b (dim 2048, ffn 8192, 16 layers, 32/8 heads,
-                       vocab 32000), 7b (Llama-2-7B shape)
+                       vocab 32000), 7b (Llama-2-7B shape), 1b-moe (with --arch qwen3moe or
+                       mixtral: 24 layers of 32 experts of 1024, 4 per token, ~1B active)
   --dim N --hidden N --layers N --heads N --kv-heads N --vocab N --ctx N --rope-theta X
                        override the preset's shape
   --type T             GGUF type of the 2-D tensors: f32, f16 (default), q8_0, q4_0

@@ -40,6 +40,7 @@ enum class BackendOp : uint8_t {
   kSwiglu,
   kGelu,
   kAdd,
+  kScale,
   kAddRmsNorm,
   kGatherRows,
   kPermuteColumns,
@@ -188,6 +189,8 @@ class Backend {
   virtual void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) = 0;
   // y += x over n values.
   virtual void add(float* y, const float* x, int64_t n) = 0;
+  // x *= s over n values.
+  virtual void scale(float* x, int64_t n, float s) = 0;
   // The residual add fused with the next norm: x += delta, then out = rms_norm(x) *
   // weight; x, delta, out: [n, dim] (out may be delta). Same result as add + rms_norm.
   virtual void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,

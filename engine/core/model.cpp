@@ -187,6 +187,11 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
   HEARTH_RETURN_IF_ERROR(host.upload(backend, m->vectors_, m->perms_));
   HEARTH_ASSIGN_OR_RETURN(m->inv_freq_buf_, backend.alloc(m->inv_freq_.size() * sizeof(float)));
   backend.write(m->inv_freq_buf_, 0, m->inv_freq_.data(), m->inv_freq_.size() * sizeof(float));
+  if (config.rope_local_theta > 0.0f) {
+    const std::vector<float> local = rope_local_inv_freq(config);
+    HEARTH_ASSIGN_OR_RETURN(m->local_inv_freq_buf_, backend.alloc(local.size() * sizeof(float)));
+    backend.write(m->local_inv_freq_buf_, 0, local.data(), local.size() * sizeof(float));
+  }
   HEARTH_RETURN_IF_ERROR(m->allocate_activations(host.has_perms()));
   return m;
 }
@@ -231,6 +236,8 @@ Status LlamaModel::bind_layers(HostCopies& host) {
     host.add_vector(p + "attn_norm.bias", &l.attn_norm.bias);
     host.add_vector(p + "ffn_norm.weight", &l.ffn_norm.weight);
     host.add_vector(p + "ffn_norm.bias", &l.ffn_norm.bias);
+    host.add_vector(p + "post_attention_norm.weight", &l.post_attention_norm.weight);
+    host.add_vector(p + "post_ffw_norm.weight", &l.post_ffw_norm.weight);
     host.add_vector(p + "attn_q.bias", &l.q_bias);
     host.add_vector(p + "attn_k.bias", &l.k_bias);
     host.add_vector(p + "attn_v.bias", &l.v_bias);
@@ -359,8 +366,11 @@ void LlamaModel::attention_block(int32_t li, const StepInput& step, KvCache& cac
     be.rms_norm(q, l.q_norm, n * c.n_heads, c.head_dim, c.norm_eps, q);
     be.rms_norm(k, l.k_norm, n * c.n_kv_heads, c.head_dim, c.norm_eps, k);
   }
-  be.rope(q, n, c.n_heads, c.head_dim, c.rotary(), step.positions, inv_freq_buf_.f32(), c.rope_style);
-  be.rope(k, n, c.n_kv_heads, c.head_dim, c.rotary(), step.positions, inv_freq_buf_.f32(), c.rope_style);
+  const bool windowed = c.windowed(li);
+  const float* inv_freq = windowed && local_inv_freq_buf_.data() != nullptr ? local_inv_freq_buf_.f32()
+                                                                            : inv_freq_buf_.f32();
+  be.rope(q, n, c.n_heads, c.head_dim, c.rotary(), step.positions, inv_freq, c.rope_style);
+  be.rope(k, n, c.n_kv_heads, c.head_dim, c.rotary(), step.positions, inv_freq, c.rope_style);
   be.kv_store({.k = k,
                .v = v,
                .k_cache = cache.k(li),
@@ -386,8 +396,9 @@ void LlamaModel::attention_block(int32_t li, const StepInput& step, KvCache& cac
                 .n_heads = c.n_heads,
                 .n_kv_heads = c.n_kv_heads,
                 .head_dim = c.head_dim,
-                .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
-                .sliding_window = c.sliding_window,
+                .scale = c.attention_scale > 0.0f ? c.attention_scale
+                                                  : 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                .sliding_window = windowed ? c.sliding_window : 0,
                 .kv_dtype = kc.dtype});
 }
 
@@ -488,6 +499,7 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
     permuted_matmuls(att_.f32(), n, q_dim, output, output_perms);
     HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
     if (l.output_bias != nullptr) be.add_bias(xn, l.output_bias, n, dim);
+    if (c.sandwich_norm) norm(xn, l.post_attention_norm, n, xn);
     add_norm(x, xn, l.ffn_norm, n, xn);  // the residual add fused with the FFN's norm
     ffn_block(li, xn, n, xn);
   } else {
@@ -503,6 +515,7 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
   // The biases of the projections whose partial sums were reduced, added once.
   if (c.residual != Residual::kSequential && l.output_bias != nullptr) be.add_bias(xn, l.output_bias, n, dim);
   if (l.down_bias != nullptr) be.add_bias(xn, l.down_bias, n, dim);
+  if (c.sandwich_norm) norm(xn, l.post_ffw_norm, n, xn);
   if (next_norm != nullptr) {
     add_norm(x, xn, *next_norm, n, xn);
   } else {
@@ -545,6 +558,9 @@ Status LlamaModel::embed(const ModelInput& input, KvCache& cache, float* hidden)
   HEARTH_RETURN_IF_ERROR(check(input, cache));
   const StepInput step = backend_.upload(input);
   backend_.embedding(*token_embd_, step.tokens, step.n_tokens, x_.f32());
+  if (rank_config_.embedding_scale > 0.0f) {
+    backend_.scale(x_.f32(), step.n_tokens * rank_config_.dim, rank_config_.embedding_scale);
+  }
   backend_.read(x_, 0, hidden, static_cast<size_t>(step.n_tokens * rank_config_.dim) * sizeof(float));
   return Status::ok();
 }
@@ -581,6 +597,7 @@ Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, On
   float* xn = xn_.f32();
 
   be.embedding(*token_embd_, step.tokens, n, x);
+  if (c.embedding_scale > 0.0f) be.scale(x, n * dim, c.embedding_scale);
   norm(x, layers_[0].attn_norm, n, xn);
   for (int32_t li = 0; li < c.n_layers; ++li) {
     const Norm* next_norm = li + 1 < c.n_layers ? &layers_[static_cast<size_t>(li) + 1].attn_norm : nullptr;

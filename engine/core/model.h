@@ -125,6 +125,8 @@ class LlamaModel {
     const TensorView* ffn_down = nullptr;
     Norm attn_norm;  // into vectors_
     Norm ffn_norm;   // none with a shared-norm parallel residual
+    Norm post_attention_norm;  // sandwich_norm: the blocks' outputs normalised
+    Norm post_ffw_norm;
     const float* q_bias = nullptr;
     const float* k_bias = nullptr;
     const float* v_bias = nullptr;
@@ -177,6 +179,7 @@ class LlamaModel {
   std::vector<float> inv_freq_;
   BackendBuffer vectors_;  // norms and biases as float32
   BackendBuffer inv_freq_buf_;
+  BackendBuffer local_inv_freq_buf_;  // the windowed layers' own (rope_local_theta), when they have one
   BackendBuffer perms_;  // the layers' column orders, int32
   // Activations, [max_batch_tokens, width] each; xp_ (a matmul's input in its matrix's
   // column order) only when some matrix is stored permuted, proj_ (the attention

@@ -404,6 +404,7 @@ class CpuBackend final : public Backend {
   }
 
   void add(float* y, const float* x, int64_t n) override { kernels::cpu::add(y, x, n); }
+  void scale(float* x, int64_t n, float s) override { kernels::cpu::scale(x, n, s); }
 
   void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
                     float* out) override {

@@ -331,6 +331,10 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::gelu(x, up, n, tanh_form, out, stream_.get()), "gelu");
   }
 
+  void scale(float* x, int64_t n, float s) override {
+    check_cuda(kernels::cuda::scale(x, n, s, stream_.get()), "scale");
+  }
+
   void add(float* y, const float* x, int64_t n) override {
     check_cuda(kernels::cuda::add(y, x, n, stream_.get()), "add");
   }

@@ -66,6 +66,10 @@ void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out
   }
 }
 
+void scale(float* x, int64_t n, float s) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
 void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
                float* weights) {
   for (int64_t t = 0; t < n; ++t) dev::moe_top_k(logits + t * n_experts, n_experts, k, normalize, ids + t * k, weights + t * k);

@@ -44,6 +44,9 @@ void moe_combine(const float* rows, const int32_t* pos, const float* weights, in
 // of logits, without its log): vectorized, within ~1e-6 relative of the exact sum.
 double sum_exp_below(const float* x, int64_t n, float max);
 
+// x *= s over n values.
+void scale(float* x, int64_t n, float s);
+
 // y += x over n values.
 void add(float* y, const float* x, int64_t n);
 

@@ -116,6 +116,13 @@ __global__ void moe_combine_kernel(const float* rows, const int32_t* pos, const 
   }
 }
 
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] *= s;
+  }
+}
+
 // y[i] += x[i % period] (period n for add, dim for add_bias).
 __global__ void add_kernel(float* y, const float* x, int64_t n, int64_t period) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -257,6 +264,13 @@ cudaError_t moe_combine(const float* rows, const int32_t* pos, const float* weig
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = rows_launch(n);
   HEARTH_LAUNCH(moe_combine_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(rows, pos, weights, n, k, dim, out);
+  return launched();
+}
+
+cudaError_t scale(float* x, int64_t n, float s, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape sh = elementwise_launch(n);
+  HEARTH_LAUNCH(scale_kernel, to_dim3(sh.grid), to_dim3(sh.block), 0, stream)(x, n, s);
   return launched();
 }
 

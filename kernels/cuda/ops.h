@@ -73,6 +73,8 @@ cudaError_t swiglu(const float* gate, const float* up, int64_t n, float* out, cu
 // out = gelu(x) (* up when given) over n values, dev::gelu's form.
 cudaError_t gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out, cudaStream_t stream);
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);
+// x *= s over n values.
+cudaError_t scale(float* x, int64_t n, float s, cudaStream_t stream);
 cudaError_t add_bias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
 cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out, cudaStream_t stream);
 // out[t, j] = x[t, perm[j]]: x, out [n, cols].

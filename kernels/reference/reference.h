@@ -40,6 +40,9 @@ void layer_norm(const float* x, const float* weight, const float* bias, int64_t 
 void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
           const int32_t* positions, const float* inv_freq, RopeStyle style);
 
+// x *= s over n values.
+void scale(float* x, int64_t n, float s);
+
 // out = silu(gate) * up, elementwise over n values.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 

@@ -3,7 +3,7 @@
 
 Written from the equations of the transformers modelling code of each family
 (modeling_llama.py, modeling_qwen3.py, modeling_qwen3_moe.py, modeling_mixtral.py,
-modeling_gpt_neox.py, modeling_gptj.py), reading
+modeling_gpt_neox.py, modeling_gptj.py, modeling_gemma3.py), reading
 config.json and model.safetensors directly; nothing of hearth is used, so hearth's
 logits are checked against a second implementation rather than against themselves.
 
@@ -94,14 +94,17 @@ def rope_every_two(x, pos, rot, theta):
     return np.concatenate([xr * cos + rotated * sin, xp], axis=-1)
 
 
-def attention(q, k, v):
-    """Causal attention, q: [T, H, D], k/v: [T, KV, D] (KV heads shared by H/KV queries)."""
+def attention(q, k, v, scale=None, window=0):
+    """Causal attention, q: [T, H, D], k/v: [T, KV, D] (KV heads shared by H/KV queries);
+    with a window, query i sees keys j with i - window < j <= i."""
     t, h, d = q.shape
     group = h // k.shape[1]
     k = np.repeat(k, group, axis=1)
     v = np.repeat(v, group, axis=1)
-    scores = np.einsum("thd,shd->hts", q, k) / math.sqrt(d)
+    scores = np.einsum("thd,shd->hts", q, k) * (scale if scale is not None else 1.0 / math.sqrt(d))
     mask = np.triu(np.ones((t, t), dtype=bool), k=1)
+    if window:
+        mask |= np.tril(np.ones((t, t), dtype=bool), k=-window)
     scores = np.where(mask[None], -np.inf, scores)
     scores -= scores.max(axis=-1, keepdims=True)
     p = np.exp(scores)
@@ -236,6 +239,43 @@ def forward_gptj(cfg, w, ids):
     return linear(x, w["lm_head.weight"], w["lm_head.bias"])
 
 
+def forward_gemma3(cfg, w, ids):
+    """Gemma3ForCausalLM: (1 + w) RMSNorms, scaled embeddings, q/k norms, each block's
+    output normalised before it is added, GeGLU, windowed layers with their own RoPE base
+    and one global layer in sliding_window_pattern, tied LM head."""
+    eps = cfg.get("rms_norm_eps", 1e-6)
+
+    def norm(x, name):
+        return rms_norm(x, 1.0 + w[name], eps)
+
+    n_heads = cfg["num_attention_heads"]
+    n_kv = cfg.get("num_key_value_heads", n_heads)
+    hd = cfg.get("head_dim", 256)
+    scale = cfg.get("query_pre_attn_scalar", hd) ** -0.5
+    pattern = cfg.get("sliding_window_pattern", 6)
+    window = cfg.get("sliding_window", 4096)
+    act = gelu_new if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu" else gelu
+    t = len(ids)
+    pos = np.arange(t, dtype=np.float64)
+    x = w["model.embed_tokens.weight"][ids] * math.sqrt(cfg["hidden_size"])
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        local = (i + 1) % pattern != 0
+        theta = cfg.get("rope_local_base_freq", 10000.0) if local else cfg.get("rope_theta", 1000000.0)
+        h = norm(x, p + "input_layernorm.weight")
+        q = norm(linear(h, w[p + "self_attn.q_proj.weight"]).reshape(t, n_heads, hd), p + "self_attn.q_norm.weight")
+        k = norm(linear(h, w[p + "self_attn.k_proj.weight"]).reshape(t, n_kv, hd), p + "self_attn.k_norm.weight")
+        v = linear(h, w[p + "self_attn.v_proj.weight"]).reshape(t, n_kv, hd)
+        q, k = rope_half(q, pos, hd, theta), rope_half(k, pos, hd, theta)
+        a = linear(attention(q, k, v, scale, window if local else 0), w[p + "self_attn.o_proj.weight"])
+        x = x + norm(a, p + "post_attention_layernorm.weight")
+        h = norm(x, p + "pre_feedforward_layernorm.weight")
+        m = act(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
+        x = x + norm(linear(m, w[p + "mlp.down_proj.weight"]), p + "post_feedforward_layernorm.weight")
+    x = norm(x, "model.norm.weight")
+    return linear(x, w.get("lm_head.weight", w["model.embed_tokens.weight"]))
+
+
 FORWARDS = {
     "LlamaForCausalLM": forward_llama,
     "Qwen3ForCausalLM": forward_llama,
@@ -243,6 +283,7 @@ FORWARDS = {
     "MixtralForCausalLM": forward_llama,
     "GPTNeoXForCausalLM": forward_neox,
     "GPTJForCausalLM": forward_gptj,
+    "Gemma3ForCausalLM": forward_gemma3,
 }
 
 

@@ -209,6 +209,13 @@ TEST_F(CudaBackendTest, NormsRopeAndElementwiseOpsMatchTheCpu) {
     gpu_->add_bias(b.f32(), wd.f32(), n, dim);
     expect_near(download(*gpu_, b, x.size()), biased, 0.0f, "add_bias");
   }
+  {  // scale, in place
+    std::vector<float> want = x;
+    cpu_->scale(want.data(), n * dim, 8.0f);
+    const BackendBuffer sd = upload(*gpu_, x);
+    gpu_->scale(sd.f32(), n * dim, 8.0f);
+    expect_near(download(*gpu_, sd, x.size()), want, 0.0f, "scale");
+  }
   {  // layer_norm with and without bias, in place
     for (bool with_bias : {true, false}) {
       std::vector<float> want(x.size());

@@ -1,5 +1,5 @@
 // Every family hearth runs (llama, qwen3, gptneox, gptj, and the mixtures of experts
-// qwen3moe and mixtral: 8 experts, 2 per token), on synthetic weights written by
+// qwen3moe and mixtral: 8 experts, 2 per token; gemma3), on synthetic weights written by
 // hearth synth in both containers, checked against tests/reference/hf_forward.py: an
 // independent forward pass in numpy, written from the transformers modelling code's
 // equations, reading the Hugging Face checkpoint itself. Logits at every position of a
@@ -128,6 +128,11 @@ class FamilyReferenceTest : public ::testing::TestWithParam<std::string> {
     synth_.arch = GetParam();
     synth_.shape = synth_preset("tiny").value();
     if (synth_.arch == "gptneox" || synth_.arch == "gptj") synth_.shape.kv_heads = synth_.shape.heads;
+    if (synth_.arch == "gemma3") {
+      synth_.shape.layers = 7;  // layer 5 global, the others windowed
+      synth_.shape.sliding_window = 24;  // well inside the 64-token prompt
+      synth_.shape.rope_theta = 1000000.0f;
+    }
     synth_.hf = dir_.path() / "hf";
     synth_.gguf = dir_.path() / "f32.gguf";
     synth_.gguf_type = DType::kF32;
@@ -307,7 +312,7 @@ TEST_P(FamilyReferenceTest, QuantizedWeightsStayWithinTheirKlBounds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyReferenceTest,
-                         ::testing::Values("llama", "qwen3", "gptneox", "gptj", "qwen3moe", "mixtral"),
+                         ::testing::Values("llama", "qwen3", "gptneox", "gptj", "qwen3moe", "mixtral", "gemma3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

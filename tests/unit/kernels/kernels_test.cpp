@@ -436,6 +436,16 @@ TEST(KernelsTest, MoeRouteAndCombineMatchReference) {
   EXPECT_FLOAT_EQ(w[0], 0.5f);
 }
 
+TEST(KernelsTest, ScaleMatchesReference) {
+  std::mt19937 rng(19);
+  const auto x = random_floats(333, rng);
+  auto a = x, b = x;
+  ref::scale(a.data(), 333, 33.94f);
+  cpu::scale(b.data(), 333, 33.94f);
+  EXPECT_EQ(a, b);
+  EXPECT_FLOAT_EQ(a[7], x[7] * 33.94f);
+}
+
 TEST(KernelsTest, GeluMatchesReferenceInBothFormsGatedOrNot) {
   std::mt19937 rng(17);
   const int64_t n = 1000;

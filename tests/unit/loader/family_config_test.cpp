@@ -53,6 +53,7 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
       {"gptj", NormKind::kLayer, Residual::kParallelSharedNorm, Activation::kGeluTanh, false, false, false, true, 4},
       {"qwen3moe", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true, false, false, 0, 8},
       {"mixtral", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, false, false, 0, 8},
+      {"gemma3", NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, true, false, false, 0},
   };
   for (const Want& w : wants) {
     TempDir dir;
@@ -72,6 +73,15 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
       EXPECT_EQ(c.rotary_dim, w.rotary_dim) << path;
       EXPECT_EQ(c.n_experts, w.experts) << path;
       EXPECT_EQ(c.n_experts_used, w.experts > 0 ? 2 : 0) << path;
+      if (w.arch == "gemma3") {
+        EXPECT_TRUE(c.sandwich_norm) << path;
+        EXPECT_EQ(c.sliding_window_pattern, 6) << path;
+        EXPECT_EQ(c.sliding_window, 512) << path;
+        EXPECT_FLOAT_EQ(c.embedding_scale, 8.0f) << path;
+        EXPECT_FLOAT_EQ(c.rope_local_theta, 10000.0f) << path;
+        EXPECT_FLOAT_EQ(c.attention_scale, 0.25f) << path;  // 1 / sqrt(head_dim 16)
+        EXPECT_TRUE(c.tied_embeddings) << path;
+      }
       // The config survives the weights segment's JSON.
       auto back = model_config_from_json(model_config_to_json(c));
       ASSERT_TRUE(back.is_ok()) << back.status().to_string();
