@@ -563,6 +563,14 @@ Status write_quantized_hf(const LoadedModel& model, const QuantizedModel& quanti
     const std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.n_dims);
     const auto it = by_name.find(t.name);
     if (it == by_name.end()) {
+      if (model.config.architecture == "gemma3" && t.name.ends_with("norm.weight")) {
+        // The loader holds Gemma's norms as 1 + w; the checkpoint stores w.
+        std::vector<float> values(static_cast<size_t>(t.elements()));
+        kernels::ref::dequantize_row(t.dtype, t.data, values.data(), t.elements());
+        for (float& v : values) v -= 1.0f;
+        HEARTH_RETURN_IF_ERROR(w.add(*hf, DType::kF32, shape, std::as_bytes(std::span(values))));
+        continue;
+      }
       if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16) {
         HEARTH_RETURN_IF_ERROR(w.add(*hf, t.dtype, shape, {t.data, t.bytes}));
       } else {
