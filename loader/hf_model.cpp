@@ -335,6 +335,18 @@ Status read_experts(const boost::json::object& cfg, ModelConfig& c) {
   return Status::ok();
 }
 
+// The sizes Llama's config spelling names (Qwen, Mistral, Gemma 3 spell them alike).
+Status read_llama_shape(const boost::json::object& cfg, ModelConfig& c) {
+  HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.dim, get_int(cfg, "hidden_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "intermediate_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_int(cfg, "num_hidden_layers", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_heads, get_int(cfg, "num_attention_heads", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_kv_heads, get_int(cfg, "num_key_value_heads", c.n_heads));
+  if (c.n_heads == 0) return make_error(ErrorCode::kFormat, "config.json num_attention_heads is 0");
+  return Status::ok();
+}
+
 Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
   c.qkv_bias = c.architecture == "qwen2";
   c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3moe";
@@ -349,13 +361,7 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
     c.attn_output_bias = c.architecture != "qwen2";
   }
   c.ffn_bias = mlp_bias.value_or(false);
-  HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.dim, get_int(cfg, "hidden_size", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "intermediate_size", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_int(cfg, "num_hidden_layers", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.n_heads, get_int(cfg, "num_attention_heads", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.n_kv_heads, get_int(cfg, "num_key_value_heads", c.n_heads));
-  if (c.n_heads == 0) return make_error(ErrorCode::kFormat, "config.json num_attention_heads is 0");
+  HEARTH_RETURN_IF_ERROR(read_llama_shape(cfg, c));
   HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", c.dim / c.n_heads));
   HEARTH_RETURN_IF_ERROR(read_rotary_share(cfg, "partial_rotary_factor", 1.0, c));
   HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 2048));
@@ -452,13 +458,7 @@ Status read_gemma3_config(const boost::json::object& cfg, ModelConfig& c) {
   c.tied_embeddings = true;
   c.rope_style = RopeStyle::kHalf;
   HEARTH_ASSIGN_OR_RETURN(c.activation, read_activation(cfg, "hidden_activation", "gelu_pytorch_tanh"));
-  HEARTH_ASSIGN_OR_RETURN(c.vocab_size, get_int(cfg, "vocab_size", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.dim, get_int(cfg, "hidden_size", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "intermediate_size", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.n_layers, get_int(cfg, "num_hidden_layers", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.n_heads, get_int(cfg, "num_attention_heads", std::nullopt));
-  HEARTH_ASSIGN_OR_RETURN(c.n_kv_heads, get_int(cfg, "num_key_value_heads", c.n_heads));
-  if (c.n_heads == 0) return make_error(ErrorCode::kFormat, "config.json num_attention_heads is 0");
+  HEARTH_RETURN_IF_ERROR(read_llama_shape(cfg, c));
   HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", 256));
   HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 32768));
   HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
