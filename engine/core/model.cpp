@@ -287,6 +287,7 @@ Status LlamaModel::allocate_activations(bool permuted) {
     host_route_ids_.resize(n * static_cast<size_t>(routed));
     host_moe_index_.resize(2 * n * static_cast<size_t>(routed));
     expert_rows_.resize(static_cast<size_t>(rc.n_experts) + 1);
+    expert_next_.resize(static_cast<size_t>(rc.n_experts));
   }
   if (permuted) HEARTH_RETURN_IF_ERROR(act(std::max(rc.dim, rc.q_dim()), xp_));
   if (rc.residual != Residual::kSequential) HEARTH_RETURN_IF_ERROR(act(rc.dim, proj_));
@@ -416,14 +417,15 @@ void LlamaModel::moe_block(int32_t li, const float* in, int64_t n, float* out) {
   std::fill(expert_rows_.begin(), expert_rows_.end(), 0);
   for (int64_t i = 0; i < routed; ++i) ++expert_rows_[static_cast<size_t>(host_route_ids_[static_cast<size_t>(i)]) + 1];
   for (int32_t e = 0; e < n_experts; ++e) expert_rows_[static_cast<size_t>(e) + 1] += expert_rows_[static_cast<size_t>(e)];
+  // A counting sort: each pair takes the next row of its expert's run, so an expert's
+  // tokens stay in order.
   int32_t* source = host_moe_index_.data();        // [routed]: the token of each gathered row
   int32_t* row_of = host_moe_index_.data() + routed;  // [n, k]: the gathered row of each (token, expert)
-  for (int32_t e = 0, r = 0; e < n_experts; ++e) {
-    for (int64_t i = 0; i < routed; ++i) {  // tokens in order within an expert
-      if (host_route_ids_[static_cast<size_t>(i)] != e) continue;
-      source[r] = static_cast<int32_t>(i / k);
-      row_of[i] = r++;
-    }
+  std::copy(expert_rows_.begin(), expert_rows_.end() - 1, expert_next_.begin());
+  for (int64_t i = 0; i < routed; ++i) {
+    const int32_t r = expert_next_[static_cast<size_t>(host_route_ids_[static_cast<size_t>(i)])]++;
+    source[r] = static_cast<int32_t>(i / k);
+    row_of[i] = r;
   }
   be.write(moe_index_, 0, host_moe_index_.data(), static_cast<size_t>(2 * routed) * sizeof(int32_t));
   const auto* index = static_cast<const int32_t*>(moe_index_.data());

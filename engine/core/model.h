@@ -192,6 +192,7 @@ class LlamaModel {
   BackendBuffer router_logits_, route_ids_, route_weights_, moe_index_, moe_in_, moe_out_;
   std::vector<int32_t> host_route_ids_, host_moe_index_;
   std::vector<int32_t> expert_rows_;  // [n_experts + 1]: each expert's first gathered row
+  std::vector<int32_t> expert_next_;  // [n_experts]: the grouping's cursor in each expert's run
   // Final-norm rows and logits, kLogitChunk rows at a time.
   static constexpr int64_t kLogitChunk = 16;
   BackendBuffer logits_in_, logits_;

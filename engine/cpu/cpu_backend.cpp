@@ -355,16 +355,7 @@ class CpuBackend final : public Backend {
       kernels::ref::swiglu(gate, up, n, out);
       return;
     }
-    // Elementwise: any split gives the same values.
-    constexpr int64_t kChunk = 4096;
-    if (!pool_.worth_splitting(n * 16)) {
-      kernels::cpu::swiglu(gate, up, n, out);
-      return;
-    }
-    pool_.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
-      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
-      kernels::cpu::swiglu(gate + b, up + b, e - b, out + b);
-    });
+    for_elements(n, [&](int64_t b, int64_t e) { kernels::cpu::swiglu(gate + b, up + b, e - b, out + b); });
   }
 
   void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) override {
@@ -372,13 +363,7 @@ class CpuBackend final : public Backend {
       kernels::ref::gelu(x, up, n, tanh_form, out);
       return;
     }
-    constexpr int64_t kChunk = 4096;
-    if (!pool_.worth_splitting(n * 16)) {
-      kernels::cpu::gelu(x, up, n, tanh_form, out);
-      return;
-    }
-    pool_.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
-      const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+    for_elements(n, [&](int64_t b, int64_t e) {
       kernels::cpu::gelu(x + b, up != nullptr ? up + b : nullptr, e - b, tanh_form, out + b);
     });
   }
@@ -449,6 +434,21 @@ class CpuBackend final : public Backend {
     const int64_t per_task = std::max<int64_t>(1, n / (pool_.size() * 4));
     pool_.parallel_for((n + per_task - 1) / per_task, [&](int64_t task) {
       fn(task * per_task, std::min(n, (task + 1) * per_task));
+    });
+  }
+
+  // Runs fn(begin, end) over chunks of n independent values (any split gives the same
+  // values), across the pool when there is enough work.
+  template <typename Fn>
+  void for_elements(int64_t n, Fn&& fn) {
+    constexpr int64_t kChunk = 4096;
+    if (!pool_.worth_splitting(n * 16)) {
+      fn(0, n);
+      return;
+    }
+    pool_.parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c) {
+      const int64_t b = c * kChunk;
+      fn(b, std::min(n, b + kChunk));
     });
   }
 
