@@ -62,9 +62,15 @@ Status model_config_validate(const ModelConfig& c) {
   }
   if (!(c.embedding_scale >= 0.0f) || !std::isfinite(c.embedding_scale) || !(c.attention_scale >= 0.0f) ||
       !std::isfinite(c.attention_scale) || !(c.rope_local_theta >= 0.0f) || !std::isfinite(c.rope_local_theta) ||
-      c.sliding_window_pattern < 0 || c.sliding_window_pattern > 1024) {
+      c.sliding_window_pattern < 0 || c.sliding_window_pattern > 1024 || !(c.attn_softcap >= 0.0f) ||
+      !std::isfinite(c.attn_softcap) || !(c.final_softcap >= 0.0f) || !std::isfinite(c.final_softcap)) {
     return make_error(ErrorCode::kFormat, "model config: a negative or non-finite embedding scale, attention scale, "
-                      "local rope theta or sliding window pattern");
+                      "local rope theta, sliding window pattern or soft-cap");
+  }
+  if (c.shared_expert_dim < 0 || c.shared_expert_dim > (1 << 20) || (c.shared_expert_dim > 0 && c.n_experts == 0) ||
+      (c.shared_expert_gate && c.shared_expert_dim == 0)) {
+    return make_error(ErrorCode::kFormat, "model config: a shared expert of {} (gated: {}) with {} experts",
+                      c.shared_expert_dim, c.shared_expert_gate, c.n_experts);
   }
   if (c.sandwich_norm && c.residual != Residual::kSequential) {
     return make_error(ErrorCode::kUnsupported, "model config: block output norms with a parallel residual");
@@ -103,6 +109,11 @@ std::string model_config_summary(const ModelConfig& c) {
   }
   if (c.attn_output_bias || c.ffn_bias || c.output_bias) features += ", biases";
   if (c.n_experts > 0) features += fmt::format(", {} experts, {} per token", c.n_experts, c.n_experts_used);
+  if (c.shared_expert_dim > 0) {
+    features += fmt::format(", a {}shared expert of {}", c.shared_expert_gate ? "gated " : "", c.shared_expert_dim);
+  }
+  if (c.attn_softcap > 0.0f) features += fmt::format(", attention soft-cap {}", c.attn_softcap);
+  if (c.final_softcap > 0.0f) features += fmt::format(", logit soft-cap {}", c.final_softcap);
   if (c.sandwich_norm) features += ", block output norms";
   if (c.embedding_scale > 0.0f) features += fmt::format(", embeddings x {}", c.embedding_scale);
   if (c.sliding_window > 0) {
@@ -200,6 +211,10 @@ std::string model_config_to_json(const ModelConfig& c) {
   o["attention_scale"] = c.attention_scale;
   o["sliding_window_pattern"] = c.sliding_window_pattern;
   o["rope_local_theta"] = c.rope_local_theta;
+  o["attn_softcap"] = c.attn_softcap;
+  o["final_softcap"] = c.final_softcap;
+  o["shared_expert_dim"] = c.shared_expert_dim;
+  o["shared_expert_gate"] = c.shared_expert_gate;
   return boost::json::serialize(o);
 }
 
@@ -271,14 +286,18 @@ Result<ModelConfig> model_config_from_json(std::string_view json) {
   HEARTH_RETURN_IF_ERROR(flag("output_bias", c.output_bias));
   HEARTH_RETURN_IF_ERROR(flag("moe_normalize", c.moe_normalize));
   HEARTH_RETURN_IF_ERROR(flag("sandwich_norm", c.sandwich_norm));
+  HEARTH_RETURN_IF_ERROR(flag("shared_expert_gate", c.shared_expert_gate));
   for (const auto& [key, field] : {std::pair{"embedding_scale", &c.embedding_scale},
                                    std::pair{"attention_scale", &c.attention_scale},
-                                   std::pair{"rope_local_theta", &c.rope_local_theta}}) {
+                                   std::pair{"rope_local_theta", &c.rope_local_theta},
+                                   std::pair{"attn_softcap", &c.attn_softcap},
+                                   std::pair{"final_softcap", &c.final_softcap}}) {
     if (o.contains(key)) HEARTH_RETURN_IF_ERROR(f32(key, *field));
   }
   for (const auto& [key, field] : {std::pair{"rotary_dim", &c.rotary_dim}, std::pair{"n_experts", &c.n_experts},
                                    std::pair{"n_experts_used", &c.n_experts_used},
-                                   std::pair{"sliding_window_pattern", &c.sliding_window_pattern}}) {
+                                   std::pair{"sliding_window_pattern", &c.sliding_window_pattern},
+                                   std::pair{"shared_expert_dim", &c.shared_expert_dim}}) {
     if (o.contains(key)) HEARTH_RETURN_IF_ERROR(i32(key, *field));
   }
   HEARTH_RETURN_IF_ERROR(model_config_validate(c));

@@ -81,6 +81,10 @@ struct ModelConfig {
   int32_t n_experts = 0;
   int32_t n_experts_used = 0;
   bool moe_normalize = true;     // the chosen experts' weights renormalised to sum 1
+  // Qwen2-MoE: one shared expert of shared_expert_dim (0: none) that every token runs
+  // beside its routed ones, its output times sigmoid(x . gate) when shared_expert_gate.
+  int32_t shared_expert_dim = 0;
+  bool shared_expert_gate = false;
   // Gemma 3: the embeddings scaled by embedding_scale (0: not scaled); a norm of each
   // block's output before it is added (post_attention_norm, post_ffw_norm); an attention
   // scale other than 1/sqrt(head_dim) (0: that one); every sliding_window_pattern-th
@@ -91,6 +95,10 @@ struct ModelConfig {
   float attention_scale = 0.0f;
   int32_t sliding_window_pattern = 0;
   float rope_local_theta = 0.0f;
+  // Gemma 2: attention scores and the final logits soft-capped, s -> cap * tanh(s / cap)
+  // (0: not capped).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }

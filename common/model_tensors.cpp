@@ -45,6 +45,13 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
         specs.push_back({fmt::format("{}ffn_up.{}.weight", p, e), {f, d}, true, true});
         specs.push_back({fmt::format("{}ffn_down.{}.weight", p, e), {d, f}, true, true});
       }
+      if (c.shared_expert_dim > 0) {
+        const int64_t s = c.shared_expert_dim;
+        specs.push_back({p + "ffn_gate_shexp.weight", {s, d}, true, true});
+        specs.push_back({p + "ffn_up_shexp.weight", {s, d}, true, true});
+        specs.push_back({p + "ffn_down_shexp.weight", {d, s}, true, true});
+        if (c.shared_expert_gate) specs.push_back({p + "ffn_gate_inp_shexp.weight", {1, d}, true, true});
+      }
       specs.push_back({p + "attn_output.perm", {q}, false, false});
       for (const char* m : {"attn_q", "attn_k", "attn_v"}) specs.push_back({p + m + ".perm", {d}, false, false});
       continue;

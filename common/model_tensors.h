@@ -3,7 +3,9 @@
 // norms, the biases of the output and FFN projections, no ffn_gate when ungated, no
 // ffn_norm with a shared-norm parallel residual; with experts, the router
 // blk.N.ffn_gate_inp.weight [n_experts, dim] and blk.N.ffn_{gate,up,down}.E.weight for
-// each expert E in place of the dense FFN). Every container is mapped onto these names by
+// each expert E in place of the dense FFN, and with a shared expert
+// blk.N.ffn_{gate,up,down}_shexp.weight and, gated, blk.N.ffn_gate_inp_shexp.weight
+// [1, dim]). Every container is mapped onto these names by
 // the loader; the engine binds its weights through them. Pure functions; thread-safe.
 //
 // Names: token_embd.weight, output_norm.weight, output.weight (absent when tied),

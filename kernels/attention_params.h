@@ -47,6 +47,7 @@ struct AttentionParams {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   float scale = 1.0f;              // usually 1/sqrt(head_dim)
+  float softcap = 0.0f;            // > 0: each score s becomes softcap * tanh(s / softcap)
   int32_t sliding_window = 0;      // 0: attend to every earlier position
   KvDType kv_dtype = KvDType::kF32;  // element type of k_cache and v_cache
 };
@@ -72,6 +73,7 @@ struct AttentionStep {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   float scale = 1.0f;                // usually 1/sqrt(head_dim)
+  float softcap = 0.0f;              // > 0: each score s becomes softcap * tanh(s / softcap)
   int32_t sliding_window = 0;        // 0: every earlier position
   KvDType kv_dtype = KvDType::kF32;
 };
@@ -93,6 +95,7 @@ HEARTH_HD AttentionParams sequence_attention(const AttentionStep& st, int32_t s)
   p.n_kv_heads = st.n_kv_heads;
   p.head_dim = st.head_dim;
   p.scale = st.scale;
+  p.softcap = st.softcap;
   p.sliding_window = st.sliding_window;
   p.kv_dtype = st.kv_dtype;
   return p;

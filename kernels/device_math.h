@@ -207,6 +207,10 @@ HEARTH_HD float gelu_tanh(float x) {
 }
 HEARTH_HD float gelu(float x, bool tanh_form) { return tanh_form ? gelu_tanh(x) : gelu_erf(x); }
 
+// Soft-capping (Gemma 2): cap * tanh(x / cap), which bounds x to (-cap, cap) and leaves
+// small values nearly as they are; a cap of 0 or less is none.
+HEARTH_HD float softcap(float x, float cap) { return cap > 0.0f ? cap * tanhf(x / cap) : x; }
+
 // 1 / rms of a row whose sum of squares is `sum_sq`.
 HEARTH_HD float rms_inv(float sum_sq, int64_t dim, float eps) {
   return 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
@@ -249,6 +253,9 @@ HEARTH_HD float moe_combine_value(const float* rows, const int32_t* pos, const f
   for (int32_t j = 0; j < k; ++j) acc += weights[j] * rows[static_cast<int64_t>(pos[j]) * dim + i];
   return acc;
 }
+
+// The logistic function, 1 / (1 + e^-x): the gate of a shared expert (Qwen2-MoE).
+HEARTH_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // LayerNorm's 1 / sqrt(variance + eps) from the sum of squared deviations from the mean.
 HEARTH_HD float layer_norm_inv(float sum_sq_dev, int64_t dim, float eps) {

@@ -29,6 +29,8 @@ constexpr ArchInfo kArchs[] = {
     {"gptj", RopeStyle::kInterleaved, NormKind::kLayer, Residual::kParallelSharedNorm, Activation::kGeluTanh, false,
      false},
     {"qwen3moe", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true},
+    {"qwen2moe", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false},
+    {"gemma2", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, false},
     {"gemma3", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, true},
 };
 
@@ -161,12 +163,14 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   }
   if (arch == nullptr) {
     return make_error(ErrorCode::kUnsupported,
-                      "GGUF architecture \"{}\" is not supported (hearth runs llama, qwen2, qwen3, gptneox, gptj and "
-                      "the models stored as llama: Mistral, TinyLlama, SmolLM)",
+                      "GGUF architecture \"{}\" is not supported (hearth runs llama, qwen2, qwen3, qwen3moe, gptneox, "
+                      "gptj, gemma2, gemma3 and the models stored as llama: Mistral, Mixtral, TinyLlama, SmolLM)",
                       *arch_name);
   }
   const std::string a(arch->name);
   for (std::string_view key : kUnimplementedKeys) {
+    if (a == "gemma2" && key.ends_with("_softcapping")) continue;  // read below
+    if (a == "qwen2moe" && key == ".expert_shared_feed_forward_length") continue;
     const GgufValue* v = gguf.find(a + std::string(key));
     if (v != nullptr && value_set(*v)) {
       return make_error(ErrorCode::kUnsupported, "GGUF {}{} is set, and hearth's {} does not implement it", a, key, a);
@@ -210,24 +214,32 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
     HEARTH_ASSIGN_OR_RETURN(auto parallel, gguf.get_bool("gptneox.use_parallel_residual"));
     c.residual = parallel.value_or(true) ? Residual::kParallel : Residual::kSequential;
   }
-  if (a == "gemma3") {
-    // What llama.cpp fixes for gemma3 rather than reading from the file: one global
-    // layer in six, a RoPE base of 10000 on the others, the embeddings times
-    // sqrt(n_embd), and an attention scale of 1/sqrt(head_dim) (1/sqrt(n_embd / n_head)
-    // for the 27B, whose query_pre_attn_scalar is that). Its converter stores each norm
-    // weight as 1 + weight, which is what hearth's RMSNorm multiplies by.
+  if (a == "gemma2" || a == "gemma3") {
+    // What llama.cpp fixes for these rather than reading from the file: one global layer
+    // in two (gemma2) or six (gemma3, whose others have a RoPE base of 10000), the
+    // embeddings times sqrt(n_embd), and an attention scale of 1/sqrt(head_dim)
+    // (1/sqrt(n_embd / n_head) for the 27Bs, whose query_pre_attn_scalar is that); gemma2's
+    // soft-caps default to 50 and 30. The converter stores each norm weight as
+    // 1 + weight, which is what hearth's RMSNorm multiplies by.
+    const bool gemma2 = a == "gemma2";
     c.sandwich_norm = true;
-    c.sliding_window_pattern = 6;
-    c.rope_local_theta = 10000.0f;
+    c.sliding_window_pattern = gemma2 ? 2 : 6;
+    if (!gemma2) c.rope_local_theta = 10000.0f;
     c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
-    const bool is_27b = c.n_layers == 62 && c.dim == 5376;
+    const bool is_27b = gemma2 ? c.n_layers == 46 && c.dim == 4608 : c.n_layers == 62 && c.dim == 5376;
     c.attention_scale = 1.0f / std::sqrt(static_cast<float>(is_27b ? c.dim / c.n_heads : c.head_dim));
+    if (gemma2) {
+      HEARTH_ASSIGN_OR_RETURN(auto attn_cap, gguf.get_float(a + ".attn_logit_softcapping"));
+      HEARTH_ASSIGN_OR_RETURN(auto final_cap, gguf.get_float(a + ".final_logit_softcapping"));
+      c.attn_softcap = static_cast<float>(attn_cap.value_or(50.0));
+      c.final_softcap = static_cast<float>(final_cap.value_or(30.0));
+    }
   }
   HEARTH_ASSIGN_OR_RETURN(c.n_experts, get_dim(gguf, a + ".expert_count", 0));
   if (c.n_experts > 0) {
-    if (a != "llama" && a != "qwen3moe") {
+    if (a != "llama" && a != "qwen3moe" && a != "qwen2moe") {
       return make_error(ErrorCode::kUnsupported, "GGUF {}.expert_count is set: experts are implemented for llama "
-                        "(Mixtral) and qwen3moe only", a);
+                        "(Mixtral), qwen2moe and qwen3moe only", a);
     }
     HEARTH_ASSIGN_OR_RETURN(c.n_experts_used, get_dim(gguf, a + ".expert_used_count"));
     HEARTH_ASSIGN_OR_RETURN(const int32_t gating, get_dim(gguf, a + ".expert_gating_func", 1));
@@ -236,14 +248,26 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
                         gating);
     }
     HEARTH_ASSIGN_OR_RETURN(auto norm, gguf.get_bool(a + ".expert_weights_norm"));
-    c.moe_normalize = norm.value_or(true);  // what llama.cpp does for both families
-    if (a == "qwen3moe") {
+    // What llama.cpp does: renormalised for llama (Mixtral) and qwen3moe, not for qwen2moe.
+    c.moe_normalize = norm.value_or(a != "qwen2moe");
+    if (a != "llama") {
       HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_dim(gguf, a + ".expert_feed_forward_length"));
     } else {
       c.architecture = "mixtral";  // Mixtral is stored as llama with experts
     }
-  } else if (a == "qwen3moe") {
-    return make_error(ErrorCode::kFormat, "GGUF qwen3moe has no qwen3moe.expert_count");
+    if (a == "qwen2moe") {
+      // The shared expert, always gated by ffn_gate_inp_shexp (a vector of n_embd).
+      HEARTH_ASSIGN_OR_RETURN(c.shared_expert_dim, get_dim(gguf, a + ".expert_shared_feed_forward_length", 0));
+      c.shared_expert_gate = c.shared_expert_dim > 0;
+      for (TensorView& t : gguf.tensors) {
+        if (t.name.ends_with(".ffn_gate_inp_shexp.weight") && t.n_dims == 1) {
+          t.n_dims = 2;  // one output row: [1, n_embd]
+          t.shape = {1, t.shape[0], 0, 0};
+        }
+      }
+    }
+  } else if (a == "qwen3moe" || a == "qwen2moe") {
+    return make_error(ErrorCode::kFormat, "GGUF {} has no {}.expert_count", a, a);
   }
   HEARTH_ASSIGN_OR_RETURN(auto theta, gguf.get_float(a + ".rope.freq_base"));
   c.rope_theta = static_cast<float>(theta.value_or(10000.0));
@@ -256,7 +280,7 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
     return make_error(ErrorCode::kUnsupported, "rope scaling type \"{}\" is not supported (none, linear, and llama3 "
                       "through rope_freqs.weight are)", *scaling);
   }
-  HEARTH_ASSIGN_OR_RETURN(c.sliding_window, get_dim(gguf, a + ".attention.sliding_window", 0));
+  HEARTH_ASSIGN_OR_RETURN(c.sliding_window, get_dim(gguf, a + ".attention.sliding_window", a == "gemma2" ? 4096 : 0));
 
   HEARTH_ASSIGN_OR_RETURN(model.tokenizer.gguf, read_vocab(gguf));
   model.tokenizer.kind = TokenizerSource::Kind::kGguf;

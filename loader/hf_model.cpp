@@ -102,8 +102,8 @@ constexpr NamePair kGptjLayers[] = {
 };
 constexpr std::string_view kGptjBuffers[] = {"attn.bias", "attn.masked_bias"};
 
-// Gemma 3: "post_attention_layernorm" is the attention block's output norm, and the
-// FFN's input norm is "pre_feedforward_layernorm".
+// Gemma 2 and 3: "post_attention_layernorm" is the attention block's output norm, and
+// the FFN's input norm is "pre_feedforward_layernorm" (Gemma 2 has no q/k norms).
 constexpr NamePair kGemmaLayers[] = {
     {"input_layernorm.weight", "attn_norm.weight"},
     {"self_attn.q_proj.weight", "attn_q.weight"},
@@ -123,12 +123,22 @@ constexpr NamePair kGemmaLayers[] = {
 constexpr NamePair kQwenMoeRouter[] = {{"mlp.gate.weight", "ffn_gate_inp.weight"}};
 constexpr NamePair kQwenMoeExperts[] = {
     {"gate_proj.weight", "ffn_gate"}, {"up_proj.weight", "ffn_up"}, {"down_proj.weight", "ffn_down"}};
+// Qwen2-MoE: the router, and the shared expert with its gate.
+constexpr NamePair kQwen2MoeRouter[] = {
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
+};
 constexpr NamePair kMixtralRouter[] = {{"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}};
 constexpr NamePair kMixtralExperts[] = {{"w1.weight", "ffn_gate"}, {"w3.weight", "ffn_up"}, {"w2.weight", "ffn_down"}};
 
 constexpr HfNames kLlamaNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers};
 constexpr HfNames kQwenMoeNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
                                 kQwenMoeRouter, "mlp.experts.", kQwenMoeExperts};
+constexpr HfNames kQwen2MoeNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
+                                 kQwen2MoeRouter, "mlp.experts.", kQwenMoeExperts};
 constexpr HfNames kMixtralNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
                                 kMixtralRouter, "block_sparse_moe.experts.", kMixtralExperts};
 constexpr HfNames kGemmaNames{"model.layers.", kLlamaGlobals, kGemmaLayers, kLlamaBuffers};
@@ -138,7 +148,7 @@ constexpr HfNames kGptjNames{"transformer.h.", kGptjGlobals, kGptjLayers, kGptjB
 Status read_llama_config(const boost::json::object& cfg, ModelConfig& c);
 Status read_neox_config(const boost::json::object& cfg, ModelConfig& c);
 Status read_gptj_config(const boost::json::object& cfg, ModelConfig& c);
-Status read_gemma3_config(const boost::json::object& cfg, ModelConfig& c);
+Status read_gemma_config(const boost::json::object& cfg, ModelConfig& c);
 
 struct HfArch {
   std::string_view hf_name;
@@ -152,11 +162,13 @@ constexpr HfArch kArchs[] = {
     {"MistralForCausalLM", "mistral", &kLlamaNames, read_llama_config},
     {"Qwen2ForCausalLM", "qwen2", &kLlamaNames, read_llama_config},
     {"Qwen3ForCausalLM", "qwen3", &kLlamaNames, read_llama_config},
+    {"Qwen2MoeForCausalLM", "qwen2moe", &kQwen2MoeNames, read_llama_config},
     {"Qwen3MoeForCausalLM", "qwen3moe", &kQwenMoeNames, read_llama_config},
     {"MixtralForCausalLM", "mixtral", &kMixtralNames, read_llama_config},
     {"GPTNeoXForCausalLM", "gptneox", &kNeoxNames, read_neox_config},
     {"GPTJForCausalLM", "gptj", &kGptjNames, read_gptj_config},
-    {"Gemma3ForCausalLM", "gemma3", &kGemmaNames, read_gemma3_config},
+    {"Gemma2ForCausalLM", "gemma2", &kGemmaNames, read_gemma_config},
+    {"Gemma3ForCausalLM", "gemma3", &kGemmaNames, read_gemma_config},
 };
 
 const HfArch* find_arch(std::string_view hf_name) {
@@ -250,7 +262,11 @@ Status refuse_unimplemented(const boost::json::object& cfg, std::string_view arc
   std::vector<std::string_view> keys(std::begin(kUnimplementedFields), std::end(kUnimplementedFields));
   if (!moe) keys.insert(keys.end(), std::begin(kExpertFields), std::end(kExpertFields));
   for (std::string_view key : keys) {
-    if (arch == "Gemma3ForCausalLM" && (key == "query_pre_attn_scalar" || key == "sliding_window_pattern")) continue;
+    if (arch == "Qwen2MoeForCausalLM" && key == "shared_expert_intermediate_size") continue;  // read_experts'
+    if (arch.starts_with("Gemma") && (key == "query_pre_attn_scalar" || key == "sliding_window_pattern" ||
+                                      key == "attn_logit_softcapping" || key == "final_logit_softcapping")) {
+      continue;  // read_gemma_config's
+    }
     const auto it = cfg.find(boost::json::string_view(key.data(), key.size()));
     if (it == cfg.end()) continue;
     const boost::json::value& v = it->value();
@@ -315,9 +331,10 @@ Status read_rotary_share(const boost::json::object& cfg, std::string_view key, d
   return Status::ok();
 }
 
-// Qwen3-MoE's and Mixtral's experts: how many, how many per token, of what size.
+// Qwen2-MoE's, Qwen3-MoE's and Mixtral's experts: how many, how many per token, of what
+// size, and Qwen2-MoE's shared expert.
 Status read_experts(const boost::json::object& cfg, ModelConfig& c) {
-  const bool qwen = c.architecture == "qwen3moe";
+  const bool qwen = c.architecture != "mixtral";
   HEARTH_ASSIGN_OR_RETURN(c.n_experts, get_int(cfg, qwen ? "num_experts" : "num_local_experts", std::nullopt));
   HEARTH_ASSIGN_OR_RETURN(c.n_experts_used, get_int(cfg, "num_experts_per_tok", std::nullopt));
   if (qwen) {
@@ -328,6 +345,10 @@ Status read_experts(const boost::json::object& cfg, ModelConfig& c) {
     if (step.value_or(1) != 1) {
       return make_error(ErrorCode::kUnsupported, "\"decoder_sparse_step\" {} (dense layers between expert layers) is "
                         "not implemented", *step);
+    }
+    if (c.architecture == "qwen2moe") {
+      HEARTH_ASSIGN_OR_RETURN(c.shared_expert_dim, get_int(cfg, "shared_expert_intermediate_size", std::nullopt));
+      c.shared_expert_gate = c.shared_expert_dim > 0;  // Qwen2MoeSparseMoeBlock always gates it
     }
   } else {
     c.moe_normalize = true;  // Mixtral renormalises its top-k weights
@@ -348,7 +369,7 @@ Status read_llama_shape(const boost::json::object& cfg, ModelConfig& c) {
 }
 
 Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
-  c.qkv_bias = c.architecture == "qwen2";
+  c.qkv_bias = c.architecture == "qwen2" || c.architecture == "qwen2moe";
   c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3moe";
   c.rope_style = RopeStyle::kHalf;  // HF checkpoints are laid out for rotate_half
 
@@ -357,8 +378,8 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
   HEARTH_ASSIGN_OR_RETURN(auto mlp_bias, json_opt_bool(cfg, "mlp_bias"));
   if (attention_bias.value_or(false)) {
     // Llama's attention_bias: q, k, v and o (Qwen2's bias is on q, k and v only, always).
+    c.attn_output_bias = !c.qkv_bias;
     c.qkv_bias = true;
-    c.attn_output_bias = c.architecture != "qwen2";
   }
   c.ffn_bias = mlp_bias.value_or(false);
   HEARTH_RETURN_IF_ERROR(read_llama_shape(cfg, c));
@@ -386,7 +407,9 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
       c.sliding_window = static_cast<int32_t>(std::min<int64_t>(*window, INT32_MAX));
     }
   }
-  if (c.architecture == "qwen3moe" || c.architecture == "mixtral") HEARTH_RETURN_IF_ERROR(read_experts(cfg, c));
+  if (c.architecture == "qwen3moe" || c.architecture == "qwen2moe" || c.architecture == "mixtral") {
+    HEARTH_RETURN_IF_ERROR(read_experts(cfg, c));
+  }
   return read_rope_scaling(cfg, c);
 }
 
@@ -452,8 +475,12 @@ Status read_gptj_config(const boost::json::object& cfg, ModelConfig& c) {
   return Status::ok();
 }
 
-Status read_gemma3_config(const boost::json::object& cfg, ModelConfig& c) {
-  c.qk_norm = true;
+// Gemma 2 and Gemma 3 (text): what they share, and where they differ (q/k norms and a
+// RoPE base of the windowed layers' own in Gemma 3, one global layer in two in Gemma 2;
+// soft-capping where the config sets it, as Gemma 2's does by default).
+Status read_gemma_config(const boost::json::object& cfg, ModelConfig& c) {
+  const bool gemma2 = c.architecture == "gemma2";
+  c.qk_norm = !gemma2;
   c.sandwich_norm = true;
   c.tied_embeddings = true;
   c.rope_style = RopeStyle::kHalf;
@@ -464,11 +491,24 @@ Status read_gemma3_config(const boost::json::object& cfg, ModelConfig& c) {
   HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
   c.norm_eps = static_cast<float>(eps.value_or(1e-6));
   HEARTH_ASSIGN_OR_RETURN(auto theta, json_opt_number(cfg, "rope_theta"));
-  c.rope_theta = static_cast<float>(theta.value_or(1000000.0));
-  HEARTH_ASSIGN_OR_RETURN(auto local_theta, json_opt_number(cfg, "rope_local_base_freq"));
-  c.rope_local_theta = static_cast<float>(local_theta.value_or(10000.0));
+  c.rope_theta = static_cast<float>(theta.value_or(gemma2 ? 10000.0 : 1000000.0));
+  if (!gemma2) {
+    HEARTH_ASSIGN_OR_RETURN(auto local_theta, json_opt_number(cfg, "rope_local_base_freq"));
+    c.rope_local_theta = static_cast<float>(local_theta.value_or(10000.0));
+  }
   HEARTH_ASSIGN_OR_RETURN(auto scalar, json_opt_number(cfg, "query_pre_attn_scalar"));
-  c.attention_scale = static_cast<float>(1.0 / std::sqrt(scalar.value_or(c.head_dim)));
+  if (scalar && !(*scalar > 0.0)) return make_error(ErrorCode::kFormat, "\"query_pre_attn_scalar\" is {}", *scalar);
+  c.attention_scale = static_cast<float>(1.0 / std::sqrt(scalar.value_or(256.0)));
+  // Soft-capping: a null is none; an absent field is the family's default (Gemma 2's
+  // config class defaults to 50 and 30, Gemma 3's to none).
+  for (auto [key, fallback, out] : {std::tuple{"attn_logit_softcapping", 50.0, &c.attn_softcap},
+                                    std::tuple{"final_logit_softcapping", 30.0, &c.final_softcap}}) {
+    HEARTH_ASSIGN_OR_RETURN(auto cap, json_opt_number(cfg, key));
+    const bool present = cfg.contains(key);
+    const double v = cap ? *cap : (gemma2 && !present ? fallback : 0.0);
+    if (!(v >= 0.0) || !std::isfinite(v)) return make_error(ErrorCode::kFormat, "\"{}\" is {}", key, v);
+    *out = static_cast<float>(v);
+  }
   // The embeddings times sqrt(hidden_size), in float (transformers rounds the factor to
   // the checkpoint's dtype first: 34.0 rather than 33.94 for a bf16 1152).
   c.embedding_scale = std::sqrt(static_cast<float>(c.dim));
@@ -479,7 +519,7 @@ Status read_gemma3_config(const boost::json::object& cfg, ModelConfig& c) {
   // Which layers are windowed: every sliding_window_pattern-th one global, or the same
   // spelled out in layer_types.
   HEARTH_ASSIGN_OR_RETURN(auto pattern, json_opt_int(cfg, "sliding_window_pattern"));
-  c.sliding_window_pattern = static_cast<int32_t>(std::clamp<int64_t>(pattern.value_or(6), 0, 1024));
+  c.sliding_window_pattern = static_cast<int32_t>(std::clamp<int64_t>(pattern.value_or(gemma2 ? 2 : 6), 0, 1024));
   if (const auto* types = json_find_array(cfg, "layer_types")) {
     int32_t period = 0;
     for (size_t i = 0; i < types->size(); ++i) {
@@ -552,6 +592,13 @@ bool safe_file_name(const std::string& name) {
 }
 
 }  // namespace
+
+bool hf_norms_offset_by_one(std::string_view architecture) {
+  for (const HfArch& a : kArchs) {
+    if (a.name == architecture) return a.names == &kGemmaNames;
+  }
+  return false;
+}
 
 std::optional<std::string> hf_parameter_name(const std::string& canonical, std::string_view architecture) {
   const HfNames* names = nullptr;

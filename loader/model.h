@@ -62,6 +62,9 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir);
 // (GGUF spelling: "llama", "gptj", ...; "blk.3.attn_q.weight" ->
 // "model.layers.3.self_attn.q_proj.weight"); nullopt for names HF checkpoints lack.
 std::optional<std::string> hf_parameter_name(const std::string& canonical, std::string_view architecture);
+// Whether a model of `architecture` multiplies by 1 + w for each norm weight w its
+// checkpoint stores (Gemma 2, Gemma 3): the loader holds those norms as 1 + w.
+bool hf_norms_offset_by_one(std::string_view architecture);
 // `tokenizer_path` may be empty: then tok<vocab>.bin or tokenizer.bin beside the checkpoint.
 Result<LoadedModel> llama2c_model_open(const std::filesystem::path& path, const std::filesystem::path& tokenizer_path);
 

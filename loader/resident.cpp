@@ -81,10 +81,10 @@ TensorSplit split_of(std::string_view name, int tp) {
                                   name.find("ffn_down.") != std::string_view::npos)) {
     return TensorSplit::kReplicated;
   }
-  for (std::string_view s : {"attn_q.", "attn_k.", "attn_v.", "ffn_gate.", "ffn_up."}) {
+  for (std::string_view s : {"attn_q.", "attn_k.", "attn_v.", "ffn_gate.", "ffn_up.", "ffn_gate_shexp.", "ffn_up_shexp."}) {
     if (name.find(s) != std::string_view::npos) return TensorSplit::kRows;
   }
-  for (std::string_view s : {"attn_output.", "ffn_down."}) {
+  for (std::string_view s : {"attn_output.", "ffn_down.", "ffn_down_shexp."}) {
     if (name.find(s) != std::string_view::npos) return TensorSplit::kCols;
   }
   return TensorSplit::kReplicated;
@@ -94,10 +94,10 @@ Status check_tp(const ModelConfig& c, int tp) {
   if (tp < 1 || tp > kMaxTensorParallel) {
     return make_error(ErrorCode::kInvalidArgument, "--tp {} is out of range 1..{}", tp, kMaxTensorParallel);
   }
-  if (c.n_heads % tp != 0 || c.n_kv_heads % tp != 0 || c.hidden_dim % tp != 0) {
+  if (c.n_heads % tp != 0 || c.n_kv_heads % tp != 0 || c.hidden_dim % tp != 0 || c.shared_expert_dim % tp != 0) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "--tp {} must divide the heads ({}), kv heads ({}) and feed-forward size ({})", tp, c.n_heads,
-                      c.n_kv_heads, c.hidden_dim);
+                      "--tp {} must divide the heads ({}), kv heads ({}), feed-forward size ({}) and shared expert "
+                      "size ({})", tp, c.n_heads, c.n_kv_heads, c.hidden_dim, c.shared_expert_dim);
   }
   return Status::ok();
 }

@@ -22,6 +22,10 @@ constexpr double kLmHeadGain = 4.0;
 constexpr float kGemmaLocalTheta = 10000.0f;
 
 int32_t gemma_window(const SynthShape& c) { return c.sliding_window > 0 ? c.sliding_window : 512; }
+int32_t shared_hidden(const SynthShape& c) { return c.shared_hidden > 0 ? c.shared_hidden : 2 * c.hidden; }
+float attn_softcap(const SynthShape& c) { return c.attn_softcap > 0.0f ? c.attn_softcap : 50.0f; }
+float final_softcap(const SynthShape& c) { return c.final_softcap > 0.0f ? c.final_softcap : 30.0f; }
+bool is_moe(std::string_view arch) { return arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral"; }
 
 uint64_t fnv1a64(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -53,8 +57,9 @@ struct SynthTensor {
 };
 
 // The experts of layer `p` (HF prefix) / `g` (GGUF prefix): the router, each expert's
-// matrices under the family's HF names, and the GGUF's merged tensors of them.
-void add_experts(std::vector<SynthTensor>& out, const SynthShape& c, bool mixtral, const std::string& p,
+// matrices under the family's HF names, the GGUF's merged tensors of them, and a shared
+// expert with its gate when `shared`.
+void add_experts(std::vector<SynthTensor>& out, const SynthShape& c, bool mixtral, bool shared, const std::string& p,
                  const std::string& g) {
   const int64_t d = c.dim, f = c.hidden;
   out.push_back({p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), g + "ffn_gate_inp.weight",
@@ -73,15 +78,24 @@ void add_experts(std::vector<SynthTensor>& out, const SynthShape& c, bool mixtra
     }
     out.push_back(std::move(merged));
   }
+  if (shared) {
+    const int64_t s = shared_hidden(c);
+    out.push_back({p + "mlp.shared_expert.gate_proj.weight", g + "ffn_gate_shexp.weight", {s, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.shared_expert.up_proj.weight", g + "ffn_up_shexp.weight", {s, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.shared_expert.down_proj.weight", g + "ffn_down_shexp.weight", {d, s}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.shared_expert_gate.weight", g + "ffn_gate_inp_shexp.weight", {1, d}, Kind::kLinear, 0});
+  }
 }
 
 std::vector<SynthTensor> llama_tensors(const SynthShape& c, std::string_view arch) {
   const int64_t d = c.dim, f = c.hidden, hd = c.dim / c.heads, kv = c.kv_heads * hd;
   const bool qk_norm = arch == "qwen3" || arch == "qwen3moe";
-  const bool moe = arch == "qwen3moe" || arch == "mixtral";
+  const bool qkv_bias = arch == "qwen2moe";
+  const bool moe = is_moe(arch);
   // llama.cpp's converter permutes llama's (and Mixtral's) q/k rows for interleaved RoPE,
   // not qwen's.
-  const int q_heads = qk_norm ? 0 : c.heads, k_heads = qk_norm ? 0 : c.kv_heads;
+  const bool permute = arch == "llama" || arch == "mixtral";
+  const int q_heads = permute ? c.heads : 0, k_heads = permute ? c.kv_heads : 0;
   std::vector<SynthTensor> out = {{"model.embed_tokens.weight", "token_embd.weight", {c.vocab, d}, Kind::kEmbed, 0}};
   for (int i = 0; i < c.layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i), g = fmt::format("blk.{}.", i);
@@ -89,6 +103,11 @@ std::vector<SynthTensor> llama_tensors(const SynthShape& c, std::string_view arc
     out.push_back({p + "self_attn.q_proj.weight", g + "attn_q.weight", {d, d}, Kind::kLinear, q_heads});
     out.push_back({p + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, d}, Kind::kLinear, k_heads});
     out.push_back({p + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, d}, Kind::kLinear, 0});
+    if (qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", g + "attn_q.bias", {d}, Kind::kBias, 0});
+      out.push_back({p + "self_attn.k_proj.bias", g + "attn_k.bias", {kv}, Kind::kBias, 0});
+      out.push_back({p + "self_attn.v_proj.bias", g + "attn_v.bias", {kv}, Kind::kBias, 0});
+    }
     if (qk_norm) {
       out.push_back({p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {hd}, Kind::kNorm, 0});
       out.push_back({p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, Kind::kNorm, 0});
@@ -96,7 +115,7 @@ std::vector<SynthTensor> llama_tensors(const SynthShape& c, std::string_view arc
     out.push_back({p + "self_attn.o_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
     out.push_back({p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {d}, Kind::kNorm, 0});
     if (moe) {
-      add_experts(out, c, arch == "mixtral", p, g);
+      add_experts(out, c, arch == "mixtral", arch == "qwen2moe", p, g);
       continue;
     }
     out.push_back({p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {f, d}, Kind::kLinear, 0});
@@ -156,7 +175,7 @@ std::vector<SynthTensor> gptj_tensors(const SynthShape& c) {
   return out;
 }
 
-std::vector<SynthTensor> gemma3_tensors(const SynthShape& c) {
+std::vector<SynthTensor> gemma_tensors(const SynthShape& c, bool qk_norm) {
   const int64_t d = c.dim, f = c.hidden, hd = c.dim / c.heads, kv = c.kv_heads * hd;
   std::vector<SynthTensor> out = {
       {"model.embed_tokens.weight", "token_embd.weight", {c.vocab, d}, Kind::kScaledEmbed, 0}};
@@ -166,8 +185,10 @@ std::vector<SynthTensor> gemma3_tensors(const SynthShape& c) {
     out.push_back({p + "self_attn.q_proj.weight", g + "attn_q.weight", {d, d}, Kind::kLinear, 0});
     out.push_back({p + "self_attn.k_proj.weight", g + "attn_k.weight", {kv, d}, Kind::kLinear, 0});
     out.push_back({p + "self_attn.v_proj.weight", g + "attn_v.weight", {kv, d}, Kind::kLinear, 0});
-    out.push_back({p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {hd}, Kind::kOffsetNorm, 0});
-    out.push_back({p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, Kind::kOffsetNorm, 0});
+    if (qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {hd}, Kind::kOffsetNorm, 0});
+      out.push_back({p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, Kind::kOffsetNorm, 0});
+    }
     out.push_back({p + "self_attn.o_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
     out.push_back({p + "post_attention_layernorm.weight", g + "post_attention_norm.weight", {d}, Kind::kOffsetNorm, 0});
     out.push_back({p + "pre_feedforward_layernorm.weight", g + "ffn_norm.weight", {d}, Kind::kOffsetNorm, 0});
@@ -181,7 +202,7 @@ std::vector<SynthTensor> gemma3_tensors(const SynthShape& c) {
 }
 
 std::vector<SynthTensor> tensor_list(const SynthOptions& o) {
-  if (o.arch == "gemma3") return gemma3_tensors(o.shape);
+  if (o.arch == "gemma2" || o.arch == "gemma3") return gemma_tensors(o.shape, o.arch == "gemma3");
   if (o.arch == "gptneox") return neox_tensors(o.shape);
   if (o.arch == "gptj") return gptj_tensors(o.shape);
   return llama_tensors(o.shape, o.arch);
@@ -439,12 +460,20 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_f32(a + ".rope.freq_base", c.rope_theta);
   w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(c.heads));
   w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(layer_norm ? c.heads : c.kv_heads));
-  if (a == "qwen3" || a == "qwen3moe" || a == "gemma3") w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
-  if (a == "gemma3") w.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(gemma_window(c)));
-  if (o.arch == "qwen3moe" || o.arch == "mixtral") {
+  const bool gemma = a == "gemma2" || a == "gemma3";
+  if (a == "qwen3" || a == "qwen3moe" || gemma) w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+  if (gemma) w.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(gemma_window(c)));
+  if (a == "gemma2") {
+    w.add_f32(a + ".attn_logit_softcapping", attn_softcap(c));
+    w.add_f32(a + ".final_logit_softcapping", final_softcap(c));
+  }
+  if (is_moe(o.arch)) {
     w.add_u32(a + ".expert_count", static_cast<uint32_t>(c.experts));
     w.add_u32(a + ".expert_used_count", static_cast<uint32_t>(c.experts_used));
-    if (a == "qwen3moe") w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(c.hidden));
+    if (a != "llama") w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(c.hidden));
+    if (a == "qwen2moe") {
+      w.add_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(shared_hidden(c)));
+    }
   }
   w.add_f32(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"), kRmsEps);
   if (a == "gptneox") w.add_bool(a + ".use_parallel_residual", true);
@@ -518,6 +547,29 @@ boost::json::object hf_config(const SynthOptions& o) {
             {"eos_token_id", 2},
             {"torch_dtype", dtype}};
   }
+  if (o.arch == "gemma2") {
+    return {{"architectures", js::array{"Gemma2ForCausalLM"}},
+            {"model_type", "gemma2"},
+            {"hidden_size", c.dim},
+            {"intermediate_size", c.hidden},
+            {"num_hidden_layers", c.layers},
+            {"num_attention_heads", c.heads},
+            {"num_key_value_heads", c.kv_heads},
+            {"head_dim", hd},
+            {"query_pre_attn_scalar", hd},
+            {"vocab_size", c.vocab},
+            {"max_position_embeddings", c.context},
+            {"rms_norm_eps", kRmsEps},
+            {"rope_theta", c.rope_theta},
+            {"sliding_window", gemma_window(c)},
+            {"hidden_activation", "gelu_pytorch_tanh"},
+            {"attn_logit_softcapping", attn_softcap(c)},
+            {"final_logit_softcapping", final_softcap(c)},
+            {"tie_word_embeddings", true},
+            {"bos_token_id", 1},
+            {"eos_token_id", 2},
+            {"torch_dtype", dtype}};
+  }
   if (o.arch == "gemma3") {
     return {{"architectures", js::array{"Gemma3ForCausalLM"}},
             {"model_type", "gemma3_text"},
@@ -554,6 +606,20 @@ boost::json::object hf_config(const SynthOptions& o) {
     config["norm_topk_prob"] = true;
     config["decoder_sparse_step"] = 1;
     config["mlp_only_layers"] = js::array{};
+  } else if (o.arch == "qwen2moe") {
+    config["architectures"] = js::array{"Qwen2MoeForCausalLM"};
+    config["model_type"] = "qwen2_moe";
+    config["num_experts"] = c.experts;
+    config["num_experts_per_tok"] = c.experts_used;
+    config["moe_intermediate_size"] = c.hidden;
+    config["shared_expert_intermediate_size"] = shared_hidden(c);
+    config["norm_topk_prob"] = false;
+    config["decoder_sparse_step"] = 1;
+    config["mlp_only_layers"] = js::array{};
+    config["use_sliding_window"] = false;
+    config.erase("head_dim");
+    config.erase("attention_bias");
+    config.erase("mlp_bias");
   } else if (o.arch == "mixtral") {
     config["architectures"] = js::array{"MixtralForCausalLM"};
     config["model_type"] = "mixtral";
@@ -644,9 +710,10 @@ Status synth_write(const SynthOptions& o) {
   if (c.vocab < 260) return make_error(ErrorCode::kInvalidArgument, "vocab must hold the 259 special and byte pieces");
   if (std::find(std::begin(kSynthArchs), std::end(kSynthArchs), o.arch) == std::end(kSynthArchs)) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "unknown architecture \"{}\" (llama, qwen3, gptneox, gptj, qwen3moe, mixtral)", o.arch);
+                      "unknown architecture \"{}\" (llama, qwen3, gptneox, gptj, qwen3moe, qwen2moe, mixtral, "
+                      "gemma2, gemma3)", o.arch);
   }
-  if ((o.arch == "qwen3moe" || o.arch == "mixtral") &&
+  if (is_moe(o.arch) &&
       (c.experts < 1 || c.experts_used < 1 || c.experts_used > c.experts || c.experts_used > 16)) {
     return make_error(ErrorCode::kInvalidArgument, "{} experts with {} per token", c.experts, c.experts_used);
   }

@@ -3,10 +3,12 @@
 // of realistic size without downloads. Families (SynthOptions::arch): llama, qwen3
 // (q/k norms), gptneox (LayerNorm, parallel residual, fused QKV, quarter rotary, GELU,
 // biases), gptj (LayerNorm, shared-norm parallel residual, quarter interleaved rotary,
-// tanh GELU, biases, LM head bias), qwen3moe and mixtral (softmax-routed experts: per
-// expert in HF, merged [experts, rows, cols] in GGUF as llama.cpp writes them), gemma3
-// (GeGLU, q/k norms, block output norms, (1 + w) norms, scaled tied embeddings, five
-// windowed layers to one global with its own RoPE base).
+// tanh GELU, biases, LM head bias), qwen3moe, qwen2moe and mixtral (softmax-routed
+// experts: per expert in HF, merged [experts, rows, cols] in GGUF as llama.cpp writes
+// them; qwen2moe with q/k/v biases and a sigmoid-gated shared expert), gemma3 (GeGLU,
+// q/k norms, block output norms, (1 + w) norms, scaled tied embeddings, five windowed
+// layers to one global with its own RoPE base), gemma2 (as gemma3 without q/k norms,
+// every other layer windowed, soft-capped attention scores and logits).
 //
 // The llama weights follow ../shared/tools/peer/make_model.py's generator exactly (splitmix64
 // of fnv1a64(HF tensor name) ^ seed; the same scales, F16 master values, q/k rows
@@ -27,8 +29,10 @@ namespace hearth {
 struct SynthShape {
   int32_t dim = 64, hidden = 256, layers = 5, heads = 4, kv_heads = 2, vocab = 512, context = 512;
   float rope_theta = 10000.0f;
-  int32_t experts = 8, experts_used = 2;  // qwen3moe and mixtral (each expert of `hidden`)
-  int32_t sliding_window = 0;             // gemma3's windowed layers (0: 512)
+  int32_t experts = 8, experts_used = 2;  // qwen3moe, qwen2moe and mixtral (each expert of `hidden`)
+  int32_t sliding_window = 0;             // gemma's windowed layers (0: 512)
+  int32_t shared_hidden = 0;              // qwen2moe's shared expert (0: 2 * hidden)
+  float attn_softcap = 0.0f, final_softcap = 0.0f;  // gemma2's (0: 50 and 30, its defaults)
 };
 
 // "tiny" (dim 64, 5 layers, vocab 512), "1b" (dim 2048, hidden 8192, 16 layers, 32 heads,
@@ -37,8 +41,8 @@ struct SynthShape {
 Result<SynthShape> synth_preset(std::string_view name);
 
 // The families synth writes, by their GGUF names.
-inline constexpr std::string_view kSynthArchs[] = {"llama",    "qwen3",   "gptneox", "gptj",
-                                                    "qwen3moe", "mixtral", "gemma3"};
+inline constexpr std::string_view kSynthArchs[] = {"llama",    "qwen3",    "gptneox", "gptj",  "qwen3moe",
+                                                    "qwen2moe", "mixtral", "gemma2",  "gemma3"};
 
 struct SynthOptions {
   SynthShape shape;

@@ -99,6 +99,10 @@ class ObservedBackend final : public Backend {
   }
   void add(float* y, const float* x, int64_t n) override { inner_->add(y, x, n); }
   void scale(float* x, int64_t n, float s) override { inner_->scale(x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { inner_->softcap(x, n, cap); }
+  void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) override {
+    inner_->sigmoid_gate_rows(x, gate, n, dim);
+  }
   void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
                     float* out) override {
     inner_->add_rms_norm(x, delta, weight, n, dim, eps, out);
@@ -563,7 +567,7 @@ Status write_quantized_hf(const LoadedModel& model, const QuantizedModel& quanti
     const std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.n_dims);
     const auto it = by_name.find(t.name);
     if (it == by_name.end()) {
-      if (model.config.architecture == "gemma3" && t.name.ends_with("norm.weight")) {
+      if (hf_norms_offset_by_one(model.config.architecture) && t.name.ends_with("norm.weight")) {
         // The loader holds Gemma's norms as 1 + w; the checkpoint stores w.
         std::vector<float> values(static_cast<size_t>(t.elements()));
         kernels::ref::dequantize_row(t.dtype, t.data, values.data(), t.elements());

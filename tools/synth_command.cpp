@@ -14,14 +14,16 @@ constexpr const char* kUsage = R"(usage: hearth synth [--arch A] [--preset tiny|
 Writes a model with seeded pseudo-random weights, the same weights in both containers
 (for llama, the same as ../shared/tools/peer/make_model.py for the same shape and seed).
 
-  --arch A             llama (default), qwen3, gptneox, gptj, qwen3moe, mixtral
+  --arch A             llama (default), qwen3, gptneox, gptj, qwen3moe, qwen2moe, mixtral,
+                       gemma2, gemma3
   --experts N --experts-used K
                        a mixture of experts' experts and experts per token (default 8, 2;
                        each expert's FFN is --hidden)
+  --shared-hidden N    qwen2moe's shared expert's FFN (default 2 * --hidden)
 
   --preset NAME        tiny (default), 1b (dim 2048, ffn 8192, 16 layers, 32/8 heads,
-                       vocab 32000), 7b (Llama-2-7B shape), 1b-moe (with --arch qwen3moe or
-                       mixtral: 24 layers of 32 experts of 1024, 4 per token, ~1B active)
+                       vocab 32000), 7b (Llama-2-7B shape), 1b-moe (with --arch qwen3moe,
+                       qwen2moe or mixtral: 24 layers of 32 experts of 1024, 4 per token, ~1B active)
   --dim N --hidden N --layers N --heads N --kv-heads N --vocab N --ctx N --rope-theta X
                        override the preset's shape
   --type T             GGUF type of the 2-D tensors: f32, f16 (default), q8_0, q4_0
@@ -42,7 +44,7 @@ int usage_error(const std::string& message) {
 int synth_command(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"arch", "preset", "dim", "hidden", "layers", "heads", "kv-heads", "vocab", "ctx", "rope-theta",
-                           "experts", "experts-used", "type", "seed", "gguf", "hf", "hf-dtype"},
+                           "experts", "experts-used", "shared-hidden", "type", "seed", "gguf", "hf", "hf-dtype"},
                           {"help"});
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {
@@ -64,7 +66,8 @@ int synth_command(const std::vector<std::string>& argv) {
                            IntFlag{"layers", &o.shape.layers}, IntFlag{"heads", &o.shape.heads},
                            IntFlag{"kv-heads", &o.shape.kv_heads}, IntFlag{"vocab", &o.shape.vocab},
                            IntFlag{"ctx", &o.shape.context}, IntFlag{"experts", &o.shape.experts},
-                           IntFlag{"experts-used", &o.shape.experts_used}}) {
+                           IntFlag{"experts-used", &o.shape.experts_used},
+                           IntFlag{"shared-hidden", &o.shape.shared_hidden}}) {
     auto v = args->get_int(f.name, 1, 1 << 20);
     if (!v.is_ok()) return usage_error(v.status().message());
     if (*v) *f.target = static_cast<int32_t>(**v);

@@ -191,6 +191,8 @@ class Backend {
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // x *= s over n values.
   virtual void scale(float* x, int64_t n, float s) = 0;
+  // x = cap * tanh(x / cap) over n values (Gemma 2's final logits); cap > 0.
+  virtual void softcap(float* x, int64_t n, float cap) = 0;
   // The residual add fused with the next norm: x += delta, then out = rms_norm(x) *
   // weight; x, delta, out: [n, dim] (out may be delta). Same result as add + rms_norm.
   virtual void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
@@ -215,6 +217,8 @@ class Backend {
   // rows: [*, dim]; pos, weights: [n, k]; out: [n, dim] (not aliasing rows).
   virtual void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k,
                            int64_t dim, float* out) = 0;
+  // x[t, i] *= sigmoid(gate[t]): x [n, dim], gate [n] (a shared expert's output by its gate).
+  virtual void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) = 0;
 };
 
 // Backend names: "cpu", "cpu-reference" (the scalar reference kernels), "cuda" / "cuda:N"

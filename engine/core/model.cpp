@@ -37,15 +37,17 @@ Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int s
   if (size < 1 || rank < 0 || rank >= size) {
     return make_error(ErrorCode::kInvalidArgument, "rank {} of {} is not a rank of a group", rank, size);
   }
-  if (config.n_heads % size != 0 || config.n_kv_heads % size != 0 || config.hidden_dim % size != 0) {
+  if (config.n_heads % size != 0 || config.n_kv_heads % size != 0 || config.hidden_dim % size != 0 ||
+      config.shared_expert_dim % size != 0) {
     return make_error(ErrorCode::kUnsupported,
-                      "{} query heads, {} KV heads and an FFN of {} do not split evenly over {} ranks", config.n_heads,
-                      config.n_kv_heads, config.hidden_dim, size);
+                      "{} query heads, {} KV heads and an FFN of {} (shared expert {}) do not split evenly over {} ranks",
+                      config.n_heads, config.n_kv_heads, config.hidden_dim, config.shared_expert_dim, size);
   }
   ModelConfig c = config;
   c.n_heads /= size;
   c.n_kv_heads /= size;
   c.hidden_dim /= size;
+  c.shared_expert_dim /= size;
   return c;
 }
 
@@ -229,6 +231,8 @@ Status LlamaModel::bind_layers(HostCopies& host) {
         x.up = find(fmt::format("{}ffn_up.{}.weight", p, e));
         x.down = find(fmt::format("{}ffn_down.{}.weight", p, e));
       }
+      l.shared = {find(p + "ffn_gate_shexp.weight"), find(p + "ffn_up_shexp.weight"), find(p + "ffn_down_shexp.weight")};
+      l.shared_gate = find(p + "ffn_gate_inp_shexp.weight");
     }
     l.ffn_up = find(p + "ffn_up.weight");
     l.ffn_down = find(p + "ffn_down.weight");
@@ -275,8 +279,13 @@ Status LlamaModel::allocate_activations(bool permuted) {
   HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), att_));
   // Every token's rows for each of its experts.
   const int64_t routed = std::max(1, rc.n_experts_used);
-  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim * routed, gate_));
-  HEARTH_RETURN_IF_ERROR(act(rc.hidden_dim * routed, up_));
+  const int64_t ffn_rows = std::max<int64_t>(rc.hidden_dim * routed, rc.shared_expert_dim);
+  HEARTH_RETURN_IF_ERROR(act(ffn_rows, gate_));
+  HEARTH_RETURN_IF_ERROR(act(ffn_rows, up_));
+  if (rc.shared_expert_dim > 0) {
+    HEARTH_RETURN_IF_ERROR(act(rc.dim, shared_out_));
+    HEARTH_RETURN_IF_ERROR(act(1, shared_logit_));
+  }
   if (rc.n_experts > 0) {
     HEARTH_RETURN_IF_ERROR(act(rc.n_experts, router_logits_));
     HEARTH_RETURN_IF_ERROR(act(routed, route_ids_));  // int32, the size of a float
@@ -399,6 +408,7 @@ void LlamaModel::attention_block(int32_t li, const StepInput& step, KvCache& cac
                 .head_dim = c.head_dim,
                 .scale = c.attention_scale > 0.0f ? c.attention_scale
                                                   : 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                .softcap = c.attn_softcap,
                 .sliding_window = windowed ? c.sliding_window : 0,
                 .kv_dtype = kc.dtype});
 }
@@ -428,6 +438,14 @@ void LlamaModel::moe_block(int32_t li, const float* in, int64_t n, float* out) {
     row_of[i] = r;
   }
   be.write(moe_index_, 0, host_moe_index_.data(), static_cast<size_t>(2 * routed) * sizeof(int32_t));
+  if (l.shared.gate != nullptr) {
+    // The shared expert, before `out` (which may be `in`) is written.
+    gated_ffn(*l.shared.gate, *l.shared.up, *l.shared.down, in, n, c.shared_expert_dim, shared_out_.f32());
+    if (l.shared_gate != nullptr) {
+      be.matmul(*l.shared_gate, in, n, shared_logit_.f32());  // [n, 1]
+      be.sigmoid_gate_rows(shared_out_.f32(), shared_logit_.f32(), n, dim);
+    }
+  }
   const auto* index = static_cast<const int32_t*>(moe_index_.data());
   float* xg = moe_in_.f32();
   float* gate = gate_.f32();
@@ -441,16 +459,30 @@ void LlamaModel::moe_block(int32_t li, const float* in, int64_t n, float* out) {
     const MatmulTarget gate_up[] = {{x.gate, gate + r0 * ffn}, {x.up, up + r0 * ffn}};
     be.matmuls(xg + r0 * dim, m, gate_up);
   }
-  if (c.activation == Activation::kSilu) {
-    be.swiglu(gate, up, routed * ffn, gate);
-  } else {
-    be.gelu(gate, up, routed * ffn, c.activation == Activation::kGeluTanh, gate);
-  }
+  gated_activation(gate, up, routed * ffn);
   for (int32_t e = 0; e < n_experts; ++e) {
     const int64_t r0 = expert_rows_[static_cast<size_t>(e)], m = expert_rows_[static_cast<size_t>(e) + 1] - r0;
     if (m > 0) be.matmul(*l.experts[static_cast<size_t>(e)].down, gate + r0 * ffn, m, yg + r0 * dim);
   }
   be.moe_combine(yg, index + routed, route_weights_.f32(), n, k, dim, out);  // this rank's partial sums
+  if (l.shared.gate != nullptr) be.add(out, shared_out_.f32(), n * dim);
+}
+
+void LlamaModel::gated_activation(float* gate, const float* up, int64_t n) {
+  const ModelConfig& c = rank_config_;
+  if (c.activation == Activation::kSilu) {
+    backend_.swiglu(gate, up, n, gate);
+  } else {
+    backend_.gelu(gate, up, n, c.activation == Activation::kGeluTanh, gate);
+  }
+}
+
+void LlamaModel::gated_ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const float* in,
+                           int64_t n, int64_t ffn, float* out) {
+  const MatmulTarget gate_up[] = {{&gate, gate_.f32()}, {&up, up_.f32()}};  // [n, ffn] each
+  backend_.matmuls(in, n, gate_up);
+  gated_activation(gate_.f32(), up_.f32(), n * ffn);
+  backend_.matmul(down, gate_.f32(), n, out);
 }
 
 void LlamaModel::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
@@ -464,24 +496,19 @@ void LlamaModel::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
   const int64_t ffn = c.hidden_dim;
   float* gate = gate_.f32();
   float* up = up_.f32();
-  const bool tanh_form = c.activation == Activation::kGeluTanh;
   if (c.gated_ffn) {
     const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
     const int32_t* const gate_up_perms[] = {l.gate_perm, l.up_perm};
     permuted_matmuls(in, n, c.dim, gate_up, gate_up_perms);
     if (l.gate_bias != nullptr) be.add_bias(gate, l.gate_bias, n, ffn);
     if (l.up_bias != nullptr) be.add_bias(up, l.up_bias, n, ffn);
-    if (c.activation == Activation::kSilu) {
-      be.swiglu(gate, up, n * ffn, gate);
-    } else {
-      be.gelu(gate, up, n * ffn, tanh_form, gate);
-    }
+    gated_activation(gate, up, n * ffn);
   } else {
     const MatmulTarget up_only[] = {{l.ffn_up, gate}};  // [n, ffn]
     const int32_t* const up_perms[] = {l.up_perm};
     permuted_matmuls(in, n, c.dim, up_only, up_perms);
     if (l.up_bias != nullptr) be.add_bias(gate, l.up_bias, n, ffn);
-    be.gelu(gate, nullptr, n * ffn, tanh_form, gate);
+    be.gelu(gate, nullptr, n * ffn, c.activation == Activation::kGeluTanh, gate);
   }
   be.matmul(*l.ffn_down, gate, n, out);  // [n, dim], this rank's partial sum
 }
@@ -617,6 +644,7 @@ Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, On
     norm(rows, output_norm_, m, rows);
     be.matmul(*output_, rows, m, logits_.f32());  // [m, vocab]
     if (output_bias_ != nullptr) be.add_bias(logits_.f32(), output_bias_, m, c.vocab_size);
+    if (c.final_softcap > 0.0f) be.softcap(logits_.f32(), m * c.vocab_size, c.final_softcap);
     on_logits(i0, m);
   }
   return Status::ok();

@@ -112,8 +112,15 @@ class LlamaModel {
   void ffn_block(int32_t li, const float* in, int64_t n, float* out);
   // ffn_block of a mixture-of-experts layer: the router picks each token's experts; the
   // tokens are gathered expert by expert, so that each expert's matrices are read once
-  // for all its tokens; the experts' rows are combined per token by their weights.
+  // for all its tokens; the experts' rows are combined per token by their weights, and
+  // the shared expert's output (times its sigmoid gate) added.
   void moe_block(int32_t li, const float* in, int64_t n, float* out);
+  // The gated FFN (SwiGLU or GeGLU) of `in` ([n, dim]) through gate/up/down into `out`
+  // ([n, dim]), gate_ and up_ its scratch; `in` may be `out`.
+  void gated_ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const float* in, int64_t n,
+                 int64_t ffn, float* out);
+  // The activation of a gated FFN over n values: gate = act(gate) * up.
+  void gated_activation(float* gate, const float* up, int64_t n);
 
   struct Layer {
     const TensorView* attn_q = nullptr;
@@ -144,6 +151,8 @@ class LlamaModel {
       const TensorView* down = nullptr;
     };
     std::vector<Expert> experts;
+    Expert shared;  // the shared expert, when the model has one
+    const TensorView* shared_gate = nullptr;  // its gate ([1, dim]), when gated
     // The column order of each matrix stored permuted (act-order GPTQ), into perms_;
     // null: in order. Equal orders share one pointer, so their input is permuted once.
     const int32_t* q_perm = nullptr;
@@ -188,8 +197,10 @@ class LlamaModel {
   // Mixture of experts, [max_batch_tokens * n_experts_used] rows each: the router's
   // logits, each token's experts and weights, the gathered rows' source tokens and each
   // (token, expert)'s row (moe_index_), the gathered inputs and the experts' outputs;
-  // and the host's copies of the ids and the index, sized once.
+  // and the host's copies of the ids and the index, sized once. With a shared expert,
+  // its output ([max_batch_tokens, dim]) and gate logits ([max_batch_tokens]).
   BackendBuffer router_logits_, route_ids_, route_weights_, moe_index_, moe_in_, moe_out_;
+  BackendBuffer shared_out_, shared_logit_;
   std::vector<int32_t> host_route_ids_, host_moe_index_;
   std::vector<int32_t> expert_rows_;  // [n_experts + 1]: each expert's first gathered row
   std::vector<int32_t> expert_next_;  // [n_experts]: the grouping's cursor in each expert's run

@@ -388,8 +388,19 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) override {
+    if (reference_) {
+      kernels::ref::sigmoid_gate_rows(x, gate, n, dim);
+      return;
+    }
+    for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
+      kernels::cpu::sigmoid_gate_rows(x + t0 * dim, gate + t0, t1 - t0, dim);
+    });
+  }
+
   void add(float* y, const float* x, int64_t n) override { kernels::cpu::add(y, x, n); }
   void scale(float* x, int64_t n, float s) override { kernels::cpu::scale(x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { kernels::cpu::softcap(x, n, cap); }
 
   void add_rms_norm(float* x, const float* delta, const float* weight, int64_t n, int64_t dim, float eps,
                     float* out) override {

@@ -331,6 +331,12 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::gelu(x, up, n, tanh_form, out, stream_.get()), "gelu");
   }
 
+  void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) override {
+    check_cuda(kernels::cuda::sigmoid_gate_rows(x, gate, n, dim, stream_.get()), "sigmoid_gate_rows");
+  }
+  void softcap(float* x, int64_t n, float cap) override {
+    check_cuda(kernels::cuda::softcap(x, n, cap, stream_.get()), "softcap");
+  }
   void scale(float* x, int64_t n, float s) override {
     check_cuda(kernels::cuda::scale(x, n, s, stream_.get()), "scale");
   }

@@ -16,7 +16,8 @@
 // - on the AVX2 and AVX-512 paths, for full blocks of 16 keys and head_dim 64 or 128
 //   (the common shapes), block_update_heads: intrinsics that widen each key and value
 //   row straight into registers once for several query heads and keep their partial
-//   scores and output rows in registers for the whole block.
+//   scores and output rows in registers for the whole block. Soft-capped scores
+//   (Gemma 2: cap * tanh(s / cap)) go the first way only.
 //
 // The dot products of queries and keys and the weighted sums of values are fused
 // multiply-adds (vfmadd; std::fma on the scalar path, a libm call in the baseline
@@ -163,7 +164,7 @@ inline void accumulate_values(const KvElem<D>* values, const float* w, int32_t n
 // then the block's values (rows of hd) weighted into `ac`. sc: n floats of scratch.
 template <KvDType D>
 inline void block_update(const float* q, const KvElem<D>* keys, int64_t key_stride, const KvElem<D>* values,
-                         int32_t n, int32_t hd, float scale, float* sc, float* ac, float& running_max,
+                         int32_t n, int32_t hd, float scale, float softcap, float* sc, float* ac, float& running_max,
                          float& running_sum) {
   // Scores of every key of the block at once (vectorized over keys): four partial sums
   // over d mod 4, each in increasing d, then (p0 + p1) + (p2 + p3).
@@ -171,6 +172,9 @@ inline void block_update(const float* q, const KvElem<D>* keys, int64_t key_stri
     block_scores<kKeyTile, D>(q, keys, key_stride, hd, kKeyTile, scale, sc);  // fixed size: kept in registers
   } else {
     block_scores<kMaxBlockSize, D>(q, keys, key_stride, hd, n, scale, sc);
+  }
+  if (softcap > 0.0f) {
+    for (int32_t j = 0; j < n; ++j) sc[j] = softcap * std::tanh(sc[j] / softcap);  // as the reference
   }
   float block_max = -INFINITY;
   for (int32_t j = 0; j < n; ++j) block_max = std::max(block_max, sc[j]);
@@ -434,7 +438,8 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
               hearth::kernels::kv_value_index(block, kv_head, in_block, p.n_kv_heads, hd, p.block_size);
           bool done = false;
 #if defined(__AVX2__)
-          if (n == kKeyTile && (hd == 64 || hd == 128)) {  // the common shapes: the heads' rows in registers
+          // The common shapes: the heads' rows in registers (scores without soft-capping).
+          if (n == kKeyTile && (hd == 64 || hd == 128) && !(p.softcap > 0.0f)) {
             // The block the next keys lie in (this one at the end): its part for this KV
             // head is fetched while this one is computed. Nothing else would fetch it: the
             // next block lies anywhere in memory, where no hardware prefetcher follows.
@@ -463,15 +468,16 @@ void attention_typed(const hearth::kernels::AttentionParams& p, int32_t head_beg
               kv_widen<D>(values, n * hd, value_tile);  // the block's rows k0..k1-1 are contiguous
               for (int32_t g = g0; g < g0 + nh; ++g) {
                 block_update<KvDType::kF32>(q + static_cast<int64_t>(g - g0) * hd, key_tile, n, value_tile, n, hd,
-                                            p.scale, score, acc + g * hd, running_max[g], running_sum[g]);
+                                            p.scale, p.softcap, score, acc + g * hd, running_max[g],
+                                            running_sum[g]);
               }
               done = true;
             }
           }
           if (!done) {  // f32, or a block too large for the tiles: widened a row at a time per head
             for (int32_t g = g0; g < g0 + nh; ++g) {
-              block_update<D>(q + static_cast<int64_t>(g - g0) * hd, keys, bs, values, n, hd, p.scale, score,
-                              acc + g * hd, running_max[g], running_sum[g]);
+              block_update<D>(q + static_cast<int64_t>(g - g0) * hd, keys, bs, values, n, hd, p.scale, p.softcap,
+                              score, acc + g * hd, running_max[g], running_sum[g]);
             }
           }
           h0 = h1;

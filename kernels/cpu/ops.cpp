@@ -70,9 +70,20 @@ void scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = dev::softcap(x[i], cap);
+}
+
 void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
                float* weights) {
   for (int64_t t = 0; t < n; ++t) dev::moe_top_k(logits + t * n_experts, n_experts, k, normalize, ids + t * k, weights + t * k);
+}
+
+void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) {
+  for (int64_t t = 0; t < n; ++t) {
+    const float g = dev::sigmoid(gate[t]);
+    for (int64_t i = 0; i < dim; ++i) x[t * dim + i] *= g;
+  }
 }
 
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,

@@ -39,6 +39,8 @@ void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, boo
                float* weights);
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                  float* out);
+// x[t, i] *= dev::sigmoid(gate[t]); see ref::sigmoid_gate_rows.
+void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim);
 
 // The sum of e^(x[i] - max) over n values, each x[i] <= max (the log-normaliser of a row
 // of logits, without its log): vectorized, within ~1e-6 relative of the exact sum.
@@ -46,6 +48,9 @@ double sum_exp_below(const float* x, int64_t n, float max);
 
 // x *= s over n values.
 void scale(float* x, int64_t n, float s);
+
+// x = cap * tanh(x / cap) over n values (dev::softcap); cap > 0.
+void softcap(float* x, int64_t n, float cap);
 
 // y += x over n values.
 void add(float* y, const float* x, int64_t n);

@@ -48,7 +48,7 @@ __global__ void attention_kernel(AttentionStep p) {
                                                kv_key_index(block, kvh, d, offset, p.n_kv_heads, p.head_dim,
                                                             p.block_size));
           }
-          score = dot * p.scale;
+          score = dev::softcap(dot * p.scale, p.softcap);
         }
         dev::SoftmaxState tile;
         tile.max = block_max(score, scratch);

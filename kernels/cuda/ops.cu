@@ -116,10 +116,24 @@ __global__ void moe_combine_kernel(const float* rows, const int32_t* pos, const 
   }
 }
 
+__global__ void sigmoid_gate_rows_kernel(float* x, const float* gate, int64_t n, int64_t dim) {
+  for (int64_t t = blockIdx.x; t < n; t += gridDim.x) {
+    const float g = dev::sigmoid(gate[t]);
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) x[t * dim + i] *= g;
+  }
+}
+
 __global__ void scale_kernel(float* x, int64_t n, float s) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] *= s;
+  }
+}
+
+__global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = dev::softcap(x[i], cap);
   }
 }
 
@@ -267,10 +281,24 @@ cudaError_t moe_combine(const float* rows, const int32_t* pos, const float* weig
   return launched();
 }
 
+cudaError_t sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape s = rows_launch(n);
+  HEARTH_LAUNCH(sigmoid_gate_rows_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, gate, n, dim);
+  return launched();
+}
+
 cudaError_t scale(float* x, int64_t n, float s, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   const LaunchShape sh = elementwise_launch(n);
   HEARTH_LAUNCH(scale_kernel, to_dim3(sh.grid), to_dim3(sh.block), 0, stream)(x, n, s);
+  return launched();
+}
+
+cudaError_t softcap(float* x, int64_t n, float cap, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  const LaunchShape sh = elementwise_launch(n);
+  HEARTH_LAUNCH(softcap_kernel, to_dim3(sh.grid), to_dim3(sh.block), 0, stream)(x, n, cap);
   return launched();
 }
 

@@ -75,6 +75,8 @@ cudaError_t gelu(const float* x, const float* up, int64_t n, bool tanh_form, flo
 cudaError_t add(float* y, const float* x, int64_t n, cudaStream_t stream);
 // x *= s over n values.
 cudaError_t scale(float* x, int64_t n, float s, cudaStream_t stream);
+// x = dev::softcap(x, cap) over n values.
+cudaError_t softcap(float* x, int64_t n, float cap, cudaStream_t stream);
 cudaError_t add_bias(float* x, const float* bias, int64_t n, int64_t dim, cudaStream_t stream);
 cudaError_t gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out, cudaStream_t stream);
 // out[t, j] = x[t, perm[j]]: x, out [n, cols].
@@ -87,6 +89,8 @@ cudaError_t moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t
                       float* weights, cudaStream_t stream);
 cudaError_t moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                         float* out, cudaStream_t stream);
+// x[t, i] *= dev::sigmoid(gate[t]): x [n, dim], a block per row.
+cudaError_t sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim, cudaStream_t stream);
 
 // Token t's K and V rows to cache slot p.slots[t], converted to p.kv_dtype (the
 // reference's kv_store, bit for bit).

@@ -203,6 +203,10 @@ void scale(float* x, int64_t n, float s) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(cap * std::tanh(static_cast<double>(x[i]) / cap));
+}
+
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
@@ -225,6 +229,13 @@ void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, boo
       ids[t * k + j] = e;
       weights[t * k + j] = static_cast<float>(normalize ? p / chosen : p);
     }
+  }
+}
+
+void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) {
+  for (int64_t t = 0; t < n; ++t) {
+    const double g = 1.0 / (1.0 + std::exp(-static_cast<double>(gate[t])));
+    for (int64_t i = 0; i < dim; ++i) x[t * dim + i] = static_cast<float>(g * x[t * dim + i]);
   }
 }
 
@@ -309,6 +320,7 @@ void attention(const AttentionParams& p) {
                               kv_key_index(block, kvh, i, k % p.block_size, p.n_kv_heads, p.head_dim, p.block_size));
         }
         s *= p.scale;
+        if (p.softcap > 0.0f) s = p.softcap * std::tanh(s / p.softcap);
         scores[k - first] = s;
         max_score = std::max(max_score, s);
       }

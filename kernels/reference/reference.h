@@ -43,6 +43,9 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
 // x *= s over n values.
 void scale(float* x, int64_t n, float s);
 
+// x = cap * tanh(x / cap) over n values (in double); cap > 0.
+void softcap(float* x, int64_t n, float cap);
+
 // out = silu(gate) * up, elementwise over n values.
 void swiglu(const float* gate, const float* up, int64_t n, float* out);
 
@@ -59,6 +62,9 @@ void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, boo
 // out[t] = sum_j weights[t, j] * rows[pos[t, j]] for t < n, j < k. rows: [*, dim].
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                  float* out);
+// x[t, i] *= 1 / (1 + e^-gate[t]) for t < n, i < dim (in double): rows scaled by a
+// sigmoid gate of their own.
+void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim);
 
 // Stores token t's K and V rows at cache slot p.slots[t], each element converted to
 // p.kv_dtype with common/half.h (round to nearest even; f32 copied).

@@ -2,8 +2,9 @@
 """An independent forward pass of a Hugging Face checkpoint, in numpy (float64).
 
 Written from the equations of the transformers modelling code of each family
-(modeling_llama.py, modeling_qwen3.py, modeling_qwen3_moe.py, modeling_mixtral.py,
-modeling_gpt_neox.py, modeling_gptj.py, modeling_gemma3.py), reading
+(modeling_llama.py, modeling_qwen3.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py,
+modeling_mixtral.py, modeling_gpt_neox.py, modeling_gptj.py, modeling_gemma2.py,
+modeling_gemma3.py), reading
 config.json and model.safetensors directly; nothing of hearth is used, so hearth's
 logits are checked against a second implementation rather than against themselves.
 
@@ -94,14 +95,20 @@ def rope_every_two(x, pos, rot, theta):
     return np.concatenate([xr * cos + rotated * sin, xp], axis=-1)
 
 
-def attention(q, k, v, scale=None, window=0):
+def softcap(x, cap):
+    """Gemma 2's soft-capping: cap * tanh(x / cap); none when cap is None or 0."""
+    return cap * np.tanh(x / cap) if cap else x
+
+
+def attention(q, k, v, scale=None, window=0, cap=None):
     """Causal attention, q: [T, H, D], k/v: [T, KV, D] (KV heads shared by H/KV queries);
-    with a window, query i sees keys j with i - window < j <= i."""
+    with a window, query i sees keys j with i - window < j <= i; scores soft-capped at
+    `cap` (after the scale, before the mask) when given."""
     t, h, d = q.shape
     group = h // k.shape[1]
     k = np.repeat(k, group, axis=1)
     v = np.repeat(v, group, axis=1)
-    scores = np.einsum("thd,shd->hts", q, k) * (scale if scale is not None else 1.0 / math.sqrt(d))
+    scores = softcap(np.einsum("thd,shd->hts", q, k) * (scale if scale is not None else 1.0 / math.sqrt(d)), cap)
     mask = np.triu(np.ones((t, t), dtype=bool), k=1)
     if window:
         mask |= np.tril(np.ones((t, t), dtype=bool), k=-window)
@@ -117,10 +124,16 @@ def linear(x, w, b=None):
     return y if b is None else y + b
 
 
+def swiglu_mlp(w, prefix, x):
+    return linear(silu(linear(x, w[prefix + "gate_proj.weight"])) * linear(x, w[prefix + "up_proj.weight"]),
+                  w[prefix + "down_proj.weight"])
+
+
 def moe(cfg, w, p, h):
-    """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock: softmax over the router's logits,
-    the top k experts (torch.topk: the larger first), their weights renormalised when
-    norm_topk_prob (always for Mixtral), each expert a SwiGLU MLP."""
+    """Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock: softmax
+    over the router's logits, the top k experts (torch.topk: the larger first), their
+    weights renormalised when norm_topk_prob (always for Mixtral), each expert a SwiGLU
+    MLP; Qwen2-MoE adds its shared expert times sigmoid(shared_expert_gate . h)."""
     mixtral = cfg["architectures"][0] == "MixtralForCausalLM"
     k = cfg["num_experts_per_tok"]
     normalize = True if mixtral else cfg.get("norm_topk_prob", False)
@@ -142,27 +155,31 @@ def moe(cfg, w, p, h):
                 q = f"{p}mlp.experts.{e}."
                 gate, up, down = q + "gate_proj.weight", q + "up_proj.weight", q + "down_proj.weight"
             out[t] += wt * linear(silu(linear(h[t], w[gate])) * linear(h[t], w[up]), w[down])
+    if cfg["architectures"][0] == "Qwen2MoeForCausalLM":
+        gate = 1.0 / (1.0 + np.exp(-linear(h, w[p + "mlp.shared_expert_gate.weight"])))  # [T, 1]
+        out += gate * swiglu_mlp(w, p + "mlp.shared_expert.", h)
     return out
 
 
 def forward_llama(cfg, w, ids):
-    """LlamaForCausalLM / Qwen3ForCausalLM / Qwen3MoeForCausalLM / MixtralForCausalLM."""
+    """LlamaForCausalLM / Qwen3ForCausalLM / Qwen2MoeForCausalLM / Qwen3MoeForCausalLM /
+    MixtralForCausalLM."""
     eps = cfg.get("rms_norm_eps", 1e-6)
     theta = cfg.get("rope_theta", 10000.0)
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_heads)
     hd = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
     qk_norm = cfg["architectures"][0] in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
-    experts = cfg["architectures"][0] in ("Qwen3MoeForCausalLM", "MixtralForCausalLM")
+    experts = cfg["architectures"][0] in ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM")
     t = len(ids)
     pos = np.arange(t, dtype=np.float64)
     x = w["model.embed_tokens.weight"][ids]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = linear(h, w[p + "self_attn.q_proj.weight"]).reshape(t, n_heads, hd)
-        k = linear(h, w[p + "self_attn.k_proj.weight"]).reshape(t, n_kv, hd)
-        v = linear(h, w[p + "self_attn.v_proj.weight"]).reshape(t, n_kv, hd)
+        q = linear(h, w[p + "self_attn.q_proj.weight"], w.get(p + "self_attn.q_proj.bias")).reshape(t, n_heads, hd)
+        k = linear(h, w[p + "self_attn.k_proj.weight"], w.get(p + "self_attn.k_proj.bias")).reshape(t, n_kv, hd)
+        v = linear(h, w[p + "self_attn.v_proj.weight"], w.get(p + "self_attn.v_proj.bias")).reshape(t, n_kv, hd)
         if qk_norm:
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
@@ -239,10 +256,13 @@ def forward_gptj(cfg, w, ids):
     return linear(x, w["lm_head.weight"], w["lm_head.bias"])
 
 
-def forward_gemma3(cfg, w, ids):
+def forward_gemma(cfg, w, ids):
     """Gemma3ForCausalLM: (1 + w) RMSNorms, scaled embeddings, q/k norms, each block's
     output normalised before it is added, GeGLU, windowed layers with their own RoPE base
-    and one global layer in sliding_window_pattern, tied LM head."""
+    and one global layer in sliding_window_pattern, tied LM head. Gemma2ForCausalLM: the
+    same without q/k norms, one RoPE base, every other layer windowed (the even ones),
+    attention scores and final logits soft-capped (defaults 50 and 30)."""
+    gemma2 = cfg["architectures"][0] == "Gemma2ForCausalLM"
     eps = cfg.get("rms_norm_eps", 1e-6)
 
     def norm(x, name):
@@ -251,8 +271,10 @@ def forward_gemma3(cfg, w, ids):
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_heads)
     hd = cfg.get("head_dim", 256)
-    scale = cfg.get("query_pre_attn_scalar", hd) ** -0.5
-    pattern = cfg.get("sliding_window_pattern", 6)
+    scale = cfg.get("query_pre_attn_scalar", 256) ** -0.5
+    pattern = 2 if gemma2 else cfg.get("sliding_window_pattern", 6)
+    attn_cap = cfg.get("attn_logit_softcapping", 50.0 if gemma2 else None)
+    final_cap = cfg.get("final_logit_softcapping", 30.0 if gemma2 else None)
     window = cfg.get("sliding_window", 4096)
     act = gelu_new if cfg.get("hidden_activation", "gelu_pytorch_tanh") != "gelu" else gelu
     t = len(ids)
@@ -261,19 +283,24 @@ def forward_gemma3(cfg, w, ids):
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         local = (i + 1) % pattern != 0
-        theta = cfg.get("rope_local_base_freq", 10000.0) if local else cfg.get("rope_theta", 1000000.0)
+        if gemma2:
+            theta = cfg.get("rope_theta", 10000.0)
+        else:
+            theta = cfg.get("rope_local_base_freq", 10000.0) if local else cfg.get("rope_theta", 1000000.0)
         h = norm(x, p + "input_layernorm.weight")
-        q = norm(linear(h, w[p + "self_attn.q_proj.weight"]).reshape(t, n_heads, hd), p + "self_attn.q_norm.weight")
-        k = norm(linear(h, w[p + "self_attn.k_proj.weight"]).reshape(t, n_kv, hd), p + "self_attn.k_norm.weight")
+        q = linear(h, w[p + "self_attn.q_proj.weight"]).reshape(t, n_heads, hd)
+        k = linear(h, w[p + "self_attn.k_proj.weight"]).reshape(t, n_kv, hd)
+        if not gemma2:
+            q, k = norm(q, p + "self_attn.q_norm.weight"), norm(k, p + "self_attn.k_norm.weight")
         v = linear(h, w[p + "self_attn.v_proj.weight"]).reshape(t, n_kv, hd)
         q, k = rope_half(q, pos, hd, theta), rope_half(k, pos, hd, theta)
-        a = linear(attention(q, k, v, scale, window if local else 0), w[p + "self_attn.o_proj.weight"])
+        a = linear(attention(q, k, v, scale, window if local else 0, attn_cap), w[p + "self_attn.o_proj.weight"])
         x = x + norm(a, p + "post_attention_layernorm.weight")
         h = norm(x, p + "pre_feedforward_layernorm.weight")
         m = act(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
         x = x + norm(linear(m, w[p + "mlp.down_proj.weight"]), p + "post_feedforward_layernorm.weight")
     x = norm(x, "model.norm.weight")
-    return linear(x, w.get("lm_head.weight", w["model.embed_tokens.weight"]))
+    return softcap(linear(x, w.get("lm_head.weight", w["model.embed_tokens.weight"])), final_cap)
 
 
 FORWARDS = {
@@ -283,7 +310,9 @@ FORWARDS = {
     "MixtralForCausalLM": forward_llama,
     "GPTNeoXForCausalLM": forward_neox,
     "GPTJForCausalLM": forward_gptj,
-    "Gemma3ForCausalLM": forward_gemma3,
+    "Qwen2MoeForCausalLM": forward_llama,
+    "Gemma2ForCausalLM": forward_gemma,
+    "Gemma3ForCausalLM": forward_gemma,
 }
 
 

@@ -216,6 +216,19 @@ TEST_F(CudaBackendTest, NormsRopeAndElementwiseOpsMatchTheCpu) {
     gpu_->scale(sd.f32(), n * dim, 8.0f);
     expect_near(download(*gpu_, sd, x.size()), want, 0.0f, "scale");
   }
+  {  // softcap in place, and rows scaled by a sigmoid gate each
+    std::vector<float> want = x;
+    cpu_->softcap(want.data(), n * dim, 2.5f);
+    const BackendBuffer cd = upload(*gpu_, x);
+    gpu_->softcap(cd.f32(), n * dim, 2.5f);
+    expect_near(download(*gpu_, cd, x.size()), want, 1e-6f, "softcap");
+    const auto g = random_floats(static_cast<size_t>(n), rng_, 4.0f);
+    std::vector<float> gated = x;
+    cpu_->sigmoid_gate_rows(gated.data(), g.data(), n, dim);
+    const BackendBuffer gd = upload(*gpu_, x), gg = upload(*gpu_, g);
+    gpu_->sigmoid_gate_rows(gd.f32(), gg.f32(), n, dim);
+    expect_near(download(*gpu_, gd, x.size()), gated, 1e-6f, "sigmoid_gate_rows");
+  }
   {  // layer_norm with and without bias, in place
     for (bool with_bias : {true, false}) {
       std::vector<float> want(x.size());
@@ -388,12 +401,14 @@ TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
       const StepInput cstep = cpu_->upload(in);
       const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
       const int32_t window = trial == 1 ? 1 + static_cast<int32_t>(rng_() % 64) : 0;
+      const float cap = trial == 0 ? 1.5f : 0.0f;  // Gemma 2's soft-capped scores
       auto attend = [&](const StepInput& st, const float* qr, float* o, const void* kc, const void* vc) {
         return kernels::AttentionStep{.q = qr, .out = o, .k_cache = kc, .v_cache = vc, .positions = st.positions,
                                       .query_start = st.query_start, .page_start = st.page_start, .pages = st.pages,
                                       .n_tokens = st.n_tokens, .n_seqs = st.n_seqs, .block_size = st.block_size,
                                       .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
-                                      .scale = scale, .sliding_window = window, .kv_dtype = dtype};
+                                      .scale = scale, .softcap = cap, .sliding_window = window,
+                                      .kv_dtype = dtype};
       };
       cpu_->attention(attend(cstep, q.data(), want.data(), ck->data(), cv->data()));
       const BackendBuffer qd = upload(*gpu_, q);
@@ -401,8 +416,8 @@ TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
       const StepInput gstep = gpu_->upload(in);
       gpu_->attention(attend(gstep, qd.f32(), out.f32(), gk->data(), gv->data()));
       expect_near(download(*gpu_, out, q.size()), want, 1e-4f,
-                  fmt::format("attention {} heads {}/{} head_dim {} window {}", kernels::kv_dtype_name(dtype),
-                              n_heads, n_kv_heads, head_dim, window));
+                  fmt::format("attention {} heads {}/{} head_dim {} window {} softcap {}",
+                              kernels::kv_dtype_name(dtype), n_heads, n_kv_heads, head_dim, window, cap));
     }
   }
 }
@@ -504,6 +519,7 @@ TEST_F(CudaBackendTest, EveryFamilyGivesTheCpusGreedyIdsOnTheDevice) {
     o.arch = std::string(arch);
     o.shape = synth_preset("tiny").value();
     if (arch == "gptneox" || arch == "gptj") o.shape.kv_heads = o.shape.heads;
+    if (arch == "gemma2") o.shape.attn_softcap = 1.5f, o.shape.final_softcap = 3.0f;  // caps that bite
     o.gguf = dir.path() / (o.arch + ".gguf");
     o.gguf_type = DType::kF32;
     ASSERT_TRUE(synth_write(o).is_ok());

@@ -168,6 +168,10 @@ class SamplingCpuBackend final : public Backend {
   void gelu(const float* x, const float* u, int64_t n, bool t, float* out) override { cpu_->gelu(x, u, n, t, out); }
   void add(float* y, const float* x, int64_t n) override { cpu_->add(y, x, n); }
   void scale(float* x, int64_t n, float s) override { cpu_->scale(x, n, s); }
+  void softcap(float* x, int64_t n, float cap) override { cpu_->softcap(x, n, cap); }
+  void sigmoid_gate_rows(float* x, const float* g, int64_t n, int64_t dim) override {
+    cpu_->sigmoid_gate_rows(x, g, n, dim);
+  }
   void add_bias(float* x, const float* b, int64_t n, int64_t dim) override { cpu_->add_bias(x, b, n, dim); }
   void gather_rows(const float* x, const int32_t* r, int64_t n, int64_t dim, float* out) override {
     cpu_->gather_rows(x, r, n, dim, out);

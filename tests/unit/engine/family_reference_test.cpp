@@ -1,5 +1,6 @@
-// Every family hearth runs (llama, qwen3, gptneox, gptj, and the mixtures of experts
-// qwen3moe and mixtral: 8 experts, 2 per token; gemma3), on synthetic weights written by
+// Every family hearth runs (llama, qwen3, gptneox, gptj, the mixtures of experts qwen3moe,
+// qwen2moe (with its gated shared expert) and mixtral: 8 experts, 2 per token; gemma2
+// with soft-caps that bite, gemma3), on synthetic weights written by
 // hearth synth in both containers, checked against tests/reference/hf_forward.py: an
 // independent forward pass in numpy, written from the transformers modelling code's
 // equations, reading the Hugging Face checkpoint itself. Logits at every position of a
@@ -129,6 +130,14 @@ class FamilyReferenceTest : public ::testing::TestWithParam<std::string> {
     synth_.arch = GetParam();
     synth_.shape = synth_preset("tiny").value();
     if (synth_.arch == "gptneox" || synth_.arch == "gptj") synth_.shape.kv_heads = synth_.shape.heads;
+    if (synth_.arch == "gemma2") {
+      synth_.shape.layers = 6;  // odd layers global, even ones windowed
+      synth_.shape.sliding_window = 24;
+      // Caps the synthetic scores and logits reach (Gemma 2's own 50 and 30 would barely
+      // touch them), so that a missing or misplaced tanh shows.
+      synth_.shape.attn_softcap = 1.5f;
+      synth_.shape.final_softcap = 6.0f;
+    }
     if (synth_.arch == "gemma3") {
       synth_.shape.layers = 7;  // layer 5 global, the others windowed
       synth_.shape.sliding_window = 24;  // well inside the 64-token prompt
@@ -299,7 +308,7 @@ TEST_P(FamilyReferenceTest, TwoRanksOfTheResidentSegmentMatchTheReference) {
 // rounded router logit can send a token to another expert, Q8_0 0.011-0.017 and Q4_0
 // 0.45-0.57. The bounds leave about 2x.
 TEST_P(FamilyReferenceTest, QuantizedWeightsStayWithinTheirKlBounds) {
-  const bool experts = GetParam() == "qwen3moe" || GetParam() == "mixtral";
+  const bool experts = GetParam() == "qwen3moe" || GetParam() == "qwen2moe" || GetParam() == "mixtral";
   for (const auto& [type, bound] : {std::pair{DType::kQ8_0, experts ? 0.04 : 5e-3},
                                     std::pair{DType::kQ4_0, experts ? 1.2 : 0.5}}) {
     std::vector<float> logits;
@@ -326,7 +335,7 @@ TEST_P(FamilyReferenceTest, AGptqCheckpointStaysWithinItsKlBound) {
   o.scheme.group_size = 32;
   o.threads = 1;
   const Status check = quant::quantize_check(*model, o);
-  if (GetParam() == "gptneox" || GetParam() == "qwen3moe" || GetParam() == "mixtral") {
+  if (GetParam() == "gptneox" || GetParam() == "qwen3moe" || GetParam() == "qwen2moe" || GetParam() == "mixtral") {
     EXPECT_EQ(check.code(), ErrorCode::kUnsupported) << check.to_string();
     return;
   }
@@ -354,7 +363,8 @@ TEST_P(FamilyReferenceTest, AGptqCheckpointStaysWithinItsKlBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyReferenceTest,
-                         ::testing::Values("llama", "qwen3", "gptneox", "gptj", "qwen3moe", "mixtral", "gemma3"),
+                         ::testing::Values("llama", "qwen3", "gptneox", "gptj", "qwen3moe", "qwen2moe", "mixtral",
+                                           "gemma2", "gemma3"),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -416,6 +416,20 @@ TEST(DeviceMathTest, ElementwiseOpsMatchTheReference) {
       ASSERT_NEAR(dev::gelu(x[i], tanh_form) * up[i], want[i], 2e-6f * (1 + std::fabs(want[i]))) << x[i];
     }
   }
+  {  // softcap and the sigmoid gate
+    std::vector<float> capped = x;
+    ref::softcap(capped.data(), n * dim, 1.5f);
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(dev::softcap(x[i], 1.5f), capped[i], 1e-6f) << x[i];
+    EXPECT_EQ(dev::softcap(3.0f, 0.0f), 3.0f);  // no cap
+    std::vector<float> gated = x;
+    ref::sigmoid_gate_rows(gated.data(), up.data(), n, dim);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < dim; ++i) {
+        const size_t j = static_cast<size_t>(t * dim + i);
+        ASSERT_NEAR(dev::sigmoid(up[static_cast<size_t>(t)]) * x[j], gated[j], 1e-6f * (1 + std::fabs(x[j])));
+      }
+    }
+  }
   const auto b = random_floats(static_cast<size_t>(dim), rng);
   ref::layer_norm(x.data(), w.data(), b.data(), n, dim, 1e-5f, want.data());
   for (int64_t t = 0; t < n; ++t) {

@@ -446,6 +446,31 @@ TEST(KernelsTest, ScaleMatchesReference) {
   EXPECT_FLOAT_EQ(a[7], x[7] * 33.94f);
 }
 
+TEST(KernelsTest, SoftcapAndSigmoidGateRowsMatchReference) {
+  std::mt19937 rng(23);
+  auto x = random_floats(300, rng);
+  for (float& v : x) v *= 40.0f;  // into tanh's flat tails
+  auto a = x, b = x;
+  ref::softcap(a.data(), 300, 30.0f);
+  cpu::softcap(b.data(), 300, 30.0f);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(b[i], a[i], 4e-6f * 30.0f) << x[i];
+    ASSERT_LT(std::fabs(a[i]), 30.0f);
+  }
+  float small = 0.01f;
+  ref::softcap(&small, 1, 30.0f);
+  EXPECT_NEAR(small, 0.01f, 1e-7f);  // near zero it is the identity
+  const int64_t n = 5, dim = 37;
+  const auto rows = random_floats(static_cast<size_t>(n * dim), rng);
+  const std::vector<float> gate = {-30.0f, -1.0f, 0.0f, 2.0f, 30.0f};
+  auto want = rows, got = rows;
+  ref::sigmoid_gate_rows(want.data(), gate.data(), n, dim);
+  cpu::sigmoid_gate_rows(got.data(), gate.data(), n, dim);
+  for (size_t i = 0; i < rows.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-6f);
+  EXPECT_FLOAT_EQ(want[2 * dim + 3], 0.5f * rows[2 * dim + 3]);  // sigmoid(0)
+  EXPECT_FLOAT_EQ(want[4 * dim], rows[4 * dim]);                  // saturated open
+}
+
 TEST(KernelsTest, GeluMatchesReferenceInBothFormsGatedOrNot) {
   std::mt19937 rng(17);
   const int64_t n = 1000;
@@ -554,11 +579,14 @@ TEST(KernelsTest, PagedAttentionMatchesReferenceOnEveryPath) {
     std::mt19937 rng(11);
     struct Shape {
       int32_t heads, kv_heads, hd, bs, window;
+      float softcap = 0.0f;
     };
     // Ragged head sizes (not multiples of any vector), GQA and MHA, small and large
-    // blocks, sliding windows that start inside a block.
+    // blocks, sliding windows that start inside a block, soft-capped scores (on shapes
+    // that would otherwise take the register path).
     for (const Shape& s : {Shape{6, 2, 10, 4, 0}, Shape{6, 2, 10, 4, 5}, Shape{8, 2, 64, 16, 0},
-                           Shape{4, 4, 67, 16, 0}, Shape{4, 1, 128, 16, 37}, Shape{3, 3, 33, 7, 0}}) {
+                           Shape{4, 4, 67, 16, 0}, Shape{4, 1, 128, 16, 37}, Shape{3, 3, 33, 7, 0},
+                           Shape{8, 2, 64, 16, 0, 1.5f}, Shape{4, 1, 128, 16, 37, 0.75f}}) {
       const int32_t n_blocks = 16;
       const int64_t kv_dim = static_cast<int64_t>(s.kv_heads) * s.hd;
       const auto k = random_floats(static_cast<size_t>(n_blocks * s.bs * kv_dim), rng);
@@ -583,6 +611,7 @@ TEST(KernelsTest, PagedAttentionMatchesReferenceOnEveryPath) {
       p.head_dim = s.hd;
       p.scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
       p.sliding_window = s.window;
+      p.softcap = s.softcap;
       p.out = want.data();
       ref::attention(p);
       p.out = got.data();
@@ -590,7 +619,17 @@ TEST(KernelsTest, PagedAttentionMatchesReferenceOnEveryPath) {
       cpu::attention(p, 1, s.heads);
       for (size_t i = 0; i < want.size(); ++i) {
         ASSERT_NEAR(got[i], want[i], 2e-5f) << cpu::cpu_isa_name(isa) << " hd " << s.hd << " window " << s.window
-                                            << " at " << i;
+                                            << " softcap " << s.softcap << " at " << i;
+      }
+      if (s.softcap > 0.0f) {  // the cap changes the result
+        std::vector<float> uncapped(q.size());
+        AttentionParams plain = p;
+        plain.softcap = 0.0f;
+        plain.out = uncapped.data();
+        ref::attention(plain);
+        double diff = 0.0;
+        for (size_t i = 0; i < want.size(); ++i) diff = std::max(diff, static_cast<double>(std::fabs(uncapped[i] - want[i])));
+        EXPECT_GT(diff, 1e-3) << "softcap " << s.softcap;
       }
       // A query alone gives exactly what it gives among the others.
       std::vector<float> alone(static_cast<size_t>(s.heads * s.hd));

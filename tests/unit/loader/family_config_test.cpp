@@ -53,6 +53,8 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
       {"gptj", NormKind::kLayer, Residual::kParallelSharedNorm, Activation::kGeluTanh, false, false, false, true, 4},
       {"qwen3moe", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true, false, false, 0, 8},
       {"mixtral", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, false, false, 0, 8},
+      {"qwen2moe", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, true, false, 0, 8},
+      {"gemma2", NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, false, false, false, 0},
       {"gemma3", NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, true, false, false, 0},
   };
   for (const Want& w : wants) {
@@ -81,6 +83,23 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
         EXPECT_FLOAT_EQ(c.rope_local_theta, 10000.0f) << path;
         EXPECT_FLOAT_EQ(c.attention_scale, 0.25f) << path;  // 1 / sqrt(head_dim 16)
         EXPECT_TRUE(c.tied_embeddings) << path;
+        EXPECT_EQ(c.attn_softcap, 0.0f) << path;
+      }
+      if (w.arch == "gemma2") {  // one RoPE base, every other layer windowed, the soft-caps
+        EXPECT_TRUE(c.sandwich_norm) << path;
+        EXPECT_EQ(c.sliding_window_pattern, 2) << path;
+        EXPECT_TRUE(c.windowed(0) && !c.windowed(1) && c.windowed(2)) << path;
+        EXPECT_FLOAT_EQ(c.rope_local_theta, 0.0f) << path;
+        EXPECT_FLOAT_EQ(c.attn_softcap, 50.0f) << path;
+        EXPECT_FLOAT_EQ(c.final_softcap, 30.0f) << path;
+        EXPECT_FLOAT_EQ(c.embedding_scale, 8.0f) << path;
+      }
+      if (w.arch == "qwen2moe") {  // the gated shared expert, top-k weights as the softmax gave them
+        EXPECT_EQ(c.shared_expert_dim, 512) << path;
+        EXPECT_TRUE(c.shared_expert_gate) << path;
+        EXPECT_FALSE(c.moe_normalize) << path;
+      } else {
+        EXPECT_EQ(c.shared_expert_dim, 0) << path;
       }
       // The config survives the weights segment's JSON.
       auto back = model_config_from_json(model_config_to_json(c));
@@ -105,7 +124,8 @@ TEST(FamilyConfigTest, AFieldThatChangesTheMathAndIsNotImplementedIsRefusedByNam
       {"num_experts", 8, "num_experts"},
       {"rope_scaling", boost::json::object{{"rope_type", "yarn"}, {"factor", 4.0}}, "yarn"},
       {"hidden_act", "relu", "relu"},
-      {"architectures", boost::json::array{"Gemma2ForCausalLM"}, "Gemma2ForCausalLM"},
+      {"architectures", boost::json::array{"DeepseekV3ForCausalLM"}, "DeepseekV3ForCausalLM"},
+      {"shared_expert_intermediate_size", 256, "shared_expert_intermediate_size"},
   };
   for (const Case& k : cases) {
     TempDir copy;
