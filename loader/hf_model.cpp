@@ -619,6 +619,20 @@ std::optional<std::string> hf_parameter_name(const std::string& canonical, std::
   for (const auto& [hf, ours] : names->layers) {
     if (rest == ours) return fmt::format("{}{}.{}", names->layer_prefix, index, hf);
   }
+  for (const auto& [hf, ours] : names->moe_layers) {
+    if (rest == ours) return fmt::format("{}{}.{}", names->layer_prefix, index, hf);
+  }
+  // An expert's matrix: "<canonical>.E.weight".
+  const size_t edot = rest.find('.');
+  const size_t wdot = edot == std::string_view::npos ? edot : rest.find('.', edot + 1);
+  if (wdot != std::string_view::npos && rest.substr(wdot) == ".weight") {
+    const std::string_view stem = rest.substr(0, edot), expert = rest.substr(edot + 1, wdot - edot - 1);
+    if (!expert.empty() && expert.find_first_not_of("0123456789") == std::string_view::npos) {
+      for (const auto& [hf, ours] : names->experts) {
+        if (stem == ours) return fmt::format("{}{}.{}{}.{}", names->layer_prefix, index, names->experts_prefix, expert, hf);
+      }
+    }
+  }
   return std::nullopt;
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <unordered_map>
 
 #include "common/half.h"
 #include "common/json.h"
@@ -31,15 +32,31 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The seven linear layers of a block, and which of the four inputs each reads.
-constexpr const char* kLinears[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-constexpr int kInputOf[] = {0, 0, 0, 1, 2, 2, 3};
-constexpr int kInputs = 4;
-
-std::string linear_name(int32_t layer, int i) { return fmt::format("blk.{}.{}.weight", layer, kLinears[i]); }
-
-// Whether the model has linear i (an ungated FFN, GPT-J / GPT-NeoX, has no ffn_gate).
-bool has_linear(const ModelConfig& c, int i) { return c.gated_ffn || std::string_view(kLinears[i]) != "ffn_gate"; }
+// The matrices of layer `l` that quantization rounds, grouped by the input they read
+// (each group's first matrix is the one whose input the calibration observes): q/k/v,
+// the attention output, gate and up (up alone when ungated: GPT-J, GPT-NeoX), down;
+// with experts, each expert's gate/up and down, and the shared expert's, in place of the
+// dense FFN's. An expert's input is the rows of the tokens routed to it. The router and
+// the shared expert's gate (a few rows each) stay as they are.
+std::vector<std::vector<std::string>> linear_groups(const ModelConfig& c, int32_t l) {
+  const std::string p = fmt::format("blk.{}.", l);
+  std::vector<std::vector<std::string>> groups = {
+      {p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, {p + "attn_output.weight"}};
+  auto ffn = [&](const std::string& gate, const std::string& up, const std::string& down) {
+    groups.push_back(c.gated_ffn ? std::vector<std::string>{gate, up} : std::vector<std::string>{up});
+    groups.push_back({down});
+  };
+  if (c.n_experts == 0) {
+    ffn(p + "ffn_gate.weight", p + "ffn_up.weight", p + "ffn_down.weight");
+    return groups;
+  }
+  for (int e = 0; e < c.n_experts; ++e) {
+    ffn(fmt::format("{}ffn_gate.{}.weight", p, e), fmt::format("{}ffn_up.{}.weight", p, e),
+        fmt::format("{}ffn_down.{}.weight", p, e));
+  }
+  if (c.shared_expert_dim > 0) ffn(p + "ffn_gate_shexp.weight", p + "ffn_up_shexp.weight", p + "ffn_down_shexp.weight");
+  return groups;
+}
 
 // A CPU backend that shows every matmul's input to an observer before running it: how
 // the calibration pass sees what each linear layer reads, through the engine's own
@@ -253,11 +270,16 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
                         "write a Hugging Face GPTQ directory (--out DIR)");
     }
   }
-  if (model.config.n_experts > 0) {
+  if (model.config.n_experts > 0 && o.output == OutputFormat::kGguf) {
     return make_error(ErrorCode::kUnsupported,
-                      "quantizing a mixture of experts ({} experts a layer) is not implemented: serve its GGUF as "
-                      "Q8_0 or Q4_0, or publish it with hearth-loader --quant int8|int4",
-                      model.config.n_experts);
+                      "a GGUF of a mixture of experts would need each layer's experts merged into llama.cpp's "
+                      "[experts, rows, cols] tensors, which is not implemented: write a Hugging Face GPTQ directory "
+                      "(--out DIR), or serve its GGUF as Q8_0 or Q4_0");
+  }
+  if (model.config.n_experts > 0 && o.scheme.act_order) {
+    return make_error(ErrorCode::kUnsupported,
+                      "--act-order on a mixture of experts is not implemented (its experts' column orders have no "
+                      "place in the weights): quantize without it");
   }
   if (o.output == OutputFormat::kHfGptq && model.config.architecture == "gptneox") {
     return make_error(ErrorCode::kUnsupported,
@@ -280,11 +302,14 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
   }
   std::vector<std::string> unfit;
   for (int32_t l = 0; l < model.config.n_layers; ++l) {
-    for (int i = 0; i < 7; ++i) {
-      if (!has_linear(model.config, i)) continue;
-      const TensorView* t = model.find(linear_name(l, i));
-      if (t == nullptr) return make_error(ErrorCode::kFormat, "the model has no {}", linear_name(l, i));
-      if (const std::optional<std::string> why = unfit_reason(*t, o)) unfit.push_back(fmt::format("{} ({})", t->name, *why));
+    for (const std::vector<std::string>& group : linear_groups(model.config, l)) {
+      for (const std::string& name : group) {
+        const TensorView* t = model.find(name);
+        if (t == nullptr) return make_error(ErrorCode::kFormat, "the model has no {}", name);
+        if (const std::optional<std::string> why = unfit_reason(*t, o)) {
+          unfit.push_back(fmt::format("{} ({})", t->name, *why));
+        }
+      }
     }
   }
   if (!unfit.empty() && !o.skip_indivisible) {
@@ -308,17 +333,18 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   if (o.method == Method::kRtn) {
     for (int32_t l = 0; l < c.n_layers; ++l) {
       const auto tl = std::chrono::steady_clock::now();
-      for (int i = 0; i < 7; ++i) {
-        if (!has_linear(c, i)) continue;
-        const TensorView& t = *model.find(linear_name(l, i));
-        if (!divisible(t)) {
-          out.kept.push_back(t.name);
-          continue;
+      for (const std::vector<std::string>& group : linear_groups(c, l)) {
+        for (const std::string& name : group) {
+          const TensorView& t = *model.find(name);
+          if (!divisible(t)) {
+            out.kept.push_back(t.name);
+            continue;
+          }
+          std::vector<float> w(static_cast<size_t>(t.elements()));
+          kernels::ref::dequantize_row(t.dtype, t.data, w.data(), t.elements());
+          HEARTH_ASSIGN_OR_RETURN(QuantizedMatrix m, rtn_quantize(w, t.rows(), t.cols(), o.scheme));
+          out.matrices.emplace_back(t.name, std::move(m));
         }
-        std::vector<float> w(static_cast<size_t>(t.elements()));
-        kernels::ref::dequantize_row(t.dtype, t.data, w.data(), t.elements());
-        HEARTH_ASSIGN_OR_RETURN(QuantizedMatrix m, rtn_quantize(w, t.rows(), t.cols(), o.scheme));
-        out.matrices.emplace_back(t.name, std::move(m));
       }
       if (progress) progress(l, c.n_layers, seconds_since(tl));
     }
@@ -338,18 +364,18 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   }
 
   // The engine's forward pass, watched, a layer at a time. Only the layer being
-  // calibrated runs, so only its seven matrices are widened to float32 (the views of
-  // every other tensor stay on the model's own memory).
-  std::vector<Hessian> hessians;
-  int32_t layer = 0;
-  std::string names[7];  // the current layer's matrices, named once per layer
+  // calibrated runs, so only its matrices are widened to float32 (the views of every
+  // other tensor stay on the model's own memory). Each group of matrices reading one
+  // input gets its Hessian when the input is first seen (an expert no calibration token
+  // chose gets none, and is rounded to nearest rather than zeroed by GPTQ).
+  std::vector<std::optional<Hessian>> hessians;
+  std::unordered_map<std::string, size_t> observed;  // a group's first matrix -> its group
   auto observe = [&](const TensorView& w, const float* x, int64_t n) {
-    for (int i = 0; i < 7; ++i) {
-      if (w.name != names[i]) continue;
-      if (i == 1 || i == 2 || (i == 5 && c.gated_ffn)) return;  // the same input as attn_q / ffn_gate
-      hessians[static_cast<size_t>(kInputOf[i])].add(x, n, &pool);
-      return;
-    }
+    const auto it = observed.find(std::string(w.name));
+    if (it == observed.end()) return;
+    std::optional<Hessian>& h = hessians[it->second];
+    if (!h) h.emplace(w.cols());
+    h->add(x, n, &pool);
   };
   auto backend = std::make_unique<ObservedBackend>(make_cpu_backend({false, o.threads}), observe);
   const int32_t block = 16;
@@ -367,20 +393,24 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
   std::vector<std::vector<float>> hidden(calibration.size());  // each sample's input to the current layer
   std::vector<float> scratch;
   std::vector<TensorView> views = model.tensors;
-  for (layer = 0; layer < c.n_layers; ++layer) {
+  std::unordered_map<std::string, size_t> view_of;
+  for (size_t i = 0; i < views.size(); ++i) view_of.emplace(views[i].name, i);
+  for (int32_t layer = 0; layer < c.n_layers; ++layer) {
     const auto tl = std::chrono::steady_clock::now();
-    for (int i = 0; i < 7; ++i) names[i] = has_linear(c, i) ? linear_name(layer, i) : std::string();
-    std::vector<std::vector<float>> weights(7);  // this layer's matrices in float32, bound below
-    for (int i = 0; i < 7; ++i) {
-      const std::string name = linear_name(layer, i);
-      for (TensorView& v : views) {
-        if (v.name != name) continue;
-        const TensorView& t = *model.find(name);
-        weights[static_cast<size_t>(i)].resize(static_cast<size_t>(t.elements()));
-        kernels::ref::dequantize_row(t.dtype, t.data, weights[static_cast<size_t>(i)].data(), t.elements());
+    const std::vector<std::vector<std::string>> groups = linear_groups(c, layer);
+    // This layer's matrices in float32, bound in place of the model's own.
+    std::map<std::string, std::vector<float>, std::less<>> weights;
+    observed.clear();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      observed.emplace(groups[g].front(), g);
+      for (const std::string& name : groups[g]) {
+        TensorView& v = views[view_of.at(name)];
+        std::vector<float>& w = weights[name];
+        w.resize(static_cast<size_t>(v.elements()));
+        kernels::ref::dequantize_row(v.dtype, v.data, w.data(), v.elements());
         v.dtype = DType::kF32;
-        v.data = reinterpret_cast<const std::byte*>(weights[static_cast<size_t>(i)].data());
-        v.bytes = weights[static_cast<size_t>(i)].size() * sizeof(float);
+        v.data = reinterpret_cast<const std::byte*>(w.data());
+        v.bytes = w.size() * sizeof(float);
       }
     }
     HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> llama,
@@ -392,16 +422,7 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
         out.hidden_bytes += hidden[s].size() * sizeof(float);
       }
     }
-    hessians.clear();
-    uint64_t hbytes = 0;
-    for (int k = 0; k < kInputs; ++k) {
-      int first = 0;
-      while (kInputOf[first] != k || !has_linear(c, first)) ++first;
-      const int64_t cols = model.find(linear_name(layer, first))->cols();
-      hessians.emplace_back(cols);
-      hbytes += static_cast<uint64_t>(cols * cols) * sizeof(double);
-    }
-    out.hessian_bytes = std::max(out.hessian_bytes, hbytes);
+    hessians.assign(groups.size(), std::nullopt);
     // Pass 1: the layer in float, its inputs into the Hessians.
     backend->observe(true);
     for (size_t s = 0; s < calibration.size(); ++s) {
@@ -409,39 +430,46 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
       HEARTH_RETURN_IF_ERROR(llama->run_layer(input_for(calibration[s]), cache, layer, scratch.data()));
     }
     backend->observe(false);
+    uint64_t hbytes = 0;
+    for (const std::optional<Hessian>& h : hessians) {
+      if (h) hbytes += static_cast<uint64_t>(h->cols() * h->cols()) * sizeof(double);
+    }
+    out.hessian_bytes = std::max(out.hessian_bytes, hbytes);
     // Each input's factor once, then the matrices reading it; the float copies then hold
     // the quantized values, so pass 2 sees them.
-    for (int k = 0; k < kInputs; ++k) {
+    for (size_t g = 0; g < groups.size(); ++g) {
       std::optional<GptqFactor> factor;
-      for (int i = 0; i < 7; ++i) {
-        if (kInputOf[i] != k || !has_linear(c, i)) continue;
-        const std::string name = linear_name(layer, i);
+      for (const std::string& name : groups[g]) {
         const TensorView& t = *model.find(name);
         if (!divisible(t)) {
           out.kept.push_back(name);
           continue;
         }
-        if (!factor) {
-          HEARTH_ASSIGN_OR_RETURN(factor, gptq_factor(hessians[static_cast<size_t>(k)].take(), t.cols(),
-                                                      o.scheme.act_order, o.damp, &pool));
+        std::vector<float>& w = weights.find(name)->second;
+        QuantizedMatrix m;
+        if (!hessians[g]) {  // an expert no calibration token reached
+          HEARTH_ASSIGN_OR_RETURN(m, rtn_quantize(w, t.rows(), t.cols(), o.scheme));
+          out.unobserved.push_back(name);
+        } else {
+          if (!factor) {
+            HEARTH_ASSIGN_OR_RETURN(factor, gptq_factor(hessians[g]->take(), t.cols(), o.scheme.act_order, o.damp,
+                                                        &pool));
+          }
+          HEARTH_ASSIGN_OR_RETURN(m, gptq_quantize(w, t.rows(), t.cols(), *factor, o.scheme, &pool));
         }
-        std::vector<float>& w = weights[static_cast<size_t>(i)];
-        HEARTH_ASSIGN_OR_RETURN(QuantizedMatrix m, gptq_quantize(w, t.rows(), t.cols(), *factor, o.scheme, &pool));
         const std::vector<float> values = m.dequantize();
         std::copy(values.begin(), values.end(), w.begin());  // in place: the bound views point here
         out.matrices.emplace_back(name, std::move(m));
       }
+      hessians[g].reset();
     }
-    hessians.clear();
     // Pass 2: the quantized layer gives the next layer's inputs.
     for (size_t s = 0; s < calibration.size(); ++s) {
       HEARTH_RETURN_IF_ERROR(llama->run_layer(input_for(calibration[s]), cache, layer, hidden[s].data()));
     }
     llama.reset();
-    for (int i = 0; i < 7; ++i) {  // back to the model's own memory before the float copies go
-      for (TensorView& v : views) {
-        if (v.name == linear_name(layer, i)) v = *model.find(v.name);
-      }
+    for (const auto& [name, w] : weights) {  // back to the model's own memory before the float copies go
+      views[view_of.at(name)] = *model.find(name);
     }
     if (progress) progress(layer, c.n_layers, seconds_since(tl));
   }

@@ -56,6 +56,9 @@ struct ModelQuantOptions {
 struct QuantizedModel {
   std::vector<std::pair<std::string, QuantizedMatrix>> matrices;  // canonical names
   std::vector<std::string> kept;                                 // matrices left unquantized
+  // Experts' matrices no calibration token was routed to: rounded to nearest (GPTQ
+  // has no input statistics for them).
+  std::vector<std::string> unobserved;
   uint64_t hessian_bytes = 0;   // the largest layer's Hessians
   uint64_t hidden_bytes = 0;    // the calibration set's hidden states
   double seconds = 0.0;

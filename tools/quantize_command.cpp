@@ -22,7 +22,9 @@ Quantizes every linear layer of MODEL group-wise, and writes either a GGUF file 
 Q4_0 (4-bit) or Q8_0 (8-bit) blocks hold exactly the quantized values (from a GGUF
 model; token embeddings, LM head and norms as stored), or a Hugging Face GPTQ directory
 (qweight, qzeros, scales, g_idx in AutoGPTQ's packing; from a Hugging Face model
-directory, whose other tensors, config and tokenizer it keeps).
+directory, whose other tensors, config and tokenizer it keeps). A mixture of experts
+(Qwen3-MoE, Qwen2-MoE, Mixtral) is written as a Hugging Face GPTQ directory: each
+expert's matrices calibrated on the tokens routed to it, the router kept as stored.
 
   --out FILE.gguf|DIR     a .gguf file (replaced only when the run succeeds), or a new or
                           empty directory for the Hugging Face GPTQ checkpoint
@@ -153,6 +155,12 @@ int quantize_command(const std::vector<std::string>& argv) {
   for (const std::string& name : quantized->kept) {
     std::fprintf(stderr, "hearth quantize: %s kept unquantized (its size does not fit the groups)\n",
                  name.c_str());
+  }
+  if (!quantized->unobserved.empty()) {
+    std::fprintf(stderr,
+                 "hearth quantize: %zu expert matrices (e.g. %s) saw no calibration token and were rounded to "
+                 "nearest; more or longer --samples reach more experts\n",
+                 quantized->unobserved.size(), quantized->unobserved.front().c_str());
   }
   const Status written = o.output == quant::OutputFormat::kGguf
                              ? quant::write_quantized_gguf(*model, *quantized, out)

@@ -322,10 +322,11 @@ TEST_P(FamilyReferenceTest, QuantizedWeightsStayWithinTheirKlBounds) {
 }
 
 // A GPTQ checkpoint hearth quantize writes (4-bit, groups of 32, 16 calibration
-// sequences of 64 random ids) and loads back as any pre-quantized HF model. Families
-// whose Hugging Face GPTQ output is refused (GPT-NeoX's fused projection, the mixtures
-// of experts) say so. Measured: 0.03-0.13 nats (Q4_0 rounding: 0.03-0.23); the bound
-// leaves about 2x.
+// sequences of 64 random ids) and loads back as any pre-quantized HF model; for the
+// mixtures of experts every expert's matrices are quantized, each calibrated on the
+// tokens routed to it. GPT-NeoX, whose Hugging Face GPTQ output is refused (its fused
+// projection), says so. Measured: dense 0.014-0.13 nats (Q4_0 rounding: 0.02-0.23);
+// experts 0.11-0.39 (Q4_0: 0.33-0.57). The bounds leave about 2x.
 TEST_P(FamilyReferenceTest, AGptqCheckpointStaysWithinItsKlBound) {
   auto model = model_open(synth_.hf);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
@@ -335,7 +336,7 @@ TEST_P(FamilyReferenceTest, AGptqCheckpointStaysWithinItsKlBound) {
   o.scheme.group_size = 32;
   o.threads = 1;
   const Status check = quant::quantize_check(*model, o);
-  if (GetParam() == "gptneox" || GetParam() == "qwen3moe" || GetParam() == "qwen2moe" || GetParam() == "mixtral") {
+  if (GetParam() == "gptneox") {
     EXPECT_EQ(check.code(), ErrorCode::kUnsupported) << check.to_string();
     return;
   }
@@ -359,7 +360,11 @@ TEST_P(FamilyReferenceTest, AGptqCheckpointStaysWithinItsKlBound) {
   ASSERT_EQ(logits.size(), ref_.logits.size());
   const double kl = mean_kl(logits);
   std::printf("%s GPTQ 4-bit g32: mean KL from the reference %.3g nats\n", GetParam().c_str(), kl);
-  EXPECT_LT(kl, 0.3);
+  EXPECT_LT(kl, model->config.n_experts > 0 ? 0.8 : 0.3);
+  for (const auto& [name, m] : quantized->matrices) {
+    if (name.find("ffn_down.1.") != std::string::npos) return;  // an expert's matrix went through
+  }
+  EXPECT_EQ(model->config.n_experts, 0) << "no expert matrix was quantized";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyReferenceTest,

@@ -16,6 +16,7 @@
 #include "engine/core/model.h"
 #include "engine/cpu/cpu_backend.h"
 #include "kernels/reference/reference.h"
+#include "loader/synth.h"
 #include "quant/eval.h"
 #include "tests/test_util.h"
 #include "tools/model_source.h"
@@ -347,6 +348,50 @@ TEST(QuantizeModelTest, BadOptionsAreRefusedBeforeAnyWork) {
   auto llama2c = model_open(bin);
   ASSERT_TRUE(llama2c.is_ok());
   EXPECT_EQ(quantize_check(*llama2c, o).code(), ErrorCode::kUnsupported);
+}
+
+// A mixture of experts: each expert's matrices are quantized; those no calibration
+// token was routed to are rounded to nearest (GPTQ has no statistics for them and would
+// zero them); GGUF output and act-order are refused by name.
+TEST(QuantizeModelTest, ExpertsNoTokenReachedAreRoundedToNearest) {
+  TempDir dir;
+  SynthOptions s;
+  s.arch = "qwen3moe";
+  s.shape = synth_preset("tiny").value();
+  s.shape.layers = 2;
+  s.shape.experts_used = 1;
+  s.hf = dir.path() / "hf";
+  ASSERT_TRUE(synth_write(s).is_ok());
+  auto model = model_open(s.hf);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  ModelQuantOptions o;
+  o.output = OutputFormat::kHfGptq;
+  o.scheme = {4, 32, true};
+  o.threads = 1;
+  ASSERT_TRUE(quantize_check(*model, o).is_ok());
+  o.scheme.act_order = true;
+  EXPECT_NE(quantize_check(*model, o).message().find("--act-order"), std::string::npos);
+  o.scheme.act_order = false;
+  o.output = OutputFormat::kGguf;
+  EXPECT_EQ(quantize_check(*model, o).code(), ErrorCode::kUnsupported);
+  o.output = OutputFormat::kHfGptq;
+  // Two tokens, one expert each: at most two of the eight experts of a layer see any.
+  const std::vector<std::vector<TokenId>> calibration = {{1, 40}};
+  auto q = quantize_model(*model, calibration, o);
+  ASSERT_TRUE(q.is_ok()) << q.status().to_string();
+  // 2 layers x (4 attention + 8 experts x 3) matrices, all quantized.
+  EXPECT_EQ(q->matrices.size(), 2u * (4 + 8 * 3));
+  ASSERT_GE(q->unobserved.size(), 2u * 6 * 3);
+  for (const std::string& name : q->unobserved) {
+    const auto it = std::find_if(q->matrices.begin(), q->matrices.end(), [&](const auto& m) { return m.first == name; });
+    ASSERT_NE(it, q->matrices.end()) << name;
+    const TensorView& t = *model->find(name);
+    std::vector<float> w(static_cast<size_t>(t.elements()));
+    kernels::ref::dequantize_row(t.dtype, t.data, w.data(), t.elements());
+    auto rtn = rtn_quantize(w, t.rows(), t.cols(), o.scheme);
+    ASSERT_TRUE(rtn.is_ok());
+    EXPECT_EQ(it->second.dequantize(), rtn->dequantize()) << name;
+  }
 }
 
 TEST(QuantizeModelTest, AFailedWriteLeavesNothingBehind) {
