@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   const int32_t context = std::min(config.max_context, gen + 64);
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), 16, (context + 15) / 16 * 2});
   if (!cache.is_ok()) return fail(cache.status());
-  auto model = LlamaModel::create(config, source->tensors, *backend, 64, {.layout = source->layout});
+  auto model = Model::create(config, source->tensors, *backend, 64, {.layout = source->layout});
   if (!model.is_ok()) return fail(model.status());
   ModelRunner runner(**model, *cache);
 

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
                                           (context + kBlockSize - 1) / kBlockSize, *kv_dtype});
   if (!cache.is_ok()) return fail(cache.status());
-  auto model = LlamaModel::create(config, source->tensors, *backend, prompt_len, {.layout = source->layout});
+  auto model = Model::create(config, source->tensors, *backend, prompt_len, {.layout = source->layout});
   if (!model.is_ok()) return fail(model.status());
 
   std::vector<TokenId> prompt(static_cast<size_t>(prompt_len));

@@ -155,7 +155,7 @@ Status greedy(ModelRunner& runner, const std::vector<TokenId>& prompt, int token
     const ModelConfig& c = weights->config;
     auto backend = make_cpu_backend({});
     auto cache = KvCache::create(*backend, {c.n_layers, c.kv_dim() / tp, 16, 64, KvDType::kF32});
-    auto model = LlamaModel::create(c, weights->tensors(rank), *backend, 512, {.comm = &group.communicator()});
+    auto model = Model::create(c, weights->tensors(rank), *backend, 512, {.comm = &group.communicator()});
     if (!cache.is_ok() || !model.is_ok()) ::_exit(7);
     ModelRunner runner(**model, *cache);
     ModelInput in;
@@ -227,7 +227,7 @@ int run(int argc, char** argv) {
     for (int i = 1; i < prompt_len; ++i) prompt.push_back(3 + (i * 7919) % (c.vocab_size - 3));
     auto backend = make_cpu_backend({});
     auto cache = KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 64, KvDType::kF32});
-    auto model = LlamaModel::create(c, weights->tensors(0), *backend, 512);
+    auto model = Model::create(c, weights->tensors(0), *backend, 512);
     if (!cache.is_ok() || !model.is_ok()) return die("cannot build the TP 1 model");
     ModelRunner runner(**model, *cache);
     if (Status st = greedy(runner, prompt, tokens, one); !st.is_ok()) return die(st.to_string());
@@ -264,7 +264,7 @@ int run(int argc, char** argv) {
     TimedCommunicator comm(group.communicator());
     TimedSink sink(group);
     auto cache = KvCache::create(*backend, {c.n_layers, c.kv_dim() / tp, 16, 64, KvDType::kF32});
-    auto model = LlamaModel::create(c, weights->tensors(0), *backend, 512, {.comm = &comm});
+    auto model = Model::create(c, weights->tensors(0), *backend, 512, {.comm = &comm});
     if (!cache.is_ok() || !model.is_ok()) return die("cannot build the rank 0 model");
     ModelRunner runner(**model, *cache, &sink);
     Run many;

@@ -64,7 +64,7 @@ Result<std::unique_ptr<SequenceScorer>> SequenceScorer::create(const ModelConfig
   std::unique_ptr<SequenceScorer> s(new SequenceScorer());
   s->vocab_ = config.vocab_size;
   s->backend_ = make_cpu_backend({false, threads});
-  HEARTH_ASSIGN_OR_RETURN(s->model_, LlamaModel::create(config, tensors, *s->backend_, ctx, {layout, nullptr}));
+  HEARTH_ASSIGN_OR_RETURN(s->model_, Model::create(config, tensors, *s->backend_, ctx, {layout, nullptr}));
   const int32_t block = 16;
   HEARTH_ASSIGN_OR_RETURN(KvCache cache, KvCache::create(*s->backend_, {config.n_layers, config.kv_dim(), block,
                                                                          (ctx + block - 1) / block, KvDType::kF32}));

@@ -7,7 +7,7 @@
 // tool does, so figures are comparable with it. KL(P_ref || P) is summed over the whole
 // vocabulary in double. Intervals are mean ± 1.96 standard errors over the scored
 // positions (perplexity's through exp of its mean log-likelihood's). Models run through
-// the engine's own forward pass (LlamaModel on the CPU backend), as served.
+// the engine's own forward pass (Model on the CPU backend), as served.
 // Not thread-safe.
 #pragma once
 
@@ -25,7 +25,7 @@
 
 namespace hearth {
 class Backend;
-class LlamaModel;
+class Model;
 class KvCache;
 }  // namespace hearth
 
@@ -46,7 +46,7 @@ class SequenceScorer {
  private:
   SequenceScorer() = default;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<KvCache> cache_;
   std::vector<int32_t> blocks_;
   int32_t vocab_ = 0;

@@ -413,8 +413,8 @@ Result<QuantizedModel> quantize_model(const LoadedModel& model, std::span<const 
         v.bytes = w.size() * sizeof(float);
       }
     }
-    HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> llama,
-                            LlamaModel::create(c, views, *backend, seq_len, {kLayoutPlain, nullptr}));
+    HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<Model> llama,
+                            Model::create(c, views, *backend, seq_len, {kLayoutPlain, nullptr}));
     if (layer == 0) {
       for (size_t s = 0; s < calibration.size(); ++s) {
         hidden[s].resize(calibration[s].size() * static_cast<size_t>(c.dim));

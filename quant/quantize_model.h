@@ -3,7 +3,7 @@
 //
 // GPTQ runs layer by layer, as the reference implementations do: the calibration
 // sequences' hidden states enter layer 0; each layer runs once in float32 (the engine's
-// own forward pass, LlamaModel::run_layer) while the inputs of its seven matrices are
+// own forward pass, Model::run_layer) while the inputs of its seven matrices are
 // accumulated into four Hessians (q/k/v share one, gate/up another); the matrices are
 // quantized; the layer runs again with its quantized weights to give the next layer's
 // inputs. Memory is bounded by the model as stored, one layer in float32, the hidden

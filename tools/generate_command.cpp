@@ -157,7 +157,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
                                           (context + kBlockSize - 1) / kBlockSize, o.kv_dtype});
   if (!cache.is_ok()) return fail(cache.status());
-  auto llama = LlamaModel::create(config, model.tensors, *backend, std::min(context, 512), {.layout = model.layout});
+  auto llama = Model::create(config, model.tensors, *backend, std::min(context, 512), {.layout = model.layout});
   if (!llama.is_ok()) return fail(llama.status());
   const double ready_seconds = monotonic_seconds() - started_at;
 

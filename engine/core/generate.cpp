@@ -14,7 +14,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-Result<GenerateResult> generate(LlamaModel& model, KvCache& cache, std::span<const TokenId> prompt,
+Result<GenerateResult> generate(Model& model, KvCache& cache, std::span<const TokenId> prompt,
                                 const GenerateOptions& options, const TokenCallback& on_token) {
   const ModelConfig& c = model.config();
   if (prompt.empty()) return make_error(ErrorCode::kInvalidArgument, "the prompt is empty");

@@ -42,7 +42,7 @@ using TokenCallback = std::function<bool(const TokenResult&)>;
 // Runs the prompt (in chunks of the model's max batch) and samples up to max_tokens.
 // The prompt must be non-empty and leave room for one token in the context; otherwise
 // kInvalidArgument / kOutOfRange. The sequence's KV blocks are released at the end.
-Result<GenerateResult> generate(LlamaModel& model, KvCache& cache, std::span<const TokenId> prompt,
+Result<GenerateResult> generate(Model& model, KvCache& cache, std::span<const TokenId> prompt,
                                 const GenerateOptions& options, const TokenCallback& on_token = {});
 
 }  // namespace hearth

@@ -157,7 +157,7 @@ Result<std::vector<float>> rope_factors(const HostCopies& host) {
 
 }  // namespace
 
-Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config, std::span<const TensorView> tensors,
+Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, std::span<const TensorView> tensors,
                                                        Backend& backend, int32_t max_batch_tokens,
                                                        const ModelOptions& options) {
   HEARTH_RETURN_IF_ERROR(model_config_validate(config));
@@ -176,7 +176,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
                  ? kLayoutCpuR16
                  : kLayoutPlain;
   }
-  std::unique_ptr<LlamaModel> m(new LlamaModel(config, backend, *comm));
+  std::unique_ptr<Model> m(new Model(config, backend, *comm));
   m->own_comm_ = std::move(own_comm);
   m->rank_config_ = rank_config;
   m->max_batch_tokens_ = max_batch_tokens;
@@ -199,7 +199,7 @@ Result<std::unique_ptr<LlamaModel>> LlamaModel::create(const ModelConfig& config
 }
 
 // Each layer's matrices (the backend's bound views) and small tensors (copied by `host`).
-Status LlamaModel::bind_layers(HostCopies& host) {
+Status Model::bind_layers(HostCopies& host) {
   std::unordered_map<std::string_view, const TensorView*> bound;
   for (const TensorView& t : weights_->tensors()) bound.emplace(t.name, &t);
   auto find = [&](const std::string& name) -> const TensorView* {
@@ -264,7 +264,7 @@ Status LlamaModel::bind_layers(HostCopies& host) {
 
 // Activations for max_batch_tokens_ rows (xp_ only when some matrix is stored permuted),
 // and the LM head's kLogitChunk rows.
-Status LlamaModel::allocate_activations(bool permuted) {
+Status Model::allocate_activations(bool permuted) {
   const ModelConfig& rc = rank_config_;
   const size_t n = static_cast<size_t>(max_batch_tokens_);
   auto act = [&](int64_t width, BackendBuffer& buf) -> Status {
@@ -305,7 +305,7 @@ Status LlamaModel::allocate_activations(bool permuted) {
   return Status::ok();
 }
 
-Status LlamaModel::check(const ModelInput& input, const KvCache& cache) const {
+Status Model::check(const ModelInput& input, const KvCache& cache) const {
   const KvCacheConfig& kc = cache.config();
   HEARTH_RETURN_IF_ERROR(model_input_validate(
       input, {config_.vocab_size, max_batch_tokens_, config_.max_context, kc.n_blocks, kc.block_size}));
@@ -316,14 +316,14 @@ Status LlamaModel::check(const ModelInput& input, const KvCache& cache) const {
   return Status::ok();
 }
 
-Status LlamaModel::forward(const ModelInput& input, KvCache& cache, float* logits) {
+Status Model::forward(const ModelInput& input, KvCache& cache, float* logits) {
   const int64_t vocab = rank_config_.vocab_size;
   return run(input, cache, logits != nullptr, [&](int64_t i0, int64_t m) {
     backend_.read(logits_, 0, logits + i0 * vocab, static_cast<size_t>(m * vocab) * sizeof(float));
   });
 }
 
-Status LlamaModel::forward_sampled(const ModelInput& input, KvCache& cache, std::span<const SampleRow> rows,
+Status Model::forward_sampled(const ModelInput& input, KvCache& cache, std::span<const SampleRow> rows,
                                    std::span<SampledRow> out) {
   if (rows.size() != input.logit_rows.size() || out.size() != rows.size()) {
     return make_error(ErrorCode::kInternal, "{} sample rows and {} results for {} logit rows", rows.size(), out.size(),
@@ -336,7 +336,7 @@ Status LlamaModel::forward_sampled(const ModelInput& input, KvCache& cache, std:
   });
 }
 
-void LlamaModel::norm(const float* x, const Norm& w, int64_t n, float* out) {
+void Model::norm(const float* x, const Norm& w, int64_t n, float* out) {
   const ModelConfig& c = rank_config_;
   if (c.norm == NormKind::kLayer) {
     backend_.layer_norm(x, w.weight, w.bias, n, c.dim, c.norm_eps, out);
@@ -345,7 +345,7 @@ void LlamaModel::norm(const float* x, const Norm& w, int64_t n, float* out) {
   }
 }
 
-void LlamaModel::add_norm(float* x, const float* delta, const Norm& w, int64_t n, float* out) {
+void Model::add_norm(float* x, const float* delta, const Norm& w, int64_t n, float* out) {
   const ModelConfig& c = rank_config_;
   if (c.norm == NormKind::kLayer) {
     backend_.add(x, delta, n * c.dim);
@@ -355,7 +355,7 @@ void LlamaModel::add_norm(float* x, const float* delta, const Norm& w, int64_t n
   }
 }
 
-void LlamaModel::attention_block(int32_t li, const StepInput& step, KvCache& cache) {
+void Model::attention_block(int32_t li, const StepInput& step, KvCache& cache) {
   const KvCacheConfig& kc = cache.config();
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
@@ -413,7 +413,7 @@ void LlamaModel::attention_block(int32_t li, const StepInput& step, KvCache& cac
                 .kv_dtype = kc.dtype});
 }
 
-void LlamaModel::moe_block(int32_t li, const float* in, int64_t n, float* out) {
+void Model::moe_block(int32_t li, const float* in, int64_t n, float* out) {
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
   const Layer& l = layers_[static_cast<size_t>(li)];
@@ -468,7 +468,7 @@ void LlamaModel::moe_block(int32_t li, const float* in, int64_t n, float* out) {
   if (l.shared.gate != nullptr) be.add(out, shared_out_.f32(), n * dim);
 }
 
-void LlamaModel::gated_activation(float* gate, const float* up, int64_t n) {
+void Model::gated_activation(float* gate, const float* up, int64_t n) {
   const ModelConfig& c = rank_config_;
   if (c.activation == Activation::kSilu) {
     backend_.swiglu(gate, up, n, gate);
@@ -477,7 +477,7 @@ void LlamaModel::gated_activation(float* gate, const float* up, int64_t n) {
   }
 }
 
-void LlamaModel::gated_ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const float* in,
+void Model::gated_ffn(const TensorView& gate, const TensorView& up, const TensorView& down, const float* in,
                            int64_t n, int64_t ffn, float* out) {
   const MatmulTarget gate_up[] = {{&gate, gate_.f32()}, {&up, up_.f32()}};  // [n, ffn] each
   backend_.matmuls(in, n, gate_up);
@@ -485,7 +485,7 @@ void LlamaModel::gated_ffn(const TensorView& gate, const TensorView& up, const T
   backend_.matmul(down, gate_.f32(), n, out);
 }
 
-void LlamaModel::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
+void Model::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
   const ModelConfig& c = rank_config_;
   if (c.n_experts > 0) {
     moe_block(li, in, n, out);
@@ -513,7 +513,7 @@ void LlamaModel::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
   be.matmul(*l.ffn_down, gate, n, out);  // [n, dim], this rank's partial sum
 }
 
-Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, const Norm* next_norm) {
+Status Model::layer(int32_t li, const StepInput& step, KvCache& cache, const Norm* next_norm) {
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
   const Layer& l = layers_[static_cast<size_t>(li)];
@@ -553,7 +553,7 @@ Status LlamaModel::layer(int32_t li, const StepInput& step, KvCache& cache, cons
   return Status::ok();
 }
 
-void LlamaModel::permuted_matmuls(const float* x, int64_t n, int64_t cols, std::span<const MatmulTarget> targets,
+void Model::permuted_matmuls(const float* x, int64_t n, int64_t cols, std::span<const MatmulTarget> targets,
                                   std::span<const int32_t* const> perms) {
   if (std::all_of(perms.begin(), perms.end(), [](const int32_t* p) { return p == nullptr; })) {
     if (targets.size() == 1) {
@@ -583,7 +583,7 @@ void LlamaModel::permuted_matmuls(const float* x, int64_t n, int64_t cols, std::
   }
 }
 
-Status LlamaModel::embed(const ModelInput& input, KvCache& cache, float* hidden) {
+Status Model::embed(const ModelInput& input, KvCache& cache, float* hidden) {
   HEARTH_RETURN_IF_ERROR(check(input, cache));
   const StepInput step = backend_.upload(input);
   backend_.embedding(*token_embd_, step.tokens, step.n_tokens, x_.f32());
@@ -594,7 +594,7 @@ Status LlamaModel::embed(const ModelInput& input, KvCache& cache, float* hidden)
   return Status::ok();
 }
 
-Status LlamaModel::run_layer(const ModelInput& input, KvCache& cache, int32_t layer_index, float* hidden) {
+Status Model::run_layer(const ModelInput& input, KvCache& cache, int32_t layer_index, float* hidden) {
   HEARTH_RETURN_IF_ERROR(check(input, cache));
   if (comm_.size() != 1) {
     return make_error(ErrorCode::kUnsupported, "a layer at a time runs on a single rank, not on rank {} of {}",
@@ -615,7 +615,7 @@ Status LlamaModel::run_layer(const ModelInput& input, KvCache& cache, int32_t la
 }
 
 template <typename OnLogits>
-Status LlamaModel::run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits) {
+Status Model::run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits) {
   HEARTH_RETURN_IF_ERROR(check(input, cache));
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;

@@ -1,8 +1,10 @@
-// LlamaModel: the forward pass of the decoder-only families hearth runs (Llama 2/3,
-// Mistral, Qwen2/3, TinyLlama, SmolLM, GPT-J, GPT-NeoX), written once against the
-// Backend interface. What differs between families is ModelConfig data: RMSNorm or
-// LayerNorm, sequential or parallel residual, gated SiLU or plain GELU FFN, full or
-// partial rotary, q/k norms and biases.
+// Model: the forward pass of the decoder-only families hearth runs (Llama 2/3,
+// Mistral, Qwen2/3, TinyLlama, SmolLM, GPT-J, GPT-NeoX, Gemma 2/3, and the mixtures of
+// experts Mixtral, Qwen2-MoE, Qwen3-MoE), written once against the Backend interface.
+// What differs between families is ModelConfig data: RMSNorm or LayerNorm, sequential
+// or parallel residual, gated SiLU/GELU or plain GELU FFN, full or partial rotary, q/k
+// norms, biases, block output norms, soft-capping, sliding-window layers, routed and
+// shared experts.
 //
 // A forward call runs one step's ModelInput: tokens of one or more sequences (prefill
 // chunks and decode steps alike); every matmul covers all tokens of the step, attention
@@ -46,12 +48,12 @@ Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int s
 
 class HostCopies;  // model.cpp: the small tensors a model copies to its backend
 
-class LlamaModel {
+class Model {
  public:
   // Binds the weights (this rank's tensors under canonical names, checked against its
   // share of `config`) and allocates activations for up to `max_batch_tokens` tokens per
   // forward call.
-  static Result<std::unique_ptr<LlamaModel>> create(const ModelConfig& config, std::span<const TensorView> tensors,
+  static Result<std::unique_ptr<Model>> create(const ModelConfig& config, std::span<const TensorView> tensors,
                                                     Backend& backend, int32_t max_batch_tokens,
                                                     const ModelOptions& options = {});
 
@@ -168,7 +170,7 @@ class LlamaModel {
   void permuted_matmuls(const float* x, int64_t n, int64_t cols, std::span<const MatmulTarget> targets,
                         std::span<const int32_t* const> perms);
 
-  LlamaModel(const ModelConfig& config, Backend& backend, Communicator& comm)
+  Model(const ModelConfig& config, Backend& backend, Communicator& comm)
       : config_(config), backend_(backend), comm_(comm) {}
   Status bind_layers(HostCopies& host);
   Status allocate_activations(bool permuted);

@@ -25,7 +25,7 @@ class StepSink {
 
 class ModelRunner {
  public:
-  ModelRunner(LlamaModel& model, KvCache& cache, StepSink* sink = nullptr)
+  ModelRunner(Model& model, KvCache& cache, StepSink* sink = nullptr)
       : model_(model), cache_(cache), sink_(sink) {}
 
   // The logits of input.logit_rows, [logit_rows.size(), vocab_size], valid until the
@@ -42,7 +42,7 @@ class ModelRunner {
   // A step of ranks 1..tp-1: the forward pass on this rank's shard, no LM head.
   Status run_shard(const ModelInput& input);
 
-  LlamaModel& model() { return model_; }
+  Model& model() { return model_; }
   KvCache& cache() { return cache_; }
   int32_t vocab_size() const { return model_.config().vocab_size; }
   int32_t max_batch_tokens() const { return model_.max_batch_tokens(); }
@@ -50,7 +50,7 @@ class ModelRunner {
   uint64_t last_step_ns() const { return last_step_ns_; }
 
  private:
-  LlamaModel& model_;
+  Model& model_;
   KvCache& cache_;
   StepSink* sink_;
   std::vector<float> logits_;  // grows to the largest step once

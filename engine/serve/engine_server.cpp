@@ -128,7 +128,7 @@ struct EngineServer::Impl {
   // memory), and that memory, which outlives everything that uses it.
   std::vector<std::unique_ptr<FdStore>> stores;
   std::shared_ptr<void> device_kv;
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   std::optional<KvCache> cache;
   std::unique_ptr<ResidentKv> resident;  // the KV segment's tables; none: a private cache
   std::optional<KvAdoption> adoption;    // with `resident`: a restarted engine's candidates
@@ -502,7 +502,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
   impl->broker.emplace(std::move(broker));
   const KvCacheConfig kv{c.n_layers, c.kv_dim() / options.tp, options.block_size, blocks, options.kv_dtype};
   HEARTH_RETURN_IF_ERROR(impl->open_cache(kv, dir));
-  HEARTH_ASSIGN_OR_RETURN(impl->model, LlamaModel::create(c, impl->weights.tensors(0), *impl->backend, max_tokens,
+  HEARTH_ASSIGN_OR_RETURN(impl->model, Model::create(c, impl->weights.tensors(0), *impl->backend, max_tokens,
                                                           {.layout = impl->weights.layout,
                                                            .comm = &impl->group->communicator()}));
   impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache,

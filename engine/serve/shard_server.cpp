@@ -132,7 +132,7 @@ struct ShardServer::Impl {
                                        .cuda_device = tp_group_cuda_device(options.backend)});
     group.note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                     static_cast<uint32_t>(backend->threads()));
-    HEARTH_ASSIGN_OR_RETURN(auto model, LlamaModel::create(c, start.weights.tensors(rank), *backend,
+    HEARTH_ASSIGN_OR_RETURN(auto model, Model::create(c, start.weights.tensors(rank), *backend,
                                                            g.max_batch_tokens,
                                                            {.layout = start.weights.layout, .comm = &group.communicator()}));
     ModelRunner runner(*model, cache);

@@ -496,7 +496,7 @@ TEST_F(CudaBackendTest, Stories260KGroundTruthOnTheDevice) {
   const std::vector<TokenId> first_ids = {432, 383, 286, 261, 376, 298, 315, 421,
                                           395, 317, 426, 338, 401, 396, 267, 337};
   for (KvDType dtype : {KvDType::kF32, KvDType::kF16}) {
-    auto llama = LlamaModel::create(m->config, m->tensors, *gpu_, 64);
+    auto llama = Model::create(m->config, m->tensors, *gpu_, 64);
     ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
     auto cache = KvCache::create(*gpu_, {m->config.n_layers, m->config.kv_dim(), 16, 32, dtype});
     ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
@@ -530,7 +530,7 @@ TEST_F(CudaBackendTest, EveryFamilyGivesTheCpusGreedyIdsOnTheDevice) {
     std::vector<TokenId> ids[2];
     Backend* backends[] = {cpu_.get(), gpu_.get()};
     for (int b = 0; b < 2; ++b) {
-      auto model = LlamaModel::create(m->config, m->tensors, *backends[b], 64);
+      auto model = Model::create(m->config, m->tensors, *backends[b], 64);
       ASSERT_TRUE(model.is_ok()) << arch << ": " << model.status().to_string();
       auto cache = KvCache::create(*backends[b], {m->config.n_layers, m->config.kv_dim(), 16, 8, KvDType::kF32});
       ASSERT_TRUE(cache.is_ok());

@@ -23,7 +23,7 @@ struct Fixture {
   LoadedModel model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  std::unique_ptr<LlamaModel> llama;
+  std::unique_ptr<Model> llama;
   std::optional<KvCache> cache;
   std::unique_ptr<ModelRunner> runner;
   std::shared_ptr<const grammar::Vocabulary> vocab;
@@ -31,7 +31,7 @@ struct Fixture {
   Fixture() {
     model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
     tokenizer = std::move(tokenizer_load(model.tokenizer)).value();
-    llama = std::move(LlamaModel::create(model.config, model.tensors, *backend, 64)).value();
+    llama = std::move(Model::create(model.config, model.tensors, *backend, 64)).value();
     cache.emplace(std::move(KvCache::create(*backend, {model.config.n_layers, model.config.kv_dim(), 16, 256})).value());
     runner = std::make_unique<ModelRunner>(*llama, *cache);
     std::vector<std::string> bytes;

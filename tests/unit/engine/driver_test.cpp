@@ -20,13 +20,13 @@ using testing::shared_path;
 struct Fixture {
   LoadedModel model;
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  std::unique_ptr<LlamaModel> llama;
+  std::unique_ptr<Model> llama;
   std::optional<KvCache> cache;
   std::unique_ptr<ModelRunner> runner;
 
   Fixture() {
     model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
-    llama = std::move(LlamaModel::create(model.config, model.tensors, *backend, 64)).value();
+    llama = std::move(Model::create(model.config, model.tensors, *backend, 64)).value();
     cache.emplace(std::move(KvCache::create(*backend, {model.config.n_layers, model.config.kv_dim(), 16, 64})).value());
     runner = std::make_unique<ModelRunner>(*llama, *cache);
   }
@@ -218,7 +218,7 @@ TEST(DriverTest, SamplingOnTheBackendGivesTheHostsTokensAndLogprobs) {
   SamplingCpuBackend& backend = *sampling;
   Fixture device;
   device.backend = std::move(sampling);
-  device.llama = std::move(LlamaModel::create(device.model.config, device.model.tensors, *device.backend, 64)).value();
+  device.llama = std::move(Model::create(device.model.config, device.model.tensors, *device.backend, 64)).value();
   device.cache.emplace(
       std::move(KvCache::create(*device.backend, {device.model.config.n_layers, device.model.config.kv_dim(), 16, 256}))
           .value());
@@ -294,7 +294,7 @@ TEST(DriverTest, ShapedRowsSampleOnTheHostWhereTheBackendSamples) {
       auto b = std::make_unique<SamplingCpuBackend>();
       *out = b.get();
       f->backend = std::move(b);
-      f->llama = std::move(LlamaModel::create(f->model.config, f->model.tensors, *f->backend, 64)).value();
+      f->llama = std::move(Model::create(f->model.config, f->model.tensors, *f->backend, 64)).value();
     }
     f->cache.emplace(
         std::move(KvCache::create(*f->backend, {f->model.config.n_layers, f->model.config.kv_dim(), 16, 256})).value());

@@ -121,7 +121,7 @@ class EngineServerTest : public ::testing::Test {
   std::vector<TokenId> reference(const std::vector<TokenId>& prompt, int max_tokens) {
     auto model = model_open(shared_path(kGguf));
     auto backend = make_cpu_backend({false, 1});
-    auto llama = LlamaModel::create(model->config, model->tensors, *backend, 64);
+    auto llama = Model::create(model->config, model->tensors, *backend, 64);
     auto cache = KvCache::create(*backend, {model->config.n_layers, model->config.kv_dim(), 16, 32});
     GenerateOptions o;
     o.spec.max_tokens = max_tokens;

@@ -179,7 +179,7 @@ class FamilyReferenceTest : public ::testing::TestWithParam<std::string> {
     auto rank_main = [&](int rank) {
       ThreadGroup::Member comm(group, rank);
       auto backend = make_cpu_backend({.threads = 1});
-      auto model = LlamaModel::create(config, rank_tensors[static_cast<size_t>(rank)], *backend, 128,
+      auto model = Model::create(config, rank_tensors[static_cast<size_t>(rank)], *backend, 128,
                                       {.comm = tp > 1 ? &comm : nullptr});
       if (!model.is_ok()) {
         std::lock_guard lock(mu);

@@ -12,12 +12,12 @@ namespace {
 struct Fixture {
   LoadedModel model;
   std::unique_ptr<Backend> backend = make_cpu_backend();
-  std::unique_ptr<LlamaModel> llama;
+  std::unique_ptr<Model> llama;
   std::optional<KvCache> cache;
 
   explicit Fixture(int32_t blocks = 32, int32_t max_batch = 4) {
     model = std::move(model_open(testing::shared_path("models/stories260K/stories260K.gguf"))).value();
-    llama = std::move(LlamaModel::create(model.config, model.tensors, *backend, max_batch)).value();
+    llama = std::move(Model::create(model.config, model.tensors, *backend, max_batch)).value();
     cache.emplace(std::move(KvCache::create(*backend, {model.config.n_layers, model.config.kv_dim(), 16, blocks}))
                       .value());
   }

@@ -40,7 +40,7 @@ std::vector<std::vector<TokenId>> greedy_on_every_path(const ModelConfig& c, std
                                                        const std::vector<TokenId>& prompt, int32_t tokens) {
   IsaGuard guard;
   auto backend = make_cpu_backend();
-  auto llama = LlamaModel::create(c, tensors, *backend, 64);
+  auto llama = Model::create(c, tensors, *backend, 64);
   EXPECT_TRUE(llama.is_ok()) << llama.status().to_string();
   auto cache = KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 16});
   EXPECT_TRUE(cache.is_ok());

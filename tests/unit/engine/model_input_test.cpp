@@ -25,7 +25,7 @@ TEST(ModelInputTest, AMixedBatchRoundTripsThroughBytesAndRunsTheSameFromTheCopy)
   auto model = model_open(gguf);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   auto backend = make_cpu_backend();
-  auto llama = LlamaModel::create(model->config, model->tensors, *backend, 64);
+  auto llama = Model::create(model->config, model->tensors, *backend, 64);
   ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
   auto cache = KvCache::create(*backend, {model->config.n_layers, model->config.kv_dim(), 16, 32});
   ASSERT_TRUE(cache.is_ok());

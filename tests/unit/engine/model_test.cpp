@@ -23,7 +23,7 @@ const std::vector<TokenId> kFirstIds = {432, 383, 286, 261, 376, 298, 315, 421, 
 struct Runner {
   LoadedModel model;
   std::unique_ptr<Backend> backend;
-  std::unique_ptr<LlamaModel> llama;
+  std::unique_ptr<Model> llama;
   std::optional<KvCache> cache;
 
   static Runner open(const std::filesystem::path& path, bool reference = false, int32_t max_batch = 64,
@@ -33,7 +33,7 @@ struct Runner {
     EXPECT_TRUE(m.is_ok()) << m.status().to_string();
     r.model = std::move(m).value();
     r.backend = make_cpu_backend({reference});
-    auto l = LlamaModel::create(r.model.config, r.model.tensors, *r.backend, max_batch);
+    auto l = Model::create(r.model.config, r.model.tensors, *r.backend, max_batch);
     EXPECT_TRUE(l.is_ok()) << l.status().to_string();
     r.llama = std::move(l).value();
     auto c = KvCache::create(*r.backend, {r.model.config.n_layers, r.model.config.kv_dim(), 16, 32, kv_dtype});

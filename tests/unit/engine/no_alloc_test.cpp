@@ -69,7 +69,7 @@ TEST_P(NoAllocTest, ForwardStepsAllocateNothing) {
   const ModelConfig& c = weights->config;
   auto backend = make_cpu_backend({false, 2});
   constexpr int32_t kMaxTokens = 64;
-  auto model = LlamaModel::create(c, weights->tensors(0), *backend, kMaxTokens);
+  auto model = Model::create(c, weights->tensors(0), *backend, kMaxTokens);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   auto cache = KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 64});
   ASSERT_TRUE(cache.is_ok());

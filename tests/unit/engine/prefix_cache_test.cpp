@@ -244,7 +244,7 @@ TEST(DriverPrefixTest, GreedyTextIsTheSameWithTheCacheOnAndOffAndUnderPressure) 
   REQUIRE_STORIES();
   LoadedModel model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
   auto backend = make_cpu_backend();
-  auto llama = std::move(LlamaModel::create(model.config, model.tensors, *backend, 256)).value();
+  auto llama = std::move(Model::create(model.config, model.tensors, *backend, 256)).value();
   std::mt19937 rng(5);
   std::uniform_int_distribution<TokenId> token(3, model.config.vocab_size - 1);
   std::vector<std::vector<TokenId>> prefixes;
@@ -331,7 +331,7 @@ TEST(KvAdoptTest, ADriverContinuesFromAdoptedBlocksWithTheTokensOfAnUninterrupte
   REQUIRE_STORIES();
   LoadedModel model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
   auto backend = make_cpu_backend();
-  auto llama = std::move(LlamaModel::create(model.config, model.tensors, *backend, 256)).value();
+  auto llama = std::move(Model::create(model.config, model.tensors, *backend, 256)).value();
   std::mt19937 rng(9);
   std::uniform_int_distribution<TokenId> token(3, model.config.vocab_size - 1);
   std::vector<std::vector<TokenId>> prompts(8);

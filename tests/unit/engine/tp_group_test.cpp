@@ -284,7 +284,7 @@ TEST_F(TpModelTest, TwoRanksGiveOneRanksLogitsAtEveryStepAndItsGreedyText) {
     return std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim() / tp, 16, 16, KvDType::kF32})).value();
   };
   KvCache cache1 = make_cache(1), cache_r0 = make_cache(2), cache_r1 = make_cache(2);
-  auto model1 = std::move(LlamaModel::create(c, one.tensors(0), *backend, 64)).value();
+  auto model1 = std::move(Model::create(c, one.tensors(0), *backend, 64)).value();
   ModelRunner runner1(*model1, cache1);
 
   const auto path = dir_.path() / "hearth.tp2.tp";
@@ -293,11 +293,11 @@ TEST_F(TpModelTest, TwoRanksGiveOneRanksLogitsAtEveryStepAndItsGreedyText) {
   ASSERT_TRUE(TpSegment::open_or_create(path, tc).is_ok());
   std::vector<std::unique_ptr<TpGroup>> groups;
   for (int r = 0; r < 2; ++r) groups.push_back(member(path, r, {.rank = r}));
-  auto model_r0 = LlamaModel::create(c, two.tensors(0), *backend, 64, {.comm = &groups[0]->communicator()});
+  auto model_r0 = Model::create(c, two.tensors(0), *backend, 64, {.comm = &groups[0]->communicator()});
   ASSERT_TRUE(model_r0.is_ok()) << model_r0.status().to_string();
   EXPECT_EQ((*model_r0)->rank_config().n_heads, c.n_heads / 2);
   auto backend1 = make_cpu_backend({.threads = 1});
-  auto model_r1 = LlamaModel::create(c, two.tensors(1), *backend1, 64, {.comm = &groups[1]->communicator()});
+  auto model_r1 = Model::create(c, two.tensors(1), *backend1, 64, {.comm = &groups[1]->communicator()});
   ASSERT_TRUE(model_r1.is_ok()) << model_r1.status().to_string();
   form_all(groups);
   ModelRunner runner_r0(**model_r0, cache_r0, groups[0].get());

@@ -61,7 +61,7 @@ void exercise(const std::filesystem::path& path, int& refused, int& loaded) {
   auto tok = tokenizer_load(model->tokenizer);
   if (tok.is_ok()) (void)(*tok)->encode("Once upon a time");
   auto backend = make_cpu_backend();
-  auto llama = LlamaModel::create(model->config, model->tensors, *backend, 8);
+  auto llama = Model::create(model->config, model->tensors, *backend, 8);
   if (!llama.is_ok()) return;
   auto cache = KvCache::create(*backend, {model->config.n_layers, model->config.kv_dim(), 16, 1});
   if (!cache.is_ok()) return;

@@ -535,7 +535,7 @@ TEST(PrequantizedTest, GptqAndAwqCheckpointsOfStories260KLoadExactlyAndRun) {
     if (c.bits != 8) continue;
     // 8-bit: the model still tells the story (ground truth's first ids, models/README.md).
     auto backend = make_cpu_backend();
-    auto llama = LlamaModel::create(m->config, m->tensors, *backend, 64);
+    auto llama = Model::create(m->config, m->tensors, *backend, 64);
     ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
     auto cache = KvCache::create(*backend, {m->config.n_layers, m->config.kv_dim(), 16, 8, KvDType::kF32});
     ASSERT_TRUE(cache.is_ok());
@@ -556,7 +556,7 @@ struct Decoded {
 
 Decoded decode(const ModelConfig& config, const std::vector<TensorView>& tensors, Backend& backend, int steps) {
   Decoded out;
-  auto model = LlamaModel::create(config, tensors, backend, 64);
+  auto model = Model::create(config, tensors, backend, 64);
   EXPECT_TRUE(model.is_ok()) << model.status().to_string();
   if (!model.is_ok()) return out;
   auto cache = KvCache::create(backend, {config.n_layers, config.kv_dim(), 16, 8, KvDType::kF32});

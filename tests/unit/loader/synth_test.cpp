@@ -32,7 +32,7 @@ void check(const std::filesystem::path& path, const Oracle& oracle, const char* 
   auto model = model_open(path);
   ASSERT_TRUE(model.is_ok()) << model.status().to_string();
   auto backend = make_cpu_backend();
-  auto llama = LlamaModel::create(model->config, model->tensors, *backend, 32);
+  auto llama = Model::create(model->config, model->tensors, *backend, 32);
   ASSERT_TRUE(llama.is_ok());
   auto cache = KvCache::create(*backend, {model->config.n_layers, model->config.kv_dim(), 16, 2});
   ASSERT_TRUE(cache.is_ok());

@@ -234,7 +234,7 @@ TEST_F(WeightsSegmentTest, TheLoaderWritesTheLayoutItIsAskedForAndNamesIt) {
     }
     auto backend = make_cpu_backend();
     const auto tensors = w->tensors(0);
-    auto llama = LlamaModel::create(w->config, tensors, *backend, 16, {.layout = w->layout});
+    auto llama = Model::create(w->config, tensors, *backend, 16, {.layout = w->layout});
     ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
     auto cache = KvCache::create(*backend, {w->config.n_layers, w->config.kv_dim(), 16, 8});
     ASSERT_TRUE(cache.is_ok());

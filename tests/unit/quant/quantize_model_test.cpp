@@ -33,7 +33,7 @@ std::filesystem::path stories() { return shared_path("models/stories260K/stories
 // and evaluation texts of these tests: no corpus ships with the repository).
 std::vector<TokenId> sampled_tokens(const cli::RunnableModel& m, uint64_t first_seed, int n_seeds) {
   auto backend = make_cpu_backend();
-  auto llama = LlamaModel::create(m.config, m.tensors, *backend, 64, {m.layout, nullptr});
+  auto llama = Model::create(m.config, m.tensors, *backend, 64, {m.layout, nullptr});
   EXPECT_TRUE(llama.is_ok());
   auto cache = KvCache::create(*backend, {m.config.n_layers, m.config.kv_dim(), 16, 40, KvDType::kF32});
   EXPECT_TRUE(cache.is_ok());
