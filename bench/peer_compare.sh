@@ -7,7 +7,7 @@
 # llama.cpp is ../shared/tools/peer's pinned build measured through its C API with a
 # persistent thread pool (run `bash ../shared/tools/peer/setup.sh` once first); the models
 # are that harness's (make_model.py, seed 1234), made under $PEER_DIR/models if missing;
-# with --arch (qwen3moe, mixtral, qwen3, gptneox, gptj) they are hearth synth's of that
+# with --arch (qwen3moe, qwen2moe, mixtral, qwen3, gemma2, gptneox, gptj, ...) they are hearth synth's of that
 # family (e.g. --arch qwen3moe --preset 1b-moe --types "q8_0 q4_0": a mixture of experts
 # of ~1B active parameters; its bandwidth column counts only the experts a decode step's
 # token was routed to).

@@ -6,6 +6,7 @@
 
 #include <boost/json.hpp>
 
+#include "common/model_tensors.h"
 #include "loader/gguf_writer.h"
 #include "loader/model.h"
 #include "loader/synth.h"
@@ -142,6 +143,49 @@ TEST(FamilyConfigTest, AFieldThatChangesTheMathAndIsNotImplementedIsRefusedByNam
   set_config(copy.path(), "attn_logit_softcapping", nullptr);
   set_config(copy.path(), "num_experts", 0);
   EXPECT_TRUE(model_open(copy.path()).is_ok());
+}
+
+// Gemma 2's soft-caps and Qwen2-MoE's shared expert, as hostile or inconsistent files
+// give them: an error naming what is wrong, and a null soft-cap is none.
+TEST(FamilyConfigTest, BadSoftCapsAndSharedExpertsAreErrorsNamingThem) {
+  TempDir dir;
+  synth("gemma2", dir.path());
+  struct Case {
+    std::string key;
+    boost::json::value value;
+    std::string named;
+  };
+  const Case gemma[] = {
+      {"attn_logit_softcapping", -50.0, "attn_logit_softcapping"},
+      {"final_logit_softcapping", "30", "final_logit_softcapping"},
+      {"query_pre_attn_scalar", 0, "query_pre_attn_scalar"},
+  };
+  for (const Case& k : gemma) {
+    TempDir copy;
+    std::filesystem::copy(dir.path() / "hf", copy.path(), std::filesystem::copy_options::recursive);
+    set_config(copy.path(), k.key, k.value);
+    auto m = model_open(copy.path());
+    ASSERT_FALSE(m.is_ok()) << k.key;
+    EXPECT_NE(m.status().message().find(k.named), std::string::npos) << m.status().to_string();
+  }
+  {
+    TempDir copy;
+    std::filesystem::copy(dir.path() / "hf", copy.path(), std::filesystem::copy_options::recursive);
+    set_config(copy.path(), "attn_logit_softcapping", nullptr);
+    auto m = model_open(copy.path());
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    EXPECT_EQ(m->config.attn_softcap, 0.0f);
+    EXPECT_FLOAT_EQ(m->config.final_softcap, 30.0f);
+  }
+  TempDir moe;
+  synth("qwen2moe", moe.path());
+  TempDir copy;
+  std::filesystem::copy(moe.path() / "hf", copy.path(), std::filesystem::copy_options::recursive);
+  set_config(copy.path(), "shared_expert_intermediate_size", 256);  // the tensors hold 512
+  auto m = model_open(copy.path());
+  const Status shapes = m.is_ok() ? model_check_tensors(m->config, m->tensors) : m.status();
+  ASSERT_FALSE(shapes.is_ok());
+  EXPECT_NE(shapes.message().find("ffn_gate_shexp"), std::string::npos) << shapes.to_string();
 }
 
 TEST(FamilyConfigTest, AGgufKeyThatChangesTheMathAndIsNotImplementedIsRefusedByName) {
