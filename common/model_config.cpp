@@ -67,6 +67,12 @@ Status model_config_validate(const ModelConfig& c) {
     return make_error(ErrorCode::kFormat, "model config: a negative or non-finite embedding scale, attention scale, "
                       "local rope theta, sliding window pattern or soft-cap");
   }
+  if (c.n_dense_layers < 0 || c.n_dense_layers > c.n_layers || (c.n_dense_layers > 0 && c.n_experts == 0) ||
+      c.dense_hidden_dim < 0 || c.dense_hidden_dim > (1 << 20) || (c.n_dense_layers > 0 && c.dense_hidden_dim == 0) ||
+      !(c.routed_scale > 0.0f) || !std::isfinite(c.routed_scale) || (c.router_bias && c.n_experts == 0)) {
+    return make_error(ErrorCode::kFormat, "model config: {} dense layers of {} before the experts, a routed scale of {}",
+                      c.n_dense_layers, c.dense_hidden_dim, c.routed_scale);
+  }
   if (c.shared_expert_dim < 0 || c.shared_expert_dim > (1 << 20) || (c.shared_expert_dim > 0 && c.n_experts == 0) ||
       (c.shared_expert_gate && c.shared_expert_dim == 0)) {
     return make_error(ErrorCode::kFormat, "model config: a shared expert of {} (gated: {}) with {} experts",
@@ -112,6 +118,9 @@ std::string model_config_summary(const ModelConfig& c) {
   if (c.shared_expert_dim > 0) {
     features += fmt::format(", a {}shared expert of {}", c.shared_expert_gate ? "gated " : "", c.shared_expert_dim);
   }
+  if (c.router_sigmoid) features += fmt::format(", sigmoid router{}", c.router_bias ? " with bias" : "");
+  if (c.routed_scale != 1.0f) features += fmt::format(", routed weights x {}", c.routed_scale);
+  if (c.n_dense_layers > 0) features += fmt::format(", {} dense layers of {} first", c.n_dense_layers, c.dense_hidden_dim);
   if (c.attn_softcap > 0.0f) features += fmt::format(", attention soft-cap {}", c.attn_softcap);
   if (c.final_softcap > 0.0f) features += fmt::format(", logit soft-cap {}", c.final_softcap);
   if (c.sandwich_norm) features += ", block output norms";
@@ -215,6 +224,11 @@ std::string model_config_to_json(const ModelConfig& c) {
   o["final_softcap"] = c.final_softcap;
   o["shared_expert_dim"] = c.shared_expert_dim;
   o["shared_expert_gate"] = c.shared_expert_gate;
+  o["router_sigmoid"] = c.router_sigmoid;
+  o["router_bias"] = c.router_bias;
+  o["routed_scale"] = c.routed_scale;
+  o["n_dense_layers"] = c.n_dense_layers;
+  o["dense_hidden_dim"] = c.dense_hidden_dim;
   return boost::json::serialize(o);
 }
 
@@ -287,17 +301,22 @@ Result<ModelConfig> model_config_from_json(std::string_view json) {
   HEARTH_RETURN_IF_ERROR(flag("moe_normalize", c.moe_normalize));
   HEARTH_RETURN_IF_ERROR(flag("sandwich_norm", c.sandwich_norm));
   HEARTH_RETURN_IF_ERROR(flag("shared_expert_gate", c.shared_expert_gate));
+  HEARTH_RETURN_IF_ERROR(flag("router_sigmoid", c.router_sigmoid));
+  HEARTH_RETURN_IF_ERROR(flag("router_bias", c.router_bias));
   for (const auto& [key, field] : {std::pair{"embedding_scale", &c.embedding_scale},
                                    std::pair{"attention_scale", &c.attention_scale},
                                    std::pair{"rope_local_theta", &c.rope_local_theta},
                                    std::pair{"attn_softcap", &c.attn_softcap},
-                                   std::pair{"final_softcap", &c.final_softcap}}) {
+                                   std::pair{"final_softcap", &c.final_softcap},
+                                   std::pair{"routed_scale", &c.routed_scale}}) {
     if (o.contains(key)) HEARTH_RETURN_IF_ERROR(f32(key, *field));
   }
   for (const auto& [key, field] : {std::pair{"rotary_dim", &c.rotary_dim}, std::pair{"n_experts", &c.n_experts},
                                    std::pair{"n_experts_used", &c.n_experts_used},
                                    std::pair{"sliding_window_pattern", &c.sliding_window_pattern},
-                                   std::pair{"shared_expert_dim", &c.shared_expert_dim}}) {
+                                   std::pair{"shared_expert_dim", &c.shared_expert_dim},
+                                   std::pair{"n_dense_layers", &c.n_dense_layers},
+                                   std::pair{"dense_hidden_dim", &c.dense_hidden_dim}}) {
     if (o.contains(key)) HEARTH_RETURN_IF_ERROR(i32(key, *field));
   }
   HEARTH_RETURN_IF_ERROR(model_config_validate(c));

@@ -81,10 +81,20 @@ struct ModelConfig {
   int32_t n_experts = 0;
   int32_t n_experts_used = 0;
   bool moe_normalize = true;     // the chosen experts' weights renormalised to sum 1
-  // Qwen2-MoE: one shared expert of shared_expert_dim (0: none) that every token runs
-  // beside its routed ones, its output times sigmoid(x . gate) when shared_expert_gate.
+  // Qwen2-MoE, GLM-4.5: one shared expert of shared_expert_dim (0: none) that every
+  // token runs beside its routed ones, its output times sigmoid(x . gate) when
+  // shared_expert_gate (Qwen2-MoE).
   int32_t shared_expert_dim = 0;
   bool shared_expert_gate = false;
+  // GLM-4.5 (DeepSeek V3's router): each expert's score the sigmoid of its logit rather
+  // than its softmax probability; the k chosen by score plus a learnt per-expert bias
+  // (blk.N.exp_probs_b.bias) when router_bias; the weights times routed_scale. The first
+  // n_dense_layers layers have a dense FFN of dense_hidden_dim instead of experts.
+  bool router_sigmoid = false;
+  bool router_bias = false;
+  float routed_scale = 1.0f;
+  int32_t n_dense_layers = 0;
+  int32_t dense_hidden_dim = 0;
   // Gemma 3: the embeddings scaled by embedding_scale (0: not scaled); a norm of each
   // block's output before it is added (post_attention_norm, post_ffw_norm); an attention
   // scale other than 1/sqrt(head_dim) (0: that one); every sliding_window_pattern-th
@@ -107,6 +117,9 @@ struct ModelConfig {
     return sliding_window > 0 && (sliding_window_pattern == 0 || (layer + 1) % sliding_window_pattern != 0);
   }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
+  // Whether layer `layer`'s FFN is experts, and its (each expert's, or the dense) size.
+  bool expert_layer(int32_t layer) const { return n_experts > 0 && layer >= n_dense_layers; }
+  int32_t ffn_dim(int32_t layer) const { return n_experts > 0 && !expert_layer(layer) ? dense_hidden_dim : hidden_dim; }
 };
 
 // Checks that the numbers describe a model hearth can run (positive, divisible, within

@@ -8,7 +8,7 @@ namespace hearth {
 
 std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   std::vector<TensorSpec> specs;
-  const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), f = c.hidden_dim, v = c.vocab_size;
+  const int64_t d = c.dim, q = c.q_dim(), kv = c.kv_dim(), v = c.vocab_size;
   const bool layer_norm = c.norm == NormKind::kLayer;
   auto norm = [&](const std::string& name) {
     specs.push_back({name + ".weight", {d}, true, false});
@@ -17,6 +17,7 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
   specs.push_back({"token_embd.weight", {v, d}, true, true});
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
+    const int64_t f = c.ffn_dim(i);
     norm(p + "attn_norm");
     specs.push_back({p + "attn_q.weight", {q, d}, true, true});
     specs.push_back({p + "attn_k.weight", {kv, d}, true, true});
@@ -37,9 +38,10 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c) {
       specs.push_back({p + "post_ffw_norm.weight", {d}, true, false});
     }
     if (c.residual != Residual::kParallelSharedNorm) norm(p + "ffn_norm");
-    if (c.n_experts > 0) {
+    if (c.expert_layer(i)) {
       // The router, and each expert's three matrices under its index.
       specs.push_back({p + "ffn_gate_inp.weight", {c.n_experts, d}, true, true});
+      if (c.router_bias) specs.push_back({p + "exp_probs_b.bias", {c.n_experts}, true, false});
       for (int e = 0; e < c.n_experts; ++e) {
         specs.push_back({fmt::format("{}ffn_gate.{}.weight", p, e), {f, d}, true, true});
         specs.push_back({fmt::format("{}ffn_up.{}.weight", p, e), {f, d}, true, true});

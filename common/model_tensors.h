@@ -5,7 +5,8 @@
 // blk.N.ffn_gate_inp.weight [n_experts, dim] and blk.N.ffn_{gate,up,down}.E.weight for
 // each expert E in place of the dense FFN, and with a shared expert
 // blk.N.ffn_{gate,up,down}_shexp.weight and, gated, blk.N.ffn_gate_inp_shexp.weight
-// [1, dim]). Every container is mapped onto these names by
+// [1, dim]; a router's choice bias blk.N.exp_probs_b.bias [n_experts]; the first
+// n_dense_layers layers dense, of dense_hidden_dim). Every container is mapped onto these names by
 // the loader; the engine binds its weights through them. Pure functions; thread-safe.
 //
 // Names: token_embd.weight, output_norm.weight, output.weight (absent when tied),

@@ -15,6 +15,7 @@
 #include "common/half.h"
 #include "common/hd.h"
 #include "kernels/attention_params.h"
+#include "kernels/moe_params.h"
 
 namespace hearth::kernels::dev {
 
@@ -218,30 +219,46 @@ HEARTH_HD float rms_inv(float sum_sq, int64_t dim, float eps) {
 
 // ---- Mixture of experts --------------------------------------------------------------
 
-// The k experts a token is routed to by its router logits ([n_experts]): ids in
-// descending logit order (the lower id first among equals), weights their softmax
-// probabilities over all experts, renormalised over the k when `normalize` (Mixtral,
-// Qwen3-MoE's norm_topk_prob). k <= n_experts.
-HEARTH_HD void moe_top_k(const float* logits, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
-                         float* weights) {
+// One expert's score (its weight before renormalising) from the router's logits: the
+// softmax probability (max and sum: the row's largest logit and sum of e^(l - max)), or
+// the sigmoid of its own logit.
+HEARTH_HD float moe_score(const float* logits, int32_t e, bool use_sigmoid, float max, float sum) {
+  return use_sigmoid ? 1.0f / (1.0f + expf(-logits[e])) : expf(logits[e] - max) / sum;
+}
+
+// The k experts a token is routed to by its router logits ([n_experts]), as `r` says:
+// ids in descending order of choice (the logit, or with a bias the score plus its bias;
+// the lower id first among equals), weights their scores, renormalised over the k when
+// r.normalize, then times r.scale.
+HEARTH_HD void moe_top_k(const float* logits, const MoeRouting& r, int32_t* ids, float* weights) {
+  const int32_t n_experts = r.n_experts, k = r.k;
   float max = logits[0];
   for (int32_t e = 1; e < n_experts; ++e) max = logits[e] > max ? logits[e] : max;
   float sum = 0.0f;
-  for (int32_t e = 0; e < n_experts; ++e) sum += expf(logits[e] - max);
+  if (!r.sigmoid) {
+    for (int32_t e = 0; e < n_experts; ++e) sum += expf(logits[e] - max);
+  }
   float chosen = 0.0f;
   for (int32_t j = 0; j < k; ++j) {
     int32_t best = -1;
+    float best_choice = 0.0f;
     for (int32_t e = 0; e < n_experts; ++e) {
       bool taken = false;
       for (int32_t i = 0; i < j; ++i) taken = taken || ids[i] == e;
-      if (!taken && (best < 0 || logits[e] > logits[best])) best = e;
+      if (taken) continue;
+      const float choice = r.bias != nullptr ? moe_score(logits, e, r.sigmoid, max, sum) + r.bias[e] : logits[e];
+      if (best < 0 || choice > best_choice) {
+        best = e;
+        best_choice = choice;
+      }
     }
     ids[j] = best;
-    weights[j] = expf(logits[best] - max) / sum;
+    weights[j] = moe_score(logits, best, r.sigmoid, max, sum);
     chosen += weights[j];
   }
-  if (normalize) {
-    for (int32_t j = 0; j < k; ++j) weights[j] /= chosen;
+  for (int32_t j = 0; j < k; ++j) {
+    if (r.normalize) weights[j] /= chosen;
+    weights[j] *= r.scale;
   }
 }
 

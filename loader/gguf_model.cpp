@@ -1,5 +1,6 @@
 // GGUF container -> LoadedModel.
 #include <cmath>
+#include <cstdio>
 
 #include "loader/fused_qkv.h"
 #include "loader/gguf.h"
@@ -30,6 +31,8 @@ constexpr ArchInfo kArchs[] = {
      false},
     {"qwen3moe", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true},
     {"qwen2moe", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false},
+    // q/k norms where the file has them (GLM-4.5 has, GLM-4.5-Air has not).
+    {"glm4moe", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false},
     {"gemma2", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, false},
     {"gemma3", RopeStyle::kHalf, NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, true},
 };
@@ -38,7 +41,7 @@ constexpr ArchInfo kArchs[] = {
 constexpr std::string_view kUnimplementedKeys[] = {
     ".attn_logit_softcapping", ".final_logit_softcapping", ".attention.sliding_window_pattern", ".embedding_scale",
     ".logit_scale", ".residual_scale", ".attention.clamp_kqv", ".expert_shared_count", ".leading_dense_block_count",
-    ".expert_shared_feed_forward_length",
+    ".expert_shared_feed_forward_length", ".rope.dimension_sections",
 };
 
 // A mixture of experts' merged tensors (blk.N.ffn_{gate,up,down}_exps.weight, [experts,
@@ -171,6 +174,7 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   for (std::string_view key : kUnimplementedKeys) {
     if (a == "gemma2" && key.ends_with("_softcapping")) continue;  // read below
     if (a == "qwen2moe" && key == ".expert_shared_feed_forward_length") continue;
+    if (a == "glm4moe" && (key == ".expert_shared_count" || key == ".leading_dense_block_count")) continue;
     const GgufValue* v = gguf.find(a + std::string(key));
     if (v != nullptr && value_set(*v)) {
       return make_error(ErrorCode::kUnsupported, "GGUF {}{} is set, and hearth's {} does not implement it", a, key, a);
@@ -187,6 +191,7 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   c.gated_ffn = arch->gated_ffn;
   c.qk_norm = arch->qk_norm;
   for (const TensorView& t : gguf.tensors) {
+    if (a == "glm4moe") c.qk_norm = c.qk_norm || t.name.ends_with(".attn_q_norm.weight");
     c.qkv_bias = c.qkv_bias || t.name.ends_with(".attn_q.bias") || t.name.ends_with(".attn_qkv.bias");
     c.attn_output_bias = c.attn_output_bias || t.name.ends_with(".attn_output.bias");
     c.ffn_bias = c.ffn_bias || t.name.ends_with(".ffn_up.bias");
@@ -237,19 +242,52 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
   }
   HEARTH_ASSIGN_OR_RETURN(c.n_experts, get_dim(gguf, a + ".expert_count", 0));
   if (c.n_experts > 0) {
-    if (a != "llama" && a != "qwen3moe" && a != "qwen2moe") {
+    if (a != "llama" && a != "qwen3moe" && a != "qwen2moe" && a != "glm4moe") {
       return make_error(ErrorCode::kUnsupported, "GGUF {}.expert_count is set: experts are implemented for llama "
-                        "(Mixtral), qwen2moe and qwen3moe only", a);
+                        "(Mixtral), qwen2moe, qwen3moe and glm4moe only", a);
     }
     HEARTH_ASSIGN_OR_RETURN(c.n_experts_used, get_dim(gguf, a + ".expert_used_count"));
-    HEARTH_ASSIGN_OR_RETURN(const int32_t gating, get_dim(gguf, a + ".expert_gating_func", 1));
-    if (gating != 1) {
-      return make_error(ErrorCode::kUnsupported, "GGUF {}.expert_gating_func {} is not implemented (1, softmax, is)", a,
-                        gating);
+    // llama.cpp's gating functions: 1 softmax, 2 sigmoid (glm4moe's, also when unset).
+    const bool glm = a == "glm4moe";
+    HEARTH_ASSIGN_OR_RETURN(const int32_t gating, get_dim(gguf, a + ".expert_gating_func", glm ? 2 : 1));
+    if (glm ? gating != 2 && gating != 0 : gating != 1) {
+      return make_error(ErrorCode::kUnsupported, "GGUF {}.expert_gating_func {} is not implemented ({} is)", a, gating,
+                        glm ? "2, sigmoid," : "1, softmax,");
     }
     HEARTH_ASSIGN_OR_RETURN(auto norm, gguf.get_bool(a + ".expert_weights_norm"));
-    // What llama.cpp does: renormalised for llama (Mixtral) and qwen3moe, not for qwen2moe.
-    c.moe_normalize = norm.value_or(a != "qwen2moe");
+    // What llama.cpp does: renormalised for llama (Mixtral) and qwen3moe, not for qwen2moe,
+    // and for glm4moe as the file says (not when it says nothing).
+    c.moe_normalize = norm.value_or(a != "qwen2moe" && !glm);
+    if (glm) {
+      // GLM-4.5: the dense layers first (feed_forward_length), sigmoid scores with a choice
+      // bias (exp_probs_b), weights times expert_weights_scale, ungated shared experts; the
+      // last nextn_predict_layers blocks are multi-token-prediction heads, not run.
+      c.router_sigmoid = true;
+      HEARTH_ASSIGN_OR_RETURN(auto scale, gguf.get_float(a + ".expert_weights_scale"));
+      c.routed_scale = static_cast<float>(scale.value_or(1.0));
+      HEARTH_ASSIGN_OR_RETURN(c.n_dense_layers, get_dim(gguf, a + ".leading_dense_block_count", 0));
+      c.dense_hidden_dim = c.n_dense_layers > 0 ? c.hidden_dim : 0;
+      HEARTH_ASSIGN_OR_RETURN(const int32_t nextn, get_dim(gguf, a + ".nextn_predict_layers", 0));
+      if (nextn < 0 || nextn >= c.n_layers) {
+        return make_error(ErrorCode::kFormat, "GGUF {}.nextn_predict_layers is {} of {} blocks", a, nextn, c.n_layers);
+      }
+      c.n_layers -= nextn;
+      HEARTH_ASSIGN_OR_RETURN(const int32_t shared, get_dim(gguf, a + ".expert_shared_count", 0));
+      HEARTH_ASSIGN_OR_RETURN(const int32_t expert_ffn, get_dim(gguf, a + ".expert_feed_forward_length"));
+      if (shared > 64) return make_error(ErrorCode::kFormat, "GGUF {}.expert_shared_count is {}", a, shared);
+      c.shared_expert_dim = shared * expert_ffn;
+      std::vector<TensorView> kept;
+      for (TensorView& t : gguf.tensors) {
+        int32_t layer = -1;
+        if (std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1 && layer >= c.n_layers) continue;
+        c.router_bias = c.router_bias || t.name.ends_with(".exp_probs_b.bias");
+        // llama.cpp's glm4moe stores the FFN's input norm as the attention's post-norm.
+        const size_t at = t.name.find(".post_attention_norm.weight");
+        if (at != std::string::npos) t.name = t.name.substr(0, at) + ".ffn_norm.weight";
+        kept.push_back(std::move(t));
+      }
+      gguf.tensors = std::move(kept);
+    }
     if (a != "llama") {
       HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_dim(gguf, a + ".expert_feed_forward_length"));
     } else {
@@ -266,7 +304,7 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
         }
       }
     }
-  } else if (a == "qwen3moe" || a == "qwen2moe") {
+  } else if (a == "qwen3moe" || a == "qwen2moe" || a == "glm4moe") {
     return make_error(ErrorCode::kFormat, "GGUF {} has no {}.expert_count", a, a);
   }
   HEARTH_ASSIGN_OR_RETURN(auto theta, gguf.get_float(a + ".rope.freq_base"));

@@ -131,6 +131,14 @@ constexpr NamePair kQwen2MoeRouter[] = {
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight"},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight"},
 };
+// GLM-4.5: the router with its choice bias, and the shared experts (one ungated MLP).
+constexpr NamePair kGlmMoeRouter[] = {
+    {"mlp.gate.weight", "ffn_gate_inp.weight"},
+    {"mlp.gate.e_score_correction_bias", "exp_probs_b.bias"},
+    {"mlp.shared_experts.gate_proj.weight", "ffn_gate_shexp.weight"},
+    {"mlp.shared_experts.up_proj.weight", "ffn_up_shexp.weight"},
+    {"mlp.shared_experts.down_proj.weight", "ffn_down_shexp.weight"},
+};
 constexpr NamePair kMixtralRouter[] = {{"block_sparse_moe.gate.weight", "ffn_gate_inp.weight"}};
 constexpr NamePair kMixtralExperts[] = {{"w1.weight", "ffn_gate"}, {"w3.weight", "ffn_up"}, {"w2.weight", "ffn_down"}};
 
@@ -139,6 +147,8 @@ constexpr HfNames kQwenMoeNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kL
                                 kQwenMoeRouter, "mlp.experts.", kQwenMoeExperts};
 constexpr HfNames kQwen2MoeNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
                                  kQwen2MoeRouter, "mlp.experts.", kQwenMoeExperts};
+constexpr HfNames kGlmMoeNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
+                               kGlmMoeRouter, "mlp.experts.", kQwenMoeExperts};
 constexpr HfNames kMixtralNames{"model.layers.", kLlamaGlobals, kLlamaLayers, kLlamaBuffers,
                                 kMixtralRouter, "block_sparse_moe.experts.", kMixtralExperts};
 constexpr HfNames kGemmaNames{"model.layers.", kLlamaGlobals, kGemmaLayers, kLlamaBuffers};
@@ -149,6 +159,7 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c);
 Status read_neox_config(const boost::json::object& cfg, ModelConfig& c);
 Status read_gptj_config(const boost::json::object& cfg, ModelConfig& c);
 Status read_gemma_config(const boost::json::object& cfg, ModelConfig& c);
+Status read_glm4moe_config(const boost::json::object& cfg, ModelConfig& c);
 
 struct HfArch {
   std::string_view hf_name;
@@ -165,6 +176,7 @@ constexpr HfArch kArchs[] = {
     {"Qwen2MoeForCausalLM", "qwen2moe", &kQwen2MoeNames, read_llama_config},
     {"Qwen3MoeForCausalLM", "qwen3moe", &kQwenMoeNames, read_llama_config},
     {"MixtralForCausalLM", "mixtral", &kMixtralNames, read_llama_config},
+    {"Glm4MoeForCausalLM", "glm4moe", &kGlmMoeNames, read_glm4moe_config},
     {"GPTNeoXForCausalLM", "gptneox", &kNeoxNames, read_neox_config},
     {"GPTJForCausalLM", "gptj", &kGptjNames, read_gptj_config},
     {"Gemma2ForCausalLM", "gemma2", &kGemmaNames, read_gemma_config},
@@ -263,6 +275,10 @@ Status refuse_unimplemented(const boost::json::object& cfg, std::string_view arc
   if (!moe) keys.insert(keys.end(), std::begin(kExpertFields), std::end(kExpertFields));
   for (std::string_view key : keys) {
     if (arch == "Qwen2MoeForCausalLM" && key == "shared_expert_intermediate_size") continue;  // read_experts'
+    if (arch == "Glm4MoeForCausalLM" && (key == "n_routed_experts" || key == "n_shared_experts" ||
+                                         key == "first_k_dense_replace" || key == "use_qk_norm")) {
+      continue;  // read_glm4moe_config's
+    }
     if (arch.starts_with("Gemma") && (key == "query_pre_attn_scalar" || key == "sliding_window_pattern" ||
                                       key == "attn_logit_softcapping" || key == "final_logit_softcapping")) {
       continue;  // read_gemma_config's
@@ -540,6 +556,60 @@ Status read_gemma_config(const boost::json::object& cfg, ModelConfig& c) {
   return read_rope_scaling(cfg, c);
 }
 
+// GLM-4.5 (Glm4MoeForCausalLM): Qwen-like attention (q/k/v biases, optional q/k norms)
+// with half of each head rotated, the first first_k_dense_replace layers dense, the others
+// DeepSeek V3's mixture: sigmoid scores, the k chosen by score plus
+// e_score_correction_bias, their weights renormalised and times routed_scaling_factor,
+// beside n_shared_experts ungated shared experts.
+Status read_glm4moe_config(const boost::json::object& cfg, ModelConfig& c) {
+  c.rope_style = RopeStyle::kHalf;
+  HEARTH_ASSIGN_OR_RETURN(c.activation, read_activation(cfg, "hidden_act", "silu"));
+  HEARTH_ASSIGN_OR_RETURN(auto attention_bias, json_opt_bool(cfg, "attention_bias"));
+  c.qkv_bias = attention_bias.value_or(false);  // q, k and v; the output projection has none
+  HEARTH_ASSIGN_OR_RETURN(auto qk_norm, json_opt_bool(cfg, "use_qk_norm"));
+  c.qk_norm = qk_norm.value_or(false);
+  HEARTH_RETURN_IF_ERROR(read_llama_shape(cfg, c));
+  const int32_t dense = c.hidden_dim;  // intermediate_size: the dense layers'
+  HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", c.dim / c.n_heads));
+  HEARTH_RETURN_IF_ERROR(read_rotary_share(cfg, "partial_rotary_factor", 0.5, c));
+  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 131072));
+  HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
+  c.norm_eps = static_cast<float>(eps.value_or(1e-5));
+  HEARTH_ASSIGN_OR_RETURN(auto theta, json_opt_number(cfg, "rope_theta"));
+  c.rope_theta = static_cast<float>(theta.value_or(10000.0));
+  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(cfg, "tie_word_embeddings"));
+  c.tied_embeddings = tied.value_or(false);
+
+  HEARTH_ASSIGN_OR_RETURN(auto routed, json_opt_int(cfg, "n_routed_experts"));
+  if (!routed) {
+    HEARTH_ASSIGN_OR_RETURN(routed, json_opt_int(cfg, "num_experts"));
+  }
+  if (!routed || *routed < 1 || *routed > 1024) {
+    return make_error(ErrorCode::kFormat, "config.json needs \"n_routed_experts\" (1..1024)");
+  }
+  c.n_experts = static_cast<int32_t>(*routed);
+  HEARTH_ASSIGN_OR_RETURN(c.n_experts_used, get_int(cfg, "num_experts_per_tok", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.hidden_dim, get_int(cfg, "moe_intermediate_size", std::nullopt));
+  HEARTH_ASSIGN_OR_RETURN(c.n_dense_layers, get_int(cfg, "first_k_dense_replace", 1));
+  c.dense_hidden_dim = c.n_dense_layers > 0 ? dense : 0;
+  HEARTH_ASSIGN_OR_RETURN(const int32_t shared, get_int(cfg, "n_shared_experts", 1));
+  if (shared > 64) return make_error(ErrorCode::kFormat, "\"n_shared_experts\" is {}", shared);
+  c.shared_expert_dim = shared * c.hidden_dim;
+  HEARTH_ASSIGN_OR_RETURN(auto norm, json_opt_bool(cfg, "norm_topk_prob"));
+  c.moe_normalize = norm.value_or(true);
+  HEARTH_ASSIGN_OR_RETURN(auto scale, json_opt_number(cfg, "routed_scaling_factor"));
+  c.routed_scale = static_cast<float>(scale.value_or(1.0));
+  c.router_sigmoid = true;
+  c.router_bias = true;
+  HEARTH_ASSIGN_OR_RETURN(auto groups, json_opt_int(cfg, "n_group"));
+  HEARTH_ASSIGN_OR_RETURN(auto topk_groups, json_opt_int(cfg, "topk_group"));
+  if (groups.value_or(1) > 1 && topk_groups.value_or(1) < *groups) {
+    return make_error(ErrorCode::kUnsupported, "\"n_group\" {} with \"topk_group\" {} (experts chosen from some "
+                      "groups only) is not implemented", *groups, topk_groups.value_or(1));
+  }
+  return read_rope_scaling(cfg, c);
+}
+
 // Gemma's RMSNorm multiplies by (1 + weight): every norm weight of the checkpoint,
 // stored as 1 + weight in float32 (what llama.cpp's converter writes into its GGUF), so
 // that the engine's RMSNorm computes it.
@@ -649,7 +719,16 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
   auto arch = read_config(cfg, model.config);
   if (!arch.is_ok()) return arch.status().with_context("config.json");
   const HfNames& names = *(*arch)->names;
-  auto canonical = [&names](const std::string& hf) { return canonical_name(names, hf); };
+  // Layers past num_hidden_layers are multi-token-prediction heads (GLM-4.5's
+  // num_nextn_predict_layers), a draft model that transformers, like hearth, does not run.
+  HEARTH_ASSIGN_OR_RETURN(auto nextn, json_opt_int(cfg, "num_nextn_predict_layers"));
+  const int64_t n_layers = model.config.n_layers, extra = std::clamp<int64_t>(nextn.value_or(0), 0, 16);
+  auto canonical = [&names, n_layers, extra](const std::string& hf) -> std::string {
+    for (int64_t i = n_layers; i < n_layers + extra; ++i) {
+      if (hf.starts_with(fmt::format("{}{}.", names.layer_prefix, i))) return "";
+    }
+    return canonical_name(names, hf);
+  };
   HEARTH_ASSIGN_OR_RETURN(const std::optional<PrequantConfig> prequant, prequant_config(cfg));
 
   // Which files hold the weights: the shard index when there is one.

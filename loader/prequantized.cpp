@@ -317,6 +317,7 @@ Status prequant_apply(const PrequantConfig& cfg, std::vector<TensorView> int32_t
       return make_error(ErrorCode::kFormat, "AWQ layer {} has a g_idx, which AWQ does not use", module);
     }
     const std::string name = canonical(module + ".weight");
+    if (name.empty()) continue;  // a part of the checkpoint the model does not run
     if (name == module + ".weight") {
       return make_error(ErrorCode::kUnsupported, "quantized layer {} is not a linear layer hearth knows", module);
     }

@@ -94,10 +94,12 @@ Status check_tp(const ModelConfig& c, int tp) {
   if (tp < 1 || tp > kMaxTensorParallel) {
     return make_error(ErrorCode::kInvalidArgument, "--tp {} is out of range 1..{}", tp, kMaxTensorParallel);
   }
-  if (c.n_heads % tp != 0 || c.n_kv_heads % tp != 0 || c.hidden_dim % tp != 0 || c.shared_expert_dim % tp != 0) {
+  if (c.n_heads % tp != 0 || c.n_kv_heads % tp != 0 || c.hidden_dim % tp != 0 || c.shared_expert_dim % tp != 0 ||
+      c.dense_hidden_dim % tp != 0) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "--tp {} must divide the heads ({}), kv heads ({}), feed-forward size ({}) and shared expert "
-                      "size ({})", tp, c.n_heads, c.n_kv_heads, c.hidden_dim, c.shared_expert_dim);
+                      "--tp {} must divide the heads ({}), kv heads ({}), feed-forward size ({}), shared expert "
+                      "size ({}) and dense layers' size ({})", tp, c.n_heads, c.n_kv_heads, c.hidden_dim,
+                      c.shared_expert_dim, c.dense_hidden_dim);
   }
   return Status::ok();
 }

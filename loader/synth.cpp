@@ -25,7 +25,11 @@ int32_t gemma_window(const SynthShape& c) { return c.sliding_window > 0 ? c.slid
 int32_t shared_hidden(const SynthShape& c) { return c.shared_hidden > 0 ? c.shared_hidden : 2 * c.hidden; }
 float attn_softcap(const SynthShape& c) { return c.attn_softcap > 0.0f ? c.attn_softcap : 50.0f; }
 float final_softcap(const SynthShape& c) { return c.final_softcap > 0.0f ? c.final_softcap : 30.0f; }
-bool is_moe(std::string_view arch) { return arch == "qwen3moe" || arch == "qwen2moe" || arch == "mixtral"; }
+bool is_moe(std::string_view arch) {
+  return arch == "qwen3moe" || arch == "qwen2moe" || arch == "glm4moe" || arch == "mixtral";
+}
+int32_t dense_hidden(const SynthShape& c) { return c.dense_hidden > 0 ? c.dense_hidden : 2 * c.hidden; }
+constexpr float kGlmRoutedScale = 2.5f;
 
 uint64_t fnv1a64(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -57,13 +61,17 @@ struct SynthTensor {
 };
 
 // The experts of layer `p` (HF prefix) / `g` (GGUF prefix): the router, each expert's
-// matrices under the family's HF names, the GGUF's merged tensors of them, and a shared
-// expert with its gate when `shared`.
-void add_experts(std::vector<SynthTensor>& out, const SynthShape& c, bool mixtral, bool shared, const std::string& p,
+// matrices under the family's HF names, the GGUF's merged tensors of them, and the
+// family's shared expert (Qwen2-MoE's gated, GLM-4.5's not) and choice bias (GLM-4.5).
+void add_experts(std::vector<SynthTensor>& out, const SynthShape& c, std::string_view arch, const std::string& p,
                  const std::string& g) {
+  const bool mixtral = arch == "mixtral";
   const int64_t d = c.dim, f = c.hidden;
   out.push_back({p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"), g + "ffn_gate_inp.weight",
                  {c.experts, d}, Kind::kLinear, 0});
+  if (arch == "glm4moe") {
+    out.push_back({p + "mlp.gate.e_score_correction_bias", g + "exp_probs_b.bias", {c.experts}, Kind::kBias, 0});
+  }
   const char* hf[3][2] = {{"gate_proj", "w1"}, {"up_proj", "w3"}, {"down_proj", "w2"}};
   const char* gguf[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
   for (int m = 0; m < 3; ++m) {
@@ -78,19 +86,23 @@ void add_experts(std::vector<SynthTensor>& out, const SynthShape& c, bool mixtra
     }
     out.push_back(std::move(merged));
   }
-  if (shared) {
+  if (arch == "qwen2moe") {
     const int64_t s = shared_hidden(c);
     out.push_back({p + "mlp.shared_expert.gate_proj.weight", g + "ffn_gate_shexp.weight", {s, d}, Kind::kLinear, 0});
     out.push_back({p + "mlp.shared_expert.up_proj.weight", g + "ffn_up_shexp.weight", {s, d}, Kind::kLinear, 0});
     out.push_back({p + "mlp.shared_expert.down_proj.weight", g + "ffn_down_shexp.weight", {d, s}, Kind::kLinear, 0});
     out.push_back({p + "mlp.shared_expert_gate.weight", g + "ffn_gate_inp_shexp.weight", {1, d}, Kind::kLinear, 0});
+  } else if (arch == "glm4moe") {  // one shared expert of the experts' size, ungated
+    out.push_back({p + "mlp.shared_experts.gate_proj.weight", g + "ffn_gate_shexp.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.shared_experts.up_proj.weight", g + "ffn_up_shexp.weight", {f, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.shared_experts.down_proj.weight", g + "ffn_down_shexp.weight", {d, f}, Kind::kLinear, 0});
   }
 }
 
 std::vector<SynthTensor> llama_tensors(const SynthShape& c, std::string_view arch) {
   const int64_t d = c.dim, f = c.hidden, hd = c.dim / c.heads, kv = c.kv_heads * hd;
   const bool qk_norm = arch == "qwen3" || arch == "qwen3moe";
-  const bool qkv_bias = arch == "qwen2moe";
+  const bool qkv_bias = arch == "qwen2moe" || arch == "glm4moe";
   const bool moe = is_moe(arch);
   // llama.cpp's converter permutes llama's (and Mixtral's) q/k rows for interleaved RoPE,
   // not qwen's.
@@ -113,14 +125,17 @@ std::vector<SynthTensor> llama_tensors(const SynthShape& c, std::string_view arc
       out.push_back({p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {hd}, Kind::kNorm, 0});
     }
     out.push_back({p + "self_attn.o_proj.weight", g + "attn_output.weight", {d, d}, Kind::kLinear, 0});
-    out.push_back({p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {d}, Kind::kNorm, 0});
-    if (moe) {
-      add_experts(out, c, arch == "mixtral", arch == "qwen2moe", p, g);
+    // llama.cpp's glm4moe names the FFN's input norm as the attention's post-norm.
+    out.push_back({p + "post_attention_layernorm.weight",
+                   g + (arch == "glm4moe" ? "post_attention_norm.weight" : "ffn_norm.weight"), {d}, Kind::kNorm, 0});
+    if (moe && (arch != "glm4moe" || i >= c.dense_layers)) {
+      add_experts(out, c, arch, p, g);
       continue;
     }
-    out.push_back({p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {f, d}, Kind::kLinear, 0});
-    out.push_back({p + "mlp.up_proj.weight", g + "ffn_up.weight", {f, d}, Kind::kLinear, 0});
-    out.push_back({p + "mlp.down_proj.weight", g + "ffn_down.weight", {d, f}, Kind::kLinear, 0});
+    const int64_t h = arch == "glm4moe" ? dense_hidden(c) : f;
+    out.push_back({p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {h, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.up_proj.weight", g + "ffn_up.weight", {h, d}, Kind::kLinear, 0});
+    out.push_back({p + "mlp.down_proj.weight", g + "ffn_down.weight", {d, h}, Kind::kLinear, 0});
   }
   out.push_back({"model.norm.weight", "output_norm.weight", {d}, Kind::kNorm, 0});
   out.push_back({"lm_head.weight", "output.weight", {c.vocab, d}, Kind::kLmHead, 0});
@@ -227,6 +242,7 @@ std::vector<float> qkv_per_head_to_blocks(const std::vector<float>& x, int64_t h
 // rotate a quarter, as GPT-J-6B and Pythia do).
 int64_t rotary_dims(const SynthOptions& o) {
   const int64_t hd = o.shape.dim / o.shape.heads;
+  if (o.arch == "glm4moe") return hd / 2;  // GLM-4.5's partial_rotary_factor
   return o.arch == "gptneox" || o.arch == "gptj" ? std::max<int64_t>(2, hd / 4) : hd;
 }
 
@@ -455,13 +471,16 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_u32(a + ".context_length", static_cast<uint32_t>(c.context));
   w.add_u32(a + ".embedding_length", static_cast<uint32_t>(c.dim));
   w.add_u32(a + ".block_count", static_cast<uint32_t>(c.layers));
-  w.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(c.hidden));
+  w.add_u32(a + ".feed_forward_length", static_cast<uint32_t>(a == "glm4moe" ? dense_hidden(c) : c.hidden));
   w.add_u32(a + ".rope.dimension_count", static_cast<uint32_t>(rotary_dims(o)));
   w.add_f32(a + ".rope.freq_base", c.rope_theta);
   w.add_u32(a + ".attention.head_count", static_cast<uint32_t>(c.heads));
   w.add_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(layer_norm ? c.heads : c.kv_heads));
   const bool gemma = a == "gemma2" || a == "gemma3";
-  if (a == "qwen3" || a == "qwen3moe" || gemma) w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+  if (a == "qwen3" || a == "qwen3moe" || a == "glm4moe" || gemma) {
+    w.add_u32(a + ".attention.key_length", static_cast<uint32_t>(hd));
+    w.add_u32(a + ".attention.value_length", static_cast<uint32_t>(hd));
+  }
   if (gemma) w.add_u32(a + ".attention.sliding_window", static_cast<uint32_t>(gemma_window(c)));
   if (a == "gemma2") {
     w.add_f32(a + ".attn_logit_softcapping", attn_softcap(c));
@@ -473,6 +492,14 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
     if (a != "llama") w.add_u32(a + ".expert_feed_forward_length", static_cast<uint32_t>(c.hidden));
     if (a == "qwen2moe") {
       w.add_u32(a + ".expert_shared_feed_forward_length", static_cast<uint32_t>(shared_hidden(c)));
+    }
+    if (a == "glm4moe") {  // as llama.cpp's converter writes GLM-4.5
+      w.add_u32(a + ".expert_shared_count", 1);
+      w.add_u32(a + ".leading_dense_block_count", static_cast<uint32_t>(c.dense_layers));
+      w.add_f32(a + ".expert_weights_scale", kGlmRoutedScale);
+      w.add_bool(a + ".expert_weights_norm", true);
+      w.add_u32(a + ".expert_gating_func", 2);
+      w.add_u32(a + ".nextn_predict_layers", 0);
     }
   }
   w.add_f32(a + (layer_norm ? ".attention.layer_norm_epsilon" : ".attention.layer_norm_rms_epsilon"), kRmsEps);
@@ -620,6 +647,24 @@ boost::json::object hf_config(const SynthOptions& o) {
     config.erase("head_dim");
     config.erase("attention_bias");
     config.erase("mlp_bias");
+  } else if (o.arch == "glm4moe") {
+    config["architectures"] = js::array{"Glm4MoeForCausalLM"};
+    config["model_type"] = "glm4_moe";
+    config["intermediate_size"] = dense_hidden(c);
+    config["moe_intermediate_size"] = c.hidden;
+    config["n_routed_experts"] = c.experts;
+    config["num_experts_per_tok"] = c.experts_used;
+    config["n_shared_experts"] = 1;
+    config["first_k_dense_replace"] = c.dense_layers;
+    config["norm_topk_prob"] = true;
+    config["routed_scaling_factor"] = kGlmRoutedScale;
+    config["n_group"] = 1;
+    config["topk_group"] = 1;
+    config["partial_rotary_factor"] = 0.5;
+    config["attention_bias"] = true;
+    config["use_qk_norm"] = false;
+    config["num_nextn_predict_layers"] = 0;
+    config.erase("mlp_bias");
   } else if (o.arch == "mixtral") {
     config["architectures"] = js::array{"MixtralForCausalLM"};
     config["model_type"] = "mixtral";
@@ -710,8 +755,12 @@ Status synth_write(const SynthOptions& o) {
   if (c.vocab < 260) return make_error(ErrorCode::kInvalidArgument, "vocab must hold the 259 special and byte pieces");
   if (std::find(std::begin(kSynthArchs), std::end(kSynthArchs), o.arch) == std::end(kSynthArchs)) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "unknown architecture \"{}\" (llama, qwen3, gptneox, gptj, qwen3moe, qwen2moe, mixtral, "
-                      "gemma2, gemma3)", o.arch);
+                      "unknown architecture \"{}\" (llama, qwen3, gptneox, gptj, qwen3moe, qwen2moe, glm4moe, "
+                      "mixtral, gemma2, gemma3)", o.arch);
+  }
+  if (o.arch == "glm4moe" && (c.dense_layers < 0 || c.dense_layers >= c.layers)) {
+    return make_error(ErrorCode::kInvalidArgument, "{} dense layers of {}: glm4moe needs at least one expert layer",
+                      c.dense_layers, c.layers);
   }
   if (is_moe(o.arch) &&
       (c.experts < 1 || c.experts_used < 1 || c.experts_used > c.experts || c.experts_used > 16)) {

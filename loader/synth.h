@@ -8,7 +8,9 @@
 // them; qwen2moe with q/k/v biases and a sigmoid-gated shared expert), gemma3 (GeGLU,
 // q/k norms, block output norms, (1 + w) norms, scaled tied embeddings, five windowed
 // layers to one global with its own RoPE base), gemma2 (as gemma3 without q/k norms,
-// every other layer windowed, soft-capped attention scores and logits).
+// every other layer windowed, soft-capped attention scores and logits), glm4moe (GLM-4.5:
+// q/k/v biases, half-rotary heads, a dense first layer, then sigmoid-routed experts
+// with a choice bias and scaled weights beside an ungated shared expert).
 //
 // The llama weights follow ../shared/tools/peer/make_model.py's generator exactly (splitmix64
 // of fnv1a64(HF tensor name) ^ seed; the same scales, F16 master values, q/k rows
@@ -32,6 +34,7 @@ struct SynthShape {
   int32_t experts = 8, experts_used = 2;  // qwen3moe, qwen2moe and mixtral (each expert of `hidden`)
   int32_t sliding_window = 0;             // gemma's windowed layers (0: 512)
   int32_t shared_hidden = 0;              // qwen2moe's shared expert (0: 2 * hidden)
+  int32_t dense_layers = 1, dense_hidden = 0;  // glm4moe's leading dense layers (0: 2 * hidden)
   float attn_softcap = 0.0f, final_softcap = 0.0f;  // gemma2's (0: 50 and 30, its defaults)
 };
 
@@ -41,8 +44,8 @@ struct SynthShape {
 Result<SynthShape> synth_preset(std::string_view name);
 
 // The families synth writes, by their GGUF names.
-inline constexpr std::string_view kSynthArchs[] = {"llama",    "qwen3",    "gptneox", "gptj",  "qwen3moe",
-                                                    "qwen2moe", "mixtral", "gemma2",  "gemma3"};
+inline constexpr std::string_view kSynthArchs[] = {"llama",   "qwen3",  "gptneox", "gptj",   "qwen3moe",
+                                                    "qwen2moe", "glm4moe", "mixtral", "gemma2", "gemma3"};
 
 struct SynthOptions {
   SynthShape shape;

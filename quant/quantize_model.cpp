@@ -36,8 +36,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // (each group's first matrix is the one whose input the calibration observes): q/k/v,
 // the attention output, gate and up (up alone when ungated: GPT-J, GPT-NeoX), down;
 // with experts, each expert's gate/up and down, and the shared expert's, in place of the
-// dense FFN's. An expert's input is the rows of the tokens routed to it. The router and
-// the shared expert's gate (a few rows each) stay as they are.
+// dense FFN's (a mixture's leading dense layers keep theirs). An expert's input is the
+// rows of the tokens routed to it. The router, its bias and the shared expert's gate (a
+// few rows each) stay as they are.
 std::vector<std::vector<std::string>> linear_groups(const ModelConfig& c, int32_t l) {
   const std::string p = fmt::format("blk.{}.", l);
   std::vector<std::vector<std::string>> groups = {
@@ -46,7 +47,7 @@ std::vector<std::vector<std::string>> linear_groups(const ModelConfig& c, int32_
     groups.push_back(c.gated_ffn ? std::vector<std::string>{gate, up} : std::vector<std::string>{up});
     groups.push_back({down});
   };
-  if (c.n_experts == 0) {
+  if (!c.expert_layer(l)) {
     ffn(p + "ffn_gate.weight", p + "ffn_up.weight", p + "ffn_down.weight");
     return groups;
   }
@@ -131,9 +132,9 @@ class ObservedBackend final : public Backend {
   void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
     inner_->permute_columns(x, n, cols, perm, out);
   }
-  void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+  void moe_route(const float* logits, int64_t n, const kernels::MoeRouting& r, int32_t* ids,
                  float* weights) override {
-    inner_->moe_route(logits, n, n_experts, k, normalize, ids, weights);
+    inner_->moe_route(logits, n, r, ids, weights);
   }
   void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                    float* out) override {

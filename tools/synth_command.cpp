@@ -14,8 +14,8 @@ constexpr const char* kUsage = R"(usage: hearth synth [--arch A] [--preset tiny|
 Writes a model with seeded pseudo-random weights, the same weights in both containers
 (for llama, the same as ../shared/tools/peer/make_model.py for the same shape and seed).
 
-  --arch A             llama (default), qwen3, gptneox, gptj, qwen3moe, qwen2moe, mixtral,
-                       gemma2, gemma3
+  --arch A             llama (default), qwen3, gptneox, gptj, qwen3moe, qwen2moe, glm4moe,
+                       mixtral, gemma2, gemma3
   --experts N --experts-used K
                        a mixture of experts' experts and experts per token (default 8, 2;
                        each expert's FFN is --hidden)
@@ -23,7 +23,7 @@ Writes a model with seeded pseudo-random weights, the same weights in both conta
 
   --preset NAME        tiny (default), 1b (dim 2048, ffn 8192, 16 layers, 32/8 heads,
                        vocab 32000), 7b (Llama-2-7B shape), 1b-moe (with --arch qwen3moe,
-                       qwen2moe or mixtral: 24 layers of 32 experts of 1024, 4 per token, ~1B active)
+                       qwen2moe, glm4moe or mixtral: 24 layers of 32 experts of 1024, 4 per token, ~1B active)
   --dim N --hidden N --layers N --heads N --kv-heads N --vocab N --ctx N --rope-theta X
                        override the preset's shape
   --type T             GGUF type of the 2-D tensors: f32, f16 (default), q8_0, q4_0

@@ -26,6 +26,7 @@
 #include "engine/core/model_input.h"
 #include "engine/core/sampler.h"
 #include "kernels/attention_params.h"
+#include "kernels/moe_params.h"
 
 namespace hearth {
 
@@ -209,9 +210,10 @@ class Backend {
   // its weights are stored in (act-order GPTQ). x, out: [n, cols] (distinct); perm:
   // backend memory, a permutation of [0, cols).
   virtual void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) = 0;
-  // Mixture of experts: each of n tokens' k experts by its router logits ([n, n_experts])
-  // into ids and weights ([n, k], backend memory; kernels/reference's moe_route).
-  virtual void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+  // Mixture of experts: each of n tokens' r.k experts by its router logits ([n,
+  // r.n_experts]) into ids and weights ([n, k], backend memory; r.bias too;
+  // kernels/reference's moe_route).
+  virtual void moe_route(const float* logits, int64_t n, const kernels::MoeRouting& r, int32_t* ids,
                          float* weights) = 0;
   // out[t] = sum_j weights[t, j] * rows[pos[t, j]]: each token's experts' rows combined.
   // rows: [*, dim]; pos, weights: [n, k]; out: [n, dim] (not aliasing rows).

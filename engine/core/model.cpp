@@ -38,16 +38,19 @@ Result<ModelConfig> model_rank_config(const ModelConfig& config, int rank, int s
     return make_error(ErrorCode::kInvalidArgument, "rank {} of {} is not a rank of a group", rank, size);
   }
   if (config.n_heads % size != 0 || config.n_kv_heads % size != 0 || config.hidden_dim % size != 0 ||
-      config.shared_expert_dim % size != 0) {
+      config.shared_expert_dim % size != 0 || config.dense_hidden_dim % size != 0) {
     return make_error(ErrorCode::kUnsupported,
-                      "{} query heads, {} KV heads and an FFN of {} (shared expert {}) do not split evenly over {} ranks",
-                      config.n_heads, config.n_kv_heads, config.hidden_dim, config.shared_expert_dim, size);
+                      "{} query heads, {} KV heads and an FFN of {} (shared expert {}, dense layers {}) do not split "
+                      "evenly over {} ranks",
+                      config.n_heads, config.n_kv_heads, config.hidden_dim, config.shared_expert_dim,
+                      config.dense_hidden_dim, size);
   }
   ModelConfig c = config;
   c.n_heads /= size;
   c.n_kv_heads /= size;
   c.hidden_dim /= size;
   c.shared_expert_dim /= size;
+  c.dense_hidden_dim /= size;
   return c;
 }
 
@@ -222,8 +225,9 @@ Status Model::bind_layers(HostCopies& host) {
     l.attn_v = find(p + "attn_v.weight");
     l.attn_output = find(p + "attn_output.weight");
     l.ffn_gate = find(p + "ffn_gate.weight");
-    if (rc.n_experts > 0) {
+    if (rc.expert_layer(i)) {
       l.router = find(p + "ffn_gate_inp.weight");
+      host.add_vector(p + "exp_probs_b.bias", &l.router_bias);
       l.experts.resize(static_cast<size_t>(rc.n_experts));
       for (int e = 0; e < rc.n_experts; ++e) {
         Layer::Expert& x = l.experts[static_cast<size_t>(e)];
@@ -279,7 +283,7 @@ Status Model::allocate_activations(bool permuted) {
   HEARTH_RETURN_IF_ERROR(act(rc.q_dim(), att_));
   // Every token's rows for each of its experts.
   const int64_t routed = std::max(1, rc.n_experts_used);
-  const int64_t ffn_rows = std::max<int64_t>(rc.hidden_dim * routed, rc.shared_expert_dim);
+  const int64_t ffn_rows = std::max<int64_t>({rc.hidden_dim * routed, rc.shared_expert_dim, rc.dense_hidden_dim});
   HEARTH_RETURN_IF_ERROR(act(ffn_rows, gate_));
   HEARTH_RETURN_IF_ERROR(act(ffn_rows, up_));
   if (rc.shared_expert_dim > 0) {
@@ -421,7 +425,8 @@ void Model::moe_block(int32_t li, const float* in, int64_t n, float* out) {
   const int64_t dim = c.dim, ffn = c.hidden_dim, routed = n * k;
   be.matmul(*l.router, in, n, router_logits_.f32());  // [n, n_experts]
   auto* ids = static_cast<int32_t*>(route_ids_.data());
-  be.moe_route(router_logits_.f32(), n, n_experts, k, c.moe_normalize, ids, route_weights_.f32());
+  const kernels::MoeRouting routing{n_experts, k, c.moe_normalize, c.router_sigmoid, l.router_bias, c.routed_scale};
+  be.moe_route(router_logits_.f32(), n, routing, ids, route_weights_.f32());
   // The grouping is decided on the host: which gathered row each (token, expert) gets.
   be.read(route_ids_, 0, host_route_ids_.data(), static_cast<size_t>(routed) * sizeof(int32_t));
   std::fill(expert_rows_.begin(), expert_rows_.end(), 0);
@@ -487,13 +492,13 @@ void Model::gated_ffn(const TensorView& gate, const TensorView& up, const Tensor
 
 void Model::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
   const ModelConfig& c = rank_config_;
-  if (c.n_experts > 0) {
+  if (c.expert_layer(li)) {
     moe_block(li, in, n, out);
     return;
   }
   Backend& be = backend_;
   const Layer& l = layers_[static_cast<size_t>(li)];
-  const int64_t ffn = c.hidden_dim;
+  const int64_t ffn = c.ffn_dim(li);
   float* gate = gate_.f32();
   float* up = up_.f32();
   if (c.gated_ffn) {

@@ -145,8 +145,10 @@ class Model {
     const float* gate_bias = nullptr;
     const float* up_bias = nullptr;
     const float* down_bias = nullptr;
-    // Mixture of experts: the router ([n_experts, dim]) and each expert's matrices.
+    // Mixture of experts: the router ([n_experts, dim]), its choice bias ([n_experts],
+    // when it has one) and each expert's matrices.
     const TensorView* router = nullptr;
+    const float* router_bias = nullptr;
     struct Expert {
       const TensorView* gate = nullptr;
       const TensorView* up = nullptr;

@@ -368,12 +368,12 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+  void moe_route(const float* logits, int64_t n, const kernels::MoeRouting& r, int32_t* ids,
                  float* weights) override {
     if (reference_) {
-      kernels::ref::moe_route(logits, n, n_experts, k, normalize, ids, weights);
+      kernels::ref::moe_route(logits, n, r, ids, weights);
     } else {
-      kernels::cpu::moe_route(logits, n, n_experts, k, normalize, ids, weights);
+      kernels::cpu::moe_route(logits, n, r, ids, weights);
     }
   }
 

@@ -317,9 +317,9 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::swiglu(gate, up, n, out, stream_.get()), "swiglu");
   }
 
-  void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
+  void moe_route(const float* logits, int64_t n, const kernels::MoeRouting& r, int32_t* ids,
                  float* weights) override {
-    check_cuda(kernels::cuda::moe_route(logits, n, n_experts, k, normalize, ids, weights, stream_.get()), "moe_route");
+    check_cuda(kernels::cuda::moe_route(logits, n, r, ids, weights, stream_.get()), "moe_route");
   }
 
   void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,

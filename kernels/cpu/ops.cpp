@@ -74,9 +74,8 @@ void softcap(float* x, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = dev::softcap(x[i], cap);
 }
 
-void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
-               float* weights) {
-  for (int64_t t = 0; t < n; ++t) dev::moe_top_k(logits + t * n_experts, n_experts, k, normalize, ids + t * k, weights + t * k);
+void moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights) {
+  for (int64_t t = 0; t < n; ++t) dev::moe_top_k(logits + t * r.n_experts, r, ids + t * r.k, weights + t * r.k);
 }
 
 void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/model_config.h"
+#include "kernels/moe_params.h"
 
 namespace hearth::kernels::cpu {
 
@@ -35,8 +36,7 @@ void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out
 
 // Mixture-of-experts routing and combination of n tokens; see ref::moe_route and
 // ref::moe_combine (dev::moe_top_k and dev::moe_combine_value in float).
-void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
-               float* weights);
+void moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights);
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                  float* out);
 // x[t, i] *= dev::sigmoid(gate[t]); see ref::sigmoid_gate_rows.

@@ -99,11 +99,10 @@ __global__ void gelu_kernel(const float* x, const float* up, int64_t n, bool tan
   }
 }
 
-__global__ void moe_route_kernel(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize,
-                                 int32_t* ids, float* weights) {
+__global__ void moe_route_kernel(const float* logits, int64_t n, MoeRouting r, int32_t* ids, float* weights) {
   for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < n;
        t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dev::moe_top_k(logits + t * n_experts, n_experts, k, normalize, ids + t * k, weights + t * k);
+    dev::moe_top_k(logits + t * r.n_experts, r, ids + t * r.k, weights + t * r.k);
   }
 }
 
@@ -263,13 +262,12 @@ cudaError_t gelu(const float* x, const float* up, int64_t n, bool tanh_form, flo
   return launched();
 }
 
-cudaError_t moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
-                      float* weights, cudaStream_t stream) {
-  if (k < 1 || k > n_experts) return cudaErrorInvalidValue;
+cudaError_t moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights,
+                      cudaStream_t stream) {
+  if (r.k < 1 || r.k > r.n_experts) return cudaErrorInvalidValue;
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(n);
-  HEARTH_LAUNCH(moe_route_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(logits, n, n_experts, k, normalize,
-                                                                                ids, weights);
+  HEARTH_LAUNCH(moe_route_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(logits, n, r, ids, weights);
   return launched();
 }
 

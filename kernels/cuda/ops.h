@@ -85,8 +85,8 @@ cudaError_t permute_columns(const float* x, int64_t n, int64_t cols, const int32
 
 // Mixture of experts: each token's top-k experts and weights (dev::moe_top_k, a thread
 // per token), and out[t] = sum_j weights[t, j] * rows[pos[t, j]] (dev::moe_combine_value).
-cudaError_t moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
-                      float* weights, cudaStream_t stream);
+cudaError_t moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights,
+                      cudaStream_t stream);
 cudaError_t moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                         float* out, cudaStream_t stream);
 // x[t, i] *= dev::sigmoid(gate[t]): x [n, dim], a block per row.

@@ -211,23 +211,30 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
-void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
-               float* weights) {
+void moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights) {
+  const int32_t n_experts = r.n_experts, k = r.k;
   std::vector<int32_t> order(static_cast<size_t>(n_experts));
+  std::vector<double> score(static_cast<size_t>(n_experts)), choice(score.size());
   for (int64_t t = 0; t < n; ++t) {
     const float* l = logits + t * n_experts;
-    for (int32_t e = 0; e < n_experts; ++e) order[static_cast<size_t>(e)] = e;
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-    const double max = l[order[0]];
-    double sum = 0.0;
+    double max = l[0], sum = 0.0;
+    for (int32_t e = 1; e < n_experts; ++e) max = std::max(max, static_cast<double>(l[e]));
     for (int32_t e = 0; e < n_experts; ++e) sum += std::exp(static_cast<double>(l[e]) - max);
+    for (int32_t e = 0; e < n_experts; ++e) {
+      const auto i = static_cast<size_t>(e);
+      score[i] = r.sigmoid ? 1.0 / (1.0 + std::exp(-static_cast<double>(l[e]))) : std::exp(l[e] - max) / sum;
+      choice[i] = r.bias != nullptr ? score[i] + r.bias[e] : l[e];
+      order[i] = e;
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return choice[static_cast<size_t>(a)] > choice[static_cast<size_t>(b)]; });
     double chosen = 0.0;
-    for (int32_t j = 0; j < k; ++j) chosen += std::exp(static_cast<double>(l[order[static_cast<size_t>(j)]]) - max) / sum;
+    for (int32_t j = 0; j < k; ++j) chosen += score[static_cast<size_t>(order[static_cast<size_t>(j)])];
     for (int32_t j = 0; j < k; ++j) {
       const int32_t e = order[static_cast<size_t>(j)];
-      const double p = std::exp(static_cast<double>(l[e]) - max) / sum;
+      const double p = score[static_cast<size_t>(e)];
       ids[t * k + j] = e;
-      weights[t * k + j] = static_cast<float>(normalize ? p / chosen : p);
+      weights[t * k + j] = static_cast<float>((r.normalize ? p / chosen : p) * r.scale);
     }
   }
 }

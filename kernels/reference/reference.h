@@ -53,12 +53,12 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out);
 // the tanh form of GELU (device_math.h's gelu_erf / gelu_tanh in double).
 void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out);
 
-// Mixture-of-experts routing: for each of n tokens, the k largest of its n_experts router
-// logits ([n, n_experts]) as ids ([n, k], descending; the lower id first among equals)
-// and weights ([n, k]: softmax probabilities over all experts, in double, renormalised
-// over the k when `normalize`).
-void moe_route(const float* logits, int64_t n, int32_t n_experts, int32_t k, bool normalize, int32_t* ids,
-               float* weights);
+// Mixture-of-experts routing: for each of n tokens, its k experts by its router logits
+// ([n, r.n_experts]) as ids ([n, k], in descending order of choice: the logit, or the
+// score plus r.bias; the lower id first among equals) and weights ([n, k]: the scores,
+// softmax probabilities over all experts or sigmoids, in double, renormalised over the
+// k when r.normalize, times r.scale).
+void moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights);
 // out[t] = sum_j weights[t, j] * rows[pos[t, j]] for t < n, j < k. rows: [*, dim].
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                  float* out);

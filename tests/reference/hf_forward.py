@@ -3,7 +3,7 @@
 
 Written from the equations of the transformers modelling code of each family
 (modeling_llama.py, modeling_qwen3.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py,
-modeling_mixtral.py, modeling_gpt_neox.py, modeling_gptj.py, modeling_gemma2.py,
+modeling_glm4_moe.py (its router DeepSeek V3's), modeling_mixtral.py, modeling_gpt_neox.py, modeling_gptj.py, modeling_gemma2.py,
 modeling_gemma3.py), reading
 config.json and model.safetensors directly; nothing of hearth is used, so hearth's
 logits are checked against a second implementation rather than against themselves.
@@ -135,6 +135,8 @@ def moe(cfg, w, p, h):
     weights renormalised when norm_topk_prob (always for Mixtral), each expert a SwiGLU
     MLP; Qwen2-MoE adds its shared expert times sigmoid(shared_expert_gate . h)."""
     mixtral = cfg["architectures"][0] == "MixtralForCausalLM"
+    if cfg["architectures"][0] == "Glm4MoeForCausalLM":
+        return glm4_moe(cfg, w, p, h)
     k = cfg["num_experts_per_tok"]
     normalize = True if mixtral else cfg.get("norm_topk_prob", False)
     router = w[p + ("block_sparse_moe.gate.weight" if mixtral else "mlp.gate.weight")]
@@ -161,16 +163,40 @@ def moe(cfg, w, p, h):
     return out
 
 
+def glm4_moe(cfg, w, p, h):
+    """Glm4MoeMoE with DeepseekV3TopkRouter (one group): sigmoid scores, the top k of
+    score + e_score_correction_bias, their weights the scores renormalised (norm_topk_prob,
+    with DeepSeek's 1e-20) and times routed_scaling_factor; plus the shared experts, an
+    ungated SwiGLU MLP of moe_intermediate_size * n_shared_experts."""
+    k = cfg["num_experts_per_tok"]
+    scores = 1.0 / (1.0 + np.exp(-linear(h, w[p + "mlp.gate.weight"])))
+    choice = scores + w[p + "mlp.gate.e_score_correction_bias"]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = np.argsort(-choice[t], kind="stable")[:k]
+        weights = scores[t, top]
+        if cfg.get("norm_topk_prob", True):
+            weights = weights / (weights.sum() + 1e-20)
+        weights = weights * cfg.get("routed_scaling_factor", 1.0)
+        for e, wt in zip(top, weights):
+            out[t] += wt * swiglu_mlp(w, f"{p}mlp.experts.{e}.", h[t])
+    return out + swiglu_mlp(w, p + "mlp.shared_experts.", h)
+
+
 def forward_llama(cfg, w, ids):
     """LlamaForCausalLM / Qwen3ForCausalLM / Qwen2MoeForCausalLM / Qwen3MoeForCausalLM /
-    MixtralForCausalLM."""
+    Glm4MoeForCausalLM / MixtralForCausalLM."""
     eps = cfg.get("rms_norm_eps", 1e-6)
     theta = cfg.get("rope_theta", 10000.0)
     n_heads = cfg["num_attention_heads"]
     n_kv = cfg.get("num_key_value_heads", n_heads)
     hd = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
-    qk_norm = cfg["architectures"][0] in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
-    experts = cfg["architectures"][0] in ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM")
+    arch = cfg["architectures"][0]
+    qk_norm = arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM") or cfg.get("use_qk_norm", False)
+    experts = arch in ("Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "Glm4MoeForCausalLM", "MixtralForCausalLM")
+    # GLM-4.5: the first first_k_dense_replace layers dense, half of each head rotated.
+    dense_first = cfg.get("first_k_dense_replace", 0) if arch == "Glm4MoeForCausalLM" else 0
+    rot = int(hd * cfg.get("partial_rotary_factor", 0.5 if arch == "Glm4MoeForCausalLM" else 1.0))
     t = len(ids)
     pos = np.arange(t, dtype=np.float64)
     x = w["model.embed_tokens.weight"][ids]
@@ -183,10 +209,10 @@ def forward_llama(cfg, w, ids):
         if qk_norm:
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q, k = rope_half(q, pos, hd, theta), rope_half(k, pos, hd, theta)
+        q, k = rope_half(q, pos, rot, theta), rope_half(k, pos, rot, theta)
         x = x + linear(attention(q, k, v), w[p + "self_attn.o_proj.weight"])
         h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        if experts:
+        if experts and i >= dense_first:
             x = x + moe(cfg, w, p, h)
             continue
         ffn = silu(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
@@ -311,6 +337,7 @@ FORWARDS = {
     "GPTNeoXForCausalLM": forward_neox,
     "GPTJForCausalLM": forward_gptj,
     "Qwen2MoeForCausalLM": forward_llama,
+    "Glm4MoeForCausalLM": forward_llama,
     "Gemma2ForCausalLM": forward_gemma,
     "Gemma3ForCausalLM": forward_gemma,
 }

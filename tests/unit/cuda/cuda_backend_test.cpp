@@ -273,10 +273,24 @@ TEST_F(CudaBackendTest, NormsRopeAndElementwiseOpsMatchTheCpu) {
     const auto logits = random_floats(static_cast<size_t>(n * experts), rng_, 4.0f);
     std::vector<int32_t> ids(static_cast<size_t>(n * k));
     std::vector<float> weights(ids.size());
-    cpu_->moe_route(logits.data(), n, experts, k, true, ids.data(), weights.data());
+    cpu_->moe_route(logits.data(), n, {experts, k, true}, ids.data(), weights.data());
     const BackendBuffer ld = upload(*gpu_, logits);
     const BackendBuffer id = poisoned(*gpu_, ids.size()), wd2 = poisoned(*gpu_, ids.size());
-    gpu_->moe_route(ld.f32(), n, experts, k, true, static_cast<int32_t*>(id.data()), wd2.f32());
+    gpu_->moe_route(ld.f32(), n, {experts, k, true}, static_cast<int32_t*>(id.data()), wd2.f32());
+    {  // sigmoid scores, a bias on the choice (in device memory) and a scale
+      const auto bias = random_floats(static_cast<size_t>(experts), rng_, 0.5f);
+      std::vector<int32_t> sids(ids.size());
+      std::vector<float> sw(ids.size());
+      cpu_->moe_route(logits.data(), n, {experts, k, true, true, bias.data(), 2.5f}, sids.data(), sw.data());
+      const BackendBuffer bd = upload(*gpu_, bias);
+      const BackendBuffer sid = poisoned(*gpu_, ids.size()), swd = poisoned(*gpu_, ids.size());
+      gpu_->moe_route(ld.f32(), n, {experts, k, true, true, bd.f32(), 2.5f}, static_cast<int32_t*>(sid.data()),
+                      swd.f32());
+      std::vector<int32_t> got(ids.size());
+      gpu_->read(sid, 0, got.data(), got.size() * sizeof(int32_t));
+      EXPECT_EQ(got, sids) << "sigmoid moe_route ids";
+      expect_near(download(*gpu_, swd, sw.size()), sw, 1e-6f, "sigmoid moe_route weights");
+    }
     std::vector<int32_t> got_ids(ids.size());
     gpu_->read(id, 0, got_ids.data(), got_ids.size() * sizeof(int32_t));
     EXPECT_EQ(got_ids, ids) << "moe_route ids";

@@ -179,8 +179,8 @@ class SamplingCpuBackend final : public Backend {
   void permute_columns(const float* x, int64_t n, int64_t cols, const int32_t* perm, float* out) override {
     cpu_->permute_columns(x, n, cols, perm, out);
   }
-  void moe_route(const float* l, int64_t n, int32_t e, int32_t k, bool norm, int32_t* ids, float* w) override {
-    cpu_->moe_route(l, n, e, k, norm, ids, w);
+  void moe_route(const float* l, int64_t n, const kernels::MoeRouting& r, int32_t* ids, float* w) override {
+    cpu_->moe_route(l, n, r, ids, w);
   }
   void moe_combine(const float* r, const int32_t* p, const float* w, int64_t n, int32_t k, int64_t dim,
                    float* out) override {

@@ -456,8 +456,12 @@ TEST(DeviceMathTest, MoeTopKAndCombineAsTheReference) {
     const bool normalize = rng() % 2 == 0;
     std::vector<int32_t> want_ids(static_cast<size_t>(k)), got_ids(want_ids.size());
     std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
-    ref::moe_route(logits.data(), 1, experts, k, normalize, want_ids.data(), want_w.data());
-    dev::moe_top_k(logits.data(), experts, k, normalize, got_ids.data(), got_w.data());
+    // Softmax routing, or sigmoid scores with a bias on the choice and a scale.
+    const auto bias = random_floats(static_cast<size_t>(experts), rng, 0.3f);
+    const bool sigmoid = rng() % 2 == 0;
+    const kernels::MoeRouting r{experts, k, normalize, sigmoid, sigmoid ? bias.data() : nullptr, sigmoid ? 2.5f : 1.0f};
+    ref::moe_route(logits.data(), 1, r, want_ids.data(), want_w.data());
+    dev::moe_top_k(logits.data(), r, got_ids.data(), got_w.data());
     ASSERT_EQ(got_ids, want_ids) << experts << " experts, top " << k;
     for (int32_t j = 0; j < k; ++j) ASSERT_NEAR(got_w[static_cast<size_t>(j)], want_w[static_cast<size_t>(j)], 1e-6f);
     const int64_t dim = 5;

@@ -404,8 +404,9 @@ TEST(KernelsTest, MoeRouteAndCombineMatchReference) {
     for (bool normalize : {true, false}) {
       std::vector<int32_t> want_ids(static_cast<size_t>(n * k)), got_ids(want_ids.size());
       std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
-      ref::moe_route(logits.data(), n, experts, k, normalize, want_ids.data(), want_w.data());
-      cpu::moe_route(logits.data(), n, experts, k, normalize, got_ids.data(), got_w.data());
+      const kernels::MoeRouting r{experts, k, normalize};
+      ref::moe_route(logits.data(), n, r, want_ids.data(), want_w.data());
+      cpu::moe_route(logits.data(), n, r, got_ids.data(), got_w.data());
       ASSERT_EQ(got_ids, want_ids) << experts << " experts, top " << k;
       for (size_t i = 0; i < want_w.size(); ++i) ASSERT_NEAR(got_w[i], want_w[i], 1e-6f);
       for (int64_t t = 0; t < n; ++t) {
@@ -431,9 +432,49 @@ TEST(KernelsTest, MoeRouteAndCombineMatchReference) {
   std::vector<int32_t> ids(2);
   std::vector<float> w(2);
   const float tie[4] = {1.0f, 3.0f, 3.0f, 0.0f};
-  ref::moe_route(tie, 1, 4, 2, true, ids.data(), w.data());
+  ref::moe_route(tie, 1, {4, 2, true}, ids.data(), w.data());
   EXPECT_EQ(ids, (std::vector<int32_t>{1, 2}));
   EXPECT_FLOAT_EQ(w[0], 0.5f);
+}
+
+// DeepSeek V3 / GLM-4.5 routing: sigmoid scores, the k chosen by score plus a per-expert
+// bias, their weights the scores without it, renormalised and scaled.
+TEST(KernelsTest, SigmoidRoutingWithABiasMatchesReference) {
+  std::mt19937 rng(31);
+  const int32_t experts = 16, k = 4;
+  const int64_t n = 9;
+  auto logits = random_floats(static_cast<size_t>(n * experts), rng, 3.0f);
+  auto bias = random_floats(static_cast<size_t>(experts), rng, 0.5f);
+  for (bool normalize : {true, false}) {
+    for (const float* b : {static_cast<const float*>(bias.data()), static_cast<const float*>(nullptr)}) {
+      const kernels::MoeRouting r{experts, k, normalize, true, b, 2.5f};
+      std::vector<int32_t> want_ids(static_cast<size_t>(n * k)), got_ids(want_ids.size());
+      std::vector<float> want_w(want_ids.size()), got_w(want_ids.size());
+      ref::moe_route(logits.data(), n, r, want_ids.data(), want_w.data());
+      cpu::moe_route(logits.data(), n, r, got_ids.data(), got_w.data());
+      ASSERT_EQ(got_ids, want_ids);
+      for (size_t i = 0; i < want_w.size(); ++i) ASSERT_NEAR(got_w[i], want_w[i], 1e-6f);
+      for (int64_t t = 0; t < n; ++t) {
+        float sum = 0.0f;
+        for (int32_t j = 0; j < k; ++j) {
+          const int32_t e = got_ids[static_cast<size_t>(t * k + j)];
+          const float sig = 1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(t * experts + e)]));
+          if (!normalize) EXPECT_NEAR(got_w[static_cast<size_t>(t * k + j)], 2.5f * sig, 1e-5f);
+          sum += got_w[static_cast<size_t>(t * k + j)];
+        }
+        if (normalize) EXPECT_NEAR(sum, 2.5f, 1e-5f);
+      }
+    }
+  }
+  // The bias moves the choice, not the weight: expert 0 has the larger logit, expert 1
+  // the larger score plus bias.
+  const float l[2] = {1.0f, 0.5f};
+  const float b2[2] = {0.0f, 0.5f};
+  int32_t id = -1;
+  float w = 0.0f;
+  ref::moe_route(l, 1, {2, 1, false, true, b2, 1.0f}, &id, &w);
+  EXPECT_EQ(id, 1);
+  EXPECT_NEAR(w, 1.0f / (1.0f + std::exp(-0.5f)), 1e-6f);
 }
 
 TEST(KernelsTest, ScaleMatchesReference) {

@@ -6,9 +6,12 @@
 
 #include <boost/json.hpp>
 
+#include "common/mapped_file.h"
 #include "common/model_tensors.h"
 #include "loader/gguf_writer.h"
 #include "loader/model.h"
+#include "loader/safetensors.h"
+#include "loader/safetensors_writer.h"
 #include "loader/synth.h"
 #include "tests/test_util.h"
 
@@ -55,6 +58,7 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
       {"qwen3moe", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, true, false, false, 0, 8},
       {"mixtral", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, false, false, 0, 8},
       {"qwen2moe", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, true, false, 0, 8},
+      {"glm4moe", NormKind::kRms, Residual::kSequential, Activation::kSilu, true, false, true, false, 8, 8},
       {"gemma2", NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, false, false, false, 0},
       {"gemma3", NormKind::kRms, Residual::kSequential, Activation::kGeluTanh, true, true, false, false, 0},
   };
@@ -99,6 +103,14 @@ TEST(FamilyConfigTest, EachFamilyReadsTheSameConfigFromBothContainers) {
         EXPECT_EQ(c.shared_expert_dim, 512) << path;
         EXPECT_TRUE(c.shared_expert_gate) << path;
         EXPECT_FALSE(c.moe_normalize) << path;
+      } else if (w.arch == "glm4moe") {  // DeepSeek V3's router, a dense first layer, an ungated shared expert
+        EXPECT_EQ(c.shared_expert_dim, 256) << path;
+        EXPECT_FALSE(c.shared_expert_gate) << path;
+        EXPECT_TRUE(c.router_sigmoid && c.router_bias && c.moe_normalize) << path;
+        EXPECT_FLOAT_EQ(c.routed_scale, 2.5f) << path;
+        EXPECT_EQ(c.n_dense_layers, 1) << path;
+        EXPECT_EQ(c.dense_hidden_dim, 512) << path;
+        EXPECT_TRUE(!c.expert_layer(0) && c.expert_layer(1)) << path;
       } else {
         EXPECT_EQ(c.shared_expert_dim, 0) << path;
       }
@@ -186,6 +198,41 @@ TEST(FamilyConfigTest, BadSoftCapsAndSharedExpertsAreErrorsNamingThem) {
   const Status shapes = m.is_ok() ? model_check_tensors(m->config, m->tensors) : m.status();
   ASSERT_FALSE(shapes.is_ok());
   EXPECT_NE(shapes.message().find("ffn_gate_shexp"), std::string::npos) << shapes.to_string();
+}
+
+// GLM-4.5 checkpoints carry multi-token-prediction layers past num_hidden_layers (a draft
+// head hearth does not run): skipped when num_nextn_predict_layers says so, refused as
+// unknown tensors when nothing does.
+TEST(FamilyConfigTest, GlmMultiTokenPredictionLayersAreSkippedOnlyWhenTheConfigHasThem) {
+  TempDir dir;
+  synth("glm4moe", dir.path());
+  const auto hf = dir.path() / "hf";
+  auto plain = model_open(hf);
+  ASSERT_TRUE(plain.is_ok()) << plain.status().to_string();
+  // A second shard with a layer past the five, and the index that names both.
+  const std::vector<float> zeros(64 * 128);
+  SafetensorsWriter extra;
+  const int64_t eh[] = {64, 128}, q[] = {64, 64};
+  ASSERT_TRUE(extra.add("model.layers.5.eh_proj.weight", DType::kF32, eh, std::as_bytes(std::span(zeros))).is_ok());
+  ASSERT_TRUE(extra.add("model.layers.5.self_attn.q_proj.weight", DType::kF32, q,
+                        std::as_bytes(std::span(zeros).first(64 * 64))).is_ok());
+  ASSERT_TRUE(extra.write(hf / "mtp.safetensors").is_ok());
+  auto mapped = MappedFile::open(hf / "model.safetensors");
+  ASSERT_TRUE(mapped.is_ok());
+  auto parsed = safetensors_parse(mapped->bytes(), "model.safetensors", false);
+  ASSERT_TRUE(parsed.is_ok());
+  boost::json::object map{{"model.layers.5.eh_proj.weight", "mtp.safetensors"},
+                          {"model.layers.5.self_attn.q_proj.weight", "mtp.safetensors"}};
+  for (const TensorView& t : parsed->tensors) map[t.name] = "model.safetensors";
+  std::ofstream(hf / "model.safetensors.index.json") << boost::json::serialize(boost::json::object{{"weight_map", map}});
+  auto refused = model_open(hf);
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("eh_proj"), std::string::npos) << refused.status().to_string();
+  set_config(hf, "num_nextn_predict_layers", 1);
+  auto skipped = model_open(hf);
+  ASSERT_TRUE(skipped.is_ok()) << skipped.status().to_string();
+  EXPECT_EQ(skipped->tensors.size(), plain->tensors.size());
+  EXPECT_TRUE(model_check_tensors(skipped->config, skipped->tensors).is_ok());
 }
 
 TEST(FamilyConfigTest, AGgufKeyThatChangesTheMathAndIsNotImplementedIsRefusedByName) {
