@@ -20,15 +20,21 @@ int64_t interleaved_row(int64_t r, int64_t head_dim) {
 
 }  // namespace
 
+Status gguf_export_check(std::string_view architecture) {
+  if (architecture != "llama" && architecture != "qwen2" && architecture != "mistral") {
+    return make_error(ErrorCode::kUnsupported, "cannot write a GGUF of architecture {} (llama, mistral and qwen2 "
+                      "are written)", architecture);
+  }
+  return Status::ok();
+}
+
 Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path,
                    const ExportOverride& override_matrix) {
   const ModelConfig& c = model.config;
   if (model.tokenizer.kind != TokenizerSource::Kind::kGguf) {
     return make_error(ErrorCode::kUnsupported, "only models with a GGUF vocabulary can be exported to GGUF");
   }
-  if (c.architecture != "llama" && c.architecture != "qwen2" && c.architecture != "mistral") {
-    return make_error(ErrorCode::kUnsupported, "cannot export architecture {}", c.architecture);
-  }
+  HEARTH_RETURN_IF_ERROR(gguf_export_check(c.architecture));
   const std::string arch = c.architecture == "qwen2" ? "qwen2" : "llama";
   const RopeStyle target_style = arch == "qwen2" ? RopeStyle::kHalf : RopeStyle::kInterleaved;
   if (c.rope_style != target_style && target_style == RopeStyle::kHalf) {

@@ -35,4 +35,8 @@ using ExportOverride = std::function<std::optional<ExportedTensor>(const std::st
 Status gguf_export(const LoadedModel& model, DType matrix_type, const std::filesystem::path& path,
                    const ExportOverride& override_matrix = {});
 
+// Whether gguf_export writes models of `architecture` (llama, mistral, qwen2); the
+// others' GGUF layouts (fused or merged tensors, family keys) are not written.
+Status gguf_export_check(std::string_view architecture);
+
 }  // namespace hearth

@@ -271,6 +271,13 @@ Status quantize_check(const LoadedModel& model, const ModelQuantOptions& o) {
                         "write a Hugging Face GPTQ directory (--out DIR)");
     }
   }
+  if (o.output == OutputFormat::kGguf && model.config.n_experts == 0) {
+    // Before any calibration: a family gguf_export cannot write fails now, not after it.
+    if (Status st = gguf_export_check(model.config.architecture); !st.is_ok()) {
+      return make_error(ErrorCode::kUnsupported, "{}: quantize its Hugging Face checkpoint into a GPTQ directory "
+                        "(--out DIR) instead", st.message());
+    }
+  }
   if (model.config.n_experts > 0 && o.output == OutputFormat::kGguf) {
     return make_error(ErrorCode::kUnsupported,
                       "a GGUF of a mixture of experts would need each layer's experts merged into llama.cpp's "

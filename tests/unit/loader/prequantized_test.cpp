@@ -9,7 +9,9 @@
 
 #include <boost/json.hpp>
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -26,6 +28,7 @@
 #include "loader/resident.h"
 #include "loader/safetensors.h"
 #include "loader/safetensors_writer.h"
+#include "loader/synth.h"
 #include "tests/test_util.h"
 
 namespace hearth {
@@ -587,6 +590,98 @@ double worst_difference(const Decoded& a, const Decoded& b) {
     }
   }
   return worst;
+}
+
+// A mixture of experts with every expert's gate, up and down packed as AutoAWQ (4-bit
+// asymmetric) or GPTQ (4-bit symmetric) write them, the router and attention as stored:
+// each expert matrix loads under its canonical per-expert name as exact blocks of its
+// values, and the model routes and decodes on them.
+TEST(PrequantizedTest, ExpertMatricesOfAMixtureLoadExactlyFromAwqAndGptq) {
+  TempDir dir;
+  for (const std::string method : {"awq", "gptq"}) {
+    SCOPED_TRACE(method);
+    const bool awq = method == "awq";
+    SynthOptions s;
+    s.arch = "qwen3moe";
+    s.shape = synth_preset("tiny").value();
+    s.shape.layers = 2;
+    s.hf = dir.path() / method / "src";
+    ASSERT_TRUE(synth_write(s).is_ok());
+    const auto out = dir.path() / method / "quantized";
+    std::filesystem::create_directories(out);
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) std::filesystem::copy_file(s.hf / f, out / f);
+    auto text = read_small_file(s.hf / "config.json", 1 << 20);
+    ASSERT_TRUE(text.is_ok());
+    boost::json::object config = boost::json::parse(*text).as_object();
+    config["quantization_config"] = {{"quant_method", method}, {"bits", 4}, {"group_size", 32},
+                                     {"desc_act", false},      {"sym", !awq}, {"version", "gemm"}};
+    std::ofstream(out / "config.json") << boost::json::serialize(config);
+
+    auto file = MappedFile::open(s.hf / "model.safetensors");
+    ASSERT_TRUE(file.is_ok());
+    auto st = safetensors_parse(file->bytes(), "model.safetensors");
+    ASSERT_TRUE(st.is_ok());
+    SafetensorsWriter w;
+    std::map<std::string, Layer> experts;  // canonical name -> its values
+    std::mt19937 rng(47);
+    for (const TensorView& t : st->tensors) {
+      const std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.n_dims);
+      int layer = -1, expert = -1;
+      char proj[16] = {};
+      if (std::sscanf(t.name.c_str(), "model.layers.%d.mlp.experts.%d.%15[a-z]_proj.weight", &layer, &expert, proj) != 3) {
+        ASSERT_TRUE(w.add(t.name, t.dtype, shape, {t.data, t.bytes}).is_ok());
+        continue;
+      }
+      const std::string module = t.name.substr(0, t.name.size() - std::string(".weight").size());
+      Layer l = random_layer(t.rows(), t.cols(), 32, 4, !awq, rng);
+      std::vector<int32_t> qweight, qzeros;
+      if (awq) {
+        pack_awq(l, qweight, qzeros);
+        ASSERT_TRUE(w.add_int32(module + ".qweight", std::vector<int64_t>{l.cols, l.rows / 8}, qweight).is_ok());
+      } else {
+        pack_gptq(l, true, qweight, qzeros);
+        ASSERT_TRUE(w.add_int32(module + ".qweight", std::vector<int64_t>{l.cols / 8, l.rows}, qweight).is_ok());
+        std::vector<int32_t> g_idx(static_cast<size_t>(l.cols));
+        for (int64_t c = 0; c < l.cols; ++c) g_idx[static_cast<size_t>(c)] = static_cast<int32_t>(c / 32);
+        ASSERT_TRUE(w.add_int32(module + ".g_idx", std::vector<int64_t>{l.cols}, g_idx).is_ok());
+      }
+      ASSERT_TRUE(w.add_int32(module + ".qzeros", std::vector<int64_t>{l.groups(), l.rows / 8}, qzeros).is_ok());
+      ASSERT_TRUE(w.add(module + ".scales", DType::kF16, std::vector<int64_t>{l.groups(), l.rows},
+                        std::as_bytes(std::span(l.scales)))
+                      .is_ok());
+      experts.emplace(fmt::format("blk.{}.ffn_{}.{}.weight", layer, proj, expert), std::move(l));
+    }
+    ASSERT_TRUE(w.write(out / "model.safetensors").is_ok());
+    ASSERT_EQ(experts.size(), 2u * 8 * 3);
+
+    auto m = model_open(out);
+    ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+    for (const auto& [name, l] : experts) {
+      const TensorView* t = m->find(name);
+      ASSERT_NE(t, nullptr) << name;
+      EXPECT_EQ(t->dtype, awq ? DType::kQ8_0 : DType::kQ4_0) << name;
+      std::vector<float> got(static_cast<size_t>(l.rows * l.cols));
+      kernels::ref::dequantize_row(t->dtype, t->data, got.data(), static_cast<int64_t>(got.size()));
+      for (int64_t r = 0; r < l.rows; ++r) {
+        for (int64_t c = 0; c < l.cols; ++c) {
+          ASSERT_EQ(got[static_cast<size_t>(r * l.cols + c)], l.value(r, c)) << name << " row " << r << " column " << c;
+        }
+      }
+    }
+    EXPECT_EQ(m->find("blk.0.ffn_gate_inp.weight")->dtype, DType::kF16);  // the router as stored
+    auto backend = make_cpu_backend();
+    auto model = Model::create(m->config, m->tensors, *backend, 64);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    auto cache = KvCache::create(*backend, {m->config.n_layers, m->config.kv_dim(), 16, 8, KvDType::kF32});
+    ASSERT_TRUE(cache.is_ok());
+    GenerateOptions o;
+    o.spec.max_tokens = 6;
+    o.spec.ignore_stop = true;
+    const std::vector<TokenId> prompt = {1, 40, 77, 300};
+    auto r = generate(**model, *cache, prompt, o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->tokens.size(), 6u);
+  }
 }
 
 TEST(PrequantizedTest, AnActOrderCheckpointRunsAsItsWeightsInColumnOrderDo) {

@@ -394,6 +394,24 @@ TEST(QuantizeModelTest, ExpertsNoTokenReachedAreRoundedToNearest) {
   }
 }
 
+// A family whose GGUF layout hearth does not write is refused before any calibration,
+// not after it.
+TEST(QuantizeModelTest, AGgufOfAFamilyThatCannotBeWrittenIsRefusedFirst) {
+  TempDir dir;
+  SynthOptions s;
+  s.arch = "qwen3";
+  s.shape = synth_preset("tiny").value();
+  s.gguf = dir.path() / "qwen3.gguf";
+  ASSERT_TRUE(synth_write(s).is_ok());
+  auto model = model_open(s.gguf);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  ModelQuantOptions o;
+  o.scheme = {4, 32, true};
+  const Status st = quantize_check(*model, o);
+  EXPECT_EQ(st.code(), ErrorCode::kUnsupported);
+  EXPECT_NE(st.message().find("qwen3"), std::string::npos) << st.to_string();
+}
+
 TEST(QuantizeModelTest, AFailedWriteLeavesNothingBehind) {
   HEARTH_REQUIRE_SHARED(stories());
   auto model = model_open(stories());
