@@ -384,6 +384,27 @@ Status read_llama_shape(const boost::json::object& cfg, ModelConfig& c) {
   return Status::ok();
 }
 
+// The rest of what Llama's config spelling names, with the defaults a family's config
+// class gives them: head size, rotary share, context, norm epsilon, RoPE base, tying.
+struct LlamaDefaults {
+  double rotary_share;
+  int32_t context;
+  double norm_eps;
+};
+Status read_llama_body(const boost::json::object& cfg, const LlamaDefaults& d, ModelConfig& c) {
+  HEARTH_RETURN_IF_ERROR(read_llama_shape(cfg, c));
+  HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", c.dim / c.n_heads));
+  HEARTH_RETURN_IF_ERROR(read_rotary_share(cfg, "partial_rotary_factor", d.rotary_share, c));
+  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", d.context));
+  HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
+  c.norm_eps = static_cast<float>(eps.value_or(d.norm_eps));
+  HEARTH_ASSIGN_OR_RETURN(auto theta, json_opt_number(cfg, "rope_theta"));
+  c.rope_theta = static_cast<float>(theta.value_or(10000.0));
+  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(cfg, "tie_word_embeddings"));
+  c.tied_embeddings = tied.value_or(false);
+  return Status::ok();
+}
+
 Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
   c.qkv_bias = c.architecture == "qwen2" || c.architecture == "qwen2moe";
   c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3moe";
@@ -398,16 +419,7 @@ Status read_llama_config(const boost::json::object& cfg, ModelConfig& c) {
     c.qkv_bias = true;
   }
   c.ffn_bias = mlp_bias.value_or(false);
-  HEARTH_RETURN_IF_ERROR(read_llama_shape(cfg, c));
-  HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", c.dim / c.n_heads));
-  HEARTH_RETURN_IF_ERROR(read_rotary_share(cfg, "partial_rotary_factor", 1.0, c));
-  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 2048));
-  HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
-  c.norm_eps = static_cast<float>(eps.value_or(1e-6));
-  HEARTH_ASSIGN_OR_RETURN(auto theta, json_opt_number(cfg, "rope_theta"));
-  c.rope_theta = static_cast<float>(theta.value_or(10000.0));
-  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(cfg, "tie_word_embeddings"));
-  c.tied_embeddings = tied.value_or(false);
+  HEARTH_RETURN_IF_ERROR(read_llama_body(cfg, {1.0, 2048, 1e-6}, c));
 
   HEARTH_ASSIGN_OR_RETURN(auto use_sliding, json_opt_bool(cfg, "use_sliding_window"));
   HEARTH_ASSIGN_OR_RETURN(auto window, json_opt_int(cfg, "sliding_window"));
@@ -568,17 +580,8 @@ Status read_glm4moe_config(const boost::json::object& cfg, ModelConfig& c) {
   c.qkv_bias = attention_bias.value_or(false);  // q, k and v; the output projection has none
   HEARTH_ASSIGN_OR_RETURN(auto qk_norm, json_opt_bool(cfg, "use_qk_norm"));
   c.qk_norm = qk_norm.value_or(false);
-  HEARTH_RETURN_IF_ERROR(read_llama_shape(cfg, c));
+  HEARTH_RETURN_IF_ERROR(read_llama_body(cfg, {0.5, 131072, 1e-5}, c));
   const int32_t dense = c.hidden_dim;  // intermediate_size: the dense layers'
-  HEARTH_ASSIGN_OR_RETURN(c.head_dim, get_int(cfg, "head_dim", c.dim / c.n_heads));
-  HEARTH_RETURN_IF_ERROR(read_rotary_share(cfg, "partial_rotary_factor", 0.5, c));
-  HEARTH_ASSIGN_OR_RETURN(c.max_context, get_int(cfg, "max_position_embeddings", 131072));
-  HEARTH_ASSIGN_OR_RETURN(auto eps, json_opt_number(cfg, "rms_norm_eps"));
-  c.norm_eps = static_cast<float>(eps.value_or(1e-5));
-  HEARTH_ASSIGN_OR_RETURN(auto theta, json_opt_number(cfg, "rope_theta"));
-  c.rope_theta = static_cast<float>(theta.value_or(10000.0));
-  HEARTH_ASSIGN_OR_RETURN(auto tied, json_opt_bool(cfg, "tie_word_embeddings"));
-  c.tied_embeddings = tied.value_or(false);
 
   HEARTH_ASSIGN_OR_RETURN(auto routed, json_opt_int(cfg, "n_routed_experts"));
   if (!routed) {

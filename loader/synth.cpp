@@ -574,54 +574,29 @@ boost::json::object hf_config(const SynthOptions& o) {
             {"eos_token_id", 2},
             {"torch_dtype", dtype}};
   }
-  if (o.arch == "gemma2") {
-    return {{"architectures", js::array{"Gemma2ForCausalLM"}},
-            {"model_type", "gemma2"},
-            {"hidden_size", c.dim},
-            {"intermediate_size", c.hidden},
-            {"num_hidden_layers", c.layers},
-            {"num_attention_heads", c.heads},
-            {"num_key_value_heads", c.kv_heads},
-            {"head_dim", hd},
-            {"query_pre_attn_scalar", hd},
-            {"vocab_size", c.vocab},
-            {"max_position_embeddings", c.context},
-            {"rms_norm_eps", kRmsEps},
-            {"rope_theta", c.rope_theta},
-            {"sliding_window", gemma_window(c)},
-            {"hidden_activation", "gelu_pytorch_tanh"},
-            {"attn_logit_softcapping", attn_softcap(c)},
-            {"final_logit_softcapping", final_softcap(c)},
-            {"tie_word_embeddings", true},
-            {"bos_token_id", 1},
-            {"eos_token_id", 2},
-            {"torch_dtype", dtype}};
-  }
-  if (o.arch == "gemma3") {
-    return {{"architectures", js::array{"Gemma3ForCausalLM"}},
-            {"model_type", "gemma3_text"},
-            {"hidden_size", c.dim},
-            {"intermediate_size", c.hidden},
-            {"num_hidden_layers", c.layers},
-            {"num_attention_heads", c.heads},
-            {"num_key_value_heads", c.kv_heads},
-            {"head_dim", hd},
-            {"query_pre_attn_scalar", hd},
-            {"vocab_size", c.vocab},
-            {"max_position_embeddings", c.context},
-            {"rms_norm_eps", kRmsEps},
-            {"rope_theta", c.rope_theta},
-            {"rope_local_base_freq", kGemmaLocalTheta},
-            {"rope_scaling", nullptr},
-            {"sliding_window", gemma_window(c)},
-            {"sliding_window_pattern", 6},
-            {"hidden_activation", "gelu_pytorch_tanh"},
-            {"final_logit_softcapping", nullptr},
-            {"attn_logit_softcapping", nullptr},
-            {"tie_word_embeddings", true},
-            {"bos_token_id", 1},
-            {"eos_token_id", 2},
-            {"torch_dtype", dtype}};
+  if (o.arch == "gemma2" || o.arch == "gemma3") {
+    // Llama's spelling of the shape; then what Gemma 2 and 3 share, and Gemma 3's local
+    // RoPE base and pattern or Gemma 2's soft-caps.
+    const bool gemma2 = o.arch == "gemma2";
+    js::object config = llama_config(o);
+    for (const char* key : {"hidden_act", "attention_bias", "mlp_bias", "rope_scaling"}) config.erase(key);
+    config["architectures"] = js::array{gemma2 ? "Gemma2ForCausalLM" : "Gemma3ForCausalLM"};
+    config["model_type"] = gemma2 ? "gemma2" : "gemma3_text";
+    config["query_pre_attn_scalar"] = hd;
+    config["sliding_window"] = gemma_window(c);
+    config["hidden_activation"] = "gelu_pytorch_tanh";
+    config["tie_word_embeddings"] = true;
+    if (gemma2) {
+      config["attn_logit_softcapping"] = attn_softcap(c);
+      config["final_logit_softcapping"] = final_softcap(c);
+    } else {
+      config["rope_local_base_freq"] = kGemmaLocalTheta;
+      config["rope_scaling"] = nullptr;
+      config["sliding_window_pattern"] = 6;
+      config["attn_logit_softcapping"] = nullptr;
+      config["final_logit_softcapping"] = nullptr;
+    }
+    return config;
   }
   js::object config = llama_config(o);
   if (o.arch == "qwen3moe") {
