@@ -34,7 +34,7 @@ fi
 
 # The client SDKs the integration tests drive (tests/integration/node); without npm, or
 # offline, that one test skips and says so.
-if command -v npm >/dev/null 2>&1 && [ ! -d tests/integration/node/node_modules/openai ]; then
+if command -v npm >/dev/null 2>&1 && [ ! -d tests/integration/node/node_modules/@anthropic-ai/sdk ]; then
   npm ci --prefix tests/integration/node --no-audit --no-fund --loglevel=error ||
     echo "setup.sh: the npm packages of tests/integration/node did not install; SdkTest will skip"
 fi

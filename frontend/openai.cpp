@@ -430,7 +430,8 @@ std::string_view request_json::error_param(std::string_view message) {
   if (unknown) message.remove_prefix(kUnknown.size());
   const std::string_view head = message.substr(0, message.find_first_of(" :"));
   if (unknown) return head;
-  return is_request_field(head.substr(0, head.find_first_of(".["))) ? head : std::string_view();
+  const std::string_view top = head.substr(0, head.find_first_of(".["));
+  return is_request_field(top) || responses_is_field(top) ? head : std::string_view();
 }
 
 Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint, const ApiParseOptions& options) {

@@ -23,7 +23,11 @@
 
 namespace hearth {
 
-enum class ApiEndpoint : uint8_t { kCompletions, kChatCompletions };
+// kMessages (Anthropic's Messages API) and kResponses (OpenAI's Responses API) parse into
+// the same request as chat completions (frontend/dialects.h) and answer in their own shapes.
+enum class ApiEndpoint : uint8_t { kCompletions, kChatCompletions, kMessages, kResponses };
+// Whether the endpoint's prompt is messages through the chat template.
+inline bool api_is_chat(ApiEndpoint e) { return e != ApiEndpoint::kCompletions; }
 
 struct ApiMessage {
   std::string role;     // system, user, assistant, tool (developer is read as system)
@@ -89,6 +93,9 @@ struct ApiRequest {
   bool parallel_tool_calls = true;
   std::optional<std::string> user;
   std::vector<std::string> ignored_fields;  // unknown fields accepted by ApiParseOptions::lenient_fields
+  // kResponses: the settings its response object reports back (instructions,
+  // tools, text, metadata, ...), as given.
+  boost::json::object settings;
 };
 
 struct ApiParseOptions {

@@ -10,9 +10,6 @@
 
 namespace hearth::request_json {
 
-namespace {
-
-// At most one constraint per request.
 Status set_constraint(ApiRequest& req, ApiConstraint c) {
   if (req.constraint) {
     return make_error(ErrorCode::kInvalidArgument, "{} cannot be given with {}: one constraint per request", c.param,
@@ -21,6 +18,8 @@ Status set_constraint(ApiRequest& req, ApiConstraint c) {
   req.constraint = std::move(c);
   return Status::ok();
 }
+
+namespace {
 
 // OpenAI's response_format: text (no constraint), json_object, or json_schema.
 Status parse_response_format(const json::value* v, ApiRequest& req) {
@@ -141,6 +140,12 @@ Status parse_tool_choice(const json::value* c, ApiRequest& req) {
   } else {
     return wrong_type("tool_choice", "a string or an object", *c);
   }
+  return tool_choice_check(req);
+}
+
+}  // namespace
+
+Status tool_choice_check(const ApiRequest& req) {
   if ((req.tool_choice == ApiToolChoice::kRequired || req.tool_choice == ApiToolChoice::kNamed) && req.tools.empty()) {
     return make_error(ErrorCode::kInvalidArgument, "tool_choice asks for a tool call, but tools defines none");
   }
@@ -152,8 +157,6 @@ Status parse_tool_choice(const json::value* c, ApiRequest& req) {
   }
   return Status::ok();
 }
-
-}  // namespace
 
 Status parse_tools(const json::object& obj, ApiRequest& req) {
   const json::value* v = field(obj, "tools");
@@ -191,13 +194,8 @@ Status parse_tools(const json::object& obj, ApiRequest& req) {
         }
       }
       if (tool.name.empty()) return make_error(ErrorCode::kInvalidArgument, "{}.function.name is required", at);
-      for (const ApiTool& other : req.tools) {
-        if (other.name == tool.name) {
-          return make_error(ErrorCode::kInvalidArgument, "tools defines the function {} twice", tool.name);
-        }
-      }
       tool.definition = t;
-      req.tools.push_back(std::move(tool));
+      HEARTH_RETURN_IF_ERROR(add_tool(req, std::move(tool)));
     }
   }
   if (!req.tools.empty()) req.tool_choice = ApiToolChoice::kAuto;
@@ -206,11 +204,25 @@ Status parse_tools(const json::object& obj, ApiRequest& req) {
     if (!p->is_bool()) return wrong_type("parallel_tool_calls", "true or false", *p);
     req.parallel_tool_calls = p->as_bool();
   }
+  return tool_choice_constraint_check(req);
+}
+
+Status tool_choice_constraint_check(const ApiRequest& req) {
   if (req.constraint && (req.tool_choice == ApiToolChoice::kRequired || req.tool_choice == ApiToolChoice::kNamed)) {
     return make_error(ErrorCode::kInvalidArgument,
                       "tool_choice cannot force a tool call together with {}: the output is one or the other",
                       req.constraint->param);
   }
+  return Status::ok();
+}
+
+Status add_tool(ApiRequest& req, ApiTool tool) {
+  for (const ApiTool& other : req.tools) {
+    if (other.name == tool.name) {
+      return make_error(ErrorCode::kInvalidArgument, "tools defines the function {} twice", tool.name);
+    }
+  }
+  req.tools.push_back(std::move(tool));
   return Status::ok();
 }
 

@@ -70,7 +70,7 @@ Result<PromptBuilder> PromptBuilder::create(const Tokenizer& tokenizer, std::str
 Result<Prompt> PromptBuilder::build(const ApiRequest& req) const {
   const Tokenizer& t = *tokenizer_;
   Prompt out;
-  if (req.endpoint == ApiEndpoint::kChatCompletions) {
+  if (api_is_chat(req.endpoint)) {
     if (!chat_template_) {
       return make_error(ErrorCode::kInvalidArgument,
                         "messages: this model has no chat template; start the server with --chat-template NAME or "

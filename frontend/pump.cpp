@@ -122,7 +122,7 @@ void FrontendServer::Impl::pump_queue() {
   for (auto& [g, why] : ended) {
     auto session = g->session.lock();
     if (!session || g->client_gone.load(std::memory_order_acquire)) continue;
-    session->post_response(api_status_of(why), api_error_body(why),
+    session->post_response(api_status_of(why), dialect_error_body(g->request.endpoint, why),
                            why.code() == ErrorCode::kResourceExhausted || why.code() == ErrorCode::kUnavailable ? "1"
                                                                                                                  : "");
   }
@@ -229,6 +229,15 @@ void Round::emit(Choice& c, int32_t index, std::string piece, std::vector<ApiTok
     return;
   }
   if (gone_ || !failure_.is_ok()) return;
+  if (g_.events) {  // Messages and Responses: typed events
+    g_.events->set_usage(usage());
+    if (!content.empty()) out_ += g_.events->text(content);
+    if (c.calls.size() > c.calls_sent) {
+      out_ += g_.events->tool_calls({c.calls.begin() + static_cast<long>(c.calls_sent), c.calls.end()});
+      c.calls_sent = c.calls.size();
+    }
+    return;
+  }
   if (!content.empty() || !logprobs.empty()) {
     const auto base = static_cast<int32_t>((echo_ ? g_.echo_text.size() : 0) + c.content.size() - content.size());
     if (echo_ && !c.announced) content = g_.echo_text + content;
@@ -355,7 +364,7 @@ void Round::finish(Choice& c, int32_t index) {
     emit(c, index, std::move(rest), {});
   }
   if (!c.calls.empty() && c.finish_reason == "stop") c.finish_reason = "tool_calls";
-  if (stream_ && !gone_ && failure_.is_ok()) {
+  if (stream_ && !gone_ && failure_.is_ok() && !g_.events) {
     const ApiUsage u = usage();
     const ApiUsage* with = g_.request.continuous_usage_stats ? &u : nullptr;
     if (!c.announced) {
@@ -373,9 +382,11 @@ void Round::finish(Choice& c, int32_t index) {
 void Round::end_with_error(const Status& st, std::string_view retry_after) {
   if (!session_ || gone_) return;
   if (stream_ && g_.stream_started) {
-    session_->post_stream(std::move(out_) + api_stream_error(st) + std::string(kApiStreamDone), true);
+    session_->post_stream(std::move(out_) + (g_.events ? g_.events->error(st)
+                                                       : api_stream_error(st) + std::string(kApiStreamDone)),
+                          true);
   } else {
-    session_->post_response(api_status_of(st), api_error_body(st), retry_after);
+    session_->post_response(api_status_of(st), dialect_error_body(g_.request.endpoint, st), retry_after);
   }
   out_.clear();
 }
@@ -424,6 +435,13 @@ void Round::complete() {
   }
   if (longest > 1) s_.time_per_output_token.observe(seconds_since(g_.first_token_at) / (longest - 1));
   const ApiUsage u = usage();
+  if (g_.request.endpoint == ApiEndpoint::kMessages || g_.request.endpoint == ApiEndpoint::kResponses) {
+    // One choice (these APIs have no n): its text, calls and how it ended.
+    const Choice& c = g_.choices.front();
+    const DialectResult r{c.content, c.calls, c.finish_reason, c.text->stop_found(), u};
+    if (stream_) return session_->post_stream(g_.events->finish(r), true);
+    return session_->post_response(200, dialect_response_body(g_.request, g_.head, r));
+  }
   if (stream_) {
     std::string tail;
     if (g_.request.include_usage) tail += api_stream_usage_chunk(g_.request, g_.head, u);

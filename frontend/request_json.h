@@ -54,8 +54,19 @@ bool is_tool_name(std::string_view name);
 Status parse_constraint(const json::object& obj, ApiRequest& req);
 // tools, tool_choice, parallel_tool_calls.
 Status parse_tools(const json::object& obj, ApiRequest& req);
+// A tool_choice that forces a call names a tool `tools` defines.
+Status tool_choice_check(const ApiRequest& req);
+// A forced tool call and an output constraint are not asked for together.
+Status tool_choice_constraint_check(const ApiRequest& req);
+// Adds a tool unless one of its name is there.
+Status add_tool(ApiRequest& req, ApiTool tool);
+// At most one output constraint per request.
+Status set_constraint(ApiRequest& req, ApiConstraint c);
 // logit_bias, suffix, best_of, min_tokens, stop_token_ids.
 Status parse_sampling_extras(const json::object& obj, ApiRequest& req);
+
+// Whether `name` is a top-level field of the Responses API (responses.cpp).
+bool responses_is_field(std::string_view name);
 
 // The request field an error message begins with ("temperature must ...",
 // "messages[2].role ...", "unknown field NAME"), or "" when it begins with anything else.

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/process.h"
 #include "frontend/admission.h"
+#include "frontend/dialects.h"
 #include "frontend/frontend_server.h"
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
@@ -68,6 +69,7 @@ struct Generation {
   };
   ApiRequest request;
   ApiResponseHead head;
+  std::unique_ptr<EventStream> events;  // a streamed kMessages / kResponses request: its typed events
   ToolCallFormat tool_format = ToolCallFormat::kNone;
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // of those, found in the engine's prefix cache (the most any choice found)

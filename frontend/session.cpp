@@ -42,6 +42,13 @@ bool key_matches(std::string_view given, const std::vector<std::string>& keys) {
 bool is_api_route(std::string_view path) {
   return path.starts_with("/v1/") || path == "/tokenize" || path == "/detokenize";
 }
+// The shape errors on `target` take: Anthropic's on its routes, OpenAI's elsewhere.
+ApiEndpoint error_shape_of(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  return path == "/v1/messages" || path == "/v1/messages/count_tokens" ? ApiEndpoint::kMessages
+                                                                      : ApiEndpoint::kChatCompletions;
+}
+
 // Probes and scrapes: not counted as requests, logged at debug only.
 bool is_probe_route(std::string_view path) { return path == "/metrics" || path == "/health" || path == "/ready"; }
 
@@ -116,9 +123,11 @@ void Session::on_read(beast::error_code ec) {
   request_id_ = request_id_of(ec || !parser_ ? std::string_view()
                                              : std::string_view(parser_->get()["x-request-id"].data(),
                                                                 parser_->get()["x-request-id"].size()));
+  error_shape_ = ApiEndpoint::kChatCompletions;
   if (ec == http::error::body_limit) {
     keep_alive_ = false;
-    respond(413, api_error_body(make_error(ErrorCode::kInvalidArgument, "the request body is larger than {} bytes",
+    error_shape_ = error_shape_of(std::string_view(parser_->get().target().data(), parser_->get().target().size()));
+    respond(413, dialect_error_body(error_shape_, make_error(ErrorCode::kInvalidArgument, "the request body is larger than {} bytes",
                                            server_->options.max_body_bytes)),
             "application/json");
     return;
@@ -130,7 +139,7 @@ void Session::on_read(beast::error_code ec) {
 }
 
 void Session::error(const Status& st, std::string_view retry_after) {
-  respond(api_status_of(st), api_error_body(st), "application/json", retry_after);
+  respond(api_status_of(st), dialect_error_body(error_shape_, st), "application/json", retry_after);
 }
 
 void Session::log_access(int status) {
@@ -285,6 +294,8 @@ struct Route {
 };
 constexpr Route kRoutes[] = {
     {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
+    {"/v1/messages", http::verb::post},    {"/v1/messages/count_tokens", http::verb::post},
+    {"/v1/responses", http::verb::post},
     {"/v1/models", http::verb::get},       {"/health", http::verb::get},
     {"/ready", http::verb::get},           {"/tokenize", http::verb::post},
     {"/detokenize", http::verb::post},     {"/metrics", http::verb::get},
@@ -295,6 +306,7 @@ constexpr Route kRoutes[] = {
 void Session::handle() {
   const std::string target(request_.target());
   const std::string path = target.substr(0, target.find('?'));
+  error_shape_ = error_shape_of(path);
   const auto method = request_.method();
   const Route* route = nullptr;
   for (const Route& r : kRoutes) {
@@ -305,7 +317,7 @@ void Session::handle() {
   if (answer_cors(route->method)) return;
   if (!authorized(path)) return;
   if (route->method != method) {
-    auto body = api_error_body(make_error(ErrorCode::kInvalidArgument, "{} does not accept {}", path,
+    auto body = dialect_error_body(error_shape_, make_error(ErrorCode::kInvalidArgument, "{} does not accept {}", path,
                                           std::string(http::to_string(method))));
     return respond(405, std::move(body), "application/json");
   }
@@ -350,29 +362,32 @@ bool Session::answer_cors(http::verb route_method) {
 }
 
 // API keys: the routes that serve the model (and /metrics with --metrics-auth) want one
-// when there are keys. False when the request was answered 401.
+// when there are keys, as Authorization: Bearer KEY or (as Anthropic's clients send it)
+// x-api-key: KEY. False when the request was answered 401.
 bool Session::authorized(std::string_view path) {
   const FrontendOptions& o = server_->options;
   if (o.api_keys.empty() || !(is_api_route(path) || (path == "/metrics" && o.metrics_auth))) return true;
   const auto auth = request_[http::field::authorization];
+  const auto x_api_key = request_["x-api-key"];
   const bool bearer = auth.size() > 7 && beast::iequals(auth.substr(0, 7), "Bearer ");
-  const std::string_view key = bearer ? std::string_view(auth.data() + 7, auth.size() - 7) : std::string_view();
-  if (bearer && key_matches(key, o.api_keys)) return true;
+  const bool given = bearer || !x_api_key.empty();
+  const std::string_view key = bearer ? std::string_view(auth.data() + 7, auth.size() - 7)
+                                      : std::string_view(x_api_key.data(), x_api_key.size());
+  if (given && key_matches(key, o.api_keys)) return true;
   extra_headers_.emplace_back("WWW-Authenticate", "Bearer");
-  const std::string message =
-      bearer ? "Incorrect API key provided." : "No API key provided: send it as the header Authorization: Bearer KEY.";
-  respond(401,
-          boost::json::serialize(boost::json::object{{"error", {{"message", message},
-                                                                {"type", "invalid_request_error"},
-                                                                {"param", nullptr},
-                                                                {"code", "invalid_api_key"}}}}),
-          "application/json");
+  const std::string_view message = given ? "Incorrect API key provided."
+                                         : "No API key provided: send it as the header Authorization: Bearer KEY "
+                                           "or x-api-key: KEY.";
+  respond(401, dialect_unauthorized_body(error_shape_, message), "application/json");
   return false;
 }
 
 void Session::serve(std::string_view path) {
   if (path == "/v1/completions") return handle_generation(ApiEndpoint::kCompletions);
   if (path == "/v1/chat/completions") return handle_generation(ApiEndpoint::kChatCompletions);
+  if (path == "/v1/messages") return handle_generation(ApiEndpoint::kMessages);
+  if (path == "/v1/responses") return handle_generation(ApiEndpoint::kResponses);
+  if (path == "/v1/messages/count_tokens") return handle_count_tokens();
   if (path == "/health") return respond(200, R"({"status":"ok"})", "application/json");
   if (path == "/ready") {
     if (server_->draining.load()) {
@@ -440,9 +455,34 @@ void Session::handle_detokenize() {
           "application/json");
 }
 
+void Session::handle_count_tokens() {
+  FrontendServer::Impl& s = *server_;
+  auto parsed = messages_parse_request(request_.body(), /*count_tokens=*/true, {.lenient_fields = s.options.lenient_fields});
+  if (!parsed.is_ok()) return error(parsed.status());
+  for (const std::string& name : parsed->ignored_fields) s.note_ignored_field(name);
+  if (Status st = admit_model(*parsed, s.facts); !st.is_ok()) return error(st);
+  auto built = s.prompts->build(*parsed);
+  if (!built.is_ok()) return error(built.status());
+  respond(200, messages_count_tokens_body(static_cast<int32_t>(built->ids.size())), "application/json");
+}
+
+namespace {
+
+// Admission speaks of max_tokens; the Responses API calls it max_output_tokens.
+Status in_terms_of(ApiEndpoint endpoint, Status st) {
+  constexpr std::string_view kField = "max_tokens";
+  if (endpoint != ApiEndpoint::kResponses || !st.message().starts_with(kField)) return st;
+  return Status(st.code(), "max_output_tokens" + std::string(st.message().substr(kField.size())));
+}
+
+}  // namespace
+
 void Session::handle_generation(ApiEndpoint endpoint) {
   FrontendServer::Impl& s = *server_;
-  auto parsed = api_parse_request(request_.body(), endpoint, {.lenient_fields = s.options.lenient_fields});
+  const ApiParseOptions options{.lenient_fields = s.options.lenient_fields};
+  auto parsed = endpoint == ApiEndpoint::kMessages    ? messages_parse_request(request_.body(), false, options)
+                : endpoint == ApiEndpoint::kResponses ? responses_parse_request(request_.body(), options)
+                                                      : api_parse_request(request_.body(), endpoint, options);
   if (!parsed.is_ok()) return error(parsed.status());
   ApiRequest& req = parsed.value();
   for (const std::string& name : req.ignored_fields) s.note_ignored_field(name);
@@ -456,11 +496,10 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   auto built = s.prompts->build(req);
   if (!built.is_ok()) return error(built.status());
   auto admitted = admit(req, std::move(built->ids), s.facts, std::random_device{}());
-  if (!admitted.is_ok()) return error(admitted.status());
+  if (!admitted.is_ok()) return error(in_terms_of(endpoint, admitted.status()));
   auto g = std::make_shared<Generation>();
   g->request = req;
-  g->head = {random_id(endpoint == ApiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-"), unix_seconds(), s.model_id,
-             s.system_fingerprint};
+  g->head = {random_id(dialect_id_prefix(endpoint)), unix_seconds(), s.model_id, s.system_fingerprint};
   g->tool_format = admitted->tool_format;
   g->prompt_tokens = static_cast<int32_t>(admitted->submit.prompt.size());
   g->echo_text = std::move(built->echo_text);
@@ -469,6 +508,9 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   g->pending = std::move(admitted->submit);
   g->pending.client_request_id = request_id_;
   g->samples_left = admitted->samples;
+  if (req.stream && (endpoint == ApiEndpoint::kMessages || endpoint == ApiEndpoint::kResponses)) {
+    g->events = EventStream::create(req, g->head);
+  }
   if (Status refused = s.start(g); !refused.is_ok()) {
     return error(refused, refused.code() == ErrorCode::kResourceExhausted ? "1" : "");
   }

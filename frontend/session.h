@@ -52,6 +52,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool authorized(std::string_view path);
   void serve(std::string_view path);
   void handle_generation(ApiEndpoint endpoint);
+  void handle_count_tokens();
   void handle_tokenize();
   void handle_detokenize();
   void error(const Status& st, std::string_view retry_after = {});
@@ -108,6 +109,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string request_id_;         // x-request-id of the request being answered
   std::string client_;             // the peer's address:port, for the access log
   std::string route_;              // the request's route, when it is a known one
+  ApiEndpoint error_shape_ = ApiEndpoint::kChatCompletions;  // whose error bodies this request gets
   std::chrono::steady_clock::time_point request_started_;
   bool logged_ = false;            // this request's access-log line is written
   std::vector<std::pair<std::string, std::string>> extra_headers_;  // CORS, WWW-Authenticate

@@ -7,10 +7,17 @@
 namespace hearth {
 namespace {
 
-// Where the earliest of `stops` begins in `text`, or npos.
-size_t find_first_stop(std::string_view text, const std::vector<std::string>& stops) {
+// Where the earliest of `stops` begins in `text`, or npos; `which` is set to it (the
+// first listed of those that begin there).
+size_t find_first_stop(std::string_view text, const std::vector<std::string>& stops, std::string& which) {
   size_t first = std::string_view::npos;
-  for (const std::string& s : stops) first = std::min(first, text.find(s));
+  for (const std::string& s : stops) {
+    const size_t at = text.find(s);
+    if (at < first) {
+      first = at;
+      which = s;
+    }
+  }
   return first;
 }
 
@@ -35,7 +42,7 @@ std::string TextStream::push(TokenId id) {
   pending_ += text;
   // Text already emitted holds no stop string and pending_ keeps the last max_stop_ - 1
   // bytes, so any stop string that the new text completes lies wholly in pending_.
-  const size_t at = find_first_stop(pending_, stop_);
+  const size_t at = find_first_stop(pending_, stop_, stop_found_);
   if (at != std::string::npos) {
     pending_.resize(at);
     stopped_ = true;
@@ -48,7 +55,7 @@ std::string TextStream::finish() {
   if (stopped_) return {};
   // The detokenizer's held bytes come out as U+FFFD; a stop string may still end in them.
   pending_ += detok_.finish();
-  const size_t at = find_first_stop(pending_, stop_);
+  const size_t at = find_first_stop(pending_, stop_, stop_found_);
   if (at != std::string::npos) {
     pending_.resize(at);
     stopped_ = true;

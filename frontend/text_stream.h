@@ -24,6 +24,8 @@ class TextStream {
   // True once a stop string was found: the caller stops generating; push() returns
   // nothing more.
   bool stopped() const { return stopped_; }
+  // The stop string that ended the text ("" before, or when none did).
+  const std::string& stop_found() const { return stop_found_; }
   // At the end of generation: everything still held back (there is no more stop string
   // to wait for), with unfinished UTF-8 as U+FFFD. Empty after a stop.
   std::string finish();
@@ -39,6 +41,7 @@ class TextStream {
   std::string pending_;  // decoded but not yet emitted
   std::string emitted_;
   bool stopped_ = false;
+  std::string stop_found_;
 };
 
 }  // namespace hearth

@@ -1,6 +1,7 @@
 // Fuzz target: any bytes as what a client sends the frontend: the HTTP request parser
 // with the server's limits (frontend/http_limits.h), then the request body as every
-// route that reads one parses it (the OpenAI request codec for both generation routes).
+// route that reads one parses it (the OpenAI request codec for both generation routes, the
+// Messages and Responses parsers).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -9,6 +10,7 @@
 #include <boost/beast/http.hpp>
 
 #include "frontend/http_limits.h"
+#include "frontend/dialects.h"
 #include "frontend/openai.h"
 
 namespace http = boost::beast::http;
@@ -31,5 +33,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto r = hearth::api_parse_request(body, endpoint);
     if (r.is_ok() && r->n < 1) __builtin_trap();  // a parsed request is a valid one
   }
+  for (const bool count_tokens : {false, true}) {
+    auto r = hearth::messages_parse_request(body, count_tokens);
+    if (r.is_ok() && (r->messages.empty() || (!count_tokens && !r->max_tokens))) __builtin_trap();
+  }
+  if (auto r = hearth::responses_parse_request(body); r.is_ok() && r->messages.empty()) __builtin_trap();
   return 0;
 }

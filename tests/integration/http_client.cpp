@@ -219,7 +219,11 @@ std::vector<std::string> sse_events(const std::string& body) {
   while (pos < body.size()) {
     const size_t end = body.find("\n\n", pos);
     const std::string event = body.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    if (event.rfind("data: ", 0) == 0) events.push_back(event.substr(6));
+    if (event.rfind("data: ", 0) == 0) {
+      events.push_back(event.substr(6));
+    } else if (const size_t data = event.find("\ndata: "); event.rfind("event: ", 0) == 0 && data != std::string::npos) {
+      events.push_back(event.substr(data + 7));  // a typed event: its data
+    }
     if (end == std::string::npos) break;
     pos = end + 2;
   }

@@ -38,7 +38,8 @@ HttpResponse http_request_streamed(uint16_t port, const std::string& target, con
 std::vector<HttpResponse> http_posts_keep_alive(uint16_t port,
                                                 const std::vector<std::pair<std::string, std::string>>& requests);
 
-// The data fields of a text/event-stream body, in order ("[DONE]" included).
+// The data fields of a text/event-stream body, in order ("[DONE]" included; a typed
+// event's "event: NAME" line is dropped, its data kept).
 std::vector<std::string> sse_events(const std::string& body);
 
 // Opens a connection, sends `body` to `target`, reads at least `bytes` bytes of the

@@ -1,8 +1,9 @@
 // The client SDKs users reach for, against hearth serve on stories260K with the built-in
 // chatml template: the OpenAI Node SDK's chat.completions.parse with a zod schema
 // (streamed and not) and a forced tool call, and the Vercel AI SDK's generateObject and
-// streamObject (tests/integration/node/sdk_check.mjs). Skips, saying why, without node or
-// without the npm packages (setup.sh installs them where npm is).
+// streamObject (tests/integration/node/sdk_check.mjs); the Responses and Messages APIs
+// through the OpenAI, Anthropic and Vercel AI SDKs (dialects_check.mjs). Skips, saying why,
+// without node or without the npm packages (setup.sh installs them where npm is).
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,30 +19,57 @@ using namespace std::chrono_literals;
 
 const std::filesystem::path kNodeDir = std::filesystem::path(HEARTH_TEST_NODE_DIR);
 
-TEST(SdkTest, OpenAiAndVercelAiSdksGetValidObjectsAndToolCalls) {
+// Runs `script` with node against hearth serve on stories260K (built-in chatml template,
+// `serve_flags` more) and checks that every name in `checks` passed; skips, saying why,
+// without the model, node or the npm packages.
+void run_node_checks(const std::string& script, const std::vector<std::string>& serve_flags,
+                     const std::vector<std::string>& env, const std::vector<std::string>& checks) {
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
   const auto which = run_process({"/bin/sh", "-c", "command -v node"});
   if (which.exit_code != 0 || which.out.empty()) GTEST_SKIP() << "node is not installed";
   const std::string node = which.out.substr(0, which.out.find('\n'));
-  if (!std::filesystem::exists(kNodeDir / "node_modules" / "openai")) {
-    GTEST_SKIP() << "the SDKs are not installed: npm ci --prefix " << kNodeDir.string();
+  for (const char* package : {"openai", "@anthropic-ai/sdk", "@ai-sdk/anthropic", "@ai-sdk/openai"}) {
+    if (!std::filesystem::exists(kNodeDir / "node_modules" / package)) {
+      GTEST_SKIP() << "the SDKs are not installed (" << package << "): npm ci --prefix " << kNodeDir.string();
+    }
   }
   TempDir shm(::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "");
-  ChildProcess serve({hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0", "--instance", "sdk",
-                      "--shm-dir", shm.path().string(), "--ctx", "512", "--slots", "16", "--chat-template", "chatml"});
+  std::vector<std::string> argv = {hearth_bin("hearth"), "serve", "--model", model.string(), "--port", "0",
+                                   "--instance", "sdk", "--shm-dir", shm.path().string(), "--ctx", "512",
+                                   "--slots", "16", "--chat-template", "chatml"};
+  argv.insert(argv.end(), serve_flags.begin(), serve_flags.end());
+  ChildProcess serve(argv);
   const auto line = serve.read_line(60s);
   ASSERT_TRUE(line.has_value()) << serve.err();
   const size_t v1 = line->find("/v1");
   ASSERT_NE(v1, std::string::npos) << *line;
   const std::string url = line->substr(line->find("http://"), v1 + 3 - line->find("http://"));
-  const auto r = run_process({node, (kNodeDir / "sdk_check.mjs").string()}, {"HEARTH_URL=" + url});
+  std::vector<std::string> script_env = {"HEARTH_URL=" + url};
+  script_env.insert(script_env.end(), env.begin(), env.end());
+  const auto r = run_process({node, (kNodeDir / script).string()}, script_env);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  for (const char* check : {"openai.parse", "openai.stream.parse", "openai.tools.required", "ai.generateObject",
-                            "ai.streamObject"}) {
-    EXPECT_NE(r.out.find(std::string("{\"check\":\"") + check + "\",\"ok\":true"), std::string::npos)
-        << check << ":\n" << r.out;
+  for (const std::string& check : checks) {
+    EXPECT_NE(r.out.find("{\"check\":\"" + check + "\",\"ok\":true"), std::string::npos) << check << ":\n" << r.out;
   }
+}
+
+TEST(SdkTest, OpenAiAndVercelAiSdksGetValidObjectsAndToolCalls) {
+  run_node_checks("sdk_check.mjs", {}, {},
+                  {"openai.parse", "openai.stream.parse", "openai.tools.required", "ai.generateObject",
+                   "ai.streamObject"});
+}
+
+// The Responses and Messages routes through the OpenAI, Anthropic and Vercel AI SDKs,
+// unchanged, on a server with an API key (the Anthropic SDK sends it as x-api-key).
+TEST(SdkTest, ResponsesAndMessagesThroughTheOfficialClients) {
+  run_node_checks("dialects_check.mjs", {"--api-key", "sdk-test-key"}, {"HEARTH_KEY=sdk-test-key"},
+                  {"openai.responses.create", "openai.responses.stream", "openai.responses.parse",
+                   "openai.responses.tools", "openai.responses.refused", "anthropic.messages.create",
+                   "anthropic.messages.stop_sequences", "anthropic.messages.stream", "anthropic.messages.tools",
+                   "anthropic.messages.countTokens", "anthropic.errors", "ai.anthropic.generateText",
+                   "ai.anthropic.streamText", "ai.anthropic.tools", "ai.openai.responses.generateText",
+                   "ai.openai.responses.streamText", "ai.openai.responses.tools"});
 }
 
 }  // namespace

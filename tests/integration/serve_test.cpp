@@ -157,6 +157,131 @@ TEST_F(ServeTest, GroundTruthThroughBothEndpointsStreamedAndNot) {
   EXPECT_EQ(streamed_text(chat_stream, true), kContinuation);
 }
 
+// The Anthropic Messages and OpenAI Responses routes give the ground truth as well, in
+// their own shapes, streamed (typed events) and not.
+TEST_F(ServeTest, GroundTruthThroughMessagesAndResponses) {
+  const json::array messages{json::object{{"role", "user"}, {"content", kPrompt}}};
+  const auto m = post("/v1/messages", {{"messages", messages}, {"max_tokens", 127}, {"temperature", 0}});
+  ASSERT_EQ(m.status, 200) << m.body;
+  const auto mv = json::parse(m.body);
+  EXPECT_EQ(mv.at("type").as_string(), "message");
+  EXPECT_EQ(mv.at("content").at(0).at("text").as_string(), kContinuation);
+  EXPECT_EQ(mv.at("stop_reason").as_string(), "max_tokens");
+  EXPECT_EQ(mv.at("usage").at("output_tokens").to_number<int>(), 127);
+  const auto ms = post("/v1/messages", {{"messages", messages}, {"max_tokens", 127}, {"temperature", 0}, {"stream", true}});
+  ASSERT_EQ(ms.status, 200) << ms.body;
+  EXPECT_NE(ms.body.find("event: message_start\n"), std::string::npos) << ms.body.substr(0, 200);
+  std::string text;
+  std::vector<std::string> types;
+  for (const std::string& e : sse_events(ms.body)) {
+    const auto v = json::parse(e);
+    types.emplace_back(v.at("type").as_string());
+    if (types.back() == "content_block_delta") text += v.at("delta").at("text").as_string();
+  }
+  EXPECT_EQ(text, kContinuation);
+  ASSERT_GE(types.size(), 6u);
+  EXPECT_EQ(types.front(), "message_start");
+  EXPECT_EQ(types[types.size() - 3], "content_block_stop");
+  EXPECT_EQ(types[types.size() - 2], "message_delta");
+  EXPECT_EQ(types.back(), "message_stop");
+
+  const auto r = post("/v1/responses", {{"input", kPrompt}, {"max_output_tokens", 127}, {"temperature", 0}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto rv = json::parse(r.body);
+  EXPECT_EQ(rv.at("object").as_string(), "response");
+  EXPECT_EQ(rv.at("status").as_string(), "incomplete");
+  EXPECT_EQ(rv.at("output").at(0).at("content").at(0).at("text").as_string(), kContinuation);
+  EXPECT_EQ(rv.at("usage").at("output_tokens").to_number<int>(), 127);
+  const auto rs =
+      post("/v1/responses", {{"input", kPrompt}, {"max_output_tokens", 127}, {"temperature", 0}, {"stream", true}});
+  ASSERT_EQ(rs.status, 200) << rs.body;
+  text.clear();
+  int64_t sequence = 0;
+  std::string last;
+  for (const std::string& e : sse_events(rs.body)) {
+    const auto v = json::parse(e);
+    EXPECT_EQ(v.at("sequence_number").to_number<int64_t>(), sequence++);
+    last = v.at("type").as_string();
+    if (last == "response.output_text.delta") text += v.at("delta").as_string();
+  }
+  EXPECT_EQ(text, kContinuation);
+  EXPECT_EQ(last, "response.incomplete");
+}
+
+// The battery of bad input on the Messages and Responses routes: each a 400 in the
+// route's own error shape (Anthropic's {"type": "error", ...} on /v1/messages), naming
+// what is wrong, and the server serves on.
+TEST_F(ServeTest, MessagesAndResponsesRefuseBadInputInTheirShapes) {
+  struct Case {
+    std::string target, body, says;
+  };
+  const std::string huge_system = json::serialize(json::object{
+      {"max_tokens", 4}, {"system", std::string(400000, 'x')}, {"messages", {{{"role", "user"}, {"content", "x"}}}}});
+  const std::vector<Case> cases = {
+      {"/v1/messages", "{\"max_tokens\": ", "request body"},
+      {"/v1/messages", R"({"messages": [{"role": "user", "content": "x"}]})", "max_tokens is required"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": []})", "messages must hold"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "system", "content": "x"}]})", "messages[0].role"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "image"}]}]})",
+       "image is not supported"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "sparkle"}]}]})",
+       "must be text, tool_use or tool_result"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"text": "x"}]}]})",
+       "content[0].type is required"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "tool_use"}]}]})",
+       "belong to assistant messages"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]})",
+       "prefill"},
+      {"/v1/messages", R"({"max_tokens": 4, "temperature": 1.5, "messages": [{"role": "user", "content": "x"}]})",
+       "temperature must be between 0 and 1"},
+      {"/v1/messages", R"({"max_tokens": "4", "messages": [{"role": "user", "content": "x"}]})", "max_tokens"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search_20250305", "name": "s"}]})",
+       "server tools"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}], "tool_choice": {"type": "tool", "name": "g"}})",
+       "tool_choice names the function"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 1024}})",
+       "thinking"},
+      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "frobnicate": 1})",
+       "unknown field"},
+      {"/v1/messages", huge_system, "context holds"},
+      {"/v1/messages/count_tokens", R"({"messages": "x"})", "messages must be an array"},
+      {"/v1/messages/count_tokens", R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 4})",
+       "unknown field"},
+      {"/v1/responses", "[]", "JSON object"},
+      {"/v1/responses", R"({"max_output_tokens": 4})", "input is required"},
+      {"/v1/responses", R"({"input": 7})", "input must be"},
+      {"/v1/responses", R"({"input": [{"type": "message", "role": "user", "content": [{"type": "input_image"}]}]})",
+       "hearth serves text models"},
+      {"/v1/responses", R"({"input": [{"type": "reasoning", "summary": []}]})", "reasoning"},
+      {"/v1/responses", R"({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "not json"}, {"type": "function_call_output", "call_id": "c", "output": "x"}]})",
+       "arguments must hold a JSON object"},
+      {"/v1/responses", R"({"input": "x", "tools": [{"type": "web_search"}]})", "built-in tools"},
+      {"/v1/responses", R"({"input": "x", "store": true})", "store true"},
+      {"/v1/responses", R"({"input": "x", "previous_response_id": "resp_1"})", "previous_response_id"},
+      {"/v1/responses", R"({"input": "x", "background": true})", "background"},
+      {"/v1/responses", R"({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}})",
+       "text.format.name is required"},
+      {"/v1/responses", R"({"input": "x", "max_output_tokens": 100000})", "max_output_tokens"},
+  };
+  for (const Case& c : cases) {
+    const auto r = http_request(port_, "POST", c.target, c.body);
+    EXPECT_EQ(r.status, 400) << c.target << " " << c.body.substr(0, 120) << ": " << r.body;
+    const auto v = json::parse(r.body);
+    const bool anthropic = c.target.starts_with("/v1/messages");
+    if (anthropic) {
+      EXPECT_EQ(v.at("type").as_string(), "error") << r.body;
+      EXPECT_EQ(v.at("error").at("type").as_string(), "invalid_request_error") << r.body;
+    }
+    const std::string message(v.at("error").at("message").as_string());
+    EXPECT_NE(message.find(c.says), std::string::npos) << c.body.substr(0, 120) << ": " << message;
+  }
+  const auto count = post("/v1/messages/count_tokens", {{"messages", {{{"role", "user"}, {"content", kPrompt}}}}});
+  ASSERT_EQ(count.status, 200) << count.body;
+  EXPECT_GT(json::parse(count.body).at("input_tokens").to_number<int>(), 0);
+  const auto ok = post("/v1/messages", {{"messages", {{{"role", "user"}, {"content", kPrompt}}}}, {"max_tokens", 3}});
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
 TEST_F(ServeTest, StopStringsAreMatchedAcrossTokensAndNeverEmitted) {
   const auto r = post("/v1/completions",
                       {{"prompt", kPrompt}, {"max_tokens", 127}, {"temperature", 0}, {"stop", {"named Li", "xyz"}}});
