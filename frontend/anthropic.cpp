@@ -7,7 +7,10 @@
 // content (joined by newlines); an assistant's tool_use blocks are its tool_calls (input
 // as arguments); a user's tool_result blocks are tool messages (tool_call_id, and the
 // name of the tool_use they answer), each before the user's text. A tool_result with
-// is_error reads "Error: " before its content, since templates have no such flag.
+// is_error reads "Error: " before its content, since templates have no such flag; an
+// assistant's thinking blocks are its reasoning_content. With a reasoning parser the
+// answer's reasoning comes back as a thinking block (its signature empty: nothing here
+// checks one).
 #include <algorithm>
 #include <array>
 #include <map>
@@ -94,8 +97,8 @@ Status refuse_block(std::string_view type, const std::string& at) {
   if (type == "image" || type == "document" || type == "search_result") {
     return unsupported(fmt::format("{}.type {}", at, type), "hearth serves text models; send text blocks");
   }
-  if (type == "thinking" || type == "redacted_thinking") {
-    return unsupported(fmt::format("{}.type {}", at, type), "this server returns no thinking blocks to send back");
+  if (type == "redacted_thinking") {
+    return unsupported(fmt::format("{}.type {}", at, type), "this server redacts no thinking to send back");
   }
   if (type == "server_tool_use" || type == "web_search_tool_result" || type == "web_fetch_tool_result" ||
       type == "code_execution_tool_result" || type == "mcp_tool_use" || type == "mcp_tool_result" ||
@@ -304,8 +307,8 @@ class MessagesParser {
         const auto named = tool_names_.find(std::string(id->as_string()));
         if (named != tool_names_.end()) extra["name"] = named->second;
         req_.messages.push_back(ApiMessage{"tool", std::move(content), std::move(extra)});
-      } else if (type == "tool_use") {
-        return make_error(ErrorCode::kInvalidArgument, "{}: tool_use blocks belong to assistant messages", at);
+      } else if (type == "tool_use" || type == "thinking") {
+        return make_error(ErrorCode::kInvalidArgument, "{}: {} blocks belong to assistant messages", at, type);
       } else {
         return refuse_block(type, at);
       }
@@ -348,6 +351,18 @@ class MessagesParser {
                                      {"function", json::object{{"name", *name}, {"arguments", *input}}}});
       } else if (type == "tool_result") {
         return make_error(ErrorCode::kInvalidArgument, "{}: tool_result blocks belong to user messages", at);
+      } else if (type == "thinking") {
+        // Past reasoning: templates that show it read reasoning_content (most drop it).
+        HEARTH_RETURN_IF_ERROR(only_keys(*b, at, {"type", "thinking", "signature"}));
+        const json::value* t = field(*b, "thinking");
+        if (t == nullptr || !t->is_string()) {
+          return make_error(ErrorCode::kInvalidArgument, "{}.thinking is required: a string", at);
+        }
+        std::string thought = m.extra.contains("reasoning_content")
+                                  ? std::string(m.extra["reasoning_content"].as_string()) + "\n"
+                                  : std::string();
+        thought.append(t->as_string().data(), t->as_string().size());
+        m.extra["reasoning_content"] = thought;
       } else {
         return refuse_block(type, at);
       }
@@ -380,8 +395,10 @@ Status parse_stop_sequences(const json::object& obj, ApiRequest& req) {
   return Status::ok();
 }
 
-// thinking: {"type": "disabled"} asks for nothing; extended thinking is not served.
-Status parse_thinking(const json::object& obj) {
+// thinking: {"type": "enabled", "budget_tokens": N} turns the template's thinking on
+// (enable_thinking), returns it as thinking blocks and ends a choice that thinks longer
+// than N tokens; {"type": "disabled"} turns it off.
+Status parse_thinking(const json::object& obj, ApiRequest& req) {
   const json::value* v = field(obj, "thinking");
   if (v == nullptr) return Status::ok();
   if (!v->is_object()) return wrong_type("thinking", "an object", *v);
@@ -389,12 +406,21 @@ Status parse_thinking(const json::object& obj) {
   if (type == nullptr || !type->is_string()) {
     return make_error(ErrorCode::kInvalidArgument, "thinking.type is required: enabled or disabled");
   }
-  if (type->as_string() == "disabled") return only_keys(v->as_object(), "thinking", {"type"});
-  if (type->as_string() == "enabled") {
-    return unsupported("thinking of type enabled", "this server returns no thinking blocks");
+  if (type->as_string() == "disabled") {
+    req.template_kwargs["enable_thinking"] = false;
+    return only_keys(v->as_object(), "thinking", {"type"});
   }
-  return make_error(ErrorCode::kInvalidArgument, "thinking.type must be enabled or disabled, not {}",
-                    short_quote(std::string_view(type->as_string())));
+  if (type->as_string() != "enabled") {
+    return make_error(ErrorCode::kInvalidArgument, "thinking.type must be enabled or disabled, not {}",
+                      short_quote(std::string_view(type->as_string())));
+  }
+  HEARTH_RETURN_IF_ERROR(only_keys(v->as_object(), "thinking", {"type", "budget_tokens"}));
+  HEARTH_ASSIGN_OR_RETURN(const auto budget, opt_integer_in(v->as_object(), "budget_tokens", 1, kInt32Max));
+  if (!budget) return make_error(ErrorCode::kInvalidArgument, "thinking.budget_tokens is required");
+  req.template_kwargs["enable_thinking"] = true;
+  req.reasoning_budget = static_cast<int32_t>(*budget);
+  req.wants_reasoning = true;
+  return Status::ok();
 }
 
 Status check_fields(const json::object& obj, bool count_tokens, const ApiParseOptions& options, ApiRequest& req) {
@@ -466,15 +492,34 @@ class MessagesStream final : public EventStream {
  public:
   explicit MessagesStream(const ApiResponseHead& head) : head_(head) {}
 
+  std::string reasoning(std::string_view delta) override {
+    std::string out = start();
+    if (delta.empty()) return out;
+    if (open_ != Block::kThinking) {
+      out += close_block();
+      out += event("content_block_start",
+                    json::object{{"type", "content_block_start"},
+                                 {"index", index_},
+                                 {"content_block", json::object{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+      open_ = Block::kThinking;
+    }
+    out += event("content_block_delta",
+                 json::object{{"type", "content_block_delta"},
+                              {"index", index_},
+                              {"delta", json::object{{"type", "thinking_delta"}, {"thinking", jstr(delta)}}}});
+    return out;
+  }
+
   std::string text(std::string_view delta) override {
     std::string out = start();
     if (delta.empty()) return out;
-    if (!text_open_) {
+    if (open_ != Block::kText) {
+      out += close_block();
       out += event("content_block_start",
                     json::object{{"type", "content_block_start"},
                                  {"index", index_},
                                  {"content_block", json::object{{"type", "text"}, {"text", ""}}}});
-      text_open_ = true;
+      open_ = Block::kText;
     }
     out += event("content_block_delta",
                  json::object{{"type", "content_block_delta"},
@@ -484,7 +529,7 @@ class MessagesStream final : public EventStream {
   }
 
   std::string tool_calls(const std::vector<ApiToolCall>& calls) override {
-    std::string out = start() + close_text();
+    std::string out = start() + close_block();
     for (const ApiToolCall& call : calls) {
       out += event("content_block_start",
                    json::object{{"type", "content_block_start"},
@@ -505,7 +550,7 @@ class MessagesStream final : public EventStream {
   }
 
   std::string finish(const DialectResult& r) override {
-    std::string out = start() + close_text();
+    std::string out = start() + close_block();
     json::object usage = usage_of(r.usage);
     out += event("message_delta",
                  json::object{{"type", "message_delta"},
@@ -533,15 +578,16 @@ class MessagesStream final : public EventStream {
            event("ping", json::object{{"type", "ping"}});
   }
 
-  std::string close_text() {
-    if (!text_open_) return {};
-    text_open_ = false;
+  std::string close_block() {
+    if (open_ == Block::kNone) return {};
+    open_ = Block::kNone;
     return event("content_block_stop", json::object{{"type", "content_block_stop"}, {"index", index_++}});
   }
 
+  enum class Block : uint8_t { kNone, kThinking, kText };
   ApiResponseHead head_;
   bool started_ = false;
-  bool text_open_ = false;
+  Block open_ = Block::kNone;
   int64_t index_ = 0;  // of the block open or next
 };
 
@@ -562,11 +608,15 @@ Result<ApiRequest> messages_parse_request(std::string_view body, bool count_toke
   HEARTH_RETURN_IF_ERROR(parser.parse_system(obj));
   HEARTH_RETURN_IF_ERROR(parser.parse_messages(obj));
   HEARTH_RETURN_IF_ERROR(parser.parse_tools(obj));
-  HEARTH_RETURN_IF_ERROR(parse_thinking(obj));
+  HEARTH_RETURN_IF_ERROR(parse_thinking(obj, req));
   if (count_tokens) return req;
   HEARTH_ASSIGN_OR_RETURN(const auto max_tokens, opt_integer_in(obj, "max_tokens", 1, kInt32Max));
   if (!max_tokens) return make_error(ErrorCode::kInvalidArgument, "max_tokens is required");
   req.max_tokens = static_cast<int32_t>(*max_tokens);
+  if (req.reasoning_budget && *req.reasoning_budget >= *req.max_tokens) {
+    return make_error(ErrorCode::kInvalidArgument, "thinking.budget_tokens ({}) must be less than max_tokens ({})",
+                      *req.reasoning_budget, *req.max_tokens);
+  }
   HEARTH_RETURN_IF_ERROR(read_float(obj, kMessagesTemperatureRange, req.sampling.temperature));
   HEARTH_RETURN_IF_ERROR(read_float(obj, kTopPRange, req.sampling.top_p));
   HEARTH_ASSIGN_OR_RETURN(const auto top_k, opt_integer_in(obj, "top_k", 0, kInt32Max));
@@ -590,6 +640,9 @@ namespace dialect_detail {
 std::string messages_body(const ApiResponseHead& head, const DialectResult& r) {
   json::object body = message_head(head);
   json::array content;
+  if (!r.reasoning.empty()) {
+    content.push_back(json::object{{"type", "thinking"}, {"thinking", jstr(r.reasoning)}, {"signature", ""}});
+  }
   if (!r.text.empty()) content.push_back(json::object{{"type", "text"}, {"text", jstr(r.text)}});
   for (const ApiToolCall& call : r.calls) {
     content.push_back(json::object{

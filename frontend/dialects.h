@@ -31,6 +31,7 @@ Result<ApiRequest> responses_parse_request(std::string_view body, const ApiParse
 // its finish_reason (stop, length, tool_calls) and the stop string that ended it, if one did.
 struct DialectResult {
   std::string text;
+  std::string reasoning;  // with a reasoning parser: the thinking before the text
   std::vector<ApiToolCall> calls;
   std::string finish_reason;
   std::string stop_sequence;
@@ -51,9 +52,10 @@ std::string dialect_unauthorized_body(ApiEndpoint endpoint, std::string_view mes
 std::string_view dialect_id_prefix(ApiEndpoint endpoint);
 
 // A streamed answer as typed server-sent events ("event: NAME\ndata: {...}\n\n"): the
-// start events go out with the first text or tool call, each piece of text is one delta,
-// each tool call a block (Messages) or item (Responses) of its own, and finish() closes
-// what is open and ends the stream. Not thread-safe: one per request, used by the pump.
+// start events go out with the first text or tool call, each piece of reasoning or text
+// is one delta of a thinking / text block (Messages) or a reasoning / message item
+// (Responses), each tool call a block or item of its own, and finish() closes what is
+// open and ends the stream. Not thread-safe: one per request, used by the pump.
 class EventStream {
  public:
   // kMessages or kResponses.
@@ -62,6 +64,7 @@ class EventStream {
   // The usage so far (the pump sets it before each call): the start event reports the
   // prompt's tokens and how many of them the prefix cache held.
   void set_usage(const ApiUsage& usage) { usage_ = usage; }
+  virtual std::string reasoning(std::string_view delta) = 0;
   virtual std::string text(std::string_view delta) = 0;
   virtual std::string tool_calls(const std::vector<ApiToolCall>& calls) = 0;
   virtual std::string finish(const DialectResult& result) = 0;

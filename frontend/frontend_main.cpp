@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/api_keys.h"
+#include "frontend/reasoning.h"
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
@@ -43,6 +44,12 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
                       Jinja file (default: the model's; without one, chat requests get 400)
   --tool-call-parser hermes|llama3_json|mistral
                       how the model writes tool calls (default: read from the template)
+  --reasoning-parser deepseek_r1|qwen3|none
+                      return a thinking model's <think> reasoning apart from its answer
+                      (reasoning_content, thinking blocks, reasoning items; default none)
+  --reasoning-budget N
+                      reasoning tokens a choice may spend before it is ended (-1: no limit,
+                      the default; 0: ask the template not to think)
   --served-model-name NAME
                       the model's id in /v1/models and responses (repeatable: aliases clients
                       may name; default: the model's own name and the instance's)
@@ -118,6 +125,11 @@ hearth::Result<hearth::FrontendOptions> frontend_options(const hearth::Args& arg
   o.lenient_fields = args.has("lenient-fields");
   o.chat_template = args.get("chat-template").value_or("");
   o.tool_call_parser = args.get("tool-call-parser").value_or("");
+  o.reasoning_parser = args.get("reasoning-parser").value_or("");
+  if (Status st = reasoning_format_from_name(o.reasoning_parser).status(); !st.is_ok()) return st;
+  auto budget = args.get_int("reasoning-budget", -1, 1 << 30);
+  if (!budget.is_ok()) return budget.status();
+  o.reasoning_budget = static_cast<int>(budget->value_or(-1));
   *drain_timeout = std::chrono::milliseconds(drain->value_or(30000));
   if (*listen_fd) {
     o.listen_fd = static_cast<int>(**listen_fd);
@@ -136,7 +148,8 @@ int main(int argc, char** argv) {
   auto args = Args::parse({argv + 1, argv + argc},
                           with_program_flags({"instance", "shm-dir", "host", "port", "threads", "max-body",
                                               "engine-wait", "drain-timeout", "listen-fd", "chat-template",
-                                              "tool-call-parser", "served-model-name", "api-key", "api-key-file",
+                                              "tool-call-parser", "reasoning-parser", "reasoning-budget",
+                                              "served-model-name", "api-key", "api-key-file",
                                               "cors-origin", "max-queue", "queue-timeout", "max-connections",
                                               "read-timeout"},
                                              kProgramValueFlags),

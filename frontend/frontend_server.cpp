@@ -37,6 +37,7 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   HEARTH_ASSIGN_OR_RETURN(PromptBuilder pb, PromptBuilder::create(*tokenizer, w.chat_template,
                                                                    {o.chat_template, o.tool_call_parser}));
   prompts.emplace(std::move(pb));
+  HEARTH_ASSIGN_OR_RETURN(reasoning, reasoning_format_from_name(o.reasoning_parser));
   if (prompts->has_chat_template()) {
     HEARTH_LOG_INFO("chat template: {}; tool calls: {}", prompts->template_origin(),
                     tool_call_format_name(prompts->tool_format()));

@@ -44,6 +44,8 @@ struct FrontendOptions {
   bool lenient_fields = false;     // accept and ignore unknown request fields (logged once per name)
   std::string chat_template;       // --chat-template: a built-in name or a Jinja file; "": the model's
   std::string tool_call_parser;    // --tool-call-parser: hermes, llama3_json, mistral; "": from the template
+  std::string reasoning_parser;    // --reasoning-parser: deepseek_r1, qwen3; "": the output is one text
+  int reasoning_budget = -1;       // --reasoning-budget: reasoning tokens a choice may spend; -1: any, 0: no thinking
   std::vector<std::string> api_keys;   // Bearer keys accepted on /v1/* and the tokenizer routes; empty: open
   bool metrics_auth = false;           // /metrics wants a key too
   std::vector<std::string> cors_origins;  // origins browsers may call from ("*": any); empty: no CORS

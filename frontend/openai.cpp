@@ -29,7 +29,7 @@ struct ImplementedField {
   std::string_view name;
   uint8_t endpoints;
 };
-constexpr std::array<ImplementedField, 37> kImplementedFields = {{
+constexpr std::array<ImplementedField, 38> kImplementedFields = {{
     {"model", kBoth}, {"prompt", kCompletionsOnly}, {"messages", kChatOnly}, {"max_tokens", kBoth},
     {"max_completion_tokens", kChatOnly}, {"temperature", kBoth}, {"top_p", kBoth}, {"top_k", kBoth},
     {"min_p", kBoth}, {"presence_penalty", kBoth}, {"frequency_penalty", kBoth}, {"repetition_penalty", kBoth},
@@ -37,7 +37,7 @@ constexpr std::array<ImplementedField, 37> kImplementedFields = {{
     {"echo", kCompletionsOnly}, {"logprobs", kBoth}, {"top_logprobs", kChatOnly}, {"ignore_eos", kBoth},
     {"response_format", kBoth}, {"tools", kChatOnly}, {"tool_choice", kChatOnly}, {"parallel_tool_calls", kChatOnly},
     {"logit_bias", kBoth}, {"suffix", kCompletionsOnly}, {"best_of", kCompletionsOnly}, {"min_tokens", kBoth},
-    {"stop_token_ids", kBoth},
+    {"stop_token_ids", kBoth}, {"chat_template_kwargs", kChatOnly},
     // vLLM's structured-output extensions.
     {"guided_json", kBoth}, {"guided_regex", kBoth}, {"guided_choice", kBoth}, {"guided_grammar", kBoth},
     // Identifiers for the caller's own bookkeeping, which change nothing in the output.
@@ -147,6 +147,13 @@ Result<json::object> message_extra(const json::object& msg, const std::string& p
     }
     extra["tool_call_id"] = *id;
   }
+  if (const json::value* r = field(msg, "reasoning_content"); r != nullptr) {
+    if (!r->is_string()) return wrong_type(path + ".reasoning_content", "a string", *r);
+    if (role != "assistant") {
+      return make_error(ErrorCode::kInvalidArgument, "{}.reasoning_content belongs to assistant messages only", path);
+    }
+    extra["reasoning_content"] = *r;  // templates that show past reasoning read it
+  }
   if (const json::value* calls = field(msg, "tool_calls"); calls != nullptr) {
     if (role != "assistant") {
       return make_error(ErrorCode::kInvalidArgument, "{}.tool_calls belongs to assistant messages only", path);
@@ -218,6 +225,23 @@ Status parse_messages(const json::object& obj, ApiRequest& req) {
     HEARTH_ASSIGN_OR_RETURN(std::string content, message_content(msg, path, role));
     HEARTH_ASSIGN_OR_RETURN(json::object extra, message_extra(msg, path, role));
     req.messages.push_back(ApiMessage{std::move(role), std::move(content), std::move(extra)});
+  }
+  return Status::ok();
+}
+
+// chat_template_kwargs (vLLM's): more variables for the chat template, such as
+// enable_thinking; those the server sets itself are refused.
+Status parse_template_kwargs(const json::object& obj, ApiRequest& req) {
+  const json::value* v = field(obj, "chat_template_kwargs");
+  if (v == nullptr) return Status::ok();
+  if (!v->is_object()) return wrong_type("chat_template_kwargs", "an object", *v);
+  for (const auto& kv : v->as_object()) {
+    const std::string_view k(kv.key().data(), kv.key().size());
+    if (k == "messages" || k == "tools" || k == "add_generation_prompt" || k == "bos_token" || k == "eos_token") {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "chat_template_kwargs.{} is set by the server from the request; it cannot be given here", k);
+    }
+    req.template_kwargs[kv.key()] = kv.value();
   }
   return Status::ok();
 }
@@ -404,7 +428,9 @@ Status check_fields(const json::object& obj, const ApiParseOptions& options, Api
       for (const auto& kv : arr[i].as_object()) {
         const std::string_view name(kv.key().data(), kv.key().size());
         if (name == "role" || name == "content" || kv.value().is_null()) continue;
-        if (name == "name" || name == "tool_calls" || name == "tool_call_id") continue;  // parse_messages reads them
+        if (name == "name" || name == "tool_calls" || name == "tool_call_id" || name == "reasoning_content") {
+          continue;  // parse_messages reads them
+        }
         const std::string path = fmt::format("messages[{}].{}", i, name);
         if (name == "function_call") {
           return make_error(ErrorCode::kUnsupported, "{} is not supported: it is deprecated; use tool_calls", path);
@@ -460,6 +486,7 @@ Result<ApiRequest> api_parse_request(std::string_view body, ApiEndpoint endpoint
   if (endpoint == ApiEndpoint::kChatCompletions) HEARTH_RETURN_IF_ERROR(parse_tools(obj, req));
   HEARTH_RETURN_IF_ERROR(parse_sampling_extras(obj, req));
   HEARTH_ASSIGN_OR_RETURN(req.user, opt_string(obj, "user"));
+  if (endpoint == ApiEndpoint::kChatCompletions) HEARTH_RETURN_IF_ERROR(parse_template_kwargs(obj, req));
   for (const char* id : {"safety_identifier", "prompt_cache_key"}) {
     if (req.endpoint == ApiEndpoint::kChatCompletions) HEARTH_RETURN_IF_ERROR(opt_string(obj, id).status());
   }

@@ -93,6 +93,13 @@ struct ApiRequest {
   bool parallel_tool_calls = true;
   std::optional<std::string> user;
   std::vector<std::string> ignored_fields;  // unknown fields accepted by ApiParseOptions::lenient_fields
+  // Variables for the chat template beside messages and tools (chat_template_kwargs;
+  // enable_thinking from Anthropic's thinking).
+  boost::json::object template_kwargs;
+  // Reasoning tokens a choice may spend before it is ended ("length"); nullopt: the
+  // server's --reasoning-budget. Anthropic's thinking.budget_tokens.
+  std::optional<int32_t> reasoning_budget;
+  bool wants_reasoning = false;  // asked for thinking output (Anthropic's thinking: enabled)
   // kResponses: the settings its response object reports back (instructions,
   // tools, text, metadata, ...), as given.
   boost::json::object settings;
@@ -131,6 +138,7 @@ struct ApiChoice {
   int32_t index = 0;
   std::string text;
   std::string finish_reason;  // "stop", "length", "tool_calls"
+  std::optional<std::string> reasoning;  // chat with a reasoning parser: reasoning_content
   std::vector<ApiToolCall> tool_calls;  // chat
   std::vector<ApiTokenLogprob> logprobs;  // when asked
   int32_t text_offset_base = 0;           // completions: where the generated text starts (echo)
@@ -140,6 +148,7 @@ struct ApiUsage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;  // of the prompt tokens, those the engine's prefix cache held
+  int32_t reasoning_tokens = 0;  // of the completion tokens, those inside the reasoning
 };
 
 // What every response and chunk of one request carries.
@@ -163,6 +172,9 @@ std::string api_stream_chunk(const ApiRequest& request, const ApiResponseHead& h
                              std::string_view delta, std::string_view finish_reason,
                              const std::vector<ApiTokenLogprob>& logprobs, bool role_chunk,
                              int32_t text_offset_base = 0, const ApiUsage* usage = nullptr);
+// A chat chunk with reasoning text of choice `index`: delta.reasoning_content.
+std::string api_stream_reasoning_chunk(const ApiRequest& request, const ApiResponseHead& head, int32_t index,
+                                       std::string_view delta, bool role_chunk);
 // A chat chunk with the tool calls of choice `index` that completed: delta.tool_calls,
 // numbered from `first` (their position among the choice's calls).
 std::string api_stream_tool_calls_chunk(const ApiRequest& request, const ApiResponseHead& head, int32_t index,

@@ -117,7 +117,8 @@ json::object usage_object(const ApiUsage& usage) {
   return json::object{{"prompt_tokens", usage.prompt_tokens},
                       {"completion_tokens", usage.completion_tokens},
                       {"total_tokens", static_cast<int64_t>(usage.prompt_tokens) + usage.completion_tokens},
-                      {"prompt_tokens_details", json::object{{"cached_tokens", usage.cached_tokens}}}};
+                      {"prompt_tokens_details", json::object{{"cached_tokens", usage.cached_tokens}}},
+                      {"completion_tokens_details", json::object{{"reasoning_tokens", usage.reasoning_tokens}}}};
 }
 
 json::object envelope(const ApiRequest& request, const ApiResponseHead& head, bool chunk) {
@@ -217,6 +218,7 @@ std::string api_response_body(const ApiRequest& request, const ApiResponseHead& 
       choice["text"] = jstr(c.text);
     } else {
       json::object message{{"role", "assistant"}, {"content", jstr(c.text)}};
+      if (c.reasoning) message["reasoning_content"] = jstr(*c.reasoning);
       if (!c.tool_calls.empty()) {
         if (c.text.empty()) message["content"] = nullptr;
         message["tool_calls"] = tool_calls_array(c.tool_calls, 0, false);
@@ -264,6 +266,18 @@ std::string api_stream_tool_calls_chunk(const ApiRequest& request, const ApiResp
   json::object d;
   if (role_chunk) d["role"] = "assistant";
   d["tool_calls"] = tool_calls_array(calls, first, true);
+  body["choices"] = json::array{json::object{{"index", index}, {"delta", std::move(d)}, {"logprobs", nullptr},
+                                             {"finish_reason", nullptr}}};
+  if (request.include_usage) body["usage"] = nullptr;
+  return sse_event(body);
+}
+
+std::string api_stream_reasoning_chunk(const ApiRequest& request, const ApiResponseHead& head, int32_t index,
+                                       std::string_view delta, bool role_chunk) {
+  json::object body = envelope(request, head, /*chunk=*/true);
+  json::object d;
+  if (role_chunk) d["role"] = "assistant";
+  d["reasoning_content"] = jstr(delta);
   body["choices"] = json::array{json::object{{"index", index}, {"delta", std::move(d)}, {"logprobs", nullptr},
                                              {"finish_reason", nullptr}}};
   if (request.include_usage) body["usage"] = nullptr;

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "chat/builtin_templates.h"
+#include "frontend/reasoning.h"
 
 namespace hearth {
 
@@ -86,6 +87,7 @@ Result<Prompt> PromptBuilder::build(const ApiRequest& req) const {
     inputs.add_generation_prompt = true;
     if (t.bos_id() >= 0) inputs.bos_token = std::string(t.piece(t.bos_id()));
     if (t.eos_id() >= 0) inputs.eos_token = std::string(t.piece(t.eos_id()));
+    for (const auto& kv : req.template_kwargs) inputs.extra[kv.key()] = kv.value();
     if (!req.tools.empty()) {
       boost::json::array tools;
       for (const ApiTool& tool : req.tools) tools.push_back(tool.definition);
@@ -93,6 +95,7 @@ Result<Prompt> PromptBuilder::build(const ApiRequest& req) const {
     }
     auto text = chat_template_->render(inputs);
     if (!text.is_ok()) return text.status().with_context("messages");
+    out.opens_reasoning = prompt_opens_reasoning(*text);
     // A template that writes the BOS itself gets no second one from the tokenizer.
     const bool template_has_bos = !inputs.bos_token.empty() && text->starts_with(inputs.bos_token);
     auto ids = t.encode(*text, EncodeOptions{!template_has_bos, true});

@@ -33,6 +33,7 @@ struct PromptOptions {
 struct Prompt {
   std::vector<TokenId> ids;
   std::string echo_text;  // completions' echo: the prompt as text
+  bool opens_reasoning = false;  // chat: the rendered prompt ends inside <think> (see reasoning.h)
 };
 
 class PromptBuilder {

@@ -64,6 +64,7 @@ Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
     c.generation = generation;
     c.text.emplace(*tokenizer, g.request.stop, /*at_start=*/false);
     if (g.tool_format != ToolCallFormat::kNone) c.tools.emplace(g.tool_format);
+    if (g.reasoning) c.reasoning.emplace(g.opens_reasoning);
     g.choices.push_back(std::move(c));
     --g.samples_left;
   }
@@ -184,6 +185,8 @@ class Round {
   using Choice = Generation::Choice;
   ApiUsage usage() const;
   void emit(Choice& c, int32_t index, std::string piece, std::vector<ApiTokenLogprob> logprobs);
+  void emit_parts(Choice& c, int32_t index, std::string thought, std::string piece,
+                  std::vector<ApiTokenLogprob> logprobs);
   void take_calls(Choice& c, std::vector<ToolCall>& calls);
   void taken(Choice& c);
   void observe_tokens(Choice& c, int32_t fresh);
@@ -206,7 +209,10 @@ ApiUsage Round::usage() const {
   ApiUsage u;
   u.prompt_tokens = g_.prompt_tokens;
   u.cached_tokens = g_.cached_tokens;
-  for (const auto& c : g_.choices) u.completion_tokens += c.consumed;
+  for (const auto& c : g_.choices) {
+    u.completion_tokens += c.consumed;
+    u.reasoning_tokens += c.reasoning_tokens;
+  }
   return u;
 }
 
@@ -216,13 +222,22 @@ void Round::take_calls(Choice& c, std::vector<ToolCall>& calls) {
   }
 }
 
-// One piece of a choice's text (a token's, or what was held at its end): through the
-// tool-call parser when there is one, then one stream chunk for it (OpenAI and vLLM send
-// a chunk per token), and one for the calls it completed.
+// One piece of a choice's text (a token's, or what was held at its end): its reasoning
+// apart when there is a reasoning parser, the rest through the tool-call parser when there
+// is one, then one stream chunk for it (OpenAI and vLLM send a chunk per token), and one
+// for the calls it completed.
 void Round::emit(Choice& c, int32_t index, std::string piece, std::vector<ApiTokenLogprob> logprobs) {
+  if (!c.reasoning) return emit_parts(c, index, {}, std::move(piece), std::move(logprobs));
+  ReasoningSplitter::Split split = c.reasoning->push(piece);
+  emit_parts(c, index, std::move(split.reasoning), std::move(split.content), std::move(logprobs));
+}
+
+void Round::emit_parts(Choice& c, int32_t index, std::string thought, std::string piece,
+                       std::vector<ApiTokenLogprob> logprobs) {
   std::vector<ToolCall> calls;
   std::string content = c.tools ? c.tools->push(piece, calls) : std::move(piece);
   c.content += content;
+  c.reasoning_text += thought;
   take_calls(c, calls);
   if (!stream_) {
     for (auto& l : logprobs) c.logprobs.push_back(std::move(l));
@@ -231,12 +246,17 @@ void Round::emit(Choice& c, int32_t index, std::string piece, std::vector<ApiTok
   if (gone_ || !failure_.is_ok()) return;
   if (g_.events) {  // Messages and Responses: typed events
     g_.events->set_usage(usage());
+    if (!thought.empty()) out_ += g_.events->reasoning(thought);
     if (!content.empty()) out_ += g_.events->text(content);
     if (c.calls.size() > c.calls_sent) {
       out_ += g_.events->tool_calls({c.calls.begin() + static_cast<long>(c.calls_sent), c.calls.end()});
       c.calls_sent = c.calls.size();
     }
     return;
+  }
+  if (!thought.empty()) {
+    out_ += api_stream_reasoning_chunk(g_.request, g_.head, index, thought, !c.announced);
+    c.announced = true;
   }
   if (!content.empty() || !logprobs.empty()) {
     const auto base = static_cast<int32_t>((echo_ ? g_.echo_text.size() : 0) + c.content.size() - content.size());
@@ -289,6 +309,13 @@ void Round::push_token(Choice& c, int32_t index, const ProducedToken& t) {
     c.finish_reason = "stop";
   }
   emit(c, index, std::move(piece), std::move(logprobs));
+  // The thinking budget: a choice still reasoning past it is ended there.
+  if (c.reasoning && c.reasoning->in_reasoning() && ++c.reasoning_tokens > g_.reasoning_budget &&
+      g_.reasoning_budget >= 0 && !c.done) {
+    s_.client->cancel(c.slot);
+    c.done = true;
+    c.finish_reason = "length";
+  }
 }
 
 // The gap since this choice's previous tokens, shared by the `fresh` tokens of this round
@@ -354,8 +381,13 @@ bool Round::follow(size_t i) {
   return !p.terminal();
 }
 
-// A choice's end: what the tool-call parser held, its finish_reason chunk, the count.
+// A choice's end: what the reasoning and tool-call parsers held, its finish_reason chunk,
+// the count.
 void Round::finish(Choice& c, int32_t index) {
+  if (c.reasoning) {
+    ReasoningSplitter::Split rest = c.reasoning->finish();
+    emit_parts(c, index, std::move(rest.reasoning), std::move(rest.content), {});
+  }
   if (c.tools) {  // what the parser held: content, or calls the output ended in
     std::vector<ToolCall> calls;
     std::string rest = c.tools->finish(calls);
@@ -438,7 +470,7 @@ void Round::complete() {
   if (g_.request.endpoint == ApiEndpoint::kMessages || g_.request.endpoint == ApiEndpoint::kResponses) {
     // One choice (these APIs have no n): its text, calls and how it ended.
     const Choice& c = g_.choices.front();
-    const DialectResult r{c.content, c.calls, c.finish_reason, c.text->stop_found(), u};
+    const DialectResult r{c.content, c.reasoning_text, c.calls, c.finish_reason, c.text->stop_found(), u};
     if (stream_) return session_->post_stream(g_.events->finish(r), true);
     return session_->post_response(200, dialect_response_body(g_.request, g_.head, r));
   }
@@ -465,6 +497,7 @@ void Round::complete() {
     a.text = echo_ ? g_.echo_text + c.content : c.content;
     a.text_offset_base = echo_ ? static_cast<int32_t>(g_.echo_text.size()) : 0;
     a.finish_reason = c.finish_reason;
+    if (g_.reasoning) a.reasoning = c.reasoning_text;
     a.logprobs = c.logprobs;
     a.tool_calls = c.calls;
     choices.push_back(std::move(a));

@@ -10,7 +10,9 @@
 //
 // hearth stores no responses: store must be false or absent (the response says
 // "store": false), and previous_response_id, background, conversation and the built-in
-// tools are refused by name.
+// tools are refused by name. With a reasoning parser the reasoning comes back as a
+// reasoning item (its text as reasoning_text content, no summary); reasoning items sent
+// back are the next assistant turn's reasoning_content.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -29,15 +31,16 @@ using namespace request_json;
 
 constexpr size_t kMaxRequestDepth = 32;
 
-constexpr std::array<std::string_view, 18> kResponsesFields = {
+constexpr std::array<std::string_view, 19> kResponsesFields = {
     "model",       "input",          "instructions", "tools",    "tool_choice",       "parallel_tool_calls",
     "text",        "max_output_tokens", "temperature", "top_p",   "stream",            "metadata",
     "user",        "store",          "truncation",   "service_tier", "safety_identifier", "prompt_cache_key",
+    "reasoning",
 };
 // In the schema, not served: a 400 naming them unless their value asks for nothing.
-constexpr std::array<std::string_view, 11> kRefusedFields = {
-    "previous_response_id", "background",     "reasoning", "include", "prompt", "max_tool_calls",
-    "top_logprobs",         "conversation",   "stream_options", "context_management", "prompt_cache_retention",
+constexpr std::array<std::string_view, 10> kRefusedFields = {
+    "previous_response_id", "background",   "include",        "prompt",             "max_tool_calls",
+    "top_logprobs",         "conversation", "stream_options", "context_management", "prompt_cache_retention",
 };
 
 Status unsupported(std::string_view what, std::string_view why) {
@@ -66,7 +69,6 @@ Status check_refused(std::string_view name, const json::value& v) {
     return unsupported(name, "hearth stores no responses; send the whole conversation as input");
   }
   if (name == "background") return unsupported("background true", "responses are answered on their connection");
-  if (name == "reasoning") return unsupported(name, "this server does not return reasoning items");
   return unsupported(name, "this server does not implement it");
 }
 
@@ -206,6 +208,7 @@ class ResponsesParser {
       // Calls that follow each other (or an assistant's text) are one assistant turn.
       if (req_.messages.empty() || req_.messages.back().role != "assistant") {
         req_.messages.push_back(ApiMessage{"assistant", "", {}});
+        take_reasoning();
       }
       json::object& extra = req_.messages.back().extra;
       if (!extra.contains("tool_calls")) extra["tool_calls"] = json::array();
@@ -236,7 +239,26 @@ class ResponsesParser {
       req_.messages.push_back(ApiMessage{"tool", std::move(text), std::move(extra)});
       return Status::ok();
     }
-    if (type == "reasoning") return unsupported(at + ".type reasoning", "this server returns no reasoning items");
+    if (type == "reasoning") {
+      // Past reasoning, for the next assistant turn's reasoning_content.
+      HEARTH_RETURN_IF_ERROR(only_keys(o, at, {"type", "id", "summary", "content", "encrypted_content", "status"}));
+      if (field(o, "encrypted_content") != nullptr) {
+        return unsupported(at + ".encrypted_content", "this server encrypts no reasoning");
+      }
+      if (const json::value* c = field(o, "content"); c != nullptr) {
+        if (!c->is_array()) return wrong_type(at + ".content", "an array of reasoning_text parts", *c);
+        for (size_t j = 0; j < c->as_array().size(); ++j) {
+          const json::value& part = c->as_array()[j];
+          const json::value* t = part.is_object() ? field(part.as_object(), "text") : nullptr;
+          if (t == nullptr || !t->is_string()) {
+            return make_error(ErrorCode::kInvalidArgument, "{}.content[{}].text is required: a string", at, j);
+          }
+          if (!reasoning_.empty()) reasoning_ += '\n';
+          reasoning_.append(t->as_string().data(), t->as_string().size());
+        }
+      }
+      return Status::ok();
+    }
     if (type == "item_reference") return unsupported(at + ".type item_reference", "hearth stores no items");
     if (type == "input_image" || type == "input_file" || type == "input_audio") {
       return unsupported(fmt::format("{}.type {}", at, type), "hearth serves text models");
@@ -268,6 +290,7 @@ class ResponsesParser {
       return wrong_type(at + ".content", "a string or an array of content parts", *content);
     }
     req_.messages.push_back(ApiMessage{role, std::move(text), {}});
+    if (role == "assistant") take_reasoning();
     return Status::ok();
   }
 
@@ -304,8 +327,16 @@ class ResponsesParser {
     return text;
   }
 
+  // The reasoning items before an assistant turn become its reasoning_content.
+  void take_reasoning() {
+    if (reasoning_.empty()) return;
+    req_.messages.back().extra["reasoning_content"] = reasoning_;
+    reasoning_.clear();
+  }
+
   ApiRequest& req_;
   std::map<std::string, std::string> names_;  // call_id -> function name
+  std::string reasoning_;                     // reasoning items not yet given to a turn
 };
 
 // text: {format: {type: text | json_object | json_schema, ...}}.
@@ -354,6 +385,26 @@ Status parse_text(const json::object& obj, ApiRequest& req) {
   return set_constraint(req, {.kind = ApiConstraint::Kind::kJsonSchema, .schema = *schema, .param = "text.format"});
 }
 
+// reasoning: {"effort": "none"} turns the template's thinking off (enable_thinking);
+// hearth does not grade effort otherwise, nor write summaries.
+Status parse_reasoning(const json::object& obj, ApiRequest& req) {
+  const json::value* v = field(obj, "reasoning");
+  if (v == nullptr) return Status::ok();
+  if (!v->is_object()) return wrong_type("reasoning", "an object", *v);
+  HEARTH_RETURN_IF_ERROR(only_keys(v->as_object(), "reasoning", {"effort", "summary"}));
+  if (field(v->as_object(), "summary") != nullptr) {
+    return unsupported("reasoning.summary", "the reasoning comes back whole, as reasoning_text");
+  }
+  if (const json::value* e = field(v->as_object(), "effort"); e != nullptr) {
+    if (!(e->is_string() && e->as_string() == "none")) {
+      return unsupported("reasoning.effort other than none",
+                         "the model reasons as its template lets it; none turns thinking off");
+    }
+    req.template_kwargs["enable_thinking"] = false;
+  }
+  return Status::ok();
+}
+
 Status check_fields(const json::object& obj, const ApiParseOptions& options, ApiRequest& req) {
   for (const auto& kv : obj) {
     const std::string_view name(kv.key().data(), kv.key().size());
@@ -392,7 +443,7 @@ Status check_fields(const json::object& obj, const ApiParseOptions& options, Api
     }
   }
   for (const char* id : {"safety_identifier", "prompt_cache_key"}) HEARTH_RETURN_IF_ERROR(opt_string(obj, id).status());
-  return Status::ok();
+  return parse_reasoning(obj, req);
 }
 
 // The settings the response object reports back: those given, else their defaults.
@@ -432,7 +483,7 @@ json::object usage_of(const ApiUsage& u) {
   return json::object{{"input_tokens", u.prompt_tokens},
                       {"input_tokens_details", json::object{{"cached_tokens", u.cached_tokens}}},
                       {"output_tokens", u.completion_tokens},
-                      {"output_tokens_details", json::object{{"reasoning_tokens", 0}}},
+                      {"output_tokens_details", json::object{{"reasoning_tokens", u.reasoning_tokens}}},
                       {"total_tokens", static_cast<int64_t>(u.prompt_tokens) + u.completion_tokens}};
 }
 
@@ -444,6 +495,12 @@ json::object message_item(std::string_view id, std::string_view text, std::strin
   }
   return json::object{{"type", "message"}, {"id", jstr(id)}, {"status", jstr(status)}, {"role", "assistant"},
                       {"content", std::move(content)}};
+}
+
+json::object reasoning_item(std::string_view id, std::string_view text, bool done) {
+  json::array content;
+  if (done) content.push_back(json::object{{"type", "reasoning_text"}, {"text", jstr(text)}});
+  return json::object{{"type", "reasoning"}, {"id", jstr(id)}, {"summary", json::array()}, {"content", std::move(content)}};
 }
 
 json::object call_item(std::string_view id, const ApiToolCall& call, std::string_view status) {
@@ -473,9 +530,26 @@ class ResponsesStream final : public EventStream {
  public:
   ResponsesStream(const ApiRequest& request, const ApiResponseHead& head) : req_(request), head_(head) {}
 
+  std::string reasoning(std::string_view delta) override {
+    std::string out = start();
+    if (delta.empty()) return out;
+    if (!reasoning_open_) {
+      out += close_message("completed");
+      reasoning_id_ = item_id("rs_");
+      reasoning_open_ = true;
+      out += event("response.output_item.added",
+                   {{"output_index", index()}, {"item", reasoning_item(reasoning_id_, "", false)}});
+    }
+    reasoning_text_ += delta;
+    out += event("response.reasoning_text.delta",
+                 {{"item_id", jstr(reasoning_id_)}, {"output_index", index()}, {"content_index", 0}, {"delta", jstr(delta)}});
+    return out;
+  }
+
   std::string text(std::string_view delta) override {
     std::string out = start();
     if (delta.empty()) return out;
+    out += close_reasoning();
     if (!message_open_) {
       message_id_ = item_id("msg_");
       message_open_ = true;
@@ -498,7 +572,7 @@ class ResponsesStream final : public EventStream {
   }
 
   std::string tool_calls(const std::vector<ApiToolCall>& calls) override {
-    std::string out = start() + close_message("completed");
+    std::string out = start() + close_reasoning() + close_message("completed");
     for (const ApiToolCall& call : calls) {
       const std::string id = item_id("fc_");
       out += event("response.output_item.added", {{"output_index", index()}, {"item", call_item(id, call, "in_progress")}});
@@ -517,7 +591,7 @@ class ResponsesStream final : public EventStream {
 
   std::string finish(const DialectResult& r) override {
     const std::string_view status = final_status(r);
-    std::string out = start() + close_message(status);
+    std::string out = start() + close_reasoning() + close_message(status);
     out += event(status == "completed" ? "response.completed" : "response.incomplete",
                  {{"response", response_object(req_, head_, status, output_, &r.usage)}});
     return out;
@@ -546,6 +620,20 @@ class ResponsesStream final : public EventStream {
     return out;
   }
 
+  std::string close_reasoning() {
+    if (!reasoning_open_) return {};
+    reasoning_open_ = false;
+    std::string out = event("response.reasoning_text.done", {{"item_id", jstr(reasoning_id_)},
+                                                             {"output_index", index()},
+                                                             {"content_index", 0},
+                                                             {"text", jstr(reasoning_text_)}});
+    json::object done = reasoning_item(reasoning_id_, reasoning_text_, true);
+    out += event("response.output_item.done", {{"output_index", index()}, {"item", done}});
+    output_.push_back(std::move(done));
+    reasoning_text_.clear();
+    return out;
+  }
+
   std::string close_message(std::string_view status) {
     if (!message_open_) return {};
     message_open_ = false;
@@ -571,6 +659,9 @@ class ResponsesStream final : public EventStream {
   ApiResponseHead head_;
   int64_t sequence_ = 0;
   bool started_ = false;
+  bool reasoning_open_ = false;
+  std::string reasoning_id_;
+  std::string reasoning_text_;  // of the open reasoning item
   bool message_open_ = false;
   std::string message_id_;
   std::string text_;   // of the open message
@@ -616,6 +707,7 @@ namespace dialect_detail {
 std::string responses_body(const ApiRequest& request, const ApiResponseHead& head, const DialectResult& r) {
   const std::string_view status = final_status(r);
   json::array output;
+  if (!r.reasoning.empty()) output.push_back(reasoning_item(item_id("rs_"), r.reasoning, true));
   if (!r.text.empty() || r.calls.empty()) output.push_back(message_item(item_id("msg_"), r.text, status));
   for (const ApiToolCall& call : r.calls) output.push_back(call_item(item_id("fc_"), call, "completed"));
   return json::serialize(response_object(request, head, status, std::move(output), &r.usage));

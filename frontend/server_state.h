@@ -29,6 +29,7 @@
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
 #include "frontend/prompt.h"
+#include "frontend/reasoning.h"
 #include "frontend/text_stream.h"
 #include "ipc/broker_client.h"
 #include "ipc/weights_segment.h"
@@ -61,6 +62,9 @@ struct Generation {
     bool announced = false;  // the first stream chunk (with the role) went out
     bool finish_sent = false;  // the stream chunk with its finish_reason went out
     std::vector<ApiTokenLogprob> logprobs;
+    std::optional<ReasoningSplitter> reasoning;  // with a reasoning parser
+    std::string reasoning_text;            // the reasoning so far (bodies keep it whole)
+    int32_t reasoning_tokens = 0;          // tokens produced inside it
     std::optional<ToolCallParser> tools;  // when the model may call tools
     std::string content;                  // the text that is not tool calls
     std::vector<ApiToolCall> calls;
@@ -71,6 +75,9 @@ struct Generation {
   ApiResponseHead head;
   std::unique_ptr<EventStream> events;  // a streamed kMessages / kResponses request: its typed events
   ToolCallFormat tool_format = ToolCallFormat::kNone;
+  bool reasoning = false;        // split the reasoning from the answer (--reasoning-parser)
+  bool opens_reasoning = false;  // the prompt ends inside the reasoning
+  int32_t reasoning_budget = -1;  // reasoning tokens a choice may spend; -1: no limit
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // of those, found in the engine's prefix cache (the most any choice found)
   std::string echo_text;
@@ -100,6 +107,7 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   std::optional<AttachedWeights> weights;
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<PromptBuilder> prompts;
+  ReasoningFormat reasoning = ReasoningFormat::kNone;  // --reasoning-parser
   ModelFacts facts;  // what admission checks requests against (frontend/admission.h)
   std::string model_id;
   std::string system_fingerprint;

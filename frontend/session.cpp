@@ -493,6 +493,16 @@ void Session::handle_generation(ApiEndpoint endpoint) {
                             s.options.engine_wait.count()),
                  "1");
   }
+  const bool reasoning = s.reasoning != ReasoningFormat::kNone;
+  if (req.wants_reasoning && !reasoning) {
+    return error(make_error(ErrorCode::kUnsupported,
+                            "thinking is not supported by this server: it was started without --reasoning-parser, "
+                            "so it cannot tell the model's thinking from its answer"));
+  }
+  const int32_t budget = req.reasoning_budget.value_or(s.options.reasoning_budget);
+  if (reasoning && budget == 0 && !req.template_kwargs.contains("enable_thinking")) {
+    req.template_kwargs["enable_thinking"] = false;  // no budget: the template is asked not to think
+  }
   auto built = s.prompts->build(req);
   if (!built.is_ok()) return error(built.status());
   auto admitted = admit(req, std::move(built->ids), s.facts, std::random_device{}());
@@ -501,6 +511,9 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   g->request = req;
   g->head = {random_id(dialect_id_prefix(endpoint)), unix_seconds(), s.model_id, s.system_fingerprint};
   g->tool_format = admitted->tool_format;
+  g->reasoning = reasoning && api_is_chat(endpoint);
+  g->opens_reasoning = built->opens_reasoning;
+  g->reasoning_budget = budget;
   g->prompt_tokens = static_cast<int32_t>(admitted->submit.prompt.size());
   g->echo_text = std::move(built->echo_text);
   g->session = weak_from_this();

@@ -24,6 +24,8 @@ constexpr ServeFlag kFlags[] = {
   {"served-model-name", FlagKind::kText, "NAME", kToFrontend, "the model's id in /v1/models and responses; repeat for aliases clients may name (default: the model's own name and the instance's)", "Model", 0, 0, {}, true},
   {"chat-template", FlagKind::kText, "NAME|FILE", kToFrontend, "chat template for /v1/chat/completions: a built-in (chatml, llama2, llama3, mistral, zephyr) or a Jinja file (default: the model's own; without one, chat requests get 400)", "Model"},
   {"tool-call-parser", FlagKind::kChoice, "hermes|llama3_json|mistral", kToFrontend, "how the model writes tool calls (default: read from the template)", "Model", 0, 0, "hermes|llama3_json|mistral"},
+  {"reasoning-parser", FlagKind::kChoice, "deepseek_r1|qwen3|none", kToFrontend, "return a thinking model's reasoning (between think tags) apart from its answer: reasoning_content, thinking blocks, reasoning items", "Model", 0, 0, "deepseek_r1|qwen3|none", false, {}, "none"},
+  {"reasoning-budget", FlagKind::kInt, "N", kToFrontend, "reasoning tokens a choice may spend before it is ended (0: ask the template not to think)", "Model", -1, 1 << 30, {}, false, {}, "-1, no limit"},
   {"instance", FlagKind::kText, "NAME", kAll, "instance name; instances run side by side", "Instance", 0, 0, {}, false, {}, "default"},
   {"shm-dir", FlagKind::kPath, "DIR", kAll, "shared-memory directory", "Instance", 0, 0, {}, false, {}, "$HEARTH_SHM_DIR or /dev/shm"},
   {"remove-on-exit", FlagKind::kBool, "", kToServe, "remove the instance's segments when serve stops (default: weights stay resident for the next start)", "Instance"},

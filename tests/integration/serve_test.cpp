@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 #include <future>
+#include <regex>
 #include <string>
 #include <thread>
 
@@ -239,8 +241,8 @@ TEST_F(ServeTest, MessagesAndResponsesRefuseBadInputInTheirShapes) {
        "server tools"},
       {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "tools": [{"name": "f", "input_schema": {}}], "tool_choice": {"type": "tool", "name": "g"}})",
        "tool_choice names the function"},
-      {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 1024}})",
-       "thinking"},
+      {"/v1/messages", R"({"max_tokens": 40, "messages": [{"role": "user", "content": "x"}], "thinking": {"type": "enabled", "budget_tokens": 10}})",
+       "started without --reasoning-parser"},
       {"/v1/messages", R"({"max_tokens": 4, "messages": [{"role": "user", "content": "x"}], "frobnicate": 1})",
        "unknown field"},
       {"/v1/messages", huge_system, "context holds"},
@@ -252,7 +254,8 @@ TEST_F(ServeTest, MessagesAndResponsesRefuseBadInputInTheirShapes) {
       {"/v1/responses", R"({"input": 7})", "input must be"},
       {"/v1/responses", R"({"input": [{"type": "message", "role": "user", "content": [{"type": "input_image"}]}]})",
        "hearth serves text models"},
-      {"/v1/responses", R"({"input": [{"type": "reasoning", "summary": []}]})", "reasoning"},
+      {"/v1/responses", R"({"input": [{"type": "reasoning", "summary": [], "encrypted_content": "zz"}]})",
+       "encrypted_content"},
       {"/v1/responses", R"({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "not json"}, {"type": "function_call_output", "call_id": "c", "output": "x"}]})",
        "arguments must hold a JSON object"},
       {"/v1/responses", R"({"input": "x", "tools": [{"type": "web_search"}]})", "built-in tools"},
@@ -280,6 +283,71 @@ TEST_F(ServeTest, MessagesAndResponsesRefuseBadInputInTheirShapes) {
   EXPECT_GT(json::parse(count.body).at("input_tokens").to_number<int>(), 0);
   const auto ok = post("/v1/messages", {{"messages", {{{"role", "user"}, {"content", kPrompt}}}}, {"max_tokens", 3}});
   EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
+// --reasoning-parser: a thinking model's <think> reasoning comes back apart from its
+// answer. The output is made to think by a grammar (chat) or by a template that opens
+// the reasoning when asked to think (Messages' thinking, with its token budget).
+TEST_F(ServeTest, ReasoningComesBackApartFromTheAnswer) {
+  TempDir dir;
+  const auto template_path = dir.path() / "thinks.jinja";
+  {
+    std::ofstream f(template_path);
+    f << "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+         "{% if add_generation_prompt %}assistant: {% if enable_thinking %}<think>\n{% endif %}{% endif %}";
+  }
+  uint16_t port = 0;
+  std::string failure;
+  auto frontend = instance_->frontend(
+      port, {"--reasoning-parser", "deepseek_r1", "--chat-template", template_path.string()}, {}, &failure);
+  ASSERT_NE(frontend, nullptr) << failure;
+  auto post_to = [&](const std::string& target, const json::object& body) {
+    return http_request(port, "POST", target, json::serialize(body));
+  };
+  const json::array messages{json::object{{"role", "user"}, {"content", kPrompt}}};
+  const std::string pattern = "<think>[a-z ]{5,12}</think>[a-z ]{5,12}";
+  const json::object chat{{"messages", messages}, {"guided_regex", pattern}, {"temperature", 0}, {"max_tokens", 64}};
+  const auto r = post_to("/v1/chat/completions", chat);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json::value rv = json::parse(r.body);
+  const auto& m = rv.at("choices").at(0).at("message");
+  const std::string reasoning(m.at("reasoning_content").as_string());
+  const std::string content(m.at("content").as_string());
+  EXPECT_TRUE(std::regex_match(reasoning, std::regex("[a-z ]{5,12}"))) << r.body;
+  EXPECT_TRUE(std::regex_match(content, std::regex("[a-z ]{5,12}"))) << r.body;
+  EXPECT_GT(rv.at("usage").at("completion_tokens_details").at("reasoning_tokens").to_number<int>(), 0);
+  json::object streamed_body = chat;
+  streamed_body["stream"] = true;
+  const auto st = post_to("/v1/chat/completions", streamed_body);
+  ASSERT_EQ(st.status, 200) << st.body;
+  std::string streamed_reasoning, streamed_content;
+  for (const std::string& e : sse_events(st.body)) {
+    if (e == "[DONE]") continue;
+    const json::value v = json::parse(e);
+    const auto& delta = v.at("choices").at(0).at("delta").as_object();
+    if (const auto* t = delta.if_contains("reasoning_content")) streamed_reasoning += t->as_string();
+    if (const auto* t = delta.if_contains("content"); t && t->is_string()) streamed_content += t->as_string();
+  }
+  EXPECT_EQ(streamed_reasoning, reasoning);
+  EXPECT_EQ(streamed_content, content);
+
+  // Anthropic's thinking: the template opens the reasoning, which the budget then ends.
+  const auto think = post_to("/v1/messages", {{"messages", messages},
+                                              {"max_tokens", 40},
+                                              {"temperature", 0},
+                                              {"thinking", {{"type", "enabled"}, {"budget_tokens", 6}}}});
+  ASSERT_EQ(think.status, 200) << think.body;
+  const auto tv = json::parse(think.body);
+  EXPECT_EQ(tv.at("content").at(0).at("type").as_string(), "thinking") << think.body;
+  EXPECT_FALSE(tv.at("content").at(0).at("thinking").as_string().empty()) << think.body;
+  EXPECT_EQ(tv.at("stop_reason").as_string(), "max_tokens") << think.body;
+  EXPECT_EQ(tv.at("usage").at("output_tokens").to_number<int>(), 7) << think.body;  // the budget, and the one past it
+  // Without thinking the template does not open it, and the answer is all text.
+  const auto plain = post_to("/v1/messages", {{"messages", messages}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_EQ(json::parse(plain.body).at("content").at(0).at("type").as_string(), "text") << plain.body;
+  frontend->signal(SIGTERM);
+  frontend->wait(std::chrono::seconds(10));
 }
 
 TEST_F(ServeTest, StopStringsAreMatchedAcrossTokensAndNeverEmitted) {

@@ -134,7 +134,9 @@ TEST(MessagesParse, RefusalsNameWhatIsWrong) {
   EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "metadata": {"tag": 1}, )" + u + "}"), "metadata.tag"));
   EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "n": 2, )" + u + "}"), "unknown field"));
   EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "thinking": {"type": "enabled", "budget_tokens": 2000}, )" + u + "}"),
-                      "thinking of type enabled"));
+                      "budget_tokens (2000) must be less than max_tokens"));
+  EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "thinking": {"type": "enabled"}, )" + u + "}"),
+                      "budget_tokens is required"));
   EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text",
       "text": "x", "cache_control": {"type": "forever"}}]}]})"),
                       "cache_control.type"));
@@ -147,8 +149,11 @@ TEST(MessagesParse, RefusalsNameWhatIsWrong) {
       "document", "source": {}}]}]})"),
                       "document is not supported"));
   EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "messages": [{"role": "assistant", "content": [{"type":
-      "thinking", "thinking": "hm"}]}, {"role": "user", "content": "x"}]})"),
-                      "thinking is not supported"));
+      "redacted_thinking", "data": "hm"}]}, {"role": "user", "content": "x"}]})"),
+                      "redacted_thinking is not supported"));
+  EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type":
+      "thinking", "thinking": "hm"}]}]})"),
+                      "belong to assistant messages"));
   // count_tokens takes the prompt's fields only.
   EXPECT_TRUE(messages_parse_request("{" + u + "}", true).is_ok());
   EXPECT_TRUE(refused(messages_parse_request(R"({"stream": true, )" + u + "}", true), "unknown field"));
@@ -156,6 +161,24 @@ TEST(MessagesParse, RefusalsNameWhatIsWrong) {
   auto lenient = messages_parse_request(R"({"max_tokens": 5, "frob": 1, )" + u + "}", false, {.lenient_fields = true});
   ASSERT_TRUE(lenient.is_ok());
   EXPECT_EQ(lenient->ignored_fields, std::vector<std::string>{"frob"});
+}
+
+TEST(MessagesParse, ThinkingTurnsTheTemplatesSwitchAndBecomesReasoningContent) {
+  auto on = messages(R"({"max_tokens": 50, "thinking": {"type": "enabled", "budget_tokens": 20}, "messages": [
+      {"role": "user", "content": "q"},
+      {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm", "signature": ""},
+                                        {"type": "text", "text": "a"}]},
+      {"role": "user", "content": "q2"}]})");
+  ASSERT_TRUE(on.is_ok()) << on.status().message();
+  EXPECT_TRUE(on->wants_reasoning);
+  EXPECT_EQ(on->reasoning_budget, 20);
+  EXPECT_EQ(on->template_kwargs.at("enable_thinking"), json::value(true));
+  EXPECT_EQ(on->messages[1].extra.at("reasoning_content").as_string(), "hmm");
+  EXPECT_EQ(on->messages[1].content, "a");
+  auto off = messages(R"({"max_tokens": 5, "thinking": {"type": "disabled"}, )" + std::string(kUser) + "}");
+  ASSERT_TRUE(off.is_ok());
+  EXPECT_FALSE(off->wants_reasoning);
+  EXPECT_EQ(off->template_kwargs.at("enable_thinking"), json::value(false));
 }
 
 TEST(ResponsesParse, InputItemsBecomeMessages) {
@@ -191,6 +214,21 @@ TEST(ResponsesParse, InputItemsBecomeMessages) {
   EXPECT_EQ(r->settings.at("metadata"), json::parse(R"({"k": "v"})"));
   EXPECT_EQ(r->settings.at("instructions").as_string(), "be brief");
   EXPECT_EQ(r->settings.at("store"), json::value(false));
+}
+
+TEST(ResponsesParse, ReasoningItemsAndEffortNone) {
+  auto r = responses(R"({"reasoning": {"effort": "none"}, "input": [{"role": "user", "content": "q"},
+      {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "think"}]},
+      {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "c", "output": "r"}]})");
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->template_kwargs.at("enable_thinking"), json::value(false));
+  EXPECT_EQ(r->messages[1].extra.at("reasoning_content").as_string(), "think");
+  EXPECT_TRUE(refused(responses(R"({"input": "x", "reasoning": {"effort": "high"}})"), "reasoning.effort"));
+  EXPECT_TRUE(refused(responses(R"({"input": "x", "reasoning": {"summary": "auto"}})"), "reasoning.summary"));
+  EXPECT_TRUE(refused(responses(R"({"input": [{"type": "reasoning", "encrypted_content": "zz"}, {"role": "user",
+      "content": "x"}]})"),
+                      "encrypted_content"));
 }
 
 TEST(ResponsesParse, ToolsToolChoiceAndTextFormat) {
@@ -247,7 +285,7 @@ TEST(DialectBodies, MessagesStopReasonsAndUsage) {
   req.endpoint = ApiEndpoint::kMessages;
   auto body = [&](DialectResult r) { return json::parse(dialect_response_body(req, head(), r)).as_object(); };
   const ApiUsage usage{.prompt_tokens = 10, .completion_tokens = 4, .cached_tokens = 6};
-  auto b = body({"hello", {}, "stop", "", usage});
+  auto b = body({.text = "hello", .finish_reason = "stop", .usage = usage});
   EXPECT_EQ(b.at("type").as_string(), "message");
   EXPECT_EQ(b.at("stop_reason").as_string(), "end_turn");
   EXPECT_TRUE(b.at("stop_sequence").is_null());
@@ -255,9 +293,9 @@ TEST(DialectBodies, MessagesStopReasonsAndUsage) {
   EXPECT_EQ(b.at("usage").at("input_tokens").as_int64(), 4);  // what the cache did not hold
   EXPECT_EQ(b.at("usage").at("cache_read_input_tokens").as_int64(), 6);
   EXPECT_EQ(b.at("usage").at("output_tokens").as_int64(), 4);
-  EXPECT_EQ(body({"x", {}, "stop", "END", usage}).at("stop_sequence").as_string(), "END");
-  EXPECT_EQ(body({"x", {}, "length", "", usage}).at("stop_reason").as_string(), "max_tokens");
-  auto t = body({"", {{"call_1", "get", R"({"a":1})"}}, "tool_calls", "", usage});
+  EXPECT_EQ(body({.text = "x", .finish_reason = "stop", .stop_sequence = "END", .usage = usage}).at("stop_sequence").as_string(), "END");
+  EXPECT_EQ(body({.text = "x", .finish_reason = "length", .usage = usage}).at("stop_reason").as_string(), "max_tokens");
+  auto t = body({.calls = {{"call_1", "get", R"({"a":1})"}}, .finish_reason = "tool_calls", .usage = usage});
   EXPECT_EQ(t.at("stop_reason").as_string(), "tool_use");
   ASSERT_EQ(t.at("content").as_array().size(), 1u);
   EXPECT_EQ(t.at("content").at(0).at("input"), json::parse(R"({"a": 1})"));
@@ -268,7 +306,7 @@ TEST(DialectBodies, ResponsesStatusOutputAndUsage) {
   auto req = responses(R"({"input": "x", "instructions": "i", "max_output_tokens": 4})");
   ASSERT_TRUE(req.is_ok());
   const ApiUsage usage{.prompt_tokens = 10, .completion_tokens = 4, .cached_tokens = 2};
-  auto b = json::parse(dialect_response_body(*req, head(), {"hi", {}, "length", "", usage})).as_object();
+  auto b = json::parse(dialect_response_body(*req, head(), {.text = "hi", .finish_reason = "length", .usage = usage})).as_object();
   EXPECT_EQ(b.at("object").as_string(), "response");
   EXPECT_EQ(b.at("status").as_string(), "incomplete");
   EXPECT_EQ(b.at("incomplete_details").at("reason").as_string(), "max_output_tokens");
@@ -277,7 +315,7 @@ TEST(DialectBodies, ResponsesStatusOutputAndUsage) {
   EXPECT_EQ(b.at("usage").at("input_tokens").as_int64(), 10);
   EXPECT_EQ(b.at("usage").at("input_tokens_details").at("cached_tokens").as_int64(), 2);
   EXPECT_EQ(b.at("usage").at("total_tokens").as_int64(), 14);
-  auto c = json::parse(dialect_response_body(*req, head(), {"", {{"call_1", "f", "{}"}}, "tool_calls", "", usage}))
+  auto c = json::parse(dialect_response_body(*req, head(), {.calls = {{"call_1", "f", "{}"}}, .finish_reason = "tool_calls", .usage = usage}))
                .as_object();
   EXPECT_EQ(c.at("status").as_string(), "completed");
   ASSERT_EQ(c.at("output").as_array().size(), 1u);  // no empty message beside the call
@@ -312,7 +350,10 @@ TEST(EventStreams, MessagesTextThenToolCall) {
   sse += s->text("");
   sse += s->text("lo");
   sse += s->tool_calls({{"call_1", "get", R"({"city":"Paris"})"}});
-  sse += s->finish({"Hello", {{"call_1", "get", R"({"city":"Paris"})"}}, "tool_calls", "", {12, 3, 8}});
+  sse += s->finish({.text = "Hello",
+                     .calls = {{"call_1", "get", R"({"city":"Paris"})"}},
+                     .finish_reason = "tool_calls",
+                     .usage = {12, 3, 8}});
   const auto ev = events_of(sse);
   std::vector<std::string> names;
   for (const auto& [name, _] : ev) names.push_back(name);
@@ -335,11 +376,47 @@ TEST(EventStreams, MessagesTextThenToolCall) {
   EXPECT_EQ(err[0].second.at("error").at("type").as_string(), "overloaded_error");
 }
 
+TEST(EventStreams, ReasoningComesFirstInItsOwnBlockAndItem) {
+  ApiRequest m;
+  m.endpoint = ApiEndpoint::kMessages;
+  auto s = EventStream::create(m, head());
+  std::string sse = s->reasoning("hm");
+  sse += s->text("A");
+  sse += s->finish({.text = "A", .reasoning = "hm", .finish_reason = "stop", .usage = {3, 2, 0, 1}});
+  auto ev = events_of(sse);
+  ASSERT_GE(ev.size(), 9u);
+  EXPECT_EQ(ev[2].second.at("content_block").at("type").as_string(), "thinking");
+  EXPECT_EQ(ev[3].second.at("delta").at("type").as_string(), "thinking_delta");
+  EXPECT_EQ(ev[3].second.at("delta").at("thinking").as_string(), "hm");
+  EXPECT_EQ(ev[4].first, "content_block_stop");
+  EXPECT_EQ(ev[5].second.at("index").as_int64(), 1);
+  EXPECT_EQ(ev[5].second.at("content_block").at("type").as_string(), "text");
+  auto body = json::parse(dialect_response_body(m, head(), {.text = "A", .reasoning = "hm", .finish_reason = "stop"}));
+  EXPECT_EQ(body.at("content").at(0).at("type").as_string(), "thinking");
+  EXPECT_EQ(body.at("content").at(1).at("text").as_string(), "A");
+
+  auto req = responses(R"({"input": "x"})");
+  ASSERT_TRUE(req.is_ok());
+  auto r = EventStream::create(*req, head());
+  sse = r->reasoning("hm");
+  sse += r->text("A");
+  sse += r->finish({.text = "A", .reasoning = "hm", .finish_reason = "stop", .usage = {3, 2, 0, 1}});
+  ev = events_of(sse);
+  EXPECT_EQ(ev[2].second.at("item").at("type").as_string(), "reasoning");
+  EXPECT_EQ(ev[3].first, "response.reasoning_text.delta");
+  EXPECT_EQ(ev[4].first, "response.reasoning_text.done");
+  EXPECT_EQ(ev[4].second.at("text").as_string(), "hm");
+  EXPECT_EQ(ev[6].second.at("output_index").as_int64(), 1);
+  const auto& done = ev.back().second.at("response");
+  EXPECT_EQ(done.at("output").at(0).at("content").at(0).at("text").as_string(), "hm");
+  EXPECT_EQ(done.at("usage").at("output_tokens_details").at("reasoning_tokens").as_int64(), 1);
+}
+
 TEST(EventStreams, MessagesThatSayNothingStillStartAndStop) {
   ApiRequest req;
   req.endpoint = ApiEndpoint::kMessages;
   auto s = EventStream::create(req, head());
-  const auto ev = events_of(s->finish({"", {}, "stop", "", {3, 1, 0}}));
+  const auto ev = events_of(s->finish({.text = "", .finish_reason = "stop", .usage = {3, 1, 0}}));
   ASSERT_EQ(ev.size(), 4u);
   EXPECT_EQ(ev[0].first, "message_start");
   EXPECT_EQ(ev[2].second.at("delta").at("stop_reason").as_string(), "end_turn");
@@ -353,7 +430,8 @@ TEST(EventStreams, ResponsesItemsAndSequenceNumbers) {
   std::string sse = s->text("a");
   sse += s->text("b");
   sse += s->tool_calls({{"call_1", "f", R"({"x":1})"}});
-  sse += s->finish({"ab", {{"call_1", "f", R"({"x":1})"}}, "tool_calls", "", {5, 3, 0}});
+  sse += s->finish(
+      {.text = "ab", .calls = {{"call_1", "f", R"({"x":1})"}}, .finish_reason = "tool_calls", .usage = {5, 3, 0}});
   const auto ev = events_of(sse);
   for (size_t i = 0; i < ev.size(); ++i) EXPECT_EQ(ev[i].second.at("sequence_number").as_int64(), static_cast<int64_t>(i));
   std::vector<std::string> names;
