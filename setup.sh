@@ -14,6 +14,7 @@ packages=(
   libpng-dev  # hearth bench's plots
   systemd  # systemd-analyze and systemd-socket-activate, for the tests
   python3-numpy  # tests/reference/hf_forward.py: the independent forward each family is checked against
+  chromium  # headless, for the chat page's test (tests/integration/node/webui_check.mjs)
   yamllint jq  # the deploy/ files' checks (promtool, from the prometheus package, also
                # runs there when present: .ci/run installs it; it is left out here because
                # the package starts a Prometheus server on the machine)

@@ -65,6 +65,7 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
   --read-timeout MS   how long a client may take to send a request, or to start the next one on
                       a kept-alive connection (default 30000)
   --log-prompts       the access log shows each request's body (by default it never does)
+  --no-webui          no chat page at / (it is served by default, without a key)
   --log-level LEVEL   trace, debug, info, warn, error or off (default info; $HEARTH_LOG_LEVEL)
   --log-format FMT    text or json, one object per line (default text; $HEARTH_LOG_FORMAT)
   --version           print the version and exit
@@ -118,6 +119,7 @@ hearth::Result<hearth::FrontendOptions> frontend_options(const hearth::Args& arg
   o.max_connections = static_cast<int>(max_connections->value_or(4096));
   o.read_timeout = std::chrono::milliseconds(read_timeout->value_or(30000));
   o.log_prompts = args.has("log-prompts");
+  o.webui = !args.has("no-webui");
   o.port = static_cast<uint16_t>(port->value_or(8080));
   o.threads = static_cast<int>(threads->value_or(2));
   o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));
@@ -153,7 +155,7 @@ int main(int argc, char** argv) {
                                               "cors-origin", "max-queue", "queue-timeout", "max-connections",
                                               "read-timeout"},
                                              kProgramValueFlags),
-                          with_program_flags({"help", "lenient-fields", "metrics-auth", "log-prompts"},
+                          with_program_flags({"help", "lenient-fields", "metrics-auth", "log-prompts", "no-webui"},
                                              kProgramBoolFlags));
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {

@@ -55,6 +55,7 @@ struct FrontendOptions {
   int max_connections = 4096;          // open connections; more are answered 503 and closed
   std::chrono::milliseconds read_timeout{30000};  // to send a whole request, or to start the next on a kept-alive one
   bool log_prompts = false;            // the access log shows the prompt (never otherwise)
+  bool webui = true;                   // the chat page at / (frontend/webui.h); --no-webui: 404
 };
 
 class FrontendServer {

@@ -8,6 +8,7 @@
 #include "common/json.h"
 #include "common/utf8.h"
 #include "frontend/http_limits.h"
+#include "frontend/webui.h"
 
 namespace hearth {
 
@@ -312,6 +313,9 @@ void Session::handle() {
   for (const Route& r : kRoutes) {
     if (r.path == path) route = &r;
   }
+  if (route == nullptr && method == http::verb::get && server_->options.webui) {
+    if (const WebAsset* asset = webui_find(path)) return serve_page(path, *asset);
+  }
   if (route == nullptr) return error(make_error(ErrorCode::kNotFound, "no route {}", path));
   route_ = route->path;
   if (answer_cors(route->method)) return;
@@ -322,6 +326,17 @@ void Session::handle() {
     return respond(405, std::move(body), "application/json");
   }
   serve(path);
+}
+
+// The chat page: open to all (it holds no data; its API calls carry the key), never
+// framed, running only its own scripts and styles.
+void Session::serve_page(std::string_view path, const WebAsset& asset) {
+  route_ = path == "/" ? "/" : "/webui/";
+  extra_headers_.emplace_back("Content-Security-Policy",
+                              "default-src 'self'; img-src 'self' data:; base-uri 'none'; frame-ancestors 'none'");
+  extra_headers_.emplace_back("X-Content-Type-Options", "nosniff");
+  extra_headers_.emplace_back("Cache-Control", "no-cache");
+  respond(200, std::string(asset.bytes), asset.content_type);
 }
 
 // CORS: a browser's request from an allowed origin gets it echoed (with what it may
@@ -388,7 +403,13 @@ void Session::serve(std::string_view path) {
   if (path == "/v1/messages") return handle_generation(ApiEndpoint::kMessages);
   if (path == "/v1/responses") return handle_generation(ApiEndpoint::kResponses);
   if (path == "/v1/messages/count_tokens") return handle_count_tokens();
-  if (path == "/health") return respond(200, R"({"status":"ok"})", "application/json");
+  if (path == "/health") {
+    // Whether the API wants a key: the chat page asks for one before it calls (a 401
+    // would tell anyone as much).
+    return respond(200, server_->options.api_keys.empty() ? R"({"status":"ok","api_key_required":false})"
+                                                          : R"({"status":"ok","api_key_required":true})",
+                   "application/json");
+  }
   if (path == "/ready") {
     if (server_->draining.load()) {
       return error(make_error(ErrorCode::kUnavailable, "this frontend is shutting down"), "1");

@@ -17,6 +17,7 @@
 #include <boost/beast/http.hpp>
 
 #include "frontend/server_state.h"
+#include "frontend/webui.h"
 
 namespace hearth {
 
@@ -52,6 +53,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool authorized(std::string_view path);
   void serve(std::string_view path);
   void handle_generation(ApiEndpoint endpoint);
+  void serve_page(std::string_view path, const WebAsset& asset);
   void handle_count_tokens();
   void handle_tokenize();
   void handle_detokenize();

@@ -55,6 +55,7 @@ constexpr ServeFlag kFlags[] = {
   {"max-body", FlagKind::kInt, "BYTES", kToFrontend, "largest request body", "HTTP", 1024, 1 << 30, {}, false, {}, "1048576"},
   {"max-connections", FlagKind::kInt, "N", kToFrontend, "open connections at most; more are answered 503", "HTTP", 1, 1 << 20, {}, false, {}, "4096"},
   {"read-timeout", FlagKind::kInt, "MS", kToFrontend, "how long a client may take to send a request, or to start the next one on a kept-alive connection", "HTTP", 100, 3600000, {}, false, {}, "30000"},
+  {"no-webui", FlagKind::kBool, "", kToFrontend, "no chat page at / (by default the frontend serves one, built into it, without a key; it calls the API with the key the user gives it)", "HTTP"},
   {"lenient-fields", FlagKind::kBool, "", kToFrontend, "accept and ignore request fields no OpenAI schema has (logged once per name) instead of answering 400", "HTTP"},
   {"drain-timeout", FlagKind::kInt, "MS", kToServe | kToFrontend, "how long a replaced or stopped frontend may finish its requests", "HTTP", 0, 3600000, {}, false, {}, "30000"},
   // Access.

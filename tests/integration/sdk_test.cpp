@@ -2,10 +2,12 @@
 // chatml template: the OpenAI Node SDK's chat.completions.parse with a zod schema
 // (streamed and not) and a forced tool call, and the Vercel AI SDK's generateObject and
 // streamObject (tests/integration/node/sdk_check.mjs); the Responses and Messages APIs
-// through the OpenAI, Anthropic and Vercel AI SDKs (dialects_check.mjs). Skips, saying why,
+// through the OpenAI, Anthropic and Vercel AI SDKs (dialects_check.mjs); the chat page in
+// headless Chromium (webui_check.mjs). Skips, saying why,
 // without node or without the npm packages (setup.sh installs them where npm is).
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include <gtest/gtest.h>
@@ -23,7 +25,7 @@ const std::filesystem::path kNodeDir = std::filesystem::path(HEARTH_TEST_NODE_DI
 // `serve_flags` more) and checks that every name in `checks` passed; skips, saying why,
 // without the model, node or the npm packages.
 void run_node_checks(const std::string& script, const std::vector<std::string>& serve_flags,
-                     const std::vector<std::string>& env, const std::vector<std::string>& checks) {
+                     std::vector<std::string> env, const std::vector<std::string>& checks) {
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
   const auto which = run_process({"/bin/sh", "-c", "command -v node"});
@@ -45,7 +47,7 @@ void run_node_checks(const std::string& script, const std::vector<std::string>& 
   const size_t v1 = line->find("/v1");
   ASSERT_NE(v1, std::string::npos) << *line;
   const std::string url = line->substr(line->find("http://"), v1 + 3 - line->find("http://"));
-  std::vector<std::string> script_env = {"HEARTH_URL=" + url};
+  std::vector<std::string> script_env = {"HEARTH_URL=" + url, "HEARTH_ROOT=" + url.substr(0, url.size() - 3)};
   script_env.insert(script_env.end(), env.begin(), env.end());
   const auto r = run_process({node, (kNodeDir / script).string()}, script_env);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
@@ -58,6 +60,19 @@ TEST(SdkTest, OpenAiAndVercelAiSdksGetValidObjectsAndToolCalls) {
   run_node_checks("sdk_check.mjs", {}, {},
                   {"openai.parse", "openai.stream.parse", "openai.tools.required", "ai.generateObject",
                    "ai.streamObject"});
+}
+
+// The chat page at / in headless Chromium (Debian's chromium), on a server with an API key:
+// it asks for the key, loads with no console error, streams an answer, shows the figures
+// of /metrics and keeps the conversation across a reload. A screenshot of it goes where
+// $HEARTH_WEBUI_SCREENSHOT says, when set.
+TEST(SdkTest, TheChatPageWorksInHeadlessChromium) {
+  const auto which = run_process({"/bin/sh", "-c", "command -v chromium"});
+  if (which.exit_code != 0 || which.out.empty()) GTEST_SKIP() << "chromium is not installed (apt-get install chromium)";
+  std::vector<std::string> env = {"CHROMIUM=" + which.out.substr(0, which.out.find('\n')), "HEARTH_KEY=webui-test-key"};
+  if (const char* shot = std::getenv("HEARTH_WEBUI_SCREENSHOT")) env.push_back(std::string("HEARTH_SCREENSHOT=") + shot);
+  run_node_checks("webui_check.mjs", {"--api-key", "webui-test-key"}, env,
+                  {"webui.loads", "webui.chat", "webui.metrics", "webui.kept", "webui.console"});
 }
 
 // The Responses and Messages routes through the OpenAI, Anthropic and Vercel AI SDKs,

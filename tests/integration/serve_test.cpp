@@ -525,6 +525,33 @@ TEST_F(ServeTest, InfoRoutes) {
   }
 }
 
+// The chat page: / and its files, with a policy that runs only its own scripts; other
+// paths 404; --no-webui turns it off.
+TEST_F(ServeTest, TheChatPageIsServedAndCanBeTurnedOff) {
+  const auto page = http_request(port_, "GET", "/");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_EQ(page.headers.at("content-type"), "text/html; charset=utf-8");
+  EXPECT_NE(page.headers.at("content-security-policy").find("default-src 'self'"), std::string::npos);
+  EXPECT_NE(page.body.find("/webui/app.js"), std::string::npos);
+  const auto script = http_request(port_, "GET", "/webui/app.js");
+  ASSERT_EQ(script.status, 200);
+  EXPECT_EQ(script.headers.at("content-type"), "text/javascript; charset=utf-8");
+  EXPECT_EQ(http_request(port_, "GET", "/webui/style.css").status, 200);
+  EXPECT_EQ(http_request(port_, "GET", "/webui/../../etc/passwd").status, 404);
+  EXPECT_EQ(http_request(port_, "GET", "/webui/").status, 404);
+  EXPECT_EQ(http_request(port_, "POST", "/", "{}").status, 404);
+  const auto health = json::parse(http_request(port_, "GET", "/health").body);
+  EXPECT_EQ(health.at("api_key_required"), json::value(false));
+  uint16_t off_port = 0;
+  std::string failure;
+  auto off = instance_->frontend(off_port, {"--no-webui"}, {}, &failure);
+  ASSERT_NE(off, nullptr) << failure;
+  EXPECT_EQ(http_request(off_port, "GET", "/").status, 404);
+  EXPECT_EQ(http_request(off_port, "GET", "/webui/app.js").status, 404);
+  off->signal(SIGTERM);
+  off->wait(std::chrono::seconds(10));
+}
+
 TEST_F(ServeTest, OneKeepAliveConnectionCarriesSeveralGenerations) {
   const std::string plain = json::serialize(json::object{{"prompt", kPrompt}, {"max_tokens", 8}, {"temperature", 0}});
   const std::string streamed =
