@@ -43,21 +43,6 @@ constexpr std::array<std::string_view, 6> kCountTokensFields = {"model", "messag
 constexpr std::array<std::string_view, 5> kRefusedFields = {"service_tier", "container", "mcp_servers",
                                                             "context_management", "inference_geo"};
 
-Status unsupported(std::string_view what, std::string_view why) {
-  return make_error(ErrorCode::kUnsupported, "{} is not supported: {}", what, why);
-}
-
-// The keys of an object that the schema gives it: `allowed`; anything else is refused by path.
-Status only_keys(const json::object& obj, std::string_view path, std::initializer_list<std::string_view> allowed) {
-  for (const auto& kv : obj) {
-    const std::string_view k(kv.key().data(), kv.key().size());
-    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
-      return make_error(ErrorCode::kInvalidArgument, "unknown field {}.{}", path, k);
-    }
-  }
-  return Status::ok();
-}
-
 // cache_control marks where Anthropic's prompt cache should end; hearth's prefix cache
 // keeps every prompt's blocks without being asked, so the hint is honoured as it is.
 Status check_cache_control(const json::object& block, const std::string& at) {
@@ -212,24 +197,7 @@ class MessagesParser {
         }
         HEARTH_RETURN_IF_ERROR(only_keys(o, at, {"type", "name", "description", "input_schema", "cache_control"}));
         HEARTH_RETURN_IF_ERROR(check_cache_control(o, at));
-        ApiTool tool;
-        const json::value* name = field(o, "name");
-        if (name == nullptr || !name->is_string() || !is_tool_name(std::string_view(name->as_string()))) {
-          return make_error(ErrorCode::kInvalidArgument, "{}.name is required: 1 to 64 letters, digits, _ or -", at);
-        }
-        tool.name = std::string(name->as_string());
-        if (const json::value* d = field(o, "description"); d != nullptr) {
-          if (!d->is_string()) return wrong_type(at + ".description", "a string", *d);
-          tool.description = std::string(d->as_string());
-        }
-        const json::value* schema = field(o, "input_schema");
-        if (schema == nullptr) return make_error(ErrorCode::kInvalidArgument, "{}.input_schema is required", at);
-        if (!schema->is_object()) return wrong_type(at + ".input_schema", "a JSON schema object", *schema);
-        tool.parameters = *schema;
-        // The chat templates read tools in OpenAI's shape.
-        json::object fn{{"name", tool.name}, {"parameters", *schema}};
-        if (!tool.description.empty()) fn["description"] = tool.description;
-        tool.definition = json::object{{"type", "function"}, {"function", std::move(fn)}};
+        HEARTH_ASSIGN_OR_RETURN(ApiTool tool, flat_function_tool(o, at, "input_schema", /*schema_required=*/true));
         HEARTH_RETURN_IF_ERROR(add_tool(req_, std::move(tool)));
       }
     }
@@ -493,39 +461,15 @@ class MessagesStream final : public EventStream {
   explicit MessagesStream(const ApiResponseHead& head) : head_(head) {}
 
   std::string reasoning(std::string_view delta) override {
-    std::string out = start();
-    if (delta.empty()) return out;
-    if (open_ != Block::kThinking) {
-      out += close_block();
-      out += event("content_block_start",
-                    json::object{{"type", "content_block_start"},
-                                 {"index", index_},
-                                 {"content_block", json::object{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
-      open_ = Block::kThinking;
-    }
-    out += event("content_block_delta",
-                 json::object{{"type", "content_block_delta"},
-                              {"index", index_},
-                              {"delta", json::object{{"type", "thinking_delta"}, {"thinking", jstr(delta)}}}});
-    return out;
+    if (delta.empty()) return start();
+    return block_delta(Block::kThinking, json::object{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}},
+                       json::object{{"type", "thinking_delta"}, {"thinking", jstr(delta)}});
   }
 
   std::string text(std::string_view delta) override {
-    std::string out = start();
-    if (delta.empty()) return out;
-    if (open_ != Block::kText) {
-      out += close_block();
-      out += event("content_block_start",
-                    json::object{{"type", "content_block_start"},
-                                 {"index", index_},
-                                 {"content_block", json::object{{"type", "text"}, {"text", ""}}}});
-      open_ = Block::kText;
-    }
-    out += event("content_block_delta",
-                 json::object{{"type", "content_block_delta"},
-                              {"index", index_},
-                              {"delta", json::object{{"type", "text_delta"}, {"text", jstr(delta)}}}});
-    return out;
+    if (delta.empty()) return start();
+    return block_delta(Block::kText, json::object{{"type", "text"}, {"text", ""}},
+                       json::object{{"type", "text_delta"}, {"text", jstr(delta)}});
   }
 
   std::string tool_calls(const std::vector<ApiToolCall>& calls) override {
@@ -578,13 +522,29 @@ class MessagesStream final : public EventStream {
            event("ping", json::object{{"type", "ping"}});
   }
 
+  enum class Block : uint8_t { kNone, kThinking, kText };
+
+  // A delta of a block of `kind`, opening one (and closing the other) first.
+  std::string block_delta(Block kind, json::object content_block, json::object delta) {
+    std::string out = start();
+    if (open_ != kind) {
+      out += close_block();
+      out += event("content_block_start", json::object{{"type", "content_block_start"},
+                                                       {"index", index_},
+                                                       {"content_block", std::move(content_block)}});
+      open_ = kind;
+    }
+    out += event("content_block_delta",
+                 json::object{{"type", "content_block_delta"}, {"index", index_}, {"delta", std::move(delta)}});
+    return out;
+  }
+
   std::string close_block() {
     if (open_ == Block::kNone) return {};
     open_ = Block::kNone;
     return event("content_block_stop", json::object{{"type", "content_block_stop"}, {"index", index_++}});
   }
 
-  enum class Block : uint8_t { kNone, kThinking, kText };
   ApiResponseHead head_;
   bool started_ = false;
   Block open_ = Block::kNone;

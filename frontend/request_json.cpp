@@ -1,5 +1,6 @@
 #include "frontend/request_json.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -140,6 +141,47 @@ bool is_tool_name(std::string_view name) {
   return !name.empty() && name.size() <= 64 &&
          name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
              std::string_view::npos;
+}
+
+Status unsupported(std::string_view what, std::string_view why) {
+  return make_error(ErrorCode::kUnsupported, "{} is not supported: {}", what, why);
+}
+
+Status only_keys(const json::object& obj, std::string_view path, std::initializer_list<std::string_view> allowed) {
+  for (const auto& kv : obj) {
+    const std::string_view k(kv.key().data(), kv.key().size());
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+      return make_error(ErrorCode::kInvalidArgument, "unknown field {}.{}", path, k);
+    }
+  }
+  return Status::ok();
+}
+
+Result<ApiTool> flat_function_tool(const json::object& o, const std::string& at, std::string_view schema_key,
+                                   bool schema_required) {
+  ApiTool tool;
+  const json::value* name = field(o, "name");
+  if (name == nullptr || !name->is_string() || !is_tool_name(std::string_view(name->as_string()))) {
+    return make_error(ErrorCode::kInvalidArgument, "{}.name is required: 1 to 64 letters, digits, _ or -", at);
+  }
+  tool.name = std::string(name->as_string());
+  if (const json::value* d = field(o, "description"); d != nullptr) {
+    if (!d->is_string()) return wrong_type(at + ".description", "a string", *d);
+    tool.description = std::string(d->as_string());
+  }
+  const json::value* schema = field(o, schema_key);
+  if (schema == nullptr && schema_required) {
+    return make_error(ErrorCode::kInvalidArgument, "{}.{} is required", at, schema_key);
+  }
+  if (schema != nullptr) {
+    if (!schema->is_object()) return wrong_type(fmt::format("{}.{}", at, schema_key), "a JSON schema object", *schema);
+    tool.parameters = *schema;
+  }
+  json::object fn{{"name", tool.name}};
+  if (!tool.description.empty()) fn["description"] = tool.description;
+  if (!tool.parameters.is_null()) fn["parameters"] = tool.parameters;
+  tool.definition = json::object{{"type", "function"}, {"function", std::move(fn)}};
+  return tool;
 }
 
 }  // namespace hearth::request_json

@@ -54,6 +54,15 @@ bool is_tool_name(std::string_view name);
 Status parse_constraint(const json::object& obj, ApiRequest& req);
 // tools, tool_choice, parallel_tool_calls.
 Status parse_tools(const json::object& obj, ApiRequest& req);
+// kUnsupported: "WHAT is not supported: WHY".
+Status unsupported(std::string_view what, std::string_view why);
+// Every key of `obj` is one of `allowed`; else "unknown field PATH.KEY".
+Status only_keys(const json::object& obj, std::string_view path, std::initializer_list<std::string_view> allowed);
+// A tool given flat ({name, description, SCHEMA_KEY: {...}}, as the Responses and
+// Messages APIs give them) at `at`: its name and schema checked, its definition in the
+// OpenAI shape chat templates read. `schema_required`: the schema must be there.
+Result<ApiTool> flat_function_tool(const json::object& o, const std::string& at, std::string_view schema_key,
+                                   bool schema_required);
 // A tool_choice that forces a call names a tool `tools` defines.
 Status tool_choice_check(const ApiRequest& req);
 // A forced tool call and an output constraint are not asked for together.

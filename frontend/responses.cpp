@@ -43,20 +43,6 @@ constexpr std::array<std::string_view, 10> kRefusedFields = {
     "top_logprobs",         "conversation", "stream_options", "context_management", "prompt_cache_retention",
 };
 
-Status unsupported(std::string_view what, std::string_view why) {
-  return make_error(ErrorCode::kUnsupported, "{} is not supported: {}", what, why);
-}
-
-Status only_keys(const json::object& obj, std::string_view path, std::initializer_list<std::string_view> allowed) {
-  for (const auto& kv : obj) {
-    const std::string_view k(kv.key().data(), kv.key().size());
-    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
-      return make_error(ErrorCode::kInvalidArgument, "unknown field {}.{}", path, k);
-    }
-  }
-  return Status::ok();
-}
-
 json::string jstr(std::string_view s) { return json::string(s.data(), s.size()); }
 
 // A refused field's value that asks for nothing: false, an empty list, "auto"-like tiers.
@@ -112,27 +98,10 @@ class ResponsesParser {
                              "hearth runs no built-in tools; define function tools");
         }
         HEARTH_RETURN_IF_ERROR(only_keys(o, at, {"type", "name", "description", "parameters", "strict"}));
-        ApiTool tool;
-        const json::value* name = field(o, "name");
-        if (name == nullptr || !name->is_string() || !is_tool_name(std::string_view(name->as_string()))) {
-          return make_error(ErrorCode::kInvalidArgument, "{}.name is required: 1 to 64 letters, digits, _ or -", at);
-        }
-        tool.name = std::string(name->as_string());
-        if (const json::value* d = field(o, "description"); d != nullptr) {
-          if (!d->is_string()) return wrong_type(at + ".description", "a string", *d);
-          tool.description = std::string(d->as_string());
-        }
-        if (const json::value* p = field(o, "parameters"); p != nullptr) {
-          if (!p->is_object()) return wrong_type(at + ".parameters", "a JSON schema object", *p);
-          tool.parameters = *p;
-        }
         if (const json::value* s = field(o, "strict"); s != nullptr && !s->is_bool()) {
           return wrong_type(at + ".strict", "true or false", *s);
         }
-        json::object fn{{"name", tool.name}};
-        if (!tool.description.empty()) fn["description"] = tool.description;
-        if (!tool.parameters.is_null()) fn["parameters"] = tool.parameters;
-        tool.definition = json::object{{"type", "function"}, {"function", std::move(fn)}};
+        HEARTH_ASSIGN_OR_RETURN(ApiTool tool, flat_function_tool(o, at, "parameters", /*schema_required=*/false));
         HEARTH_RETURN_IF_ERROR(add_tool(req_, std::move(tool)));
       }
     }
