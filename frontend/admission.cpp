@@ -29,8 +29,9 @@ Result<int32_t> output_budget(const ApiRequest& req, size_t prompt_size, const M
   const int32_t max_tokens = req.max_tokens.value_or(req.endpoint == ApiEndpoint::kCompletions ? 16 : room);
   if (max_tokens > room) {
     return make_error(ErrorCode::kInvalidArgument,
-                      "max_tokens: {} tokens of output do not fit: the context holds {} and the prompt takes {}",
-                      max_tokens, facts.context, prompt_size);
+                      "{}: {} tokens of output do not fit: the context holds {} and the prompt takes {}",
+                      req.endpoint == ApiEndpoint::kResponses ? "max_output_tokens" : "max_tokens", max_tokens,
+                      facts.context, prompt_size);
   }
   if (req.min_tokens > max_tokens) {
     return make_error(ErrorCode::kInvalidArgument, "min_tokens ({}) must not exceed max_tokens ({})", req.min_tokens,

@@ -482,13 +482,13 @@ json::object call_item(std::string_view id, const ApiToolCall& call, std::string
 }
 
 // The response object: `status` in_progress, completed or incomplete.
-json::object response_object(const ApiRequest& req, const ApiResponseHead& head, std::string_view status,
+json::object response_object(const json::object& settings, const ApiResponseHead& head, std::string_view status,
                              json::array output, const ApiUsage* usage) {
   json::object o{{"id", jstr(head.id)},       {"object", "response"},          {"created_at", head.created},
                  {"status", jstr(status)},    {"error", nullptr},              {"incomplete_details", nullptr},
                  {"model", jstr(head.model)}, {"output", std::move(output)}};
   if (status == "incomplete") o["incomplete_details"] = json::object{{"reason", "max_output_tokens"}};
-  for (const auto& kv : req.settings) o[kv.key()] = kv.value();
+  for (const auto& kv : settings) o[kv.key()] = kv.value();
   o["usage"] = usage != nullptr ? json::value(usage_of(*usage)) : json::value(nullptr);
   return o;
 }
@@ -497,7 +497,7 @@ std::string_view final_status(const DialectResult& r) { return r.finish_reason =
 
 class ResponsesStream final : public EventStream {
  public:
-  ResponsesStream(const ApiRequest& request, const ApiResponseHead& head) : req_(request), head_(head) {}
+  ResponsesStream(const ApiRequest& request, const ApiResponseHead& head) : settings_(request.settings), head_(head) {}
 
   std::string reasoning(std::string_view delta) override {
     std::string out = start();
@@ -562,7 +562,7 @@ class ResponsesStream final : public EventStream {
     const std::string_view status = final_status(r);
     std::string out = start() + close_reasoning() + close_message(status);
     out += event(status == "completed" ? "response.completed" : "response.incomplete",
-                 {{"response", response_object(req_, head_, status, output_, &r.usage)}});
+                 {{"response", response_object(settings_, head_, status, output_, &r.usage)}});
     return out;
   }
 
@@ -584,8 +584,8 @@ class ResponsesStream final : public EventStream {
   std::string start() {
     if (started_) return {};
     started_ = true;
-    std::string out = event("response.created", {{"response", response_object(req_, head_, "in_progress", {}, nullptr)}});
-    out += event("response.in_progress", {{"response", response_object(req_, head_, "in_progress", {}, nullptr)}});
+    std::string out = event("response.created", {{"response", response_object(settings_, head_, "in_progress", {}, nullptr)}});
+    out += event("response.in_progress", {{"response", response_object(settings_, head_, "in_progress", {}, nullptr)}});
     return out;
   }
 
@@ -624,7 +624,7 @@ class ResponsesStream final : public EventStream {
     return out;
   }
 
-  ApiRequest req_;
+  json::object settings_;  // what the response object reports of the request
   ApiResponseHead head_;
   int64_t sequence_ = 0;
   bool started_ = false;
@@ -679,7 +679,7 @@ std::string responses_body(const ApiRequest& request, const ApiResponseHead& hea
   if (!r.reasoning.empty()) output.push_back(reasoning_item(item_id("rs_"), r.reasoning, true));
   if (!r.text.empty() || r.calls.empty()) output.push_back(message_item(item_id("msg_"), r.text, status));
   for (const ApiToolCall& call : r.calls) output.push_back(call_item(item_id("fc_"), call, "completed"));
-  return json::serialize(response_object(request, head, status, std::move(output), &r.usage));
+  return json::serialize(response_object(request.settings, head, status, std::move(output), &r.usage));
 }
 
 std::unique_ptr<EventStream> responses_stream(const ApiRequest& request, const ApiResponseHead& head) {

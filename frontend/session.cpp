@@ -487,17 +487,6 @@ void Session::handle_count_tokens() {
   respond(200, messages_count_tokens_body(static_cast<int32_t>(built->ids.size())), "application/json");
 }
 
-namespace {
-
-// Admission speaks of max_tokens; the Responses API calls it max_output_tokens.
-Status in_terms_of(ApiEndpoint endpoint, Status st) {
-  constexpr std::string_view kField = "max_tokens";
-  if (endpoint != ApiEndpoint::kResponses || !st.message().starts_with(kField)) return st;
-  return Status(st.code(), "max_output_tokens" + std::string(st.message().substr(kField.size())));
-}
-
-}  // namespace
-
 void Session::handle_generation(ApiEndpoint endpoint) {
   FrontendServer::Impl& s = *server_;
   const ApiParseOptions options{.lenient_fields = s.options.lenient_fields};
@@ -527,7 +516,7 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   auto built = s.prompts->build(req);
   if (!built.is_ok()) return error(built.status());
   auto admitted = admit(req, std::move(built->ids), s.facts, std::random_device{}());
-  if (!admitted.is_ok()) return error(in_terms_of(endpoint, admitted.status()));
+  if (!admitted.is_ok()) return error(admitted.status());
   auto g = std::make_shared<Generation>();
   g->request = req;
   g->head = {random_id(dialect_id_prefix(endpoint)), unix_seconds(), s.model_id, s.system_fingerprint};

@@ -12,6 +12,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
 import { generateText, streamText, tool } from 'ai';
 import { z } from 'zod';
+import { check, expect, exitStatus } from './checks.mjs';
 
 const baseURL = process.env.HEARTH_URL;           // .../v1
 const apiKey = process.env.HEARTH_KEY;
@@ -28,17 +29,6 @@ const weather = {
   type: 'object', properties: { city: { type: 'string', maxLength: 12 } }, required: ['city'],
 };
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    const detail = await fn();
-    console.log(JSON.stringify({ check: name, ok: true, detail }));
-  } catch (e) {
-    failed += 1;
-    console.log(JSON.stringify({ check: name, ok: false, error: String(e && e.stack || e) }));
-  }
-}
-function expect(cond, what) { if (!cond) throw new Error(what); }
 
 // ---- OpenAI Responses ------------------------------------------------------------------
 
@@ -253,4 +243,4 @@ for (const [name, model] of [['anthropic', aiAnthropic('llama')], ['openai.respo
   });
 }
 
-process.exit(failed === 0 ? 0 : 1);
+process.exit(exitStatus());

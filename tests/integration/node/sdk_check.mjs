@@ -8,6 +8,7 @@ import { zodResponseFormat } from 'openai/helpers/zod';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateObject, streamObject } from 'ai';
 import { z } from 'zod';
+import { check, exitStatus } from './checks.mjs';
 
 const baseURL = process.env.HEARTH_URL;
 const client = new OpenAI({ baseURL, apiKey: 'unused' });
@@ -19,16 +20,6 @@ const Pet = z.object({
   owner: z.string().max(10).nullable(),
 });
 
-let failed = 0;
-async function check(name, fn) {
-  try {
-    const detail = await fn();
-    console.log(JSON.stringify({ check: name, ok: true, detail }));
-  } catch (e) {
-    failed += 1;
-    console.log(JSON.stringify({ check: name, ok: false, error: String(e && e.stack || e) }));
-  }
-}
 
 await check('openai.parse', async () => {
   const r = await client.chat.completions.parse({
@@ -87,4 +78,4 @@ await check('ai.streamObject', async () => {
   return { partials, object };
 });
 
-process.exit(failed === 0 ? 0 : 1);
+process.exit(exitStatus());

@@ -10,6 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { WebSocket } from 'undici';
 
+import { check, exitStatus, report } from './checks.mjs';
+
 const root = process.env.HEARTH_ROOT;
 const key = process.env.HEARTH_KEY || '';
 const profile = mkdtempSync(join(tmpdir(), 'hearth-chromium-'));
@@ -18,12 +20,7 @@ const browser = spawn(process.env.CHROMIUM || 'chromium', [
   '--disable-extensions', '--remote-debugging-port=0', `--user-data-dir=${profile}`, 'about:blank',
 ], { stdio: ['ignore', 'ignore', 'pipe'] });
 
-let failed = 0;
 let ws = null;  // the DevTools connection
-function report(check, ok, detail) {
-  if (!ok) failed += 1;
-  console.log(JSON.stringify({ check, ok, detail }));
-}
 // Closes the browser (politely, then not), removes its profile, exits.
 function finish() {
   const done = () => {
@@ -32,7 +29,7 @@ function finish() {
     } catch (e) {
       console.error('could not remove the profile ' + profile + ': ' + e.message);
     }
-    process.exit(failed === 0 ? 0 : 1);
+    process.exit(exitStatus());
   };
   if (browser.exitCode !== null) return done();
   browser.once('exit', done);
@@ -106,14 +103,6 @@ async function load() {
   const loaded = new Promise((resolve) => listeners.push((m) => { if (m.method === 'Page.loadEventFired') resolve(); }));
   await page('Page.navigate', { url: root + '/' });
   await loaded;
-}
-
-async function check(name, fn) {
-  try {
-    report(name, true, await fn());
-  } catch (e) {
-    report(name, false, String(e && e.stack || e));
-  }
 }
 
 await check('webui.loads', async () => {
