@@ -229,6 +229,7 @@ std::string model_config_to_json(const ModelConfig& c) {
   o["routed_scale"] = c.routed_scale;
   o["n_dense_layers"] = c.n_dense_layers;
   o["dense_hidden_dim"] = c.dense_hidden_dim;
+  o["pooling"] = pooling_name(c.pooling);
   return boost::json::serialize(o);
 }
 
@@ -318,6 +319,12 @@ Result<ModelConfig> model_config_from_json(std::string_view json) {
                                    std::pair{"n_dense_layers", &c.n_dense_layers},
                                    std::pair{"dense_hidden_dim", &c.dense_hidden_dim}}) {
     if (o.contains(key)) HEARTH_RETURN_IF_ERROR(i32(key, *field));
+  }
+  HEARTH_ASSIGN_OR_RETURN(const auto pooling, json_opt_string(o, "pooling"));
+  if (pooling && *pooling != "none") {
+    const auto p = pooling_from_name(*pooling);
+    if (!p) return make_error(ErrorCode::kFormat, "the stored model config has pooling \"{}\"", *pooling);
+    c.pooling = *p;
   }
   HEARTH_RETURN_IF_ERROR(model_config_validate(c));
   return c;

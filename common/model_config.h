@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/pooling.h"
 #include "common/status.h"
 
 namespace hearth {
@@ -109,6 +110,9 @@ struct ModelConfig {
   // (0: not capped).
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
+  // The embedding pooling the model was trained for (GGUF's {arch}.pooling_type,
+  // sentence-transformers' 1_Pooling/config.json); kNone: not stated.
+  Pooling pooling = Pooling::kNone;
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t rotary() const { return rotary_dim > 0 ? rotary_dim : head_dim; }

@@ -44,6 +44,13 @@ Status request_spec_validate(const RequestSpec& s, const RequestLimits& limits) 
                         b.bias);
     }
   }
+  if (static_cast<uint8_t>(s.pooling) > static_cast<uint8_t>(Pooling::kFirst)) {
+    return make_error(ErrorCode::kInvalidArgument, "pooling {} is not a pooling", static_cast<int>(s.pooling));
+  }
+  if (s.pooling != Pooling::kNone && (!s.grammar.empty() || !s.logit_bias.empty() || s.top_logprobs > 0)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "an embedding request produces no tokens: it takes no grammar, logit_bias or logprobs");
+  }
   return Status::ok();
 }
 

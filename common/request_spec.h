@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/pooling.h"
 #include "common/sampling_params.h"
 #include "common/status.h"
 
@@ -26,6 +27,9 @@ struct RequestSpec {
   std::vector<int32_t> stop_ids;      // tokens that end the output (the model's own among them)
   std::vector<LogitBias> logit_bias;  // added to the logits before sampling
   std::string grammar;                // GBNF text the output must match; empty: unconstrained
+  // An embedding: no output; the prompt's final hidden states pooled into one vector
+  // (common/pooling.h). kNone: the request generates.
+  Pooling pooling = Pooling::kNone;
 };
 
 // What the serving side accepts.

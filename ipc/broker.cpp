@@ -319,7 +319,7 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
     return make_error(ErrorCode::kOutOfRange, "the prompt has {} tokens; the context holds {} (prompt plus output)",
                       n_prompt, room);
   }
-  if (s.n_stop_ids < 0 || s.n_stop_ids > kMaxStopIds || (s.flags & ~kSlotIgnoreStop) != 0 || s.n_logit_bias < 0 ||
+  if (s.n_stop_ids < 0 || s.n_stop_ids > kMaxStopIds || (s.flags & ~kSlotFlags) != 0 || s.n_logit_bias < 0 ||
       s.n_logit_bias > kMaxLogitBias || s.grammar_bytes > header_->slot_grammar_bytes) {
     return make_error(ErrorCode::kInvalidArgument, "the request in the slot is malformed");
   }
@@ -332,7 +332,8 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
             .ignore_stop = (s.flags & kSlotIgnoreStop) != 0,
             .stop_ids = {s.stop_ids, s.stop_ids + s.n_stop_ids},
             .logit_bias = {bias, bias + s.n_logit_bias},
-            .grammar = {grammar(index), s.grammar_bytes}};
+            .grammar = {grammar(index), s.grammar_bytes},
+            .pooling = static_cast<Pooling>((s.flags & kSlotPoolingMask) >> kSlotPoolingShift)};
   // The engine's trust boundary: another process wrote every value.
   HEARTH_RETURN_IF_ERROR(request_spec_validate(r.spec, {.vocab_size = vocab_size, .grammar_bytes = header_->slot_grammar_bytes}));
   // Only for log lines: anything but printable ASCII becomes '?'.

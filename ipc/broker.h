@@ -70,6 +70,9 @@ class Broker {
   SlotHeader& slot(uint32_t index) const;
   int32_t* prompt(uint32_t index) const;           // [slot_tokens]
   ProducedToken* produced(uint32_t index) const;   // [slot_tokens]
+  // An embedding's vector, over the produced area: [embedding_capacity()].
+  float* embedding(uint32_t index) const { return reinterpret_cast<float*>(produced(index)); }
+  size_t embedding_capacity() const { return size_t{header_->slot_tokens} * sizeof(ProducedToken) / sizeof(float); }
   LogitBias* logit_bias(uint32_t index) const;      // [kMaxLogitBias]
   char* grammar(uint32_t index) const;              // [grammar_capacity()]
   Ring ring() const { return Ring(segment_.data() + header_->ring_offset); }

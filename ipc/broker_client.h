@@ -6,6 +6,7 @@
 // submitted it).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -63,6 +64,11 @@ class BrokerClient {
   // once the engine freed it (it judged this frontend gone) or another claim took it.
   bool holds(uint32_t slot, uint32_t generation) const { return progress(slot).held_by(generation); }
   const ProducedToken& token(uint32_t slot, int32_t i) const { return broker_->produced(slot)[i]; }
+  // A DONE embedding slot's vector of `dim` values (the model's), copied into `out`.
+  void embedding(uint32_t slot, size_t dim, std::vector<float>& out) const {
+    const float* v = broker_->embedding(slot);
+    out.assign(v, v + std::min(dim, broker_->embedding_capacity()));
+  }
   void cancel(uint32_t slot) const { broker_->slot_cancel(slot); }
   // Frees a slot once its progress is terminal (or a submit was abandoned).
   void release(uint32_t slot) const { broker_->slot_release(slot); }

@@ -5,6 +5,9 @@
 //   slot: [SlotHeader] [prompt: int32 x slot_tokens] [produced: ProducedToken x slot_tokens]
 //         [logit bias: LogitBias x kMaxLogitBias] [grammar: slot_grammar_bytes of GBNF text]
 //
+// An embedding request (a pooling in its flags) produces no tokens: the engine writes its
+// pooled vector (float x model dim) over the produced area before the slot turns DONE.
+//
 // A slot is one sequence: its request (sampling parameters, stop ids, logit bias, the
 // grammar constraining its output, prompt tokens) as written by the frontend that
 // claimed it, and the tokens the engine produced for it,
@@ -25,8 +28,9 @@
 namespace hearth {
 
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
-inline constexpr uint32_t kBrokerLayoutVersion = 6;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
-                                                     // 5: prefix-cache counts; 6: nonce, KV adoption counts
+inline constexpr uint32_t kBrokerLayoutVersion = 7;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
+                                                     // 5: prefix-cache counts; 6: nonce, KV adoption counts;
+                                                     // 7: embeddings (pooling flags, the vector in the produced area)
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr SegmentKind kBrokerSegment{"broker", kBrokerMagic, kBrokerLayoutVersion, kBrokerHeaderBytes,
@@ -115,7 +119,7 @@ struct alignas(64) SlotHeader {
   int32_t max_tokens;
   int32_t n_prompt;
   int32_t top_logprobs;   // 0..kMaxTopLogprobs
-  uint32_t flags;         // kSlotIgnoreStop
+  uint32_t flags;         // kSlotIgnoreStop, a Pooling in kSlotPoolingMask
   int32_t n_stop_ids;
   int32_t stop_ids[kMaxStopIds];
   int32_t min_tokens;     // stop ids are not sampled before this many tokens
@@ -135,5 +139,8 @@ struct alignas(64) SlotHeader {
   // LogitBias logit_bias[kMaxLogitBias], char grammar[slot_grammar_bytes].
 };
 inline constexpr uint32_t kSlotIgnoreStop = 1;
+inline constexpr uint32_t kSlotPoolingShift = 1;  // bits 1..2: the Pooling of an embedding request
+inline constexpr uint32_t kSlotPoolingMask = 3u << kSlotPoolingShift;
+inline constexpr uint32_t kSlotFlags = kSlotIgnoreStop | kSlotPoolingMask;
 
 }  // namespace hearth

@@ -319,6 +319,10 @@ Result<LoadedModel> gguf_model_open(const std::filesystem::path& path) {
                       "through rope_freqs.weight are)", *scaling);
   }
   HEARTH_ASSIGN_OR_RETURN(c.sliding_window, get_dim(gguf, a + ".attention.sliding_window", a == "gemma2" ? 4096 : 0));
+  // llama.cpp's pooling types: 1 mean, 2 cls, 3 last (0 none and 4 rank, a reranker's
+  // head hearth does not load, state no embedding pooling).
+  HEARTH_ASSIGN_OR_RETURN(const int32_t pooling, get_dim(gguf, a + ".pooling_type", 0));
+  c.pooling = pooling == 1 ? Pooling::kMean : pooling == 2 ? Pooling::kFirst : pooling == 3 ? Pooling::kLast : Pooling::kNone;
 
   HEARTH_ASSIGN_OR_RETURN(model.tokenizer.gguf, read_vocab(gguf));
   model.tokenizer.kind = TokenizerSource::Kind::kGguf;

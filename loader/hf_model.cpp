@@ -709,6 +709,39 @@ std::optional<std::string> hf_parameter_name(const std::string& canonical, std::
   return std::nullopt;
 }
 
+namespace {
+
+// A sentence-transformers checkpoint's pooling (1_Pooling/config.json): the one mode it
+// turns on; kNone when there is no such file. Modes hearth does not pool by (max, weighted
+// mean, several at once) are refused.
+Result<Pooling> sentence_transformers_pooling(const std::filesystem::path& dir) {
+  const auto path = dir / "1_Pooling" / "config.json";
+  if (!std::filesystem::exists(path)) return Pooling::kNone;
+  HEARTH_ASSIGN_OR_RETURN(std::string text, read_small_file(path, kMaxConfigBytes));
+  HEARTH_ASSIGN_OR_RETURN(boost::json::value doc, json_parse(text, "1_Pooling/config.json"));
+  if (!doc.is_object()) return make_error(ErrorCode::kFormat, "1_Pooling/config.json is not a JSON object");
+  Pooling found = Pooling::kNone;
+  int on = 0;
+  for (const auto& [key, value] : doc.as_object()) {
+    if (!key.starts_with("pooling_mode_") || !value.is_bool() || !value.as_bool()) continue;
+    ++on;
+    if (key == "pooling_mode_mean_tokens") {
+      found = Pooling::kMean;
+    } else if (key == "pooling_mode_lasttoken") {
+      found = Pooling::kLast;
+    } else if (key == "pooling_mode_cls_token") {
+      found = Pooling::kFirst;
+    } else {
+      return make_error(ErrorCode::kUnsupported, "1_Pooling/config.json: {} is not supported (mean, last token and "
+                        "cls pooling are)", std::string(key));
+    }
+  }
+  if (on > 1) return make_error(ErrorCode::kUnsupported, "1_Pooling/config.json turns on {} pooling modes; hearth pools by one", on);
+  return found;
+}
+
+}  // namespace
+
 Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
   LoadedModel model;
   model.format = ModelFormat::kSafetensors;
@@ -733,6 +766,7 @@ Result<LoadedModel> hf_model_open(const std::filesystem::path& dir) {
     return canonical_name(names, hf);
   };
   HEARTH_ASSIGN_OR_RETURN(const std::optional<PrequantConfig> prequant, prequant_config(cfg));
+  HEARTH_ASSIGN_OR_RETURN(model.config.pooling, sentence_transformers_pooling(dir));
 
   // Which files hold the weights: the shard index when there is one.
   std::vector<std::string> shard_files;

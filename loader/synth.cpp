@@ -468,6 +468,9 @@ Status write_gguf(const SynthOptions& o, const Vocab& vocab) {
   w.add_u32("general.quantization_version", 2);
   w.add_u32("general.alignment", 32);
   w.add_u32(a + ".vocab_size", static_cast<uint32_t>(c.vocab));
+  if (o.pooling != Pooling::kNone) {  // llama.cpp's numbering: 1 mean, 2 cls, 3 last
+    w.add_u32(a + ".pooling_type", o.pooling == Pooling::kMean ? 1 : o.pooling == Pooling::kFirst ? 2 : 3);
+  }
   w.add_u32(a + ".context_length", static_cast<uint32_t>(c.context));
   w.add_u32(a + ".embedding_length", static_cast<uint32_t>(c.dim));
   w.add_u32(a + ".block_count", static_cast<uint32_t>(c.layers));
@@ -695,6 +698,15 @@ Status write_hf(const SynthOptions& o, const Vocab& vocab) {
   namespace js = boost::json;
   HEARTH_RETURN_IF_ERROR(write_file(o.hf / "config.json", js::serialize(hf_config(o))));
   HEARTH_RETURN_IF_ERROR(write_file(o.hf / "tokenizer.json", hf_tokenizer_json(vocab)));
+  if (o.pooling != Pooling::kNone) {
+    std::filesystem::create_directories(o.hf / "1_Pooling", ec);
+    const js::object pooling{{"word_embedding_dimension", c.dim},
+                             {"pooling_mode_cls_token", o.pooling == Pooling::kFirst},
+                             {"pooling_mode_mean_tokens", o.pooling == Pooling::kMean},
+                             {"pooling_mode_max_tokens", false},
+                             {"pooling_mode_lasttoken", o.pooling == Pooling::kLast}};
+    HEARTH_RETURN_IF_ERROR(write_file(o.hf / "1_Pooling" / "config.json", js::serialize(pooling)));
+  }
   const js::object tokenizer_config{{"tokenizer_class", "LlamaTokenizerFast"}, {"add_bos_token", true},
                                     {"add_eos_token", false}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
                                     {"unk_token", "<unk>"}, {"model_max_length", c.context}};

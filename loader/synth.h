@@ -24,6 +24,7 @@
 #include <string_view>
 
 #include "common/dtype.h"
+#include "common/pooling.h"
 #include "common/status.h"
 
 namespace hearth {
@@ -56,6 +57,9 @@ struct SynthOptions {
   DType gguf_type = DType::kF16;    // of the 2-D tensors; norms stay F32
   std::filesystem::path hf;         // empty: no HF directory
   DType hf_type = DType::kF16;      // F16 or BF16
+  // An embedding model's pooling: GGUF's {arch}.pooling_type, the HF directory's
+  // 1_Pooling/config.json (sentence-transformers); kNone: neither says one.
+  Pooling pooling = Pooling::kNone;
 };
 
 Status synth_write(const SynthOptions& options);

@@ -96,9 +96,11 @@ struct StepInput {
   const int32_t* page_start = nullptr;   // [n_seqs + 1]
   const int32_t* pages = nullptr;
   const int32_t* logit_rows = nullptr;   // [n_logit_rows]
+  const int32_t* hidden_rows = nullptr;  // [n_hidden_rows]
   int32_t n_tokens = 0;
   int32_t n_seqs = 0;
   int32_t n_logit_rows = 0;
+  int32_t n_hidden_rows = 0;
   int32_t block_size = 0;
 };
 
@@ -204,7 +206,7 @@ class Backend {
   // x[t] += bias, x: [n, dim].
   virtual void add_bias(float* x, const float* bias, int64_t n, int64_t dim) = 0;
   // out[i] = x[rows[i]] for i < n. x: [*, dim]; out: [n, dim]; rows: backend memory
-  // (a StepInput's logit_rows).
+  // (a StepInput's logit_rows or hidden_rows).
   virtual void gather_rows(const float* x, const int32_t* rows, int64_t n, int64_t dim, float* out) = 0;
   // out[t, j] = x[t, perm[j]] for t < n, j < cols: a matrix's inputs in the column order
   // its weights are stored in (act-order GPTQ). x, out: [n, cols] (distinct); perm:

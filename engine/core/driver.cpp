@@ -47,6 +47,11 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
   }
   if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already running", id);
   const int32_t produced = n_tokens - r.n_prompt;
+  const bool pooled = r.spec.pooling != Pooling::kNone;
+  if (pooled && produced != 0) {
+    return make_error(ErrorCode::kInvalidArgument, "an embedding request produces no tokens, yet {} follow its prompt",
+                      produced);
+  }
   std::optional<grammar::GrammarMatcher> matcher;
   if (!r.spec.grammar.empty()) {
     HEARTH_ASSIGN_OR_RETURN(auto compiled, grammars_.get(r.spec.grammar));
@@ -60,6 +65,10 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
     }
     if (produced > 0 && matcher->terminated()) return FinishReason::kStop;
   }
+  if (pooled && n_tokens >= config_.max_sequence_tokens) {
+    return make_error(ErrorCode::kOutOfRange, "the input has {} tokens, but the context holds {}", n_tokens,
+                      config_.max_sequence_tokens - 1);
+  }
   if (produced == 0 && n_tokens >= config_.max_sequence_tokens) {
     return make_error(ErrorCode::kOutOfRange,
                       "the prompt has {} tokens, but the context holds {} (prompt plus at least one generated token)",
@@ -70,8 +79,14 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
       std::find(r.spec.stop_ids.begin(), r.spec.stop_ids.end(), r.tokens.back()) != r.spec.stop_ids.end()) {
     return FinishReason::kStop;
   }
-  if (produced >= r.spec.max_tokens || n_tokens >= config_.max_sequence_tokens) return FinishReason::kLength;
-  HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens) : scheduler_.add(id, n_tokens, adopted));
+  if (!pooled && (produced >= r.spec.max_tokens || n_tokens >= config_.max_sequence_tokens)) return FinishReason::kLength;
+  // A mean or first-token pooling needs every position's state: nothing from the prefix
+  // cache, nothing adopted.
+  if (pooled) {
+    HEARTH_RETURN_IF_ERROR(scheduler_.add(id, n_tokens, r.spec.pooling == Pooling::kLast));
+  } else {
+    HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens) : scheduler_.add(id, n_tokens, adopted));
+  }
   Sampler sampler(r.spec.sampling, vocab);
   sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
   seqs_.emplace(id, Seq{std::move(r), std::move(sampler), std::move(matcher), {}});
@@ -136,21 +151,27 @@ Status Driver::sample(Seq& s, const float* l, TokenResult& out) {
 Status Driver::forward(const StepPlan& plan, std::span<const float>& logits, std::span<const SampledRow>& sampled) {
   input_.clear(runner_.cache().config().block_size);
   for (const PlannedSeq& p : plan.seqs) {
-    const std::vector<TokenId>& tokens = seqs_.at(p.id).request.tokens;
+    const Seq& s = seqs_.at(p.id);
+    const std::vector<TokenId>& tokens = s.request.tokens;
+    const int32_t row0 = input_.n_tokens();
     HEARTH_RETURN_IF_ERROR(input_.add_sequence(
         std::span(tokens).subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.count)), p.begin,
-        scheduler_.kv(p.id)->blocks, p.sample));
+        scheduler_.kv(p.id)->blocks, samples(p)));
+    if (s.pooled()) {
+      const auto [first, count] = pooled_rows(s, p, row0);
+      input_.want_hidden(first, count);
+    }
   }
   HEARTH_TEST_POINT("engine.step.planned");
   // A row a request shapes (grammar, bias, min_tokens) is sampled on the host, and so is
   // the rest of its step.
   const bool host_sampling = !runner_.samples() || std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const PlannedSeq& p) {
-    return p.sample && seqs_.at(p.id).shaped();
+    return samples(p) && seqs_.at(p.id).shaped();
   });
   if (!host_sampling) {
     sample_rows_.clear();
     for (const PlannedSeq& p : plan.seqs) {
-      if (!p.sample) continue;
+      if (!samples(p)) continue;
       const Seq& s = seqs_.at(p.id);
       const std::vector<TokenId>& tokens = s.request.tokens;
       SampleRow& r = sample_rows_.emplace_back();
@@ -188,15 +209,18 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet (on the host)
 
   const auto vocab = static_cast<size_t>(runner_.vocab_size());
-  size_t row = 0;
+  const auto dim = static_cast<size_t>(runner_.model().config().dim);
+  const std::span<const float> hidden = runner_.hidden();
+  size_t row = 0, hidden_row = 0;
   finished_.clear();
   for (const PlannedSeq& p : plan.seqs) {
     scheduler_.advance(p);
+    const bool token = samples(p);
     if (config_.journal != nullptr) {
       // The row's fingerprint: from the logits on the host, from the sampled row where
       // the backend sampled (the logits never left it).
       RowCheck check;
-      const bool checked = p.sample && (!logits.empty() || (!sampled.empty() && sampled[row].top_id >= 0));
+      const bool checked = token && (!logits.empty() || (!sampled.empty() && sampled[row].top_id >= 0));
       if (checked) {
         check.pos = p.begin + p.count - 1;
         if (!logits.empty()) {
@@ -210,8 +234,22 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
       }
       config_.journal->committed(p.id, *scheduler_.kv(p.id), checked ? &check : nullptr);
     }
-    if (!p.sample) continue;
     Seq& s = seqs_.at(p.id);
+    if (s.pooled()) {
+      const auto n = static_cast<size_t>(pooled_rows(s, p, 0).second);
+      std::vector<float> vector;
+      pool(s, p, hidden.subspan(hidden_row * dim, n * dim), p.sample ? &vector : nullptr);
+      hidden_row += n;
+      if (!p.sample) continue;
+      StepEvent& e = events.emplace_back();
+      e.id = p.id;
+      e.embedding = std::move(vector);
+      e.cached_tokens = scheduler_.cached_tokens(p.id);
+      e.finish = FinishReason::kStop;
+      finished_.push_back(p.id);
+      continue;
+    }
+    if (!token) continue;
     StepEvent& e = events.emplace_back();
     e.id = p.id;
     if (!sampled.empty()) {
@@ -231,6 +269,32 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   }
   for (uint64_t id : finished_) remove(id);
   return Status::ok();
+}
+
+std::pair<int32_t, int32_t> Driver::pooled_rows(const Seq& s, const PlannedSeq& p, int32_t row0) const {
+  switch (s.request.spec.pooling) {
+    case Pooling::kMean: return {row0, p.count};
+    case Pooling::kLast: return {row0 + p.count - 1, p.sample ? 1 : 0};
+    case Pooling::kFirst: return {row0, p.begin == 0 ? 1 : 0};
+    case Pooling::kNone: break;
+  }
+  return {row0, 0};
+}
+
+void Driver::pool(Seq& s, const PlannedSeq& p, std::span<const float> rows, std::vector<float>* done) const {
+  const auto dim = static_cast<size_t>(runner_.model().config().dim);
+  if (p.begin == 0 || s.pool_sum.size() != dim) {  // its first rows (again, after a preemption)
+    s.pool_sum.assign(dim, 0.0);
+    s.pool_rows = 0;
+  }
+  for (size_t r = 0; r < rows.size() / dim; ++r) {
+    for (size_t i = 0; i < dim; ++i) s.pool_sum[i] += rows[r * dim + i];
+    ++s.pool_rows;
+  }
+  if (done == nullptr) return;
+  done->resize(dim);
+  const double n = std::max(s.pool_rows, 1);
+  for (size_t i = 0; i < dim; ++i) (*done)[i] = static_cast<float>(s.pool_sum[i] / n);
 }
 
 Status Driver::run_until_idle(const std::function<bool(const StepEvent&)>& on_event) {

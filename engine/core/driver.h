@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <utility>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -40,11 +41,13 @@ struct SequenceRequest {
 // distribution (before penalties, temperature and filters), as the OpenAI API reports them.
 using TokenResult = SampledRow;
 
-// What one step did to one sequence: a token (finish says whether it was the last), or,
-// with kError and no token, a failure (`error`).
+// What one step did to one sequence: a token (finish says whether it was the last); an
+// embedding's pooled vector (with kStop and no token); or, with kError and no token, a
+// failure (`error`).
 struct StepEvent {
   uint64_t id = 0;
   TokenResult token;
+  std::vector<float> embedding;  // a pooled sequence's vector ([dim], not normalised)
   int32_t n_produced = 0;  // tokens produced so far, this one included
   int32_t cached_tokens = 0;  // prompt tokens its first admission found in the prefix cache
   FinishReason finish = FinishReason::kNone;
@@ -69,7 +72,9 @@ class Driver {
  public:
   Driver(ModelRunner& runner, const DriverConfig& config);
 
-  // Takes a sequence under `id`. Returns kNone when it is queued, or the reason it is
+  // Takes a sequence under `id`. A pooled one (spec.pooling, an embedding) runs its
+  // prompt and ends with its pooled vector instead of tokens; it may fill every position
+  // a generated token could. Returns kNone when it is queued, or the reason it is
   // already over (a predecessor produced its stop id, its max_tokens or the end of its
   // grammar before it could say so). Fails on bad sampling parameters
   // (sampling_params_validate), a logit bias outside the vocabulary, a grammar that does
@@ -104,6 +109,9 @@ class Driver {
     Sampler sampler;
     std::optional<grammar::GrammarMatcher> matcher;
     grammar::TokenMask mask;  // the matcher's tokens for this step
+    std::vector<double> pool_sum;  // a pooled sequence's rows so far (summed for the mean)
+    int32_t pool_rows = 0;
+    bool pooled() const { return request.spec.pooling != Pooling::kNone; }
     int32_t produced() const { return static_cast<int32_t>(request.tokens.size()) - request.n_prompt; }
     // Whether sampling this sequence changes its row (then it samples on the host).
     bool shaped() const {
@@ -114,6 +122,13 @@ class Driver {
   Status sample(Seq& seq, const float* logits, TokenResult& out);
   Status forward(const StepPlan& plan, std::span<const float>& logits, std::span<const SampledRow>& sampled);
   FinishReason finish_of(const Seq& seq) const;
+  // Whether a planned sequence samples a token this step (a pooled one never does).
+  bool samples(const PlannedSeq& p) const { return p.sample && !seqs_.at(p.id).pooled(); }
+  // The hidden rows a pooled sequence asks of this step, first and count ([row0, ...) its
+  // rows in the batch).
+  std::pair<int32_t, int32_t> pooled_rows(const Seq& s, const PlannedSeq& p, int32_t row0) const;
+  // Adds this step's hidden rows of a pooled sequence; at the end of its prompt, its vector.
+  void pool(Seq& s, const PlannedSeq& p, std::span<const float> rows, std::vector<float>* done) const;
 
   ModelRunner& runner_;
   DriverConfig config_;

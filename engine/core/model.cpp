@@ -320,21 +320,21 @@ Status Model::check(const ModelInput& input, const KvCache& cache) const {
   return Status::ok();
 }
 
-Status Model::forward(const ModelInput& input, KvCache& cache, float* logits) {
+Status Model::forward(const ModelInput& input, KvCache& cache, float* logits, float* hidden) {
   const int64_t vocab = rank_config_.vocab_size;
-  return run(input, cache, logits != nullptr, [&](int64_t i0, int64_t m) {
+  return run(input, cache, logits != nullptr, hidden, [&](int64_t i0, int64_t m) {
     backend_.read(logits_, 0, logits + i0 * vocab, static_cast<size_t>(m * vocab) * sizeof(float));
   });
 }
 
 Status Model::forward_sampled(const ModelInput& input, KvCache& cache, std::span<const SampleRow> rows,
-                                   std::span<SampledRow> out) {
+                                   std::span<SampledRow> out, float* hidden) {
   if (rows.size() != input.logit_rows.size() || out.size() != rows.size()) {
     return make_error(ErrorCode::kInternal, "{} sample rows and {} results for {} logit rows", rows.size(), out.size(),
                       input.logit_rows.size());
   }
   const int64_t vocab = rank_config_.vocab_size;
-  return run(input, cache, true, [&](int64_t i0, int64_t m) {
+  return run(input, cache, true, hidden, [&](int64_t i0, int64_t m) {
     backend_.sample(logits_.f32(), vocab, rows.subspan(static_cast<size_t>(i0), static_cast<size_t>(m)),
                     out.subspan(static_cast<size_t>(i0), static_cast<size_t>(m)));
   });
@@ -620,7 +620,7 @@ Status Model::run_layer(const ModelInput& input, KvCache& cache, int32_t layer_i
 }
 
 template <typename OnLogits>
-Status Model::run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits) {
+Status Model::run(const ModelInput& input, KvCache& cache, bool lm_head, float* hidden, OnLogits&& on_logits) {
   HEARTH_RETURN_IF_ERROR(check(input, cache));
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
@@ -638,11 +638,21 @@ Status Model::run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogit
     HEARTH_RETURN_IF_ERROR(layer(li, step, cache, next_norm));
   }
 
+  float* rows = logits_in_.f32();
+  // The hidden rows embeddings pool: gathered and normalised as the LM head would see
+  // them, in chunks of its input buffer.
+  if (hidden != nullptr) {
+    for (int64_t i0 = 0; i0 < step.n_hidden_rows; i0 += kLogitChunk) {
+      const int64_t m = std::min<int64_t>(kLogitChunk, step.n_hidden_rows - i0);
+      be.gather_rows(x, step.hidden_rows + i0, m, dim, rows);
+      norm(rows, output_norm_, m, rows);
+      be.read(logits_in_, 0, hidden + i0 * dim, static_cast<size_t>(m * dim) * sizeof(float));
+    }
+  }
   if (!lm_head) return Status::ok();  // a rank that does not sample
   const auto n_logits = static_cast<int64_t>(step.n_logit_rows);
   // Gather the rows whose logits are wanted, normalise, project onto the vocabulary in
   // chunks of the logits buffer.
-  float* rows = logits_in_.f32();
   for (int64_t i0 = 0; i0 < n_logits; i0 += kLogitChunk) {
     const int64_t m = std::min<int64_t>(kLogitChunk, n_logits - i0);
     be.gather_rows(x, step.logit_rows + i0, m, dim, rows);

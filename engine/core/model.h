@@ -68,12 +68,14 @@ class Model {
   // Fails on malformed inputs (model_input_validate: ids out of the vocabulary, too
   // many tokens, positions past the blocks) without touching the cache.
   // Without `logits` (null) the step stops after the last layer: ranks 1..tp-1 of a
-  // group, which do not sample, run no LM head.
-  Status forward(const ModelInput& input, KvCache& cache, float* logits);
+  // group, which do not sample, run no LM head. With `hidden`, the final hidden states
+  // of input.hidden_rows (after the output norm) go there ([hidden_rows.size(), dim],
+  // host memory): what embedding requests pool.
+  Status forward(const ModelInput& input, KvCache& cache, float* logits, float* hidden = nullptr);
   // forward with the sampling on the backend (Backend::samples): rows[i] samples logit
   // row i, the tokens come back in `out` and the logits stay on the device.
   Status forward_sampled(const ModelInput& input, KvCache& cache, std::span<const SampleRow> rows,
-                         std::span<SampledRow> out);
+                         std::span<SampledRow> out, float* hidden = nullptr);
   // forward's checks alone: whether `input` can run on `cache`.
   Status check(const ModelInput& input, const KvCache& cache) const;
 
@@ -88,10 +90,10 @@ class Model {
   const std::vector<float>& inv_freq() const { return inv_freq_; }
 
  private:
-  // The forward pass; with the LM head, `on_logits(i0, m)` takes logit rows i0..i0+m-1
-  // from logits_. A template (model.cpp), so that a step allocates nothing.
+  // The forward pass; with `hidden`, the hidden rows into it; with the LM head,
+  // `on_logits(i0, m)` takes logit rows i0..i0+m-1 from logits_. A template (model.cpp), so that a step allocates nothing.
   template <typename OnLogits>
-  Status run(const ModelInput& input, KvCache& cache, bool lm_head, OnLogits&& on_logits);
+  Status run(const ModelInput& input, KvCache& cache, bool lm_head, float* hidden, OnLogits&& on_logits);
 
   // A norm's weight and (LayerNorm) bias, as copied to the backend.
   struct Norm {

@@ -9,7 +9,7 @@ namespace hearth {
 namespace {
 
 constexpr uint32_t kMagic = 0x4e49444du;  // "MDIN"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: hidden rows
 
 void put_u32(std::vector<std::byte>& out, uint32_t v) {
   const auto* p = reinterpret_cast<const std::byte*>(&v);
@@ -42,6 +42,7 @@ void ModelInput::clear(int32_t size) {
   page_start.assign(1, 0);
   pages.clear();
   logit_rows.clear();
+  hidden_rows.clear();
 }
 
 Status ModelInput::add_sequence(std::span<const TokenId> seq_tokens, int32_t first_position,
@@ -68,6 +69,10 @@ Status ModelInput::add_sequence(std::span<const TokenId> seq_tokens, int32_t fir
   return Status::ok();
 }
 
+void ModelInput::want_hidden(int32_t first, int32_t count) {
+  for (int32_t i = 0; i < count; ++i) hidden_rows.push_back(first + i);
+}
+
 void ModelInput::want_every_row() {
   logit_rows.resize(tokens.size());
   for (size_t i = 0; i < logit_rows.size(); ++i) logit_rows[i] = static_cast<int32_t>(i);
@@ -85,6 +90,7 @@ void ModelInput::serialize(std::vector<std::byte>& out) const {
   put_array(out, page_start);
   put_array(out, pages);
   put_array(out, logit_rows);
+  put_array(out, hidden_rows);
 }
 
 Status ModelInput::deserialize(std::span<const std::byte> bytes, ModelInput& out) {
@@ -94,7 +100,7 @@ Status ModelInput::deserialize(std::span<const std::byte> bytes, ModelInput& out
   }
   out.block_size = static_cast<int32_t>(in.read<uint32_t>());
   for (std::vector<int32_t>* a : {&out.tokens, &out.positions, &out.slots, &out.query_start, &out.page_start,
-                                  &out.pages, &out.logit_rows}) {
+                                  &out.pages, &out.logit_rows, &out.hidden_rows}) {
     if (!get_array(in, *a)) return make_error(ErrorCode::kFormat, "a model input's arrays are cut short");
   }
   if (in.remaining() != 0) return make_error(ErrorCode::kFormat, "{} bytes follow a model input", in.remaining());
@@ -105,9 +111,9 @@ size_t model_input_max_bytes(int32_t max_tokens, int32_t max_seqs, int32_t max_p
   const auto t = static_cast<size_t>(std::max(max_tokens, 1));
   const size_t s = std::min(static_cast<size_t>(std::max(max_seqs, 1)), t);
   const size_t pages = s * static_cast<size_t>(std::max(max_pages_per_seq, 1));
-  // magic, version, block size, 7 counts; tokens, positions, slots and logit rows per
-  // token, two starts per sequence (and one more), the pages.
-  return 10 * sizeof(uint32_t) + sizeof(int32_t) * (4 * t + 2 * (s + 1) + pages);
+  // magic, version, block size, 8 counts; tokens, positions, slots, logit and hidden rows
+  // per token, two starts per sequence (and one more), the pages.
+  return 11 * sizeof(uint32_t) + sizeof(int32_t) * (5 * t + 2 * (s + 1) + pages);
 }
 
 Status model_input_validate(const ModelInput& in, const ModelInputLimits& lim) {
@@ -162,6 +168,12 @@ Status model_input_validate(const ModelInput& in, const ModelInputLimits& lim) {
   }
   for (int32_t r : in.logit_rows) {
     if (r < 0 || r >= n) return make_error(ErrorCode::kInvalidArgument, "logit row {} is not in the batch", r);
+  }
+  if (static_cast<int64_t>(in.hidden_rows.size()) > n) {
+    return make_error(ErrorCode::kInvalidArgument, "more hidden rows than tokens");
+  }
+  for (int32_t r : in.hidden_rows) {
+    if (r < 0 || r >= n) return make_error(ErrorCode::kInvalidArgument, "hidden row {} is not in the batch", r);
   }
   return Status::ok();
 }

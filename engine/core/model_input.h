@@ -29,6 +29,9 @@ struct ModelInput {
   std::vector<int32_t> page_start;   // [n_seqs + 1] first entry of each sequence in pages
   std::vector<int32_t> pages;        // every sequence's KV blocks, in position order
   std::vector<int32_t> logit_rows;   // rows whose logits are wanted, in output order
+  // Rows whose final hidden states (after the output norm, before the LM head) are
+  // wanted, in output order: embedding requests' pooling.
+  std::vector<int32_t> hidden_rows;
 
   // Empties the input for block size `block_size`, keeping capacity.
   void clear(int32_t block_size);
@@ -38,6 +41,8 @@ struct ModelInput {
   Status add_sequence(std::span<const TokenId> tokens, int32_t first_position, std::span<const int32_t> blocks,
                       bool want_logits);
 
+  // Asks for the final hidden states of rows first..first+count-1.
+  void want_hidden(int32_t first, int32_t count);
   // Asks for the logits of every row (scoring a prompt), in row order.
   void want_every_row();
 
@@ -66,7 +71,8 @@ struct ModelInputLimits {
 
 // Checks every array against the others and the limits: sizes, sequences covering the
 // rows in order, ids in the vocabulary, positions in the context and covered by the
-// sequence's pages, each slot where its position lives, logit rows in the batch.
+// sequence's pages, each slot where its position lives, logit and hidden rows in the
+// batch.
 Status model_input_validate(const ModelInput& input, const ModelInputLimits& limits);
 
 }  // namespace hearth

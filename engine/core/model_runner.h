@@ -39,6 +39,9 @@ class ModelRunner {
   // run with the sampling on the backend: rows[i] samples logit row i; the tokens, valid
   // until the next run.
   Result<std::span<const SampledRow>> run_sampled(const ModelInput& input, std::span<const SampleRow> rows);
+  // The final hidden states of the latest run's input.hidden_rows, [hidden_rows.size(),
+  // dim], valid until the next run.
+  std::span<const float> hidden() const { return hidden_view_; }
   // A step of ranks 1..tp-1: the forward pass on this rank's shard, no LM head.
   Status run_shard(const ModelInput& input);
 
@@ -55,6 +58,10 @@ class ModelRunner {
   StepSink* sink_;
   std::vector<float> logits_;  // grows to the largest step once
   std::vector<SampledRow> sampled_;
+  std::vector<float> hidden_;  // grows to the largest step once
+  std::span<const float> hidden_view_;
+  // Where the next run's hidden rows go (null when it wants none).
+  float* hidden_for(const ModelInput& input);
   uint64_t last_step_ns_ = 0;
 };
 

@@ -19,7 +19,7 @@ Scheduler::Scheduler(const SchedulerConfig& config, BlockAllocator& blocks, int3
 }
 
 void Scheduler::take_cached_prefix(uint64_t id, Seq& seq) {
-  if (!tokens_of_ || seq.n_computed != 0) return;
+  if (!tokens_of_ || seq.n_computed != 0 || !seq.reuse_prefix) return;
   const std::span<const TokenId> tokens = tokens_of_(id);
   // Never the block of the last known token: it must be computed for its logits.
   const int32_t limit = (seq.n_tokens - 1) / block_size_;
@@ -57,13 +57,15 @@ int32_t Scheduler::cached_tokens(uint64_t id) const {
   return it == seqs_.end() ? 0 : std::max(it->second.cached, 0);
 }
 
-Status Scheduler::add(uint64_t id, int32_t n_tokens) {
+Status Scheduler::add(uint64_t id, int32_t n_tokens, bool reuse_prefix) {
   if (n_tokens < 1) return make_error(ErrorCode::kInvalidArgument, "a sequence needs at least one token");
   if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already scheduled", id);
   if (n_waiting() >= config_.max_waiting) {
     return make_error(ErrorCode::kResourceExhausted, "{} requests are already waiting", n_waiting());
   }
-  seqs_.emplace(id, Seq{n_tokens, 0, {}});
+  Seq seq{n_tokens, 0, {}};
+  seq.reuse_prefix = reuse_prefix;
+  seqs_.emplace(id, std::move(seq));
   waiting_.push_back(id);
   if (config_.static_batch_timeout_ms > 0) arrived_ms_[id] = last_now_ms_;
   return Status::ok();
@@ -173,7 +175,7 @@ StepPlan Scheduler::plan(int64_t now_ms) {
     }
     waiting_.pop_front();
     running_.push_back(id);
-    if (seq.cached < 0 && tokens_of_) {  // its first admission
+    if (seq.cached < 0 && tokens_of_ && seq.reuse_prefix) {  // its first admission, looked up
       seq.cached = seq.n_computed;
       prefix_queries_ += static_cast<uint64_t>(seq.n_tokens);
       prefix_hits_ += static_cast<uint64_t>(seq.n_computed);

@@ -95,8 +95,10 @@ class Scheduler {
 
   // Queues a sequence with `n_tokens` known tokens (its prompt, or prompt plus output
   // when resuming). kResourceExhausted when the waiting queue is full; kInvalidArgument
-  // for an id already present or a non-positive count.
-  Status add(uint64_t id, int32_t n_tokens);
+  // for an id already present or a non-positive count. Without `reuse_prefix` it takes
+  // nothing from the prefix cache and computes every position (an embedding pooled over
+  // every token's state needs them all); what it fills is published all the same.
+  Status add(uint64_t id, int32_t n_tokens, bool reuse_prefix = true);
   // Queues a sequence whose first adopted.length positions are already in the blocks of
   // `adopted` (an engine restart adopting the resident cache): it computes from there.
   // The blocks are moved out of `adopted` only when it is taken; an adoption that cannot
@@ -134,6 +136,7 @@ class Scheduler {
     KvSequence kv;
     std::vector<BlockKey> keys;  // of its leading full blocks, found or published
     int32_t cached = -1;         // tokens found at its first admission; -1 before it
+    bool reuse_prefix = true;    // may take blocks from the prefix cache
   };
   bool reserve(Seq& seq, int32_t positions);
   void release(uint64_t id, Seq& seq);

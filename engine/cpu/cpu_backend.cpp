@@ -92,9 +92,11 @@ class CpuBackend final : public Backend {
             .page_start = in.page_start.data(),
             .pages = in.pages.data(),
             .logit_rows = in.logit_rows.data(),
+            .hidden_rows = in.hidden_rows.data(),
             .n_tokens = in.n_tokens(),
             .n_seqs = in.n_seqs(),
             .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
+            .n_hidden_rows = static_cast<int32_t>(in.hidden_rows.size()),
             .block_size = in.block_size};
   }
 

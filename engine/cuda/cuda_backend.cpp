@@ -141,7 +141,7 @@ class CudaBackend final : public Backend {
   // buffer is rewritten only after the previous step's copy has completed.
   StepInput upload(const ModelInput& in) override {
     const std::span<const int32_t> parts[] = {in.tokens, in.positions, in.slots, in.query_start,
-                                              in.page_start, in.pages, in.logit_rows};
+                                              in.page_start, in.pages, in.logit_rows, in.hidden_rows};
     size_t offsets[std::size(parts)];
     size_t bytes = 0;
     for (size_t i = 0; i < std::size(parts); ++i) {
@@ -174,9 +174,11 @@ class CudaBackend final : public Backend {
             .page_start = at(4),
             .pages = at(5),
             .logit_rows = at(6),
+            .hidden_rows = at(7),
             .n_tokens = in.n_tokens(),
             .n_seqs = in.n_seqs(),
             .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
+            .n_hidden_rows = static_cast<int32_t>(in.hidden_rows.size()),
             .block_size = in.block_size};
   }
 

@@ -220,6 +220,17 @@ struct EngineServer::Impl {
       if (adopted.blocks.empty()) resident->void_table(index);
       resident->owners[id] = {index, broker->slot(index).request_id, r.generation};
     }
+    if (r.spec.pooling != Pooling::kNone &&
+        static_cast<size_t>(model->config().dim) > broker->embedding_capacity()) {
+      // The vector goes where the tokens would (18 floats a position): a context shorter
+      // than dim / 18 positions cannot hold it.
+      if (resident) resident->owners.erase(id);
+      fail_slot(index, ErrorCode::kUnsupported,
+                fmt::format("embeddings of this model ({} values) do not fit a request slot of {} positions: start "
+                            "hearth-engine with a longer --ctx",
+                            model->config().dim, broker->slot_tokens()));
+      return;
+    }
     SequenceRequest sequence{.tokens = std::move(r.tokens), .n_prompt = r.n_prompt, .spec = std::move(r.spec)};
     auto added = adopted.blocks.empty() ? driver->add(id, std::move(sequence))
                                         : driver->add(id, std::move(sequence), std::move(adopted));
@@ -336,6 +347,18 @@ struct EngineServer::Impl {
       if (e.finish == FinishReason::kError) {
         log_end(a, "failed: " + e.error.message());
         fail_slot(a.slot, e.error.code(), e.error.message());
+        by_slot[a.slot] = 0;
+        active.erase(it);
+        if (resident) resident->owners.erase(e.id);
+        continue;
+      }
+      if (!e.embedding.empty()) {  // a pooled sequence: its vector, then DONE
+        std::copy(e.embedding.begin(), e.embedding.end(), broker->embedding(a.slot));
+        SlotHeader& slot = broker->slot(a.slot);
+        slot.cached_tokens = e.cached_tokens;
+        slot.first_token_ns = monotonic_ns();
+        broker->slot_finish(a.slot, SlotState::kDone, e.finish);
+        log_end(a, "embedded");
         by_slot[a.slot] = 0;
         active.erase(it);
         if (resident) resident->owners.erase(e.id);

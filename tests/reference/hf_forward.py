@@ -13,6 +13,12 @@ logits are checked against a second implementation rather than against themselve
 IDS: comma-separated prompt token ids. Writes the logits of every prompt position
 ([len(IDS), vocab] float32, row-major) to LOGITS_OUT and prints a JSON object with the
 N_GENERATE greedy continuation ids: {"greedy": [...]}.
+
+    hf_forward.py --embed POOLING MODEL_DIR OUT IDS [IDS ...]
+
+Embeddings: each IDS's final hidden states (after the model's last norm, what the LM
+head reads) pooled by POOLING (last, mean or cls: the first token's) and L2-normalised,
+written to OUT as [len(IDS lists), hidden_size] float32.
 """
 import json
 import math
@@ -20,6 +26,10 @@ import struct
 import sys
 
 import numpy as np
+
+
+# The last forward pass's hidden states after the final norm ([t, hidden]), for --embed.
+FINAL_HIDDEN = [None]
 
 
 def read_safetensors(path):
@@ -218,6 +228,7 @@ def forward_llama(cfg, w, ids):
         ffn = silu(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
         x = x + linear(ffn, w[p + "mlp.down_proj.weight"])
     x = rms_norm(x, w["model.norm.weight"], eps)
+    FINAL_HIDDEN[0] = x
     head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
     return linear(x, head)
 
@@ -254,6 +265,7 @@ def forward_neox(cfg, w, ids):
             x = x + a
             x = x + mlp(layer_norm(x, w[ln2[0]], w[ln2[1]], eps))
     x = layer_norm(x, w["gpt_neox.final_layer_norm.weight"], w["gpt_neox.final_layer_norm.bias"], eps)
+    FINAL_HIDDEN[0] = x
     return linear(x, w["embed_out.weight"])
 
 
@@ -279,6 +291,7 @@ def forward_gptj(cfg, w, ids):
                    w[p + "mlp.fc_out.weight"], w[p + "mlp.fc_out.bias"])
         x = x + a + m
     x = layer_norm(x, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
+    FINAL_HIDDEN[0] = x
     return linear(x, w["lm_head.weight"], w["lm_head.bias"])
 
 
@@ -326,6 +339,7 @@ def forward_gemma(cfg, w, ids):
         m = act(linear(h, w[p + "mlp.gate_proj.weight"])) * linear(h, w[p + "mlp.up_proj.weight"])
         x = x + norm(linear(m, w[p + "mlp.down_proj.weight"]), p + "post_feedforward_layernorm.weight")
     x = norm(x, "model.norm.weight")
+    FINAL_HIDDEN[0] = x
     return softcap(linear(x, w.get("lm_head.weight", w["model.embed_tokens.weight"])), final_cap)
 
 
@@ -343,17 +357,36 @@ FORWARDS = {
 }
 
 
-def main():
-    if len(sys.argv) != 5:
-        raise SystemExit(__doc__)
-    model_dir, ids_arg, n_generate, out_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+def load(model_dir):
     with open(f"{model_dir}/config.json") as f:
         cfg = json.load(f)
     arch = cfg["architectures"][0]
     if arch not in FORWARDS:
         raise SystemExit(f"the reference has no forward pass for {arch}")
-    forward = FORWARDS[arch]
-    w = read_safetensors(f"{model_dir}/model.safetensors")
+    return cfg, FORWARDS[arch], read_safetensors(f"{model_dir}/model.safetensors")
+
+
+def embed(argv):
+    if len(argv) < 4 or argv[0] not in ("last", "mean", "cls"):
+        raise SystemExit(__doc__)
+    pooling, model_dir, out_path = argv[0], argv[1], argv[2]
+    cfg, forward, w = load(model_dir)
+    rows = []
+    for ids_arg in argv[3:]:
+        forward(cfg, w, [int(s) for s in ids_arg.split(",")])
+        h = FINAL_HIDDEN[0]
+        v = h[-1] if pooling == "last" else h[0] if pooling == "cls" else h.mean(axis=0)
+        rows.append(v / np.linalg.norm(v))
+    np.stack(rows).astype("<f4").tofile(out_path)
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--embed":
+        return embed(sys.argv[2:])
+    if len(sys.argv) != 5:
+        raise SystemExit(__doc__)
+    model_dir, ids_arg, n_generate, out_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    cfg, forward, w = load(model_dir)
     ids = [int(s) for s in ids_arg.split(",")]
     logits = forward(cfg, w, ids)
     logits.astype("<f4").tofile(out_path)

@@ -523,6 +523,35 @@ TEST_F(CudaBackendTest, Stories260KGroundTruthOnTheDevice) {
   }
 }
 
+// An embedding's rows: the final hidden states a step asks for (hidden_rows, uploaded
+// beside the logit rows) come back from the device as the CPU computes them.
+TEST_F(CudaBackendTest, HiddenRowsOfAStepMatchTheCpu) {
+  const auto path = testing::shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(path);
+  auto m = model_open(path);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  std::vector<TokenId> prompt = {1};
+  for (int i = 0; i < 19; ++i) prompt.push_back(static_cast<TokenId>(300 + 11 * i));
+  ModelInput in;
+  in.clear(16);
+  ASSERT_TRUE(in.add_sequence(prompt, 0, std::vector<int32_t>{0, 1}, true).is_ok());
+  in.hidden_rows = {3, 19, 0};
+  const auto dim = static_cast<size_t>(m->config.dim);
+  std::vector<float> got[2];
+  for (int b = 0; b < 2; ++b) {
+    Backend& be = b == 0 ? *gpu_ : *cpu_;
+    auto model = Model::create(m->config, m->tensors, be, 64);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    auto cache = KvCache::create(be, {m->config.n_layers, m->config.kv_dim(), 16, 4});
+    ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+    std::vector<float> logits(static_cast<size_t>(m->config.vocab_size));
+    got[b].assign(3 * dim, kNaN);
+    ASSERT_TRUE((*model)->forward(in, *cache, logits.data(), got[b].data()).is_ok());
+    be.synchronize();
+  }
+  expect_near(got[0], got[1], 2e-3f, "hidden rows");
+}
+
 // Every family hearth runs (hearth synth's tiny models, F32 GGUF) gives the CPU's greedy
 // ids on the device: LayerNorm, GELU, partial rotary, q/k norms, biases, parallel
 // residuals and routed experts, through the whole forward pass.

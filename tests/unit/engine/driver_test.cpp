@@ -103,6 +103,99 @@ TEST(DriverTest, ASequenceAlreadyOverOrMalformedIsAnsweredAtOnce) {
   EXPECT_TRUE(driver.idle());
 }
 
+// Embeddings: a pooled sequence ends with its prompt's final hidden states pooled (last,
+// mean, first), the same however its prompt is cut into chunks and whatever runs beside
+// it; the hidden state is the one the LM head sees (its product with the head's rows is
+// the logits), and the generation beside it gets the tokens it gets alone.
+TEST(DriverTest, PooledSequencesGiveTheHiddenStatesTheLmHeadSees) {
+  REQUIRE_STORIES();
+  Fixture f;
+  const ModelConfig& c = f.model.config;
+  const auto dim = static_cast<size_t>(c.dim), vocab = static_cast<size_t>(c.vocab_size);
+  std::vector<TokenId> prompt = {1};
+  for (int i = 0; i < 22; ++i) prompt.push_back(static_cast<TokenId>(260 + 7 * i));
+  const auto n = prompt.size();
+
+  // Every row's hidden state and logits, in one step.
+  ModelInput in;
+  in.clear(16);
+  ASSERT_TRUE(in.add_sequence(prompt, 0, std::vector<int32_t>{0, 1}, false).is_ok());
+  in.want_every_row();
+  in.want_hidden(0, static_cast<int32_t>(n));
+  std::vector<float> logits(n * vocab), hidden(n * dim);
+  ASSERT_TRUE(f.llama->forward(in, *f.cache, logits.data(), hidden.data()).is_ok());
+  const TensorView* head = nullptr;
+  for (const TensorView& t : f.model.tensors) {
+    if (t.name == "output.weight" || (head == nullptr && t.name == "token_embd.weight")) head = &t;
+  }
+  ASSERT_NE(head, nullptr);
+  ASSERT_EQ(head->dtype, DType::kF32);
+  const auto* w = reinterpret_cast<const float*>(head->data);
+  for (size_t r = 0; r < n; r += 5) {
+    for (size_t v = 0; v < vocab; v += 37) {
+      double dot = 0;
+      for (size_t i = 0; i < dim; ++i) dot += static_cast<double>(w[v * dim + i]) * hidden[r * dim + i];
+      EXPECT_NEAR(dot, logits[r * vocab + v], 1e-3 * (1.0 + std::abs(dot))) << "row " << r << " token " << v;
+    }
+  }
+  std::vector<float> mean(dim, 0.0f);
+  for (size_t r = 0; r < n; ++r) {
+    for (size_t i = 0; i < dim; ++i) mean[i] += hidden[r * dim + i] / static_cast<float>(n);
+  }
+  const std::vector<float> last(hidden.end() - static_cast<long>(dim), hidden.end());
+  const std::vector<float> first(hidden.begin(), hidden.begin() + static_cast<long>(dim));
+
+  const std::vector<TokenId> other = {1, 403, 407, 261, 378};
+  const auto want_other = f.alone(other, 12, {.temperature = 0.0f});
+  for (const int32_t chunk : {64, 7}) {
+    SCOPED_TRACE(chunk);
+    Driver driver(*f.runner, {.scheduler = {.max_batch_size = 8, .max_batched_tokens = chunk}, .max_sequence_tokens = 512});
+    ASSERT_EQ(*driver.add(9, {.tokens = other, .n_prompt = 5, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 12}}),
+              FinishReason::kNone);
+    const Pooling kinds[] = {Pooling::kLast, Pooling::kMean, Pooling::kFirst};
+    for (uint64_t k = 0; k < 3; ++k) {
+      ASSERT_EQ(*driver.add(k + 1, {.tokens = prompt, .n_prompt = static_cast<int32_t>(n), .spec = {.max_tokens = 1, .pooling = kinds[k]}}),
+                FinishReason::kNone);
+    }
+    std::map<uint64_t, std::vector<float>> got;
+    std::vector<TokenId> got_other;
+    ASSERT_TRUE(driver
+                    .run_until_idle([&](const StepEvent& e) {
+                      if (e.id == 9) {
+                        got_other.push_back(e.token.id);
+                        return true;
+                      }
+                      EXPECT_EQ(e.finish, FinishReason::kStop);
+                      EXPECT_EQ(e.n_produced, 0);
+                      got[e.id] = e.embedding;
+                      return true;
+                    })
+                    .is_ok());
+    EXPECT_EQ(got_other, want_other);
+    ASSERT_EQ(got.size(), 3u);
+    for (const auto& [id, want] : {std::pair{uint64_t{1}, last}, std::pair{uint64_t{2}, mean}, std::pair{uint64_t{3}, first}}) {
+      ASSERT_EQ(got[id].size(), dim) << id;
+      for (size_t i = 0; i < dim; ++i) EXPECT_NEAR(got[id][i], want[i], 1e-4f * (1.0f + std::abs(want[i]))) << id << " " << i;
+    }
+    EXPECT_EQ(f.cache->blocks_free(), 64);
+  }
+  // A pooled sequence produces nothing: it cannot resume with output, and must fit the context.
+  Driver driver(*f.runner, {.max_sequence_tokens = 16});
+  EXPECT_EQ(driver.add(1, {.tokens = {1, 2, 3}, .n_prompt = 2, .spec = {.max_tokens = 1, .pooling = Pooling::kMean}})
+                .status()
+                .code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(driver.add(2, {.tokens = std::vector<TokenId>(16, 1), .n_prompt = 16, .spec = {.max_tokens = 1, .pooling = Pooling::kLast}})
+                .status()
+                .code(),
+            ErrorCode::kOutOfRange);
+  EXPECT_EQ(driver.add(3, {.tokens = {1, 2}, .n_prompt = 2, .spec = {.max_tokens = 1, .top_logprobs = 2, .pooling = Pooling::kLast}})
+                .status()
+                .code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(driver.idle());
+}
+
 TEST(DriverTest, TopLogprobsAreTheModelsOwnMostLikelyTokens) {
   REQUIRE_STORIES();
   Fixture f;

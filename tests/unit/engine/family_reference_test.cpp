@@ -20,6 +20,7 @@
 #include <boost/json.hpp>
 
 #include "engine/core/communicator.h"
+#include "engine/core/driver.h"
 #include "engine/core/kv_cache.h"
 #include "engine/core/model.h"
 #include "engine/core/model_runner.h"
@@ -299,6 +300,65 @@ TEST_P(FamilyReferenceTest, TwoRanksOfTheResidentSegmentMatchTheReference) {
     ASSERT_EQ(logits.size(), ref_.logits.size());
     EXPECT_LT(worst_difference(logits), 1e-4) << path;
     EXPECT_EQ(greedy, ref_.greedy) << path;
+  }
+}
+
+// Embeddings: the prompt's final hidden states pooled by the driver (mean, first token,
+// last token; the prompt cut into chunks of 24) against the reference's pooling of its
+// own states, L2-normalised both. The model states its pooling in both containers (the
+// sentence-transformers 1_Pooling/config.json, GGUF's pooling_type), and the loader reads it.
+TEST_P(FamilyReferenceTest, PooledEmbeddingsMatchTheReference) {
+  SynthOptions pooled = synth_;
+  pooled.hf = dir_.path() / "hf-pooled";
+  pooled.gguf = dir_.path() / "pooled.gguf";
+  for (const Pooling p : {Pooling::kFirst, Pooling::kMean}) {
+    pooled.pooling = p;
+    ASSERT_TRUE(synth_write(pooled).is_ok());
+    for (const auto& path : {pooled.hf, pooled.gguf}) {
+      auto stated = model_open(path);
+      ASSERT_TRUE(stated.is_ok()) << stated.status().to_string();
+      EXPECT_EQ(stated->config.pooling, p) << path;
+    }
+  }
+  auto model = model_open(pooled.hf);
+  ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+  const auto dim = static_cast<size_t>(model->config.dim);
+  auto backend = make_cpu_backend({.threads = 1});
+  auto forward = Model::create(model->config, model->tensors, *backend, 128);
+  ASSERT_TRUE(forward.is_ok()) << forward.status().to_string();
+  auto cache = KvCache::create(*backend, {model->config.n_layers, model->config.kv_dim(), 16, 16, KvDType::kF32});
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  ModelRunner runner(**forward, *cache);
+  Driver driver(runner, {.scheduler = {.max_batch_size = 4, .max_batched_tokens = 24}, .max_sequence_tokens = 128});
+  const Pooling kinds[] = {Pooling::kMean, Pooling::kFirst, Pooling::kLast};
+  for (uint64_t k = 0; k < 3; ++k) {
+    ASSERT_TRUE(driver.add(k, {.tokens = ids_, .n_prompt = kPrompt, .spec = {.max_tokens = 1, .pooling = kinds[k]}}).is_ok());
+  }
+  std::vector<std::vector<float>> got(3);
+  ASSERT_TRUE(driver.run_until_idle([&](const StepEvent& e) {
+                      got[e.id] = e.embedding;
+                      return true;
+                    }).is_ok());
+  std::string csv;
+  for (TokenId id : ids_) csv += fmt::format("{}{}", csv.empty() ? "" : ",", id);
+  for (uint64_t k = 0; k < 3; ++k) {
+    const auto out = dir_.path() / "embedding.f32";
+    const std::string cmd = fmt::format("{} '{}' --embed {} '{}' '{}' {}", kPython,
+                                        testing::source_path("tests/reference/hf_forward.py").string(),
+                                        pooling_name(kinds[k]), synth_.hf.string(), out.string(), csv);
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::vector<float> want(dim);
+    std::ifstream(out, std::ios::binary).read(reinterpret_cast<char*>(want.data()), static_cast<std::streamsize>(dim * 4));
+    ASSERT_EQ(got[k].size(), dim) << pooling_name(kinds[k]);
+    double ab = 0, aa = 0;
+    for (size_t i = 0; i < dim; ++i) {
+      ab += double{got[k][i]} * want[i];
+      aa += double{got[k][i]} * got[k][i];
+    }
+    const double cosine = ab / std::sqrt(aa);  // the reference is unit length
+    std::printf("%s %s pooling: 1 - cosine to the reference = %.1e\n", GetParam().c_str(),
+                std::string(pooling_name(kinds[k])).c_str(), 1.0 - cosine);
+    EXPECT_GT(cosine, 0.9999) << pooling_name(kinds[k]);
   }
 }
 

@@ -54,6 +54,8 @@ TEST(ModelInputTest, AMixedBatchRoundTripsThroughBytesAndRunsTheSameFromTheCopy)
   EXPECT_EQ(step.logit_rows, (std::vector<int32_t>{0, 7, 17}));
   EXPECT_EQ(step.slots[0], a.blocks[1] * 16 + 4);
   EXPECT_EQ(step.slots[8], c.blocks[1] * 16 + 1);
+  step.want_hidden(8, 3);  // an embedding's rows ride along
+  EXPECT_EQ(step.hidden_rows, (std::vector<int32_t>{8, 9, 10}));
 
   std::vector<std::byte> bytes;
   step.serialize(bytes);
@@ -67,6 +69,8 @@ TEST(ModelInputTest, AMixedBatchRoundTripsThroughBytesAndRunsTheSameFromTheCopy)
   EXPECT_EQ(copy.page_start, step.page_start);
   EXPECT_EQ(copy.pages, step.pages);
   EXPECT_EQ(copy.logit_rows, step.logit_rows);
+  EXPECT_EQ(copy.hidden_rows, step.hidden_rows);
+  EXPECT_LE(bytes.size(), model_input_max_bytes(18, 3, 2));
 
   // The step writes only its own positions, so running it twice reads the same cache.
   auto original = runner.run(step);
@@ -98,6 +102,11 @@ TEST(ModelInputTest, DamagedBytesAreRefusedNeverTrusted) {
   ASSERT_TRUE(ModelInput::deserialize(bytes, out).is_ok());
   const ModelInputLimits limits{512, 64, 512, 8, 16};
   EXPECT_TRUE(model_input_validate(out, limits).is_ok());
+  out.hidden_rows = {4};
+  EXPECT_TRUE(model_input_validate(out, limits).is_ok());
+  out.hidden_rows = {5};  // past the batch
+  EXPECT_FALSE(model_input_validate(out, limits).is_ok());
+  out.hidden_rows.clear();
   out.pages[1] = 8;  // a block the cache does not have
   EXPECT_FALSE(model_input_validate(out, limits).is_ok());
   // Blocks that do not cover the positions are refused when the input is built.
