@@ -37,6 +37,8 @@ std::string_view dialect_id_prefix(ApiEndpoint endpoint) {
       return "msg_";
     case ApiEndpoint::kResponses:
       return "resp_";
+    case ApiEndpoint::kEmbeddings:
+      return "emb-";
   }
   return "";
 }

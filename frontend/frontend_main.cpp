@@ -47,6 +47,10 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
   --reasoning-parser deepseek_r1|qwen3|none
                       return a thinking model's <think> reasoning apart from its answer
                       (reasoning_content, thinking blocks, reasoning items; default none)
+  --pooling last|mean|cls
+                      how /v1/embeddings pools a text's final hidden states (default: the
+                      model's own, from GGUF pooling_type or sentence-transformers'
+                      1_Pooling, else last)
   --reasoning-budget N
                       reasoning tokens a choice may spend before it is ended (-1: no limit,
                       the default; 0: ask the template not to think)
@@ -129,6 +133,11 @@ hearth::Result<hearth::FrontendOptions> frontend_options(const hearth::Args& arg
   o.tool_call_parser = args.get("tool-call-parser").value_or("");
   o.reasoning_parser = args.get("reasoning-parser").value_or("");
   if (Status st = reasoning_format_from_name(o.reasoning_parser).status(); !st.is_ok()) return st;
+  if (const auto pooling = args.get("pooling")) {
+    const auto p = pooling_from_name(*pooling);
+    if (!p) return make_error(ErrorCode::kInvalidArgument, "--pooling must be last, mean or cls, not \"{}\"", *pooling);
+    o.pooling = *p;
+  }
   auto budget = args.get_int("reasoning-budget", -1, 1 << 30);
   if (!budget.is_ok()) return budget.status();
   o.reasoning_budget = static_cast<int>(budget->value_or(-1));
@@ -150,7 +159,7 @@ int main(int argc, char** argv) {
   auto args = Args::parse({argv + 1, argv + argc},
                           with_program_flags({"instance", "shm-dir", "host", "port", "threads", "max-body",
                                               "engine-wait", "drain-timeout", "listen-fd", "chat-template",
-                                              "tool-call-parser", "reasoning-parser", "reasoning-budget",
+                                              "tool-call-parser", "reasoning-parser", "reasoning-budget", "pooling",
                                               "served-model-name", "api-key", "api-key-file",
                                               "cors-origin", "max-queue", "queue-timeout", "max-connections",
                                               "read-timeout"},

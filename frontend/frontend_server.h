@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "common/pooling.h"
 #include "common/status.h"
 
 namespace hearth {
@@ -46,6 +47,7 @@ struct FrontendOptions {
   std::string tool_call_parser;    // --tool-call-parser: hermes, llama3_json, mistral; "": from the template
   std::string reasoning_parser;    // --reasoning-parser: deepseek_r1, qwen3; "": the output is one text
   int reasoning_budget = -1;       // --reasoning-budget: reasoning tokens a choice may spend; -1: any, 0: no thinking
+  Pooling pooling = Pooling::kNone;  // --pooling for /v1/embeddings; kNone: the model's own, else last
   std::vector<std::string> api_keys;   // Bearer keys accepted on /v1/* and the tokenizer routes; empty: open
   bool metrics_auth = false;           // /metrics wants a key too
   std::vector<std::string> cors_origins;  // origins browsers may call from ("*": any); empty: no CORS

@@ -25,9 +25,9 @@ namespace hearth {
 
 // kMessages (Anthropic's Messages API) and kResponses (OpenAI's Responses API) parse into
 // the same request as chat completions (frontend/dialects.h) and answer in their own shapes.
-enum class ApiEndpoint : uint8_t { kCompletions, kChatCompletions, kMessages, kResponses };
+enum class ApiEndpoint : uint8_t { kCompletions, kChatCompletions, kMessages, kResponses, kEmbeddings };
 // Whether the endpoint's prompt is messages through the chat template.
-inline bool api_is_chat(ApiEndpoint e) { return e != ApiEndpoint::kCompletions; }
+inline bool api_is_chat(ApiEndpoint e) { return e != ApiEndpoint::kCompletions && e != ApiEndpoint::kEmbeddings; }
 
 struct ApiMessage {
   std::string role;     // system, user, assistant, tool (developer is read as system)

@@ -25,11 +25,12 @@ Status FrontendServer::Impl::start(const std::shared_ptr<Generation>& g) {
     }
   }
   if (started) {
-    active.push_back(g);
+    follow(g);
     return Status::ok();
   }
   if (refused.is_ok() && static_cast<int>(queue.size()) < options.max_queue) {
     queue.push_back(g);
+    if (g->embeddings && !g->choices.empty()) follow(g);  // its inputs with slots run meanwhile
     return Status::ok();
   }
   if (refused.is_ok()) {
@@ -42,16 +43,26 @@ Status FrontendServer::Impl::start(const std::shared_ptr<Generation>& g) {
                                client->broker().n_slots(), queue.size());
   }
   g->failed = true;
-  if (give_up(*g)) active.push_back(g);
+  g->samples_left = 0;
+  if (give_up(*g)) follow(g);
   return refused;
 }
 
+void FrontendServer::Impl::follow(const std::shared_ptr<Generation>& g) {
+  if (g->in_active) return;
+  g->in_active = true;
+  active.push_back(g);
+}
+
 Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
-  const int32_t samples = g.request.best_of.value_or(g.request.n);
+  const int32_t samples =
+      g.embeddings ? static_cast<int32_t>(g.embeddings->inputs.size()) : g.request.best_of.value_or(g.request.n);
   const uint64_t seed = g.pending.spec.sampling.seed;  // sample 0's
   while (g.samples_left > 0) {
     uint32_t generation = 0;
-    g.pending.spec.sampling.seed = seed + static_cast<uint64_t>(samples - g.samples_left);
+    const int32_t index = samples - g.samples_left;
+    if (g.embeddings) g.pending.prompt = g.embeddings->inputs[static_cast<size_t>(index)];
+    g.pending.spec.sampling.seed = seed + static_cast<uint64_t>(index);
     auto slot = client->submit(g.pending, &generation);
     g.pending.spec.sampling.seed = seed;
     if (!slot.is_ok()) {
@@ -67,8 +78,8 @@ Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
     if (g.reasoning) c.reasoning.emplace(g.opens_reasoning);
     g.choices.push_back(std::move(c));
     --g.samples_left;
+    g.submitted = std::chrono::steady_clock::now();
   }
-  g.submitted = std::chrono::steady_clock::now();
   g.pending = SubmitRequest();
   return true;
 }
@@ -84,9 +95,13 @@ void FrontendServer::Impl::pump_queue() {
     for (auto it = queue.begin(); it != queue.end();) {
       std::shared_ptr<Generation> g = *it;
       Status why;
+      if (g->failed) {  // ended while it waited for more slots (an embeddings request)
+        it = queue.erase(it);
+        continue;
+      }
       if (g->client_gone.load(std::memory_order_acquire)) {
         why = make_error(ErrorCode::kUnavailable, "the client left");
-      } else if (now - g->started > options.queue_timeout) {
+      } else if (now - std::max(g->started, g->submitted) > options.queue_timeout) {
         ++rejected_queue_timeout;
         why = make_error(ErrorCode::kResourceExhausted,
                          "all {} request slots stayed busy for the {} ms this request may wait; try again",
@@ -104,19 +119,21 @@ void FrontendServer::Impl::pump_queue() {
         auto claimed = claim_slots(*g);
         if (claimed.is_ok() && !*claimed) {
           slots_busy = true;
+          if (g->embeddings && !g->choices.empty()) follow(g);
           ++it;
           continue;
         }
         if (claimed.is_ok()) {
           it = queue.erase(it);
-          active.push_back(std::move(g));
+          follow(g);
           continue;
         }
         why = claimed.status();
       }
       it = queue.erase(it);
       g->failed = true;
-      if (give_up(*g)) active.push_back(g);
+      g->samples_left = 0;
+      if (give_up(*g)) follow(g);
       ended.emplace_back(std::move(g), std::move(why));
     }
   }
@@ -345,6 +362,7 @@ bool Round::follow(size_t i) {
   // read may hold another request's tokens, or a new claim's cleared fields.
   fresh_.clear();
   for (int32_t k = c.consumed; k < p.n_produced && !c.done; ++k) fresh_.push_back(client.token(c.slot, k));
+  if (g_.embeddings && p.state == SlotState::kDone) client.embedding(c.slot, s_.embedding_dim(), c.embedding);
   std::atomic_thread_fence(std::memory_order_acquire);  // the copies before the claim's second look
   if ((!fresh_.empty() || p.terminal()) && !client.holds(c.slot, c.generation)) {
     taken(c);
@@ -406,7 +424,7 @@ void Round::finish(Choice& c, int32_t index) {
     out_ += api_stream_chunk(g_.request, g_.head, index, "", c.finish_reason, {}, false, 0, with);
   }
   c.finish_sent = true;
-  if (!gone_) s_.count_finish(c.finish_reason);
+  if (!gone_ && !g_.embeddings) s_.count_finish(c.finish_reason);
 }
 
 // Ends the response with an error: an HTTP status while nothing was streamed yet, else
@@ -435,6 +453,7 @@ void Round::settle(bool all_done) {
                               s_.options.engine_wait.count()),
                    "1");
     g_.failed = true;
+    g_.samples_left = 0;
   }
   // A draining frontend whose deadline passed ends what is left, with an error the client
   // can retry on (another frontend, or this one's successor, is taking requests).
@@ -443,6 +462,7 @@ void Round::settle(bool all_done) {
     end_with_error(make_error(ErrorCode::kUnavailable, "this frontend shut down before the request finished; try again"),
                    "1");
     g_.failed = true;
+    g_.samples_left = 0;
   }
   if (stream_ && !gone_ && !out_.empty() && session_ && !g_.failed) {
     session_->post_stream(std::move(out_), false);
@@ -459,6 +479,14 @@ void Round::complete() {
   if (gone_ || g_.failed || !session_) return;
   if (!failure_.is_ok()) return end_with_error(failure_, "");
   s_.request_duration.observe(seconds_since(g_.started));
+  if (g_.embeddings) {
+    s_.prompt_tokens_total.fetch_add(static_cast<uint64_t>(g_.prompt_tokens), std::memory_order_relaxed);
+    std::vector<std::vector<float>> vectors;
+    for (const auto& c : g_.choices) vectors.push_back(embedding_finish(c.embedding, g_.embeddings->dimensions));
+    g_.finish_reasons = "stop";
+    return session_->post_response(
+        200, embeddings_response_body(vectors, g_.embeddings->base64, g_.head.model, g_.prompt_tokens));
+  }
   int32_t longest = 0;
   for (const auto& c : g_.choices) {
     longest = std::max(longest, c.consumed);
@@ -509,7 +537,7 @@ void Round::complete() {
 
 void FrontendServer::Impl::advance(Generation& g) {
   Round round(*this, g);
-  bool all_done = true;
+  bool all_done = g.samples_left == 0;  // an embeddings request may still wait for slots
   for (size_t i = 0; i < g.choices.size(); ++i) {
     if (round.follow(i)) all_done = false;
   }
@@ -543,6 +571,7 @@ void FrontendServer::Impl::pump_loop() {
         for (const auto& c : g->choices) {
           if (c.slot_held) return false;
         }
+        g->in_active = false;  // an embeddings request still queued comes back with its next slot
         return true;
       });
     }

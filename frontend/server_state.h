@@ -25,6 +25,7 @@
 #include "common/process.h"
 #include "frontend/admission.h"
 #include "frontend/dialects.h"
+#include "frontend/embeddings.h"
 #include "frontend/frontend_server.h"
 #include "frontend/metrics.h"
 #include "frontend/openai.h"
@@ -70,6 +71,13 @@ struct Generation {
     std::vector<ApiToolCall> calls;
     size_t calls_sent = 0;                // streamed so far
     double logprob_sum = 0.0;             // best_of ranks choices by their mean
+    std::vector<float> embedding;         // an embedding's pooled vector, read when its slot is done
+  };
+  // An embeddings request: one choice per input, each submitted with its own prompt.
+  struct Embeddings {
+    std::vector<std::vector<int32_t>> inputs;
+    int32_t dimensions = 0;  // values kept of each vector
+    bool base64 = false;
   };
   ApiRequest request;
   ApiResponseHead head;
@@ -82,6 +90,8 @@ struct Generation {
   int32_t cached_tokens = 0;  // of those, found in the engine's prefix cache (the most any choice found)
   std::string echo_text;
   std::vector<Choice> choices;
+  std::optional<Embeddings> embeddings;
+  bool in_active = false;  // in the server's `active` list (an embeddings request may also still be queued)
   std::weak_ptr<Session> session;
   std::atomic<bool> client_gone{false};
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -89,7 +99,7 @@ struct Generation {
   // samples have yet to get a slot, and since when it waits (for the queue time).
   SubmitRequest pending;  // its spec's seed is sample 0's; sample i draws with seed + i
   int32_t samples_left = 0;
-  std::chrono::steady_clock::time_point submitted;  // when its last slot was claimed
+  std::chrono::steady_clock::time_point submitted;  // when its latest slot was claimed
   bool queue_time_seen = false;
   std::chrono::steady_clock::time_point first_token_at;
   // For the access log: the pump writes them, a session may read them while it runs.
@@ -129,7 +139,7 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   // in flight wait engine_wait from then, and one arriving later than that gets 503 at once.
   std::atomic<int64_t> engine_down_since_ns{0};
   std::mutex mutex;  // guards `active` and `queue`
-  std::list<std::shared_ptr<Generation>> active;
+  std::list<std::shared_ptr<Generation>> active;  // followed by the pump (Generation::in_active)
   std::deque<std::shared_ptr<Generation>> queue;  // waiting for slots, first come first served
   std::thread pump;
   std::string model_label;               // model_name="..." for /metrics
@@ -163,6 +173,10 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   // An admitted request: its slots now, or a place in the queue; the error (429 when the
   // queue is full, or a failed submission) otherwise.
   Status start(const std::shared_ptr<Generation>& g);
+  // Puts a generation in `active` (once): the pump follows its slots. Under `mutex`.
+  void follow(const std::shared_ptr<Generation>& g);
+  // Values in the model's embeddings (its hidden size).
+  size_t embedding_dim() const { return static_cast<size_t>(weights->config.dim); }
   void pump_queue();
   // A request given up on: its slots the engine has not taken go back at once (so they
   // never look busy to the next client), the others are cancelled and go back when the

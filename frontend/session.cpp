@@ -296,7 +296,7 @@ struct Route {
 constexpr Route kRoutes[] = {
     {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
     {"/v1/messages", http::verb::post},    {"/v1/messages/count_tokens", http::verb::post},
-    {"/v1/responses", http::verb::post},
+    {"/v1/responses", http::verb::post},   {"/v1/embeddings", http::verb::post},
     {"/v1/models", http::verb::get},       {"/health", http::verb::get},
     {"/ready", http::verb::get},           {"/tokenize", http::verb::post},
     {"/detokenize", http::verb::post},     {"/metrics", http::verb::get},
@@ -403,6 +403,7 @@ void Session::serve(std::string_view path) {
   if (path == "/v1/messages") return handle_generation(ApiEndpoint::kMessages);
   if (path == "/v1/responses") return handle_generation(ApiEndpoint::kResponses);
   if (path == "/v1/messages/count_tokens") return handle_count_tokens();
+  if (path == "/v1/embeddings") return handle_embeddings();
   if (path == "/health") {
     // Whether the API wants a key: the chat page asks for one before it calls (a 401
     // would tell anyone as much).
@@ -485,6 +486,76 @@ void Session::handle_count_tokens() {
   auto built = s.prompts->build(*parsed);
   if (!built.is_ok()) return error(built.status());
   respond(200, messages_count_tokens_body(static_cast<int32_t>(built->ids.size())), "application/json");
+}
+
+// Each input is one slot whose sequence the engine pools instead of sampling
+// (RequestSpec::pooling); the pump collects the vectors in input order.
+void Session::handle_embeddings() {
+  FrontendServer::Impl& s = *server_;
+  auto parsed = embeddings_parse_request(request_.body(), {.lenient_fields = s.options.lenient_fields});
+  if (!parsed.is_ok()) return error(parsed.status());
+  EmbeddingsRequest& e = parsed.value();
+  for (const std::string& name : e.ignored_fields) s.note_ignored_field(name);
+  ApiRequest req;
+  req.endpoint = ApiEndpoint::kEmbeddings;
+  req.model = e.model;
+  req.user = e.user;
+  if (Status st = admit_model(req, s.facts); !st.is_ok()) return error(st);
+  if (s.engine_known_down()) {
+    ++s.rejected_engine_down;
+    return error(make_error(ErrorCode::kUnavailable, "no engine has served this instance for more than {} ms; try again",
+                            s.options.engine_wait.count()),
+                 "1");
+  }
+  const auto dim = static_cast<int32_t>(s.embedding_dim());
+  if (e.dimensions && *e.dimensions > dim) {
+    return error(make_error(ErrorCode::kInvalidArgument, "dimensions: this model's embeddings have {} values, not {}",
+                            dim, *e.dimensions));
+  }
+  auto g = std::make_shared<Generation>();
+  g->embeddings.emplace();
+  std::vector<std::vector<int32_t>>& inputs = g->embeddings->inputs;
+  inputs = std::move(e.token_inputs);
+  for (const std::string& text : e.texts) {
+    auto ids = s.tokenizer->encode(text, EncodeOptions{true, false});
+    if (!ids.is_ok()) return error(ids.status());
+    inputs.push_back(std::move(ids).value());
+  }
+  int64_t total = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string at = inputs.size() == 1 ? std::string("input") : fmt::format("input[{}]", i);
+    if (inputs[i].empty()) return error(make_error(ErrorCode::kInvalidArgument, "{} has no tokens", at));
+    if (inputs[i].size() >= static_cast<size_t>(s.facts.context)) {
+      return error(make_error(ErrorCode::kInvalidArgument, "{}: this model's context holds {} tokens; the input has {}",
+                              at, s.facts.context - 1, inputs[i].size()));
+    }
+    for (const int32_t id : inputs[i]) {
+      if (id >= s.facts.vocab_size) {
+        return error(make_error(ErrorCode::kOutOfRange, "{}: token {} is outside the vocabulary (0..{})", at, id,
+                                s.facts.vocab_size - 1));
+      }
+    }
+    total += static_cast<int64_t>(inputs[i].size());
+  }
+  const Pooling model_pooling = s.weights->config.pooling;
+  g->pending.spec.max_tokens = 1;
+  g->pending.spec.pooling = s.options.pooling != Pooling::kNone ? s.options.pooling
+                            : model_pooling != Pooling::kNone  ? model_pooling
+                                                               : Pooling::kLast;
+  g->pending.client_request_id = request_id_;
+  g->embeddings->dimensions = e.dimensions.value_or(dim);
+  g->embeddings->base64 = e.base64;
+  g->request = std::move(req);
+  g->head = {random_id(dialect_id_prefix(ApiEndpoint::kEmbeddings)), unix_seconds(), s.model_id, s.system_fingerprint};
+  g->prompt_tokens = static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
+  g->session = weak_from_this();
+  g->started = request_started_;
+  g->samples_left = static_cast<int32_t>(inputs.size());
+  if (Status refused = s.start(g); !refused.is_ok()) {
+    return error(refused, refused.code() == ErrorCode::kResourceExhausted ? "1" : "");
+  }
+  generation_ = g;
+  watch_disconnect();
 }
 
 void Session::handle_generation(ApiEndpoint endpoint) {

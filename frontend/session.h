@@ -55,6 +55,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void handle_generation(ApiEndpoint endpoint);
   void serve_page(std::string_view path, const WebAsset& asset);
   void handle_count_tokens();
+  void handle_embeddings();
   void handle_tokenize();
   void handle_detokenize();
   void error(const Status& st, std::string_view retry_after = {});

@@ -1,8 +1,8 @@
 // The client SDKs users reach for, against hearth serve on stories260K with the built-in
 // chatml template: the OpenAI Node SDK's chat.completions.parse with a zod schema
 // (streamed and not) and a forced tool call, and the Vercel AI SDK's generateObject and
-// streamObject (tests/integration/node/sdk_check.mjs); the Responses and Messages APIs
-// through the OpenAI, Anthropic and Vercel AI SDKs (dialects_check.mjs); the chat page in
+// streamObject (tests/integration/node/sdk_check.mjs); the Responses, Messages and
+// embeddings APIs through the OpenAI, Anthropic and Vercel AI SDKs (dialects_check.mjs); the chat page in
 // headless Chromium (webui_check.mjs). Skips, saying why,
 // without node or without the npm packages (setup.sh installs them where npm is).
 #include <unistd.h>
@@ -75,16 +75,17 @@ TEST(SdkTest, TheChatPageWorksInHeadlessChromium) {
                   {"webui.loads", "webui.chat", "webui.metrics", "webui.kept", "webui.console"});
 }
 
-// The Responses and Messages routes through the OpenAI, Anthropic and Vercel AI SDKs,
-// unchanged, on a server with an API key (the Anthropic SDK sends it as x-api-key).
-TEST(SdkTest, ResponsesAndMessagesThroughTheOfficialClients) {
+// The Responses, Messages and embeddings routes through the OpenAI, Anthropic and Vercel
+// AI SDKs, unchanged, on a server with an API key (the Anthropic SDK sends it as x-api-key).
+TEST(SdkTest, ResponsesMessagesAndEmbeddingsThroughTheOfficialClients) {
   run_node_checks("dialects_check.mjs", {"--api-key", "sdk-test-key"}, {"HEARTH_KEY=sdk-test-key"},
                   {"openai.responses.create", "openai.responses.stream", "openai.responses.parse",
                    "openai.responses.tools", "openai.responses.refused", "anthropic.messages.create",
                    "anthropic.messages.stop_sequences", "anthropic.messages.stream", "anthropic.messages.tools",
                    "anthropic.messages.countTokens", "anthropic.errors", "ai.anthropic.generateText",
                    "ai.anthropic.streamText", "ai.anthropic.tools", "ai.openai.responses.generateText",
-                   "ai.openai.responses.streamText", "ai.openai.responses.tools"});
+                   "ai.openai.responses.streamText", "ai.openai.responses.tools", "openai.embeddings.create",
+                   "ai.openai.embedMany"});
 }
 
 }  // namespace

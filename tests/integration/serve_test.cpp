@@ -16,8 +16,11 @@
 #include <thread>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tests/integration/instance.h"
+#include "tests/test_util.h"
 
 #ifndef HEARTH_SERVE_TP
 #define HEARTH_SERVE_TP 1
@@ -348,6 +351,157 @@ TEST_F(ServeTest, ReasoningComesBackApartFromTheAnswer) {
   EXPECT_EQ(json::parse(plain.body).at("content").at(0).at("type").as_string(), "text") << plain.body;
   frontend->signal(SIGTERM);
   frontend->wait(std::chrono::seconds(10));
+}
+
+// The numpy reference's embeddings (tests/reference/hf_forward.py --embed) of stories260K
+// in its Hugging Face form, the same weights the server loaded from GGUF: [inputs, dim].
+std::vector<std::vector<float>> reference_embeddings(const std::vector<std::vector<int32_t>>& inputs,
+                                                     const std::string& pooling) {
+  const auto hf = shared_path("models/stories260K-hf");
+  const auto out = std::filesystem::temp_directory_path() / fmt::format("hearth-emb-{}.f32", ::getpid());
+  std::string cmd = fmt::format("/usr/bin/python3 '{}' --embed {} '{}' '{}'",
+                                source_path("tests/reference/hf_forward.py").string(), pooling, hf.string(), out.string());
+  for (const auto& ids : inputs) cmd += " " + fmt::format("{}", fmt::join(ids, ","));
+  if (std::system(cmd.c_str()) != 0) return {};
+  std::ifstream in(out, std::ios::binary);
+  std::vector<std::vector<float>> rows(inputs.size(), std::vector<float>(64));
+  for (auto& r : rows) in.read(reinterpret_cast<char*>(r.data()), static_cast<std::streamsize>(r.size() * sizeof(float)));
+  std::filesystem::remove(out);
+  if (!in) return {};
+  return rows;
+}
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    ab += double{a[i]} * b[i];
+    aa += double{a[i]} * a[i];
+    bb += double{b[i]} * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+std::vector<float> floats_of(const json::value& embedding) {
+  std::vector<float> v;
+  for (const auto& x : embedding.as_array()) v.push_back(static_cast<float>(x.to_number<double>()));
+  return v;
+}
+
+// /v1/embeddings: 64 inputs batched through the engine beside a generation that keeps its
+// ground truth, each vector the numpy reference's (last-token pooling, stories260K states
+// no pooling of its own) to a cosine above 0.9999, in input order; text and base64 agree
+// with ids and floats; every bad input refused with 400 and the server serving after.
+TEST_F(ServeTest, EmbeddingsMatchTheNumpyReferenceBatchedWithGeneration) {
+  if (std::system("/usr/bin/python3 -c 'import numpy' 2>/dev/null") != 0) GTEST_SKIP() << "python3-numpy is not installed";
+  std::vector<std::vector<int32_t>> inputs;
+  uint64_t seed = 99;
+  for (int i = 0; i < 64; ++i) {
+    std::vector<int32_t> ids = {1};
+    for (int k = 0; k < 3 + i % 17; ++k) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      ids.push_back(static_cast<int32_t>(3 + (seed >> 33) % 509));
+    }
+    inputs.push_back(std::move(ids));
+  }
+  const auto want = reference_embeddings(inputs, "last");
+  ASSERT_EQ(want.size(), inputs.size()) << "the numpy reference failed";
+
+  auto story = std::async(std::launch::async, [] {
+    return post("/v1/completions", {{"prompt", kPrompt}, {"max_tokens", 127}, {"temperature", 0}});
+  });
+  json::array ids_json;
+  int total = 0;
+  for (const auto& ids : inputs) {
+    ids_json.push_back(json::value_from(ids));
+    total += static_cast<int>(ids.size());
+  }
+  const auto r = post("/v1/embeddings", {{"model", "srv"}, {"input", ids_json}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto v = json::parse(r.body);
+  EXPECT_EQ(v.at("object"), "list");
+  EXPECT_EQ(v.at("usage").at("prompt_tokens").to_number<int>(), total);
+  const auto& data = v.at("data").as_array();
+  ASSERT_EQ(data.size(), inputs.size());
+  double worst = 1.0;
+  for (size_t i = 0; i < data.size(); ++i) {
+    EXPECT_EQ(data[i].at("index").to_number<size_t>(), i);
+    const auto got = floats_of(data[i].at("embedding"));
+    ASSERT_EQ(got.size(), 64u);
+    worst = std::min(worst, cosine(got, want[i]));
+    EXPECT_GT(cosine(got, want[i]), 0.9999) << "input " << i;
+    EXPECT_NEAR(cosine(got, got), 1.0, 1e-6);
+  }
+  std::printf("embeddings: 64 inputs, lowest cosine to the numpy reference %.7f\n", worst);
+  const auto generated = story.get();
+  ASSERT_EQ(generated.status, 200) << generated.body;
+  EXPECT_EQ(completion_text(generated), kContinuation);
+
+  // More inputs than the engine has slots (96): the first ones run while the rest wait
+  // for theirs, and the answer keeps input order.
+  json::array many;
+  for (size_t i = 0; i < 200; ++i) many.push_back(json::value_from(inputs[i % inputs.size()]));
+  const auto big = post("/v1/embeddings", {{"input", many}});
+  ASSERT_EQ(big.status, 200) << big.body.substr(0, 300);
+  const json::value big_json = json::parse(big.body);
+  const auto& big_data = big_json.at("data").as_array();
+  ASSERT_EQ(big_data.size(), 200u);
+  for (size_t i = 0; i < big_data.size(); ++i) {
+    EXPECT_GT(cosine(floats_of(big_data[i].at("embedding")), want[i % inputs.size()]), 0.9999) << "input " << i;
+  }
+
+  // Text is tokenized as /tokenize does; base64 is the same floats; dimensions cut and renormalise.
+  const auto tokens = post("/tokenize", {{"prompt", kPrompt}});
+  ASSERT_EQ(tokens.status, 200);
+  const auto text_ids = json::value_to<std::vector<int32_t>>(json::parse(tokens.body).at("tokens"));
+  const auto by_text = post("/v1/embeddings", {{"input", kPrompt}});
+  const auto by_ids = post("/v1/embeddings", {{"input", json::value_from(text_ids)}, {"encoding_format", "base64"}});
+  const auto cut = post("/v1/embeddings", {{"input", json::value_from(text_ids)}, {"dimensions", 16}});
+  ASSERT_EQ(by_text.status, 200) << by_text.body;
+  ASSERT_EQ(by_ids.status, 200) << by_ids.body;
+  ASSERT_EQ(cut.status, 200) << cut.body;
+  const auto floats = floats_of(json::parse(by_text.body).at("data").at(0).at("embedding"));
+  const std::string b64(json::parse(by_ids.body).at("data").at(0).at("embedding").as_string());
+  std::string bytes;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (const char ch : b64) {
+    const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (ch == '=') break;
+    acc = (acc << 6) | static_cast<uint32_t>(std::strchr(alphabet, ch) - alphabet);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes += static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  ASSERT_EQ(bytes.size(), 64u * 4);
+  std::vector<float> decoded(64);
+  std::memcpy(decoded.data(), bytes.data(), bytes.size());
+  EXPECT_EQ(decoded, floats);
+  const auto short_one = floats_of(json::parse(cut.body).at("data").at(0).at("embedding"));
+  ASSERT_EQ(short_one.size(), 16u);
+  EXPECT_NEAR(cosine(short_one, std::vector<float>(floats.begin(), floats.begin() + 16)), 1.0, 1e-6);
+
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"input": [1, 2, 9999]})", "outside the vocabulary"},
+      {R"({"input": "a", "dimensions": 65})", "dimensions"},
+      {R"({"input": [[1], 5]})", "input[1]"},
+      {R"({"input": "a", "model": "other"})", "not served here"},
+      {R"({"input": null})", "input is required"},
+      {R"({"input": ["ok", {"type": "text"}]})", "input[1]"},
+      {R"({"inputs": "a"})", "unknown field"},
+      {R"({"input": "a", "encoding_format": "hex"})", "encoding_format"},
+  };
+  for (const auto& [body, message] : bad) {
+    const auto e = http_request(port_, "POST", "/v1/embeddings", body);
+    EXPECT_EQ(e.status, e.body.find("not served") != std::string::npos ? 404 : 400) << body << ": " << e.body;
+    EXPECT_NE(e.body.find(message), std::string::npos) << body << ": " << e.body;
+  }
+  std::vector<int32_t> huge(600, 5);
+  const auto too_long = post("/v1/embeddings", {{"input", json::value_from(huge)}});
+  EXPECT_EQ(too_long.status, 400) << too_long.body;
+  EXPECT_NE(too_long.body.find("context holds 511"), std::string::npos) << too_long.body;
+  EXPECT_EQ(http_request(port_, "GET", "/health", "").status, 200);
 }
 
 TEST_F(ServeTest, StopStringsAreMatchedAcrossTokensAndNeverEmitted) {

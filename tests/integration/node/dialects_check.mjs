@@ -2,15 +2,16 @@
 // OpenAI Node SDK's responses.create / stream / parse and a function-call round trip, the
 // Anthropic SDK's messages.create / stream / countTokens with tool use and a tool_result
 // round trip, and the Vercel AI SDK's generateText / streamText through its Anthropic and
-// OpenAI Responses providers. Each check prints one JSON line; the exit status is 0 only
-// when all pass.
+// OpenAI Responses providers; embeddings through the OpenAI SDK's embeddings.create (which
+// asks for base64 and decodes it) and the Vercel AI SDK's embedMany. Each check prints one
+// JSON line; the exit status is 0 only when all pass.
 //   HEARTH_URL=http://127.0.0.1:PORT/v1 HEARTH_KEY=KEY node dialects_check.mjs
 import OpenAI from 'openai';
 import { zodTextFormat } from 'openai/helpers/zod';
 import Anthropic from '@anthropic-ai/sdk';
 import { createAnthropic } from '@ai-sdk/anthropic';
 import { createOpenAI } from '@ai-sdk/openai';
-import { generateText, streamText, tool } from 'ai';
+import { embedMany, generateText, streamText, tool } from 'ai';
 import { z } from 'zod';
 import { check, expect, exitStatus } from './checks.mjs';
 
@@ -242,5 +243,32 @@ for (const [name, model] of [['anthropic', aiAnthropic('llama')], ['openai.respo
     return r.toolCalls[0].input;
   });
 }
+
+// ---- Embeddings ------------------------------------------------------------------------
+
+const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+
+await check('openai.embeddings.create', async () => {
+  const inputs = ['Once upon a time', 'The cat sat on the mat.'];
+  const r = await openai.embeddings.create({ model: 'llama', input: inputs });  // base64 on the wire
+  expect(r.object === 'list' && r.data.length === 2, 'data ' + r.data.length);
+  expect(r.data.every((d, i) => d.index === i && d.embedding.length === 64), 'shape');
+  expect(r.data.every((d) => Math.abs(norm(d.embedding) - 1) < 1e-5), 'not unit length');
+  expect(r.usage.prompt_tokens > 0 && r.usage.total_tokens === r.usage.prompt_tokens, 'usage ' + JSON.stringify(r.usage));
+  const floats = await openai.embeddings.create({ model: 'llama', input: inputs, encoding_format: 'float' });
+  const same = r.data.every((d, i) => d.embedding.every((x, k) => Math.abs(x - floats.data[i].embedding[k]) < 1e-6));
+  expect(same, 'base64 and float differ');
+  const cut = await openai.embeddings.create({ model: 'llama', input: 'Once upon a time', dimensions: 16 });
+  expect(cut.data[0].embedding.length === 16 && Math.abs(norm(cut.data[0].embedding) - 1) < 1e-5, 'dimensions');
+  return { usage: r.usage, first: r.data[0].embedding.slice(0, 4) };
+});
+
+await check('ai.openai.embedMany', async () => {
+  const values = ['Once upon a time', 'a little girl', 'a big red ball'];
+  const r = await embedMany({ ...once, model: aiOpenAI.textEmbeddingModel('llama'), values });
+  expect(r.embeddings.length === 3 && r.embeddings.every((e) => e.length === 64), 'shape');
+  expect(r.usage.tokens > 0, 'usage ' + JSON.stringify(r.usage));
+  return { tokens: r.usage.tokens };
+});
 
 process.exit(exitStatus());
