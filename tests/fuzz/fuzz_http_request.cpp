@@ -1,7 +1,7 @@
 // Fuzz target: any bytes as what a client sends the frontend: the HTTP request parser
 // with the server's limits (frontend/http_limits.h), then the request body as every
 // route that reads one parses it (the OpenAI request codec for both generation routes, the
-// Messages and Responses parsers).
+// Messages, Responses and embeddings parsers).
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -11,6 +11,7 @@
 
 #include "frontend/http_limits.h"
 #include "frontend/dialects.h"
+#include "frontend/embeddings.h"
 #include "frontend/openai.h"
 
 namespace http = boost::beast::http;
@@ -38,5 +39,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.is_ok() && (r->messages.empty() || (!count_tokens && !r->max_tokens))) __builtin_trap();
   }
   if (auto r = hearth::responses_parse_request(body); r.is_ok() && r->messages.empty()) __builtin_trap();
+  if (auto r = hearth::embeddings_parse_request(body); r.is_ok()) {
+    // A parsed request has inputs, of one kind, none empty, and at most the limit.
+    const size_t n = r->texts.size() + r->token_inputs.size();
+    if (n == 0 || n > hearth::kMaxEmbeddingInputs || (!r->texts.empty() && !r->token_inputs.empty())) __builtin_trap();
+    for (const auto& ids : r->token_inputs) {
+      if (ids.empty()) __builtin_trap();
+    }
+  }
   return 0;
 }

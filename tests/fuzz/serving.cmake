@@ -14,7 +14,9 @@ hearth_add_fuzz(fuzz_weights SOURCE fuzz_weights.cpp LIBS hearth_ipc
   SEEDS ${hearth_fuzz_seed_dir}/weights.seed)
 hearth_add_fuzz(fuzz_http_request SOURCE fuzz_http_request.cpp LIBS hearth_frontend
   SEEDS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/completion.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/chat_chunked.txt
-        ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/token_prompt.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/get.txt)
+        ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/token_prompt.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/get.txt
+        ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/messages.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/responses.txt
+        ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/embeddings.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/embeddings_text.txt)
 hearth_add_fuzz(fuzz_chat_template SOURCE fuzz_chat_template.cpp LIBS hearth_chat
   SEEDS --rounds 200 ${hearth_fuzz_seed_dir}/templates)
 if(NOT HEARTH_FUZZ)
