@@ -44,6 +44,13 @@ Status request_spec_validate(const RequestSpec& s, const RequestLimits& limits) 
                         b.bias);
     }
   }
+  if (s.reasoning_budget < -1) {
+    return make_error(ErrorCode::kOutOfRange, "the thinking budget must be at least 0, not {}", s.reasoning_budget);
+  }
+  if (s.reasoning_budget >= 0 && (s.reasoning_end < 0 || s.reasoning_end > last || s.reasoning_start < -1 ||
+                                  s.reasoning_start > last)) {
+    return make_error(ErrorCode::kOutOfRange, "a thinking budget needs the reasoning's tags as tokens in the vocabulary");
+  }
   if (static_cast<uint8_t>(s.pooling) > static_cast<uint8_t>(Pooling::kFirst)) {
     return make_error(ErrorCode::kInvalidArgument, "pooling {} is not a pooling", static_cast<int>(s.pooling));
   }

@@ -30,6 +30,14 @@ struct RequestSpec {
   // An embedding: no output; the prompt's final hidden states pooled into one vector
   // (common/pooling.h). kNone: the request generates.
   Pooling pooling = Pooling::kNone;
+  // A thinking budget: tokens the output may spend inside its reasoning (after a first
+  // token reasoning_start, or from its start when reasoning_open: the prompt opened it)
+  // before reasoning_end is put in as its next token, so that the answer follows;
+  // -1: no budget. Not applied to output a grammar constrains.
+  int32_t reasoning_budget = -1;
+  int32_t reasoning_start = -1;  // -1: only an opened reasoning counts
+  int32_t reasoning_end = -1;
+  bool reasoning_open = false;
 };
 
 // What the serving side accepts.

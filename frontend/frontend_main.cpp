@@ -52,8 +52,9 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
                       model's own, from GGUF pooling_type or sentence-transformers'
                       1_Pooling, else last)
   --reasoning-budget N
-                      reasoning tokens a choice may spend before it is ended (-1: no limit,
-                      the default; 0: ask the template not to think)
+                      reasoning tokens a choice may spend: then </think> is put in and the
+                      answer follows (ended instead where the think tags are not single
+                      tokens; -1: no limit, the default; 0: ask the template not to think)
   --served-model-name NAME
                       the model's id in /v1/models and responses (repeatable: aliases clients
                       may name; default: the model's own name and the instance's)

@@ -38,6 +38,10 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
                                                                    {o.chat_template, o.tool_call_parser}));
   prompts.emplace(std::move(pb));
   HEARTH_ASSIGN_OR_RETURN(reasoning, reasoning_format_from_name(o.reasoning_parser));
+  for (auto [tag, id] : {std::pair{kThinkOpen, &think_open_id}, std::pair{kThinkClose, &think_close_id}}) {
+    auto ids = tokenizer->encode(tag, EncodeOptions{false, true});
+    if (ids.is_ok() && ids->size() == 1) *id = ids->front();
+  }
   if (prompts->has_chat_template()) {
     HEARTH_LOG_INFO("chat template: {}; tool calls: {}", prompts->template_origin(),
                     tool_call_format_name(prompts->tool_format()));

@@ -326,9 +326,10 @@ void Round::push_token(Choice& c, int32_t index, const ProducedToken& t) {
     c.finish_reason = "stop";
   }
   emit(c, index, std::move(piece), std::move(logprobs));
-  // The thinking budget: a choice still reasoning past it is ended there.
+  // The thinking budget, where the engine cannot close the reasoning (the tags are not
+  // tokens of the vocabulary): a choice still reasoning past it is ended there.
   if (c.reasoning && c.reasoning->in_reasoning() && ++c.reasoning_tokens > g_.reasoning_budget &&
-      g_.reasoning_budget >= 0 && !c.done) {
+      g_.reasoning_budget >= 0 && !c.done && !g_.budget_in_engine) {
     s_.client->cancel(c.slot);
     c.done = true;
     c.finish_reason = "length";

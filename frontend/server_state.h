@@ -86,6 +86,7 @@ struct Generation {
   bool reasoning = false;        // split the reasoning from the answer (--reasoning-parser)
   bool opens_reasoning = false;  // the prompt ends inside the reasoning
   int32_t reasoning_budget = -1;  // reasoning tokens a choice may spend; -1: no limit
+  bool budget_in_engine = false;  // the engine closes the reasoning at the budget (RequestSpec::reasoning_budget)
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;  // of those, found in the engine's prefix cache (the most any choice found)
   std::string echo_text;
@@ -118,6 +119,9 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<PromptBuilder> prompts;
   ReasoningFormat reasoning = ReasoningFormat::kNone;  // --reasoning-parser
+  // The think tags' ids where each is one token of the vocabulary (-1 otherwise): then a
+  // thinking budget is the engine's, which closes the reasoning and lets the answer follow.
+  int32_t think_open_id = -1, think_close_id = -1;
   ModelFacts facts;  // what admission checks requests against (frontend/admission.h)
   std::string model_id;
   std::string system_fingerprint;

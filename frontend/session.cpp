@@ -595,6 +595,14 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   g->reasoning = reasoning && api_is_chat(endpoint);
   g->opens_reasoning = built->opens_reasoning;
   g->reasoning_budget = budget;
+  if (g->reasoning && budget >= 0 && s.think_close_id >= 0) {
+    RequestSpec& spec = admitted->submit.spec;
+    spec.reasoning_budget = budget;
+    spec.reasoning_start = s.think_open_id;
+    spec.reasoning_end = s.think_close_id;
+    spec.reasoning_open = built->opens_reasoning;
+    g->budget_in_engine = true;
+  }
   g->prompt_tokens = static_cast<int32_t>(admitted->submit.prompt.size());
   g->echo_text = std::move(built->echo_text);
   g->session = weak_from_this();

@@ -333,7 +333,11 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
             .stop_ids = {s.stop_ids, s.stop_ids + s.n_stop_ids},
             .logit_bias = {bias, bias + s.n_logit_bias},
             .grammar = {grammar(index), s.grammar_bytes},
-            .pooling = static_cast<Pooling>((s.flags & kSlotPoolingMask) >> kSlotPoolingShift)};
+            .pooling = static_cast<Pooling>((s.flags & kSlotPoolingMask) >> kSlotPoolingShift),
+            .reasoning_budget = (s.flags & kSlotThinkingBudget) != 0 ? s.reasoning_budget : -1,
+            .reasoning_start = (s.flags & kSlotThinkingBudget) != 0 ? s.reasoning_start : -1,
+            .reasoning_end = (s.flags & kSlotThinkingBudget) != 0 ? s.reasoning_end : -1,
+            .reasoning_open = (s.flags & kSlotReasoningOpen) != 0};
   // The engine's trust boundary: another process wrote every value.
   HEARTH_RETURN_IF_ERROR(request_spec_validate(r.spec, {.vocab_size = vocab_size, .grammar_bytes = header_->slot_grammar_bytes}));
   // Only for log lines: anything but printable ASCII becomes '?'.

@@ -37,7 +37,11 @@ Result<uint32_t> BrokerClient::submit(const SubmitRequest& r, uint32_t* generati
   s.max_tokens = spec.max_tokens;
   s.n_prompt = static_cast<int32_t>(r.prompt.size());
   s.top_logprobs = spec.top_logprobs;
-  s.flags = (spec.ignore_stop ? kSlotIgnoreStop : 0) | (static_cast<uint32_t>(spec.pooling) << kSlotPoolingShift);
+  s.flags = (spec.ignore_stop ? kSlotIgnoreStop : 0) | (static_cast<uint32_t>(spec.pooling) << kSlotPoolingShift) |
+            (spec.reasoning_open ? kSlotReasoningOpen : 0) | (spec.reasoning_budget >= 0 ? kSlotThinkingBudget : 0);
+  s.reasoning_budget = spec.reasoning_budget;
+  s.reasoning_start = spec.reasoning_start;
+  s.reasoning_end = spec.reasoning_end;
   s.n_stop_ids = static_cast<int32_t>(spec.stop_ids.size());
   std::copy(spec.stop_ids.begin(), spec.stop_ids.end(), s.stop_ids);
   s.min_tokens = spec.min_tokens;

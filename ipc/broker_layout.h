@@ -30,7 +30,8 @@ namespace hearth {
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
 inline constexpr uint32_t kBrokerLayoutVersion = 7;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
                                                      // 5: prefix-cache counts; 6: nonce, KV adoption counts;
-                                                     // 7: embeddings (pooling flags, the vector in the produced area)
+                                                     // 7: embeddings (pooling flags, the vector in the produced
+                                                     //    area), the thinking budget
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr SegmentKind kBrokerSegment{"broker", kBrokerMagic, kBrokerLayoutVersion, kBrokerHeaderBytes,
@@ -119,7 +120,7 @@ struct alignas(64) SlotHeader {
   int32_t max_tokens;
   int32_t n_prompt;
   int32_t top_logprobs;   // 0..kMaxTopLogprobs
-  uint32_t flags;         // kSlotIgnoreStop, a Pooling in kSlotPoolingMask
+  uint32_t flags;         // kSlotIgnoreStop, a Pooling in kSlotPoolingMask, kSlotReasoningOpen, kSlotThinkingBudget
   int32_t n_stop_ids;
   int32_t stop_ids[kMaxStopIds];
   int32_t min_tokens;     // stop ids are not sampled before this many tokens
@@ -131,7 +132,9 @@ struct alignas(64) SlotHeader {
   uint64_t enqueued_ns, first_token_ns, finished_ns;  // CLOCK_MONOTONIC
   uint64_t admitted_epoch;  // engine epoch that last admitted it
   int32_t cached_tokens;    // prompt tokens found in the prefix cache; written before the first token is published
-  int32_t reserved1;
+  int32_t reasoning_budget;  // with kSlotThinkingBudget: RequestSpec's thinking budget and its tags' ids
+  int32_t reasoning_start;
+  int32_t reasoning_end;
   std::atomic<uint64_t> admitted_ns;  // CLOCK_MONOTONIC of its first admission (0 while QUEUED)
   // The client's request id (printable ASCII, NUL-padded; not NUL-terminated when full).
   char client_request_id[kClientRequestIdBytes];
@@ -141,6 +144,8 @@ struct alignas(64) SlotHeader {
 inline constexpr uint32_t kSlotIgnoreStop = 1;
 inline constexpr uint32_t kSlotPoolingShift = 1;  // bits 1..2: the Pooling of an embedding request
 inline constexpr uint32_t kSlotPoolingMask = 3u << kSlotPoolingShift;
-inline constexpr uint32_t kSlotFlags = kSlotIgnoreStop | kSlotPoolingMask;
+inline constexpr uint32_t kSlotReasoningOpen = 1u << 3;  // the prompt opened the reasoning
+inline constexpr uint32_t kSlotThinkingBudget = 1u << 4;  // reasoning_budget and the tags are set
+inline constexpr uint32_t kSlotFlags = kSlotIgnoreStop | kSlotPoolingMask | kSlotReasoningOpen | kSlotThinkingBudget;
 
 }  // namespace hearth

@@ -26,7 +26,7 @@ constexpr ServeFlag kFlags[] = {
   {"tool-call-parser", FlagKind::kChoice, "hermes|llama3_json|mistral", kToFrontend, "how the model writes tool calls (default: read from the template)", "Model", 0, 0, "hermes|llama3_json|mistral"},
   {"reasoning-parser", FlagKind::kChoice, "deepseek_r1|qwen3|none", kToFrontend, "return a thinking model's reasoning (between think tags) apart from its answer: reasoning_content, thinking blocks, reasoning items", "Model", 0, 0, "deepseek_r1|qwen3|none", false, {}, "none"},
   {"pooling", FlagKind::kChoice, "last|mean|cls", kToFrontend, "how /v1/embeddings pools a text's final hidden states into one vector", "Model", 0, 0, "last|mean|cls", false, {}, "the model's own (GGUF pooling_type, sentence-transformers 1_Pooling), else last"},
-  {"reasoning-budget", FlagKind::kInt, "N", kToFrontend, "reasoning tokens a choice may spend before it is ended (0: ask the template not to think)", "Model", -1, 1 << 30, {}, false, {}, "-1, no limit"},
+  {"reasoning-budget", FlagKind::kInt, "N", kToFrontend, "reasoning tokens a choice may spend: then </think> is put in and the answer follows (the choice is ended where the think tags are not single tokens; 0: ask the template not to think)", "Model", -1, 1 << 30, {}, false, {}, "-1, no limit"},
   {"instance", FlagKind::kText, "NAME", kAll, "instance name; instances run side by side", "Instance", 0, 0, {}, false, {}, "default"},
   {"shm-dir", FlagKind::kPath, "DIR", kAll, "shared-memory directory", "Instance", 0, 0, {}, false, {}, "$HEARTH_SHM_DIR or /dev/shm"},
   {"remove-on-exit", FlagKind::kBool, "", kToServe, "remove the instance's segments when serve stops (default: weights stay resident for the next start)", "Instance"},

@@ -89,7 +89,14 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
   }
   Sampler sampler(r.spec.sampling, vocab);
   sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
-  seqs_.emplace(id, Seq{std::move(r), std::move(sampler), std::move(matcher), {}});
+  Seq seq{std::move(r), std::move(sampler), std::move(matcher), {}};
+  // A resumed sequence's reasoning, as far as its output went (a forced end included; one
+  // due when its predecessor stopped comes after its next token).
+  seq.in_reasoning = seq.request.spec.reasoning_open;
+  for (int32_t i = seq.request.n_prompt; i < n_tokens; ++i) {
+    track_reasoning(seq, seq.request.tokens[static_cast<size_t>(i)], i == seq.request.n_prompt);
+  }
+  seqs_.emplace(id, std::move(seq));
   return FinishReason::kNone;
 }
 
@@ -265,10 +272,50 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
     e.n_produced = s.produced();
     e.cached_tokens = scheduler_.cached_tokens(p.id);
     e.finish = finish_of(s);
-    if (e.finish != FinishReason::kNone) finished_.push_back(p.id);
+    if (e.finish != FinishReason::kNone) {
+      finished_.push_back(p.id);
+      continue;
+    }
+    track_reasoning(s, e.token.id, s.produced() == 1);
+    if (!reasoning_due(s)) continue;
+    // The thinking budget is spent: its end goes in as the next token (published like a
+    // sampled one), and the answer is sampled after it.
+    const TokenId end = s.request.spec.reasoning_end;
+    s.request.tokens.push_back(end);
+    track_reasoning(s, end, false);
+    scheduler_.append(p.id, 1);
+    StepEvent& forced = events.emplace_back();
+    forced.id = p.id;
+    forced.token.id = end;
+    forced.n_produced = s.produced();
+    forced.cached_tokens = scheduler_.cached_tokens(p.id);
+    forced.finish = finish_of(s);
+    if (forced.finish != FinishReason::kNone) finished_.push_back(p.id);
   }
   for (uint64_t id : finished_) remove(id);
   return Status::ok();
+}
+
+void Driver::track_reasoning(Seq& s, TokenId t, bool first) const {
+  const RequestSpec& spec = s.request.spec;
+  if (spec.reasoning_budget < 0 || s.reasoning_over) return;
+  if (!s.in_reasoning) {
+    // Entered only by the output's first token; any other first token is the answer.
+    s.in_reasoning = first && t == spec.reasoning_start;
+    s.reasoning_over = !s.in_reasoning;
+    return;
+  }
+  if (t == spec.reasoning_end) {
+    s.in_reasoning = false;
+    s.reasoning_over = true;
+    return;
+  }
+  ++s.reasoning_spent;
+}
+
+bool Driver::reasoning_due(const Seq& s) const {
+  return s.in_reasoning && !s.matcher && s.reasoning_spent >= s.request.spec.reasoning_budget &&
+         s.request.spec.reasoning_budget >= 0;
 }
 
 std::pair<int32_t, int32_t> Driver::pooled_rows(const Seq& s, const PlannedSeq& p, int32_t row0) const {

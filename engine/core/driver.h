@@ -109,6 +109,9 @@ class Driver {
     Sampler sampler;
     std::optional<grammar::GrammarMatcher> matcher;
     grammar::TokenMask mask;  // the matcher's tokens for this step
+    bool in_reasoning = false;     // with a thinking budget: the output is inside its reasoning
+    bool reasoning_over = false;   // ... and has left it (or never entered it)
+    int32_t reasoning_spent = 0;   // tokens produced inside it
     std::vector<double> pool_sum;  // a pooled sequence's rows so far (summed for the mean)
     int32_t pool_rows = 0;
     bool pooled() const { return request.spec.pooling != Pooling::kNone; }
@@ -122,6 +125,11 @@ class Driver {
   Status sample(Seq& seq, const float* logits, TokenResult& out);
   Status forward(const StepPlan& plan, std::span<const float>& logits, std::span<const SampledRow>& sampled);
   FinishReason finish_of(const Seq& seq) const;
+  // Follows a sequence's reasoning as its output token `t` (`first`: its first) comes
+  // (RequestSpec::reasoning_budget).
+  void track_reasoning(Seq& s, TokenId t, bool first) const;
+  // Whether its thinking budget is spent while it still reasons: its reasoning_end is due.
+  bool reasoning_due(const Seq& s) const;
   // Whether a planned sequence samples a token this step (a pooled one never does).
   bool samples(const PlannedSeq& p) const { return p.sample && !seqs_.at(p.id).pooled(); }
   // The hidden rows a pooled sequence asks of this step, first and count ([row0, ...) its

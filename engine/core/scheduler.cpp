@@ -200,6 +200,12 @@ void Scheduler::advance(const PlannedSeq& planned) {
   if (planned.sample) seq.n_tokens += 1;
 }
 
+void Scheduler::append(uint64_t id, int32_t n) {
+  const auto it = seqs_.find(id);
+  HEARTH_CHECK(it != seqs_.end() && n >= 0) << "append to unknown sequence " << id;
+  it->second.n_tokens += n;
+}
+
 void Scheduler::remove(uint64_t id) {
   const auto it = seqs_.find(id);
   if (it == seqs_.end()) return;

@@ -112,6 +112,10 @@ class Scheduler {
   // Records that a planned sequence ran: its positions up to begin + count are in the
   // KV cache, and when it sampled, it now knows one more token.
   void advance(const PlannedSeq& planned);
+  // A running or waiting sequence knows `n` more tokens than it sampled (tokens put in
+  // for it, such as a forced end of its reasoning): they are computed before it samples
+  // again.
+  void append(uint64_t id, int32_t n);
   // Removes a sequence (finished, cancelled or failed) and frees its blocks.
   void remove(uint64_t id);
 

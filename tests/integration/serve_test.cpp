@@ -877,5 +877,68 @@ TEST_F(ServeTest, ATokenIdPromptAndChatLogprobs) {
   EXPECT_EQ(joined, std::string(parsed.at("choices").at(0).at("message").at("content").as_string()));
 }
 
+// A thinking budget the engine keeps: a model whose vocabulary has <think> and </think> as
+// tokens of their own (hearth synth's qwen3 with two pieces renamed so), under a template
+// that opens the reasoning. After the budget's tokens </think> is put in and the answer
+// follows, in the same choice: reasoning_content and content both, and usage says so.
+TEST(ThinkingBudgetTest, TheEngineClosesTheReasoningAndTheAnswerFollows) {
+  TempDir dir;
+  const auto model = dir.path() / "m";
+  const auto made = run_process({hearth_bin("hearth"), "synth", "--arch", "qwen3", "--vocab", "1002", "--layers", "1",
+                                 "--hf", model.string()});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  {
+    std::ifstream in(model / "tokenizer.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json::value t = json::parse(text);
+    json::object& bpe = t.at("model").as_object();
+    json::object& vocab = bpe.at("vocab").as_object();
+    json::array& merges = bpe.at("merges").as_array();
+    json::array& added = t.at("added_tokens").as_array();
+    for (const auto& [id, tag] : {std::pair{1000, "<think>"}, std::pair{1001, "</think>"}}) {
+      for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+        if (it->value().to_number<int>() == id) {
+          vocab.erase(it);
+          break;
+        }
+      }
+      vocab[tag] = id;
+      added.push_back(json::object{{"id", id}, {"content", tag}, {"single_word", false}, {"lstrip", false},
+                                   {"rstrip", false}, {"normalized", false}, {"special", false}});
+    }
+    merges.erase(merges.end() - 2, merges.end());  // the two pieces' own merges, the last ones
+    std::ofstream(model / "tokenizer.json") << json::serialize(t);
+  }
+  const auto tmpl = dir.path() / "opens.jinja";
+  std::ofstream(tmpl) << "{%- for m in messages %}<|user|>{{ m.content }}\n{%- endfor %}<|assistant|><think>\n";
+  Instance inst("think");
+  ASSERT_EQ(inst.load(model), "");
+  std::string failure;
+  auto engine = inst.engine({"--slots", "4", "--ctx", "256"}, {}, &failure);
+  ASSERT_NE(engine, nullptr) << failure;
+  uint16_t port = 0;
+  auto frontend = inst.frontend(port, {"--chat-template", tmpl.string(), "--reasoning-parser", "qwen3",
+                                       "--reasoning-budget", "5"},
+                                {}, &failure);
+  ASSERT_NE(frontend, nullptr) << failure;
+  const json::object body{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                          {"max_tokens", 20},
+                          {"temperature", 0},
+                          {"ignore_eos", true},
+                          // The random model may not write a tag itself: only the budget does.
+                          {"logit_bias", {{"1000", -100}, {"1001", -100}}}};
+  const auto r = http_request(port, "POST", "/v1/chat/completions", json::serialize(body));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const auto v = json::parse(r.body);
+  const auto& message = v.at("choices").at(0).at("message");
+  std::printf("thinking budget 5: %s\n", json::serialize(message).c_str());
+  EXPECT_FALSE(message.at("reasoning_content").as_string().empty()) << r.body;
+  EXPECT_FALSE(message.at("content").as_string().empty()) << r.body;
+  EXPECT_EQ(message.at("content").as_string().find("think>"), json::string::npos) << r.body;
+  EXPECT_EQ(v.at("choices").at(0).at("finish_reason"), "length");
+  EXPECT_EQ(v.at("usage").at("completion_tokens").to_number<int>(), 20);
+  EXPECT_EQ(v.at("usage").at("completion_tokens_details").at("reasoning_tokens").to_number<int>(), 5) << r.body;
+}
+
 }  // namespace
 }  // namespace hearth::testing

@@ -196,6 +196,58 @@ TEST(DriverTest, PooledSequencesGiveTheHiddenStatesTheLmHeadSees) {
   EXPECT_TRUE(driver.idle());
 }
 
+// A thinking budget: once the output has spent it inside its reasoning, the reasoning's
+// end goes in as the next token (an event like a sampled one) and the answer is sampled
+// after it, as if the model had written it there; a sequence resumed mid-reasoning keeps
+// its count, and one whose first token does not open the reasoning has none.
+TEST(DriverTest, AThinkingBudgetClosesTheReasoningAndTheAnswerFollows) {
+  REQUIRE_STORIES();
+  Fixture f;
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  const SamplingParams greedy{.temperature = 0.0f};
+  const auto free_run = f.alone(prompt, 20, greedy);
+  constexpr TokenId kEnd = 13;
+  auto run = [&](std::vector<TokenId> tokens, int32_t n_prompt, RequestSpec spec) {
+    Driver driver(*f.runner, {.max_sequence_tokens = 512});
+    std::vector<TokenId> out(tokens.begin() + n_prompt, tokens.end());
+    EXPECT_EQ(*driver.add(1, {.tokens = std::move(tokens), .n_prompt = n_prompt, .spec = spec}), FinishReason::kNone);
+    std::vector<int32_t> produced;
+    EXPECT_TRUE(driver.run_until_idle([&](const StepEvent& e) {
+                        out.push_back(e.token.id);
+                        produced.push_back(e.n_produced);
+                        return true;
+                      }).is_ok());
+    for (size_t i = 1; i < produced.size(); ++i) EXPECT_EQ(produced[i], produced[i - 1] + 1);
+    return out;
+  };
+  // The prompt opened the reasoning: 5 tokens of it, then the end, then the answer.
+  RequestSpec opened{.sampling = greedy, .max_tokens = 20, .reasoning_budget = 5, .reasoning_start = -1,
+                     .reasoning_end = kEnd, .reasoning_open = true};
+  const auto got = run(prompt, 5, opened);
+  ASSERT_EQ(got.size(), 20u);
+  EXPECT_EQ(std::vector<TokenId>(got.begin(), got.begin() + 5), std::vector<TokenId>(free_run.begin(), free_run.begin() + 5));
+  EXPECT_EQ(got[5], kEnd);
+  std::vector<TokenId> with_end(prompt);
+  with_end.insert(with_end.end(), got.begin(), got.begin() + 6);
+  const auto answer = f.alone(with_end, 14, greedy);
+  EXPECT_EQ(std::vector<TokenId>(got.begin() + 6, got.end()), answer);
+  // Resumed after 3 reasoning tokens: the same output.
+  std::vector<TokenId> resumed(prompt);
+  resumed.insert(resumed.end(), got.begin(), got.begin() + 3);
+  EXPECT_EQ(run(resumed, 5, opened), got);
+  // Entered by its first token: that one is not counted.
+  RequestSpec entered = opened;
+  entered.reasoning_open = false;
+  entered.reasoning_start = free_run[0];
+  entered.reasoning_budget = 2;
+  const auto got2 = run(prompt, 5, entered);
+  EXPECT_EQ(std::vector<TokenId>(got2.begin(), got2.begin() + 3), std::vector<TokenId>(free_run.begin(), free_run.begin() + 3));
+  EXPECT_EQ(got2[3], kEnd);
+  // A first token other than the start: no reasoning, no end put in.
+  entered.reasoning_start = free_run[0] + 1;
+  EXPECT_EQ(run(prompt, 5, entered), free_run);
+}
+
 TEST(DriverTest, TopLogprobsAreTheModelsOwnMostLikelyTokens) {
   REQUIRE_STORIES();
   Fixture f;

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "ipc/broker_client.h"
 #include "tests/test_util.h"
 
 namespace hearth {
@@ -88,6 +89,15 @@ TEST(BrokerTest, ReadRequestJudgesTheSlotLikeTheFrontendDid) {
        ErrorCode::kOutOfRange, "temperature"},
       {"bias count", [](SlotHeader& s, LogitBias*) { s.n_logit_bias = kMaxLogitBias + 1; },
        ErrorCode::kInvalidArgument, "malformed"},
+      {"unknown flag", [](SlotHeader& s, LogitBias*) { s.flags = 1u << 5; }, ErrorCode::kInvalidArgument, "malformed"},
+      {"pooling", [](SlotHeader& s, LogitBias*) { s.flags = 2u << kSlotPoolingShift; }, ErrorCode::kOk, ""},
+      {"thinking budget", [](SlotHeader& s, LogitBias*) {
+         s.flags = kSlotThinkingBudget;
+         s.reasoning_budget = 8;
+         s.reasoning_start = -1;
+         s.reasoning_end = 64;  // outside the vocabulary of 64
+       }, ErrorCode::kOutOfRange, "thinking budget"},
+      {"budget fields without the flag", [](SlotHeader& s, LogitBias*) { s.reasoning_budget = -7; }, ErrorCode::kOk, ""},
   };
   for (const Case& c : cases) {
     auto slot = broker->slot_claim(*index);
@@ -107,8 +117,64 @@ TEST(BrokerTest, ReadRequestJudgesTheSlotLikeTheFrontendDid) {
     c.spoil(s, broker->logit_bias(*slot));
     const auto r = broker->read_request(*slot, false, 64, 64);
     EXPECT_EQ(r.status().code(), c.code) << c.what << ": " << r.status().message();
+    if (r.is_ok() && std::string_view(c.what) == "pooling") EXPECT_EQ(r->spec.pooling, Pooling::kMean);
+    if (r.is_ok()) EXPECT_EQ(r->spec.reasoning_budget, -1) << c.what;
     EXPECT_NE(r.status().message().find(c.says), std::string::npos) << c.what << ": " << r.status().message();
     broker->slot_release(*slot);
+  }
+}
+
+// What a frontend submits is what the engine reads: every field of the spec, through the
+// slot's fields and flags.
+TEST(BrokerTest, ASubmittedSpecIsReadBackWhole) {
+  TempDir dir;
+  const auto path = dir.path() / "hearth.t.broker";
+  auto broker = Broker::open_or_create(path, {4, 64});
+  ASSERT_TRUE(broker.is_ok()) << broker.status().to_string();
+  auto client = BrokerClient::connect(path);
+  ASSERT_TRUE(client.is_ok()) << client.status().to_string();
+  for (const bool embedding : {false, true}) {
+    SubmitRequest r;
+    r.prompt = {1, 5, 9};
+    if (embedding) {
+      r.spec = {.max_tokens = 1, .pooling = Pooling::kFirst};
+    } else {
+      r.spec = {.sampling = {.temperature = 0.5f, .top_k = 7, .seed = 11},
+                .max_tokens = 20,
+                .min_tokens = 2,
+                .top_logprobs = 3,
+                .ignore_stop = true,
+                .stop_ids = {2, 3},
+                .logit_bias = {{.id = 4, .bias = -1.5f}},
+                .grammar = "root ::= \"a\"",
+                .reasoning_budget = 6,
+                .reasoning_start = 10,
+                .reasoning_end = 11,
+                .reasoning_open = true};
+    }
+    auto slot = client->submit(r);
+    ASSERT_TRUE(slot.is_ok()) << slot.status().to_string();
+    const auto got = broker->read_request(*slot, false, 64, 64);
+    ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+    const RequestSpec& a = got->spec;
+    const RequestSpec& b = r.spec;
+    EXPECT_EQ(got->tokens, r.prompt);
+    EXPECT_EQ(a.sampling.temperature, b.sampling.temperature);
+    EXPECT_EQ(a.sampling.top_k, b.sampling.top_k);
+    EXPECT_EQ(a.sampling.seed, b.sampling.seed);
+    EXPECT_EQ(a.max_tokens, b.max_tokens);
+    EXPECT_EQ(a.min_tokens, b.min_tokens);
+    EXPECT_EQ(a.top_logprobs, b.top_logprobs);
+    EXPECT_EQ(a.ignore_stop, b.ignore_stop);
+    EXPECT_EQ(a.stop_ids, b.stop_ids);
+    ASSERT_EQ(a.logit_bias.size(), b.logit_bias.size());
+    EXPECT_EQ(a.grammar, b.grammar);
+    EXPECT_EQ(a.pooling, b.pooling);
+    EXPECT_EQ(a.reasoning_budget, b.reasoning_budget);
+    EXPECT_EQ(a.reasoning_start, b.reasoning_start);
+    EXPECT_EQ(a.reasoning_end, b.reasoning_end);
+    EXPECT_EQ(a.reasoning_open, b.reasoning_open);
+    client->release(*slot);
   }
 }
 
