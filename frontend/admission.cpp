@@ -26,7 +26,14 @@ Result<int32_t> output_budget(const ApiRequest& req, size_t prompt_size, const M
                       facts.context, prompt_size);
   }
   const int32_t room = facts.context - static_cast<int32_t>(prompt_size);
-  const int32_t max_tokens = req.max_tokens.value_or(req.endpoint == ApiEndpoint::kCompletions ? 16 : room);
+  int32_t max_tokens = req.max_tokens.value_or(req.endpoint == ApiEndpoint::kCompletions ? 16 : room);
+  // Messages' max_tokens and Responses' max_output_tokens are upper bounds clients set
+  // high (coding agents ask for tens of thousands): the room left is the bound there, and
+  // an answer that fills it ends as one that reached them. OpenAI's chat and completions
+  // refuse what cannot fit, as OpenAI and vLLM do.
+  if (req.endpoint == ApiEndpoint::kMessages || req.endpoint == ApiEndpoint::kResponses) {
+    max_tokens = std::min(max_tokens, room);
+  }
   if (max_tokens > room) {
     return make_error(ErrorCode::kInvalidArgument,
                       "{}: {} tokens of output do not fit: the context holds {} and the prompt takes {}",

@@ -7,7 +7,7 @@
 //
 // Rules, in order: the model is one this server serves; the prompt is not empty and
 // leaves room for one token of output; max_tokens (16 for completions, the room left
-// for chat when absent) fits that room; min_tokens does not exceed max_tokens; the
+// for chat when absent) fits that room (Messages' and Responses' are cut to it); min_tokens does not exceed max_tokens; the
 // model's stop ids and the request's stop_token_ids merge without duplicates; the
 // structured-output constraint compiles; the spec then passes request_spec_validate
 // (ids in the vocabulary, counts within what a slot holds, the grammar within its

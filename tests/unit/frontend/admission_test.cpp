@@ -2,6 +2,7 @@
 // request and the facts of a small model, checking the error code, the field the message
 // names, and what an admitted request asks of the engine.
 #include "frontend/admission.h"
+#include "frontend/dialects.h"
 
 #include <gtest/gtest.h>
 
@@ -72,6 +73,15 @@ TEST(AdmissionTest, MaxTokensMustFitTheRoomThePromptLeaves) {
   expect_refused(admit(parse(R"("max_tokens": 55)"), prompt(10), facts(), 1), ErrorCode::kInvalidArgument,
                  "max_tokens");
   EXPECT_TRUE(admit(parse(R"("max_tokens": 54)"), prompt(10), facts(), 1).is_ok());
+  // Messages and Responses: an upper bound, cut to the room.
+  auto messages = messages_parse_request(R"({"max_tokens": 32000, "messages": [{"role": "user", "content": "hi"}]})", false);
+  ASSERT_TRUE(messages.is_ok()) << messages.status().to_string();
+  auto cut = admit(*messages, prompt(10), facts(), 1);
+  ASSERT_TRUE(cut.is_ok()) << cut.status().to_string();
+  EXPECT_EQ(cut->submit.spec.max_tokens, 54);
+  auto responses = responses_parse_request(R"({"input": "hi", "max_output_tokens": 9999})");
+  ASSERT_TRUE(responses.is_ok()) << responses.status().to_string();
+  EXPECT_EQ(admit(*responses, prompt(10), facts(), 1)->submit.spec.max_tokens, 54);
 }
 
 // The parse refuses min_tokens over a max_tokens given; admission, over the default.
