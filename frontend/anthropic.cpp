@@ -10,9 +10,11 @@
 // is_error reads "Error: " before its content, since templates have no such flag; an
 // assistant's thinking blocks are its reasoning_content. With a reasoning parser the
 // answer's reasoning comes back as a thinking block (its signature empty: nothing here
-// checks one).
+// checks one). A final assistant message is a prefill: its text follows the template's
+// generation prompt and the answer continues it (ApiRequest::prefill).
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <map>
 
 #include <fmt/format.h>
@@ -173,9 +175,21 @@ class MessagesParser {
         return wrong_type(path + ".content", "a string or an array of content blocks", *content);
       }
     }
-    if (req_.messages.back().role == "assistant") {
-      return unsupported("messages: a last message from the assistant (a prefill)",
-                         "the chat template begins a new assistant turn after the last message");
+    if (req_.messages.back().role == "assistant") {  // a prefill: the answer continues it
+      const ApiMessage& last = req_.messages.back();
+      if (!last.extra.empty()) {
+        return unsupported("messages: a final assistant message with tool_use or thinking blocks",
+                           "a prefill continues the answer's text");
+      }
+      if (!last.content.empty() && std::isspace(static_cast<unsigned char>(last.content.back()))) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "messages: final assistant content cannot end with trailing whitespace");
+      }
+      req_.prefill = last.content;
+      req_.messages.pop_back();
+      if (req_.messages.empty()) {
+        return make_error(ErrorCode::kInvalidArgument, "messages: a prefill needs a user message before it");
+      }
     }
     return Status::ok();
   }

@@ -100,6 +100,9 @@ struct ApiRequest {
   // server's --reasoning-budget. Anthropic's thinking.budget_tokens.
   std::optional<int32_t> reasoning_budget;
   bool wants_reasoning = false;  // asked for thinking output (Anthropic's thinking: enabled)
+  // kMessages: the text of a final assistant message (a prefill), which the answer
+  // continues: it follows the template's generation prompt, and is not repeated.
+  std::string prefill;
   // kResponses: the settings its response object reports back (instructions,
   // tools, text, metadata, ...), as given.
   boost::json::object settings;

@@ -95,6 +95,7 @@ Result<Prompt> PromptBuilder::build(const ApiRequest& req) const {
     }
     auto text = chat_template_->render(inputs);
     if (!text.is_ok()) return text.status().with_context("messages");
+    *text += req.prefill;
     out.opens_reasoning = prompt_opens_reasoning(*text);
     // A template that writes the BOS itself gets no second one from the tokenizer.
     const bool template_has_bos = !inputs.bos_token.empty() && text->starts_with(inputs.bos_token);

@@ -190,6 +190,17 @@ TEST_F(ServeTest, GroundTruthThroughMessagesAndResponses) {
   EXPECT_EQ(types[types.size() - 2], "message_delta");
   EXPECT_EQ(types.back(), "message_stop");
 
+  // A prefill: the answer continues the final assistant message, without repeating it.
+  const std::string prefilled = ", there was a little girl";
+  ASSERT_EQ(kContinuation.substr(0, prefilled.size()), prefilled);
+  const json::array with_prefill{json::object{{"role", "user"}, {"content", kPrompt}},
+                                 json::object{{"role", "assistant"}, {"content", prefilled}}};
+  const auto p = post("/v1/messages", {{"messages", with_prefill}, {"max_tokens", 40}, {"temperature", 0}});
+  ASSERT_EQ(p.status, 200) << p.body;
+  const std::string continued(json::parse(p.body).at("content").at(0).at("text").as_string());
+  EXPECT_EQ(prefilled + continued, kContinuation.substr(0, prefilled.size() + continued.size())) << continued;
+  EXPECT_GT(continued.size(), 40u);
+
   const auto r = post("/v1/responses", {{"input", kPrompt}, {"max_output_tokens", 127}, {"temperature", 0}});
   ASSERT_EQ(r.status, 200) << r.body;
   const auto rv = json::parse(r.body);

@@ -163,6 +163,25 @@ TEST(MessagesParse, RefusalsNameWhatIsWrong) {
   EXPECT_EQ(lenient->ignored_fields, std::vector<std::string>{"frob"});
 }
 
+// A final assistant message is a prefill: its text leaves the messages and the answer
+// continues it; tool calls or trailing whitespace there are refused (as Anthropic does).
+TEST(MessagesParse, AFinalAssistantMessageIsAPrefill) {
+  auto r = messages(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "Name a colour."},
+      {"role": "assistant", "content": [{"type": "text", "text": "The colour is"}]}]})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->messages.size(), 1u);
+  EXPECT_EQ(r->messages[0].role, "user");
+  EXPECT_EQ(r->prefill, "The colour is");
+  EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": "ends in a space "}]})"),
+                      "trailing whitespace"));
+  EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]})"),
+                      "tool_use or thinking blocks"));
+  EXPECT_TRUE(refused(messages(R"({"max_tokens": 5, "messages": [{"role": "assistant", "content": "x"}]})"),
+                      "needs a user message"));
+}
+
 TEST(MessagesParse, ThinkingTurnsTheTemplatesSwitchAndBecomesReasoningContent) {
   auto on = messages(R"({"max_tokens": 50, "thinking": {"type": "enabled", "budget_tokens": 20}, "messages": [
       {"role": "user", "content": "q"},
