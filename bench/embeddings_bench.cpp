@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "common/args.h"
 #include "common/pooling.h"
 #include "common/process.h"
@@ -25,10 +26,6 @@
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string bin(const std::string& name) {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
-}
 
 hearth::SubmitRequest input(int i, int tokens, hearth::Pooling pooling) {
   hearth::SubmitRequest r;
@@ -100,19 +97,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "embeddings_bench: --pooling must be last, mean or cls\n");
     return 2;
   }
-  if (!std::filesystem::exists(model)) {
-    std::filesystem::create_directories(std::filesystem::path(model).parent_path());
-    hearth::run_process({bin("hearth"), "synth", "--preset", "1b", "--type", "q4_0", "--gguf", model});
-  }
-  const std::string shm = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  hearth::bench::ensure_synth_1b(model);
+  const std::string shm = hearth::bench::shm_dir();
   const std::string instance = "bench-embeddings";
-  const auto loaded = hearth::run_process(
-      {bin("hearth-loader"), "--model", model, "--instance", instance, "--shm-dir", shm, "--exit-after-publish"});
-  if (loaded.exit_code != 0) {
-    std::fprintf(stderr, "loader: %s\n", loaded.err.c_str());
-    return 1;
-  }
-  hearth::ChildProcess engine({bin("hearth-engine"), "--instance", instance, "--shm-dir", shm, "--ctx", "512",
+  if (!hearth::bench::publish(model, instance, shm)) return 1;
+  hearth::ChildProcess engine({hearth::bench::bin("hearth-engine"), "--instance", instance, "--shm-dir", shm, "--ctx", "512",
                                "--slots", std::to_string(n + 8), "--max-batch-size", std::to_string(n)});
   if (!engine.read_line(60s)) {
     std::fprintf(stderr, "engine: %s\n", engine.err().c_str());

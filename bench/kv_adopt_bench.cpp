@@ -28,6 +28,7 @@
 #include <boost/json.hpp>
 #include <fmt/format.h>
 
+#include "bench/bench_util.h"
 #include "common/args.h"
 #include "common/process.h"
 #include "common/subprocess.h"
@@ -40,9 +41,7 @@ using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace json = boost::json;
 
-std::string bin(const std::string& name) {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
-}
+using hearth::bench::bin;
 
 // One stream: when each piece of its response arrived.
 struct Stream {

@@ -25,6 +25,7 @@
 
 #include <boost/json.hpp>
 
+#include "bench/bench_util.h"
 #include "common/args.h"
 #include "common/process.h"
 #include "common/subprocess.h"
@@ -32,9 +33,7 @@
 
 namespace {
 
-std::string bin(const std::string& name) {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
-}
+using hearth::bench::bin;
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "common/args.h"
 #include "common/process.h"
 #include "common/subprocess.h"
@@ -31,9 +32,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string bin(const std::string& name) {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
-}
+using hearth::bench::bin;
 
 struct Request {
   Clock::time_point start, end;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "common/args.h"
 #include "common/process.h"
 #include "common/subprocess.h"
@@ -27,10 +28,6 @@
 namespace {
 
 using namespace std::chrono_literals;
-
-std::string bin(const std::string& name) {
-  return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
-}
 
 struct Figures {
   double ttft_p50_ms = 0, ttft_max_ms = 0, tokens_per_s = 0;
@@ -116,18 +113,10 @@ int main(int argc, char** argv) {
   std::vector<int> stream_counts;
   std::stringstream list(args->get("streams").value_or("1,4,16,64"));
   for (std::string item; std::getline(list, item, ',');) stream_counts.push_back(std::stoi(item));
-  if (!std::filesystem::exists(model)) {
-    std::filesystem::create_directories(std::filesystem::path(model).parent_path());
-    hearth::run_process({bin("hearth"), "synth", "--preset", "1b", "--type", "q4_0", "--gguf", model});
-  }
-  const std::string shm = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  hearth::bench::ensure_synth_1b(model);
+  const std::string shm = hearth::bench::shm_dir();
   const std::string instance = "bench-serving";
-  const auto loaded = hearth::run_process(
-      {bin("hearth-loader"), "--model", model, "--instance", instance, "--shm-dir", shm, "--exit-after-publish"});
-  if (loaded.exit_code != 0) {
-    std::fprintf(stderr, "loader: %s\n", loaded.err.c_str());
-    return 1;
-  }
+  if (!hearth::bench::publish(model, instance, shm)) return 1;
   const int max_batch = 32;
   std::printf("# cpu: %s\n", hearth::kernels::cpu::cpu_host_summary().c_str());
   std::printf("# serving: %s, prompt %d tokens, %d generated per stream, max batch %d sequences, %s threads\n",
@@ -138,7 +127,7 @@ int main(int argc, char** argv) {
               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   std::vector<std::vector<Figures>> results(2);
   for (int mode = 0; mode < 2; ++mode) {
-    std::vector<std::string> argv_engine = {bin("hearth-engine"), "--instance", instance, "--shm-dir", shm,
+    std::vector<std::string> argv_engine = {hearth::bench::bin("hearth-engine"), "--instance", instance, "--shm-dir", shm,
                                             "--ctx", std::to_string(prompt_tokens + max_tokens + 16), "--slots", "80",
                                             "--max-batch-size", std::to_string(max_batch)};
     if (mode == 1) argv_engine.insert(argv_engine.end(), {"--static-batching", "100"});

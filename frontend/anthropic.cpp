@@ -421,14 +421,8 @@ Status check_fields(const json::object& obj, bool count_tokens, const ApiParseOp
       return unsupported(name, name == "service_tier" ? "hearth has one tier (auto or standard_only)"
                                                        : "this server does not implement it");
     }
-    if (options.lenient_fields) {
-      req.ignored_fields.emplace_back(name);
-      continue;
-    }
-    return make_error(ErrorCode::kInvalidArgument,
-                      "unknown field {}: POST /v1/messages{} has no such field, and this server refuses what it would "
-                      "otherwise ignore (hearth-frontend --lenient-fields accepts and ignores unknown fields)",
-                      short_quote(name), count_tokens ? "/count_tokens" : "");
+    HEARTH_RETURN_IF_ERROR(unknown_field_of(name, count_tokens ? "/v1/messages/count_tokens" : "/v1/messages",
+                                            options, req.ignored_fields));
   }
   return Status::ok();
 }

@@ -83,14 +83,7 @@ Result<EmbeddingsRequest> embeddings_parse_request(std::string_view body, const 
   for (const auto& kv : obj) {
     const std::string_view name(kv.key().data(), kv.key().size());
     if (std::find(kFields.begin(), kFields.end(), name) != kFields.end()) continue;
-    if (options.lenient_fields) {
-      req.ignored_fields.emplace_back(name);
-      continue;
-    }
-    return make_error(ErrorCode::kInvalidArgument,
-                      "unknown field {}: POST /v1/embeddings has no such field, and this server refuses what it would "
-                      "otherwise ignore (hearth-frontend --lenient-fields accepts and ignores unknown fields)",
-                      short_quote(name));
+    HEARTH_RETURN_IF_ERROR(unknown_field_of(name, "/v1/embeddings", options, req.ignored_fields));
   }
   HEARTH_ASSIGN_OR_RETURN(const auto model, opt_string(obj, "model"));
   req.model = model.value_or("");

@@ -339,24 +339,9 @@ std::string_view endpoint_path(ApiEndpoint e) {
   return e == ApiEndpoint::kCompletions ? "/v1/completions" : "/v1/chat/completions";
 }
 
-// A name as an error message shows it: as given when it is a plain identifier.
-std::string shown_name(std::string_view name) {
-  const bool plain = !name.empty() && name.size() <= 64 &&
-                     name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.[]") ==
-                         std::string_view::npos;
-  return plain ? std::string(name) : short_quote(name);
-}
-
 // A key no schema of `endpoint` has: a 400 naming it, or, with lenient fields, noted.
 Status unknown_field(std::string_view path, ApiEndpoint endpoint, const ApiParseOptions& options, ApiRequest& req) {
-  if (options.lenient_fields) {
-    req.ignored_fields.emplace_back(path);
-    return Status::ok();
-  }
-  return make_error(ErrorCode::kInvalidArgument,
-                    "unknown field {}: POST {} has no such field, and this server refuses what it would otherwise "
-                    "ignore (hearth-frontend --lenient-fields accepts and ignores unknown fields)",
-                    shown_name(path), endpoint_path(endpoint));
+  return unknown_field_of(path, endpoint_path(endpoint), options, req.ignored_fields);
 }
 
 bool is_empty_array(const json::value& v) { return v.is_array() && v.as_array().empty(); }

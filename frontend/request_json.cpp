@@ -136,6 +136,21 @@ Result<std::vector<int32_t>> token_ids_of(const json::array& arr, std::string_vi
 
 bool is_number(const json::value& v) { return v.is_int64() || v.is_uint64() || v.is_double(); }
 
+Status unknown_field_of(std::string_view name, std::string_view route, const ApiParseOptions& options,
+                        std::vector<std::string>& ignored) {
+  if (options.lenient_fields) {
+    ignored.emplace_back(name);
+    return Status::ok();
+  }
+  const bool plain = !name.empty() && name.size() <= 64 &&
+                     name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.[]") ==
+                         std::string_view::npos;
+  return make_error(ErrorCode::kInvalidArgument,
+                    "unknown field {}: POST {} has no such field, and this server refuses what it would otherwise "
+                    "ignore (hearth-frontend --lenient-fields accepts and ignores unknown fields)",
+                    plain ? std::string(name) : short_quote(name), route);
+}
+
 
 bool is_tool_name(std::string_view name) {
   return !name.empty() && name.size() <= 64 &&

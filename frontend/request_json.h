@@ -56,6 +56,11 @@ Status parse_constraint(const json::object& obj, ApiRequest& req);
 Status parse_tools(const json::object& obj, ApiRequest& req);
 // kUnsupported: "WHAT is not supported: WHY".
 Status unsupported(std::string_view what, std::string_view why);
+// A key no schema of `route` ("/v1/embeddings") has: noted in `ignored` with
+// options.lenient_fields, else kInvalidArgument naming it (plain names as given, others
+// quoted) and the flag that would accept it.
+Status unknown_field_of(std::string_view name, std::string_view route, const ApiParseOptions& options,
+                        std::vector<std::string>& ignored);
 // Every key of `obj` is one of `allowed`; else "unknown field PATH.KEY".
 Status only_keys(const json::object& obj, std::string_view path, std::initializer_list<std::string_view> allowed);
 // A tool given flat ({name, description, SCHEMA_KEY: {...}}, as the Responses and

@@ -382,14 +382,7 @@ Status check_fields(const json::object& obj, const ApiParseOptions& options, Api
       HEARTH_RETURN_IF_ERROR(check_refused(name, kv.value()));
       continue;
     }
-    if (options.lenient_fields) {
-      req.ignored_fields.emplace_back(name);
-      continue;
-    }
-    return make_error(ErrorCode::kInvalidArgument,
-                      "unknown field {}: POST /v1/responses has no such field, and this server refuses what it would "
-                      "otherwise ignore (hearth-frontend --lenient-fields accepts and ignores unknown fields)",
-                      short_quote(name));
+    HEARTH_RETURN_IF_ERROR(unknown_field_of(name, "/v1/responses", options, req.ignored_fields));
   }
   if (const json::value* s = field(obj, "store"); s != nullptr) {
     if (!s->is_bool()) return wrong_type("store", "true or false", *s);

@@ -488,6 +488,17 @@ void Session::handle_count_tokens() {
   respond(200, messages_count_tokens_body(static_cast<int32_t>(built->ids.size())), "application/json");
 }
 
+// With no engine for longer than --engine-wait, a new request gets 503 at once.
+bool Session::refused_engine_down() {
+  FrontendServer::Impl& s = *server_;
+  if (!s.engine_known_down()) return false;
+  ++s.rejected_engine_down;
+  error(make_error(ErrorCode::kUnavailable, "no engine has served this instance for more than {} ms; try again",
+                   s.options.engine_wait.count()),
+        "1");
+  return true;
+}
+
 // Each input is one slot whose sequence the engine pools instead of sampling
 // (RequestSpec::pooling); the pump collects the vectors in input order.
 void Session::handle_embeddings() {
@@ -501,12 +512,7 @@ void Session::handle_embeddings() {
   req.model = e.model;
   req.user = e.user;
   if (Status st = admit_model(req, s.facts); !st.is_ok()) return error(st);
-  if (s.engine_known_down()) {
-    ++s.rejected_engine_down;
-    return error(make_error(ErrorCode::kUnavailable, "no engine has served this instance for more than {} ms; try again",
-                            s.options.engine_wait.count()),
-                 "1");
-  }
+  if (refused_engine_down()) return;
   const auto dim = static_cast<int32_t>(s.embedding_dim());
   if (e.dimensions && *e.dimensions > dim) {
     return error(make_error(ErrorCode::kInvalidArgument, "dimensions: this model's embeddings have {} values, not {}",
@@ -568,12 +574,7 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   ApiRequest& req = parsed.value();
   for (const std::string& name : req.ignored_fields) s.note_ignored_field(name);
   if (Status st = admit_model(req, s.facts); !st.is_ok()) return error(st);
-  if (s.engine_known_down()) {
-    ++s.rejected_engine_down;
-    return error(make_error(ErrorCode::kUnavailable, "no engine has served this instance for more than {} ms; try again",
-                            s.options.engine_wait.count()),
-                 "1");
-  }
+  if (refused_engine_down()) return;
   const bool reasoning = s.reasoning != ReasoningFormat::kNone;
   if (req.wants_reasoning && !reasoning) {
     return error(make_error(ErrorCode::kUnsupported,

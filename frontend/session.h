@@ -56,6 +56,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void serve_page(std::string_view path, const WebAsset& asset);
   void handle_count_tokens();
   void handle_embeddings();
+  // Answers 503 when no engine has served for longer than --engine-wait; true if it did.
+  bool refused_engine_down();
   void handle_tokenize();
   void handle_detokenize();
   void error(const Status& st, std::string_view retry_after = {});

@@ -50,7 +50,7 @@ TEST(EmbeddingsTest, BadRequestsAreRefusedNamingTheField) {
       {R"({"input": "a", "encoding_format": "int8"})", "encoding_format"},
       {R"({"input": "a", "dimensions": 0})", "dimensions"},
       {R"({"input": "a", "dimensions": "8"})", "dimensions"},
-      {R"({"input": "a", "truncate_prompt_tokens": 8})", "unknown field \"truncate_prompt_tokens\""},
+      {R"({"input": "a", "truncate_prompt_tokens": 8})", "unknown field truncate_prompt_tokens"},
       {R"({"input": "a", "model": 3})", "model"},
       {R"([1, 2])", "JSON object"},
       {R"({"input": "a")", "request body"},
