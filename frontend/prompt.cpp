@@ -95,8 +95,13 @@ Result<Prompt> PromptBuilder::build(const ApiRequest& req) const {
     }
     auto text = chat_template_->render(inputs);
     if (!text.is_ok()) return text.status().with_context("messages");
+    // A prefill continues what the template began (inside the reasoning it opened, if it
+    // did), unless a think tag in the prefill says otherwise: its last one decides.
+    const size_t open = req.prefill.rfind(kThinkOpen), close = req.prefill.rfind(kThinkClose);
+    out.opens_reasoning = open == std::string::npos && close == std::string::npos
+                              ? prompt_opens_reasoning(*text)
+                              : open != std::string::npos && (close == std::string::npos || open > close);
     *text += req.prefill;
-    out.opens_reasoning = prompt_opens_reasoning(*text);
     // A template that writes the BOS itself gets no second one from the tokenizer.
     const bool template_has_bos = !inputs.bos_token.empty() && text->starts_with(inputs.bos_token);
     auto ids = t.encode(*text, EncodeOptions{!template_has_bos, true});

@@ -167,7 +167,7 @@ ApiTokenLogprob token_logprob(const Tokenizer& t, const ProducedToken& p, int32_
   out.token = utf8_sanitize(bytes);
   out.bytes.assign(bytes.begin(), bytes.end());
   out.logprob = p.logprob;
-  for (int32_t k = 0; k < top; ++k) {
+  for (int32_t k = 0; k < top && p.top_ids[k] >= 0; ++k) {
     const std::string_view b = t.token_bytes(p.top_ids[k]);
     out.top.emplace_back(utf8_sanitize(b), p.top_logprobs[k]);
     out.top_bytes.emplace_back(b.begin(), b.end());
@@ -188,7 +188,8 @@ class Round {
         session_(g.session.lock()),
         gone_(g.client_gone.load(std::memory_order_acquire)),
         stream_(g.request.stream),
-        echo_(g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions) {}
+        echo_(g.request.echo && g.request.endpoint == ApiEndpoint::kCompletions),
+        failure_(g.failure) {}
 
   // Follows choice `index`; false while its slot still runs.
   bool follow(size_t index);
@@ -218,7 +219,7 @@ class Round {
   const bool stream_;
   const bool echo_;
   std::string out_;  // stream bytes produced this round
-  Status failure_;
+  Status& failure_;  // the generation's: a choice's failure holds until its end
   std::vector<ProducedToken> fresh_;
 };
 
@@ -538,9 +539,16 @@ void Round::complete() {
 
 void FrontendServer::Impl::advance(Generation& g) {
   Round round(*this, g);
+  for (size_t i = 0; i < g.choices.size(); ++i) round.follow(i);
+  // An embeddings request with a failed input fails whole: the inputs still running or
+  // waiting for slots are not worth their compute.
+  if (g.embeddings && !g.failure.is_ok()) {
+    g.samples_left = 0;
+    give_up(g);
+  }
   bool all_done = g.samples_left == 0;  // an embeddings request may still wait for slots
-  for (size_t i = 0; i < g.choices.size(); ++i) {
-    if (round.follow(i)) all_done = false;
+  for (const auto& c : g.choices) {
+    if (c.slot_held) all_done = false;
   }
   round.settle(all_done);
   if (all_done) round.complete();

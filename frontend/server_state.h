@@ -111,6 +111,7 @@ struct Generation {
   bool stream_started = false;  // stream bytes were sent (so the status is 200)
   bool finished = false;
   bool failed = false;
+  Status failure;  // why a choice failed (the pump's): the whole request ends with it
 };
 
 struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl> {

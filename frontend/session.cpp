@@ -518,6 +518,13 @@ void Session::handle_embeddings() {
     return error(make_error(ErrorCode::kInvalidArgument, "dimensions: this model's embeddings have {} values, not {}",
                             dim, *e.dimensions));
   }
+  const size_t n_inputs = e.texts.size() + e.token_inputs.size();
+  if (s.options.max_queue == 0 && n_inputs > s.facts.n_slots) {
+    return error(make_error(ErrorCode::kInvalidArgument,
+                            "input: {} inputs need as many request slots at once when nothing may queue "
+                            "(--max-queue 0); this server has {}",
+                            n_inputs, s.facts.n_slots));
+  }
   auto g = std::make_shared<Generation>();
   g->embeddings.emplace();
   std::vector<std::vector<int32_t>>& inputs = g->embeddings->inputs;
@@ -596,7 +603,7 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   g->reasoning = reasoning && api_is_chat(endpoint);
   g->opens_reasoning = built->opens_reasoning;
   g->reasoning_budget = budget;
-  if (g->reasoning && budget >= 0 && s.think_close_id >= 0) {
+  if (g->reasoning && budget >= 0 && s.think_close_id >= 0 && admitted->submit.spec.grammar.empty()) {
     RequestSpec& spec = admitted->submit.spec;
     spec.reasoning_budget = budget;
     spec.reasoning_start = s.think_open_id;

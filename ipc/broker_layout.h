@@ -100,7 +100,7 @@ static_assert(std::is_standard_layout_v<BrokerHeader>);
 struct ProducedToken {
   int32_t id;
   float logprob;                          // of `id` under the model's distribution
-  int32_t top_ids[kMaxTopLogprobs];       // when the request asked for top logprobs
+  int32_t top_ids[kMaxTopLogprobs];       // when the request asked for top logprobs; -1: none (a token put in)
   float top_logprobs[kMaxTopLogprobs];
 };
 static_assert(sizeof(ProducedToken) == 72);

@@ -88,14 +88,17 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
     HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens) : scheduler_.add(id, n_tokens, adopted));
   }
   Sampler sampler(r.spec.sampling, vocab);
-  sampler.set_position(static_cast<uint64_t>(produced));  // the draws an uninterrupted run would make
   Seq seq{std::move(r), std::move(sampler), std::move(matcher), {}};
   // A resumed sequence's reasoning, as far as its output went (a forced end included; one
   // due when its predecessor stopped comes after its next token).
+  // The token after a spent budget was put in, not drawn: the sampler skips it.
   seq.in_reasoning = seq.request.spec.reasoning_open;
+  int32_t forced = 0;
   for (int32_t i = seq.request.n_prompt; i < n_tokens; ++i) {
+    if (reasoning_due(seq)) ++forced;
     track_reasoning(seq, seq.request.tokens[static_cast<size_t>(i)], i == seq.request.n_prompt);
   }
+  seq.sampler.set_position(static_cast<uint64_t>(produced - forced));
   seqs_.emplace(id, std::move(seq));
   return FinishReason::kNone;
 }

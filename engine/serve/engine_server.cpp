@@ -367,9 +367,9 @@ struct EngineServer::Impl {
       ProducedToken out{};
       out.id = e.token.id;
       out.logprob = e.token.logprob;
-      for (int32_t k = 0; k < e.token.n_top; ++k) {
-        out.top_ids[k] = e.token.top_ids[static_cast<size_t>(k)];
-        out.top_logprobs[k] = e.token.top_logprobs[static_cast<size_t>(k)];
+      for (int32_t k = 0; k < kMaxTopLogprobs; ++k) {  // -1: no alternative (a token put in, not drawn)
+        out.top_ids[k] = k < e.token.n_top ? e.token.top_ids[static_cast<size_t>(k)] : -1;
+        out.top_logprobs[k] = k < e.token.n_top ? e.token.top_logprobs[static_cast<size_t>(k)] : 0.0f;
       }
       broker->produced(a.slot)[e.n_produced - 1] = out;
       SlotHeader& slot = broker->slot(a.slot);

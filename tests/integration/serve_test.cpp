@@ -888,6 +888,31 @@ TEST_F(ServeTest, ATokenIdPromptAndChatLogprobs) {
   EXPECT_EQ(joined, std::string(parsed.at("choices").at(0).at("message").at("content").as_string()));
 }
 
+// An embeddings request whose input the engine cannot run (more KV than its cache holds)
+// fails whole, with the engine's reason, even while its other inputs still run or wait
+// for slots; the server serves the next request.
+TEST(EmbeddingsFailureTest, AnInputTheEngineCannotRunFailsTheWholeRequest) {
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  Instance inst("embfail");
+  ASSERT_EQ(inst.load(model), "");
+  std::string failure;
+  auto engine = inst.engine({"--slots", "2", "--ctx", "512", "--kv-blocks", "4"}, {}, &failure);
+  ASSERT_NE(engine, nullptr) << failure;
+  uint16_t port = 0;
+  auto frontend = inst.frontend(port, {}, {}, &failure);
+  ASSERT_NE(frontend, nullptr) << failure;
+  json::array inputs;
+  inputs.push_back(json::value_from(std::vector<int32_t>(100, 5)));  // 7 blocks of 16: more than the cache
+  for (int i = 0; i < 4; ++i) inputs.push_back(json::value_from(std::vector<int32_t>{1, 300 + i, 400}));
+  const auto r = http_request(port, "POST", "/v1/embeddings", json::serialize(json::object{{"input", inputs}}));
+  EXPECT_NE(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("KV cache"), std::string::npos) << r.body;
+  const auto ok = http_request(port, "POST", "/v1/embeddings", R"({"input": [[1, 300], [1, 301], [1, 302]]})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(json::parse(ok.body).at("data").as_array().size(), 3u);
+}
+
 // A thinking budget the engine keeps: a model whose vocabulary has <think> and </think> as
 // tokens of their own (hearth synth's qwen3 with two pieces renamed so), under a template
 // that opens the reasoning. After the budget's tokens </think> is put in and the answer

@@ -235,6 +235,14 @@ TEST(DriverTest, AThinkingBudgetClosesTheReasoningAndTheAnswerFollows) {
   std::vector<TokenId> resumed(prompt);
   resumed.insert(resumed.end(), got.begin(), got.begin() + 3);
   EXPECT_EQ(run(resumed, 5, opened), got);
+  // Seeded sampling resumed after the end was put in: the same draws (the end was not one).
+  RequestSpec seeded = opened;
+  seeded.sampling = {.temperature = 0.9f, .seed = 5};
+  const auto sampled = run(prompt, 5, seeded);
+  ASSERT_EQ(sampled[5], kEnd);
+  std::vector<TokenId> after_end(prompt);
+  after_end.insert(after_end.end(), sampled.begin(), sampled.begin() + 8);
+  EXPECT_EQ(run(after_end, 5, seeded), sampled);
   // Entered by its first token: that one is not counted.
   RequestSpec entered = opened;
   entered.reasoning_open = false;

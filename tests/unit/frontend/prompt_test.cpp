@@ -58,6 +58,32 @@ TEST(PromptTest, AVocabularyWithoutFimTokensRefusesSuffix) {
   EXPECT_TRUE(p.status().message().starts_with("suffix")) << p.status().message();
 }
 
+// A Messages prefill follows the generation prompt; whether the answer starts inside the
+// reasoning is the template's say (it opened <think>) unless the prefill's last tag says
+// otherwise.
+TEST(PromptTest, APrefillFollowsTheGenerationPromptAndItsTagsDecideTheReasoning) {
+  HEARTH_REQUIRE_SHARED(shared_path("models/stories260K/tok512.model"));
+  auto t = load("models/stories260K/tok512.model");
+  auto opens = PromptBuilder::create(*t, "{{ messages[0].content }}|<think>\n", {});
+  auto plain = PromptBuilder::create(*t, "{{ messages[0].content }}|", {});
+  ASSERT_TRUE(opens.is_ok() && plain.is_ok());
+  ApiRequest req = parse(R"({"messages": [{"role": "user", "content": "Hi"}]})", ApiEndpoint::kChatCompletions);
+  req.prefill = "So";
+  auto p = opens->build(req);
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  const std::string text = t->decode(p->ids);  // (this vocabulary has no newline)
+  EXPECT_TRUE(text.starts_with("Hi|<think>") && text.ends_with("So")) << text;
+  EXPECT_TRUE(p->opens_reasoning);  // the prefill is inside the reasoning the template opened
+  req.prefill = "So</think>The answer";
+  EXPECT_FALSE(opens->build(req)->opens_reasoning);
+  EXPECT_FALSE(plain->build(req)->opens_reasoning);
+  req.prefill = "<think>Let me";
+  EXPECT_TRUE(plain->build(req)->opens_reasoning);
+  req.prefill = "";
+  EXPECT_FALSE(plain->build(req)->opens_reasoning);
+  EXPECT_TRUE(opens->build(req)->opens_reasoning);
+}
+
 TEST(PromptTest, TemplatesComeFromFlagsAndChatWithoutOneIsRefused) {
   HEARTH_REQUIRE_SHARED(shared_path("models/stories260K/tok512.model"));
   auto t = load("models/stories260K/tok512.model");
