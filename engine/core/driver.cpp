@@ -89,9 +89,9 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
   }
   Sampler sampler(r.spec.sampling, vocab);
   Seq seq{std::move(r), std::move(sampler), std::move(matcher), {}};
-  // A resumed sequence's reasoning, as far as its output went (a forced end included; one
-  // due when its predecessor stopped comes after its next token).
-  // The token after a spent budget was put in, not drawn: the sampler skips it.
+  // A resumed sequence's reasoning, as far as its output went. The token after a spent
+  // budget was put in, not drawn, so the sampler skips it; an end still due when the
+  // predecessor stopped comes after the next token.
   seq.in_reasoning = seq.request.spec.reasoning_open;
   int32_t forced = 0;
   for (int32_t i = seq.request.n_prompt; i < n_tokens; ++i) {
