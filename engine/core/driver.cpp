@@ -14,6 +14,11 @@ Driver::Driver(ModelRunner& runner, const DriverConfig& config)
       scheduler_(config.scheduler, runner.cache().blocks(), runner.cache().config().block_size,
                  [this](uint64_t id) { return std::span<const TokenId>(seqs_.at(id).request.tokens); }) {
   scheduler_.set_journal(config.journal);
+  if (config.spec.method == SpecMethod::kNgram) {
+    config_.spec.max_tokens = std::clamp(config_.spec.max_tokens, 1, kMaxSpecTokens);
+    proposer_ = std::make_unique<NgramProposer>(config_.spec);
+    scheduler_.set_drafts([this](uint64_t id, int32_t room) { return draft(id, room); });
+  }
   scratch_.row.reserve(static_cast<size_t>(runner.vocab_size()));
   scratch_.top.reserve(kMaxTopLogprobs + 1);
 }
@@ -159,37 +164,53 @@ Status Driver::sample(Seq& s, const float* l, TokenResult& out) {
 // The plan's step through the model: logits rows to sample on the host, or rows the
 // backend sampled.
 Status Driver::forward(const StepPlan& plan, std::span<const float>& logits, std::span<const SampledRow>& sampled) {
+  // A row a request shapes (grammar, bias, min_tokens) is sampled on the host, and so is
+  // the rest of its step.
+  const bool host_sampling = !runner_.samples() || std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const PlannedSeq& p) {
+    return samples(p) && seqs_.at(p.id).shaped();
+  });
   input_.clear(runner_.cache().config().block_size);
+  drafted_.clear();
+  // Drafts join their sequences' tokens for the step's input and sampling rows, and leave
+  // them again however the step ends: only what verify() keeps stays.
+  struct Undraft {
+    Driver& d;
+    ~Undraft() {
+      for (const auto& [id, known] : d.drafted_) d.seqs_.at(id).request.tokens.resize(known);
+    }
+  } undraft{*this};
   for (const PlannedSeq& p : plan.seqs) {
-    const Seq& s = seqs_.at(p.id);
-    const std::vector<TokenId>& tokens = s.request.tokens;
+    Seq& s = seqs_.at(p.id);
+    std::vector<TokenId>& tokens = s.request.tokens;
+    if (p.draft > 0) {  // its drafts follow its known tokens until the step has run
+      drafted_.emplace_back(p.id, tokens.size());
+      tokens.insert(tokens.end(), s.draft.begin(), s.draft.begin() + p.draft);
+    }
     const int32_t row0 = input_.n_tokens();
     HEARTH_RETURN_IF_ERROR(input_.add_sequence(
         std::span(tokens).subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.count)), p.begin,
-        scheduler_.kv(p.id)->blocks, samples(p)));
+        scheduler_.kv(p.id)->blocks, samples(p) ? 1 + p.draft : 0));
     if (s.pooled()) {
       const auto [first, count] = pooled_rows(s, p, row0);
       input_.want_hidden(first, count);
     }
   }
   HEARTH_TEST_POINT("engine.step.planned");
-  // A row a request shapes (grammar, bias, min_tokens) is sampled on the host, and so is
-  // the rest of its step.
-  const bool host_sampling = !runner_.samples() || std::any_of(plan.seqs.begin(), plan.seqs.end(), [&](const PlannedSeq& p) {
-    return samples(p) && seqs_.at(p.id).shaped();
-  });
   if (!host_sampling) {
     sample_rows_.clear();
     for (const PlannedSeq& p : plan.seqs) {
       if (!samples(p)) continue;
       const Seq& s = seqs_.at(p.id);
       const std::vector<TokenId>& tokens = s.request.tokens;
-      SampleRow& r = sample_rows_.emplace_back();
-      r.sampling = s.request.spec.sampling;
-      r.draw = s.sampler.position();
-      r.top_logprobs = s.request.spec.top_logprobs;
-      r.prompt = std::span(tokens.data(), static_cast<size_t>(s.request.n_prompt));
-      r.output = std::span(tokens.data() + s.request.n_prompt, static_cast<size_t>(s.produced()));
+      const auto produced = static_cast<size_t>(s.produced() - p.draft);
+      for (int32_t i = 0; i <= p.draft; ++i) {  // a drafted row as if the drafts before it were sampled
+        SampleRow& r = sample_rows_.emplace_back();
+        r.sampling = s.request.spec.sampling;
+        r.draw = s.sampler.position() + static_cast<uint64_t>(i);
+        r.top_logprobs = s.request.spec.top_logprobs;
+        r.prompt = std::span(tokens.data(), static_cast<size_t>(s.request.n_prompt));
+        r.output = std::span(tokens.data() + s.request.n_prompt, produced + static_cast<size_t>(i));
+      }
     }
     HEARTH_ASSIGN_OR_RETURN(sampled, runner_.run_sampled(input_, sample_rows_));
   } else {
@@ -200,6 +221,11 @@ Status Driver::forward(const StepPlan& plan, std::span<const float>& logits, std
 
 Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   events.clear();
+  if (proposer_) {  // what a drafted token must beat, from steps like the last one without its drafts
+    const int32_t running = scheduler_.n_running();
+    spec_threshold_ = spec_threshold(step_cost_.fixed_per_token(), std::max(running, 1),
+                                     std::max(last_step_tokens_ - last_step_drafts_, running));
+  }
   const StepPlan plan = scheduler_.plan(now_ms);
   for (uint64_t id : plan.unschedulable) {
     if (seqs_.erase(id) == 0) continue;
@@ -217,34 +243,42 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   std::span<const SampledRow> sampled;
   HEARTH_RETURN_IF_ERROR(forward(plan, logits, sampled));
   HEARTH_TEST_POINT("engine.step.forwarded");  // KV written, nothing sampled yet (on the host)
+  if (proposer_) step_cost_.observe(plan.tokens, runner_.last_step_ns());
 
   const auto vocab = static_cast<size_t>(runner_.vocab_size());
   const auto dim = static_cast<size_t>(runner_.model().config().dim);
   const std::span<const float> hidden = runner_.hidden();
   size_t row = 0, hidden_row = 0;
+  int32_t drafted = 0;
   finished_.clear();
   for (const PlannedSeq& p : plan.seqs) {
-    scheduler_.advance(p);
+    Seq& s = seqs_.at(p.id);
     const bool token = samples(p);
+    int32_t kept = 0;
+    bool forced = false;
+    if (token) kept = verify(s, p, logits, sampled, row, events, forced);
+    drafted += p.draft;
+    scheduler_.advance(p, kept);  // after the kept tokens joined the sequence: the prefix cache reads them
     if (config_.journal != nullptr) {
-      // The row's fingerprint: from the logits on the host, from the sampled row where
-      // the backend sampled (the logits never left it).
+      // The fingerprint of the row its last token was sampled from: from the logits on the
+      // host, from the sampled row where the backend sampled (the logits never left it).
+      const size_t last = row + static_cast<size_t>(kept);
       RowCheck check;
-      const bool checked = token && (!logits.empty() || (!sampled.empty() && sampled[row].top_id >= 0));
+      const bool checked = token && (!logits.empty() || (!sampled.empty() && sampled[last].top_id >= 0));
       if (checked) {
-        check.pos = p.begin + p.count - 1;
+        check.pos = p.begin + p.count - p.draft - 1 + kept;
         if (!logits.empty()) {
-          const float* l = logits.data() + row * vocab;
+          const float* l = logits.data() + last * vocab;
           check.token = static_cast<TokenId>(std::max_element(l, l + vocab) - l);
           check.logit = l[check.token];
         } else {
-          check.token = sampled[row].top_id;
-          check.logit = sampled[row].top_logit;
+          check.token = sampled[last].top_id;
+          check.logit = sampled[last].top_logit;
         }
       }
       config_.journal->committed(p.id, *scheduler_.kv(p.id), checked ? &check : nullptr);
     }
-    Seq& s = seqs_.at(p.id);
+    if (token) row += 1 + static_cast<size_t>(p.draft);
     if (s.pooled()) {
       const auto n = static_cast<size_t>(pooled_rows(s, p, 0).second);
       std::vector<float> vector;
@@ -259,44 +293,80 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
       finished_.push_back(p.id);
       continue;
     }
-    if (!token) continue;
-    StepEvent& e = events.emplace_back();
-    e.id = p.id;
-    if (!sampled.empty()) {
-      e.token = sampled[row++];
-      s.sampler.set_position(s.sampler.position() + 1);
-      s.request.tokens.push_back(e.token.id);
-    } else if (Status st = sample(s, logits.data() + row++ * vocab, e.token); !st.is_ok()) {
-      e.finish = FinishReason::kError;
-      e.error = st;
-      finished_.push_back(p.id);
-      continue;
-    }
-    e.n_produced = s.produced();
-    e.cached_tokens = scheduler_.cached_tokens(p.id);
-    e.finish = finish_of(s);
-    if (e.finish != FinishReason::kNone) {
-      finished_.push_back(p.id);
-      continue;
-    }
-    track_reasoning(s, e.token.id, s.produced() == 1);
-    if (!reasoning_due(s)) continue;
+    if (!forced) continue;
     // The thinking budget is spent: its end goes in as the next token (published like a
     // sampled one), and the answer is sampled after it.
     const TokenId end = s.request.spec.reasoning_end;
     s.request.tokens.push_back(end);
     track_reasoning(s, end, false);
     scheduler_.append(p.id, 1);
-    StepEvent& forced = events.emplace_back();
-    forced.id = p.id;
-    forced.token.id = end;
-    forced.n_produced = s.produced();
-    forced.cached_tokens = scheduler_.cached_tokens(p.id);
-    forced.finish = finish_of(s);
-    if (forced.finish != FinishReason::kNone) finished_.push_back(p.id);
+    StepEvent& e = events.emplace_back();
+    e.id = p.id;
+    e.token.id = end;
+    e.n_produced = s.produced();
+    e.cached_tokens = scheduler_.cached_tokens(p.id);
+    e.finish = finish_of(s);
+    if (e.finish != FinishReason::kNone) finished_.push_back(p.id);
   }
+  last_step_drafts_ = drafted;
   for (uint64_t id : finished_) remove(id);
   return Status::ok();
+}
+
+int32_t Driver::draft(uint64_t id, int32_t room) {
+  Seq& s = seqs_.at(id);
+  s.draft.clear();
+  if (s.pooled()) return 0;
+  const auto known = static_cast<int32_t>(s.request.tokens.size());
+  // Every drafted token kept, and the one sampled after them, must still fit.
+  room = std::min({room, config_.spec.max_tokens, s.request.spec.max_tokens - s.produced() - 1,
+                   config_.max_sequence_tokens - known - 1});
+  if (room < 1) return 0;
+  const int32_t k = config_.spec.adaptive ? spec_draft_length(s.spec, room, spec_threshold_) : room;
+  if (k < 1) return 0;
+  proposer_->propose(s.request.tokens, k, s.draft);
+  return static_cast<int32_t>(s.draft.size());
+}
+
+int32_t Driver::verify(Seq& s, const PlannedSeq& p, std::span<const float> logits,
+                       std::span<const SampledRow> sampled, size_t row, std::vector<StepEvent>& events, bool& forced) {
+  const auto vocab = static_cast<size_t>(runner_.vocab_size());
+  int32_t kept = 0;
+  for (int32_t i = 0; i <= p.draft; ++i) {
+    StepEvent& e = events.emplace_back();
+    e.id = p.id;
+    const size_t r = row + static_cast<size_t>(i);
+    if (!sampled.empty()) {
+      e.token = sampled[r];
+      s.sampler.set_position(s.sampler.position() + 1);
+      s.request.tokens.push_back(e.token.id);
+    } else if (Status st = sample(s, logits.data() + r * vocab, e.token); !st.is_ok()) {
+      e.finish = FinishReason::kError;
+      e.error = st;
+      finished_.push_back(p.id);
+      break;
+    }
+    e.n_produced = s.produced();
+    e.cached_tokens = scheduler_.cached_tokens(p.id);
+    e.finish = finish_of(s);
+    if (e.finish != FinishReason::kNone) {
+      finished_.push_back(p.id);
+      break;
+    }
+    track_reasoning(s, e.token.id, s.produced() == 1);
+    forced = reasoning_due(s);
+    // The next row was computed after draft[i]: it counts only when that is the token.
+    if (forced || i == p.draft || e.token.id != s.draft[static_cast<size_t>(i)]) break;
+    ++kept;
+  }
+  if (p.draft > 0) {
+    s.spec.observe(p.draft, kept);
+    ++spec_stats_.drafts;
+    spec_stats_.draft_tokens += static_cast<uint64_t>(p.draft);
+    spec_stats_.accepted += static_cast<uint64_t>(kept);
+    for (int32_t i = 0; i < kept; ++i) ++spec_stats_.accepted_at[static_cast<size_t>(i)];
+  }
+  return kept;
 }
 
 void Driver::track_reasoning(Seq& s, TokenId t, bool first) const {
@@ -349,6 +419,7 @@ void Driver::pool(Seq& s, const PlannedSeq& p, std::span<const float> rows, std:
 
 Status Driver::run_until_idle(const std::function<bool(const StepEvent&)>& on_event) {
   std::vector<StepEvent> events;
+  std::vector<uint64_t> dropped;  // this step's sequences on_event gave up
   while (!idle()) {
     bool ran = false;
     HEARTH_RETURN_IF_ERROR(step(events, ran));
@@ -356,8 +427,13 @@ Status Driver::run_until_idle(const std::function<bool(const StepEvent&)>& on_ev
       return make_error(ErrorCode::kResourceExhausted, "{} sequences wait for KV blocks, {} of {} are free",
                         seqs_.size(), runner_.cache().blocks_free(), blocks_total());
     }
+    dropped.clear();
     for (const StepEvent& e : events) {
-      if (!on_event(e) && e.finish == FinishReason::kNone) remove(e.id);
+      if (std::find(dropped.begin(), dropped.end(), e.id) != dropped.end()) continue;  // its later tokens
+      if (!on_event(e)) {
+        dropped.push_back(e.id);
+        if (e.finish == FinishReason::kNone) remove(e.id);
+      }
     }
   }
   return Status::ok();

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <span>
@@ -27,6 +28,7 @@
 #include "engine/core/model_runner.h"
 #include "engine/core/sampler.h"
 #include "engine/core/scheduler.h"
+#include "engine/core/speculation.h"
 
 namespace hearth {
 
@@ -66,6 +68,16 @@ struct DriverConfig {
   // Told what each step committed to the KV cache and what was released (a resident
   // cache's tables); none: nobody is.
   KvJournal* journal = nullptr;
+  // Speculative decoding (engine/core/speculation.h); method kNone: none.
+  SpecConfig spec;
+};
+
+// What speculative decoding did, since the driver was made.
+struct SpecStats {
+  uint64_t drafts = 0;        // sequence steps that drafted tokens
+  uint64_t draft_tokens = 0;  // tokens drafted
+  uint64_t accepted = 0;      // of those, kept
+  std::array<uint64_t, kMaxSpecTokens> accepted_at{};  // kept at each draft position
 };
 
 class Driver {
@@ -92,7 +104,8 @@ class Driver {
   bool idle() const { return seqs_.empty(); }
 
   // Plans and runs one step; what happened to each sequence goes to `events` (cleared
-  // first; finished and failed sequences are removed). `ran` is false when there was
+  // first; finished and failed sequences are removed). A sequence that speculates may
+  // get several tokens in one step, one event each, in order. `ran` is false when there was
   // nothing to run. `now_ms`: any monotonic clock (static batching's timeout).
   Status step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms = 0);
   // Steps until no sequence is left, passing every event to `on_event`; one that
@@ -102,6 +115,7 @@ class Driver {
   const Scheduler& scheduler() const { return scheduler_; }
   int32_t last_step_tokens() const { return last_step_tokens_; }  // positions the last step computed
   int32_t blocks_total() const;
+  const SpecStats& spec_stats() const { return spec_stats_; }
 
  private:
   struct Seq {
@@ -114,6 +128,8 @@ class Driver {
     int32_t reasoning_spent = 0;   // tokens produced inside it
     std::vector<double> pool_sum;  // a pooled sequence's rows so far (summed for the mean)
     int32_t pool_rows = 0;
+    std::vector<TokenId> draft;    // tokens drafted for this step (speculative decoding)
+    SpecState spec;                // how its drafts have done
     bool pooled() const { return request.spec.pooling != Pooling::kNone; }
     int32_t produced() const { return static_cast<int32_t>(request.tokens.size()) - request.n_prompt; }
     // Whether sampling this sequence changes its row (then it samples on the host).
@@ -130,6 +146,13 @@ class Driver {
   void track_reasoning(Seq& s, TokenId t, bool first) const;
   // Whether its thinking budget is spent while it still reasons: its reasoning_end is due.
   bool reasoning_due(const Seq& s) const;
+  // Drafts tokens for sequence `id` (at most `room`): the scheduler's DraftOf.
+  int32_t draft(uint64_t id, int32_t room);
+  // Samples a planned sequence's rows from `row`: its next token, then each drafted one
+  // while the token before matched its draft. Returns the drafts kept; `forced`: its
+  // thinking budget ran out, so its reasoning's end is due next.
+  int32_t verify(Seq& s, const PlannedSeq& p, std::span<const float> logits, std::span<const SampledRow> sampled,
+                 size_t row, std::vector<StepEvent>& events, bool& forced);
   // Whether a planned sequence samples a token this step (a pooled one never does).
   bool samples(const PlannedSeq& p) const { return p.sample && !seqs_.at(p.id).pooled(); }
   // The hidden rows a pooled sequence asks of this step, first and count ([row0, ...) its
@@ -148,6 +171,12 @@ class Driver {
   std::vector<SampleRow> sample_rows_;   // a step's rows, when the backend samples
   std::vector<uint64_t> finished_;
   int32_t last_step_tokens_ = 0;
+  int32_t last_step_drafts_ = 0;  // of those, drafted tokens
+  std::unique_ptr<Proposer> proposer_;  // none without speculation
+  StepCost step_cost_;
+  double spec_threshold_ = 0.0;    // the acceptance a drafted token must beat, this step
+  std::vector<std::pair<uint64_t, size_t>> drafted_;  // this step's drafting sequences, known tokens
+  SpecStats spec_stats_;
 };
 
 }  // namespace hearth

@@ -32,6 +32,7 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::span<const To
   config.scheduler.max_batch_size = 1;
   config.scheduler.max_batched_tokens = model.max_batch_tokens();  // prefill in chunks of the model's batch
   config.max_sequence_tokens = context + 1;  // the last token sampled needs no position
+  config.spec = options.speculative;
   Driver driver(runner, config);
   SequenceRequest request{.tokens = {prompt.begin(), prompt.end()},
                           .n_prompt = static_cast<int32_t>(prompt.size()),
@@ -63,6 +64,7 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::span<const To
     return true;
   }));
   HEARTH_RETURN_IF_ERROR(failed);
+  result.spec = driver.spec_stats();
   if (!result.tokens.empty()) result.decode_seconds = seconds_since(decode_start);
   return result;
 }

@@ -25,6 +25,7 @@ struct GenerateOptions {
   // stop ids generation ends after, ignore_stop (benchmarks: run to max_tokens regardless).
   RequestSpec spec{.max_tokens = 256};
   int32_t context = 0;  // positions available (0: the model's max_context)
+  SpecConfig speculative;  // speculative decoding (method kNone: off); the tokens are the same either way
 };
 
 struct GenerateResult {
@@ -34,6 +35,7 @@ struct GenerateResult {
   int32_t prompt_tokens = 0;
   double prefill_seconds = 0.0;     // prompt evaluation up to the first sampled token
   double decode_seconds = 0.0;      // the rest
+  SpecStats spec;                   // what speculative decoding drafted and kept
 };
 
 // Called after each token; returning false cancels generation.

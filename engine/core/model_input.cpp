@@ -46,8 +46,12 @@ void ModelInput::clear(int32_t size) {
 }
 
 Status ModelInput::add_sequence(std::span<const TokenId> seq_tokens, int32_t first_position,
-                                std::span<const int32_t> blocks, bool want_logits) {
+                                std::span<const int32_t> blocks, int32_t n_logits) {
   if (seq_tokens.empty()) return make_error(ErrorCode::kInvalidArgument, "a sequence needs at least one token");
+  if (n_logits < 0 || static_cast<size_t>(n_logits) > seq_tokens.size()) {
+    return make_error(ErrorCode::kInvalidArgument, "{} logit rows asked of a sequence of {} tokens", n_logits,
+                      seq_tokens.size());
+  }
   if (query_start.empty()) clear(block_size);
   const auto n = static_cast<int32_t>(seq_tokens.size());
   if (first_position < 0 || block_size < 1 ||
@@ -65,7 +69,7 @@ Status ModelInput::add_sequence(std::span<const TokenId> seq_tokens, int32_t fir
   query_start.push_back(row0 + n);
   pages.insert(pages.end(), blocks.begin(), blocks.end());
   page_start.push_back(static_cast<int32_t>(pages.size()));
-  if (want_logits) logit_rows.push_back(row0 + n - 1);
+  for (int32_t i = n - n_logits; i < n; ++i) logit_rows.push_back(row0 + i);
   return Status::ok();
 }
 

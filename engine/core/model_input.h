@@ -36,10 +36,11 @@ struct ModelInput {
   // Empties the input for block size `block_size`, keeping capacity.
   void clear(int32_t block_size);
   // Appends a sequence's `tokens` at positions first_position.. over its KV `blocks`
-  // (which must cover them) and, when `want_logits`, its last row as a logit row.
-  // kInvalidArgument when the blocks do not cover the positions.
+  // (which must cover them) and its last `n_logits` rows as logit rows (one to sample its
+  // next token; one more per drafted token to verify). kInvalidArgument when the blocks
+  // do not cover the positions or it has fewer rows than n_logits.
   Status add_sequence(std::span<const TokenId> tokens, int32_t first_position, std::span<const int32_t> blocks,
-                      bool want_logits);
+                      int32_t n_logits);
 
   // Asks for the final hidden states of rows first..first+count-1.
   void want_hidden(int32_t first, int32_t count);

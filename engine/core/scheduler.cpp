@@ -130,7 +130,16 @@ StepPlan Scheduler::plan(int64_t now_ms) {
       release(id, seq);
       continue;
     }
-    if (!reserve(seq, seq.n_computed + count)) {
+    // A decoding sequence may draft tokens, where the budget and free blocks allow.
+    int32_t draft = 0;
+    if (draft_of_ && count == 1 && seq.n_tokens - seq.n_computed == 1 && budget > 1) {
+      draft = std::clamp(draft_of_(id, budget - 1), 0, budget - 1);
+      if (draft > 0 && ((seq.n_computed + count + draft + block_size_ - 1) / block_size_ > total_blocks ||
+                        !reserve(seq, seq.n_computed + count + draft))) {
+        draft = 0;
+      }
+    }
+    if (draft == 0 && !reserve(seq, seq.n_computed + count)) {
       if (running_.size() - 1 > i) {  // someone newer can give way
         plan.preempted.push_back(running_.back());
         preempt_last();
@@ -141,9 +150,9 @@ StepPlan Scheduler::plan(int64_t now_ms) {
       preempt_last();
       break;
     }
-    plan.seqs.push_back({id, seq.n_computed, count, seq.n_computed + count == seq.n_tokens});
-    plan.tokens += count;
-    budget -= count;
+    plan.seqs.push_back({id, seq.n_computed, count + draft, seq.n_computed + count == seq.n_tokens, draft});
+    plan.tokens += count + draft;
+    budget -= count + draft;
     ++i;
   }
 
@@ -189,15 +198,25 @@ StepPlan Scheduler::plan(int64_t now_ms) {
   return plan;
 }
 
-void Scheduler::advance(const PlannedSeq& planned) {
+void Scheduler::advance(const PlannedSeq& planned, int32_t kept) {
   const auto it = seqs_.find(planned.id);
   HEARTH_CHECK(it != seqs_.end()) << "advance of unknown sequence " << planned.id;
   Seq& seq = it->second;
   HEARTH_CHECK(planned.begin == seq.n_computed) << "sequence " << planned.id << " advanced out of order";
-  seq.n_computed += planned.count;
+  HEARTH_CHECK(kept >= 0 && kept <= planned.draft) << "sequence " << planned.id << " kept " << kept << " of "
+                                                   << planned.draft << " drafted tokens";
+  seq.n_computed += planned.count - planned.draft + kept;
   seq.kv.length = seq.n_computed;
+  if (planned.draft > kept) {
+    // Rejected drafts: blocks past the length hold nothing of the sequence's (the last first).
+    const auto needed = static_cast<size_t>((seq.n_computed + block_size_ - 1) / block_size_);
+    while (seq.kv.blocks.size() > needed) {
+      blocks_.free(seq.kv.blocks.back());
+      seq.kv.blocks.pop_back();
+    }
+  }
   publish_full_blocks(planned.id, seq);
-  if (planned.sample) seq.n_tokens += 1;
+  if (planned.sample) seq.n_tokens += 1 + kept;
 }
 
 void Scheduler::append(uint64_t id, int32_t n) {

@@ -53,8 +53,11 @@ struct SchedulerConfig {
 struct PlannedSeq {
   uint64_t id = 0;
   int32_t begin = 0;     // first position computed this step
-  int32_t count = 0;     // positions computed this step
+  int32_t count = 0;     // positions computed this step, drafted ones included
   bool sample = false;   // this step completes the known tokens: sample the next one
+  // Of `count`, the last `draft` are drafted tokens (speculative decoding) after the
+  // known ones: each is sampled in turn, and kept while it matches (advance's `kept`).
+  int32_t draft = 0;
 };
 
 struct StepPlan {
@@ -66,6 +69,9 @@ struct StepPlan {
 
 // The known tokens of a scheduled sequence (the prefix cache's view of its content).
 using TokensOf = std::function<std::span<const TokenId>(uint64_t id)>;
+// Tokens drafted for a running sequence about to decode, at most `room` (speculative
+// decoding); the driver keeps what it drafted.
+using DraftOf = std::function<int32_t(uint64_t id, int32_t room)>;
 
 // A sampled row's fingerprint: the position it was computed at, its top token and that
 // token's logit. Recomputing the row from an adopted KV cache must give it again.
@@ -106,12 +112,18 @@ class Scheduler {
   // is queued to compute everything. An adopted sequence goes to the front of the queue.
   Status add(uint64_t id, int32_t n_tokens, KvSequence& adopted);
   void set_journal(KvJournal* journal) { journal_ = journal; }
+  // Asked, for each running sequence about to decode one token, how many it drafts; it
+  // gets that many more positions when the step's budget and free blocks allow (never
+  // by preempting anyone), else none.
+  void set_drafts(DraftOf draft_of) { draft_of_ = std::move(draft_of); }
   // Plans the next step (empty when there is nothing to run). `now_ms` is any
   // monotonic clock in milliseconds (used by static batching only).
   StepPlan plan(int64_t now_ms = 0);
-  // Records that a planned sequence ran: its positions up to begin + count are in the
-  // KV cache, and when it sampled, it now knows one more token.
-  void advance(const PlannedSeq& planned);
+  // Records that a planned sequence ran: its known positions, and the first `kept` of its
+  // drafted ones, are in the KV cache, and when it sampled, it now knows those drafts and
+  // one more token. What its rejected drafts wrote is beyond its length (written over
+  // later), and blocks holding only that are freed.
+  void advance(const PlannedSeq& planned, int32_t kept = 0);
   // A running or waiting sequence knows `n` more tokens than it sampled (tokens put in
   // for it, such as a forced end of its reasoning): they are computed before it samples
   // again.
@@ -163,6 +175,7 @@ class Scheduler {
   BlockKey chain_seed_;  // random per scheduler: block keys cannot be predicted from outside
   uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
   KvJournal* journal_ = nullptr;
+  DraftOf draft_of_;
 };
 
 }  // namespace hearth

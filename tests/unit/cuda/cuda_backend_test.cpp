@@ -523,6 +523,33 @@ TEST_F(CudaBackendTest, Stories260KGroundTruthOnTheDevice) {
   }
 }
 
+// Speculative decoding on the device: drafted rows verified by the device sampler (each
+// with its draw and the output before it) give plain decoding's tokens, greedy and seeded.
+TEST_F(CudaBackendTest, SpeculationGivesPlainDecodingsTokensOnTheDevice) {
+  const auto path = testing::shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(path);
+  auto m = model_open(path);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  auto llama = Model::create(m->config, m->tensors, *gpu_, 64);
+  ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
+  auto cache = KvCache::create(*gpu_, {m->config.n_layers, m->config.kv_dim(), 16, 32, KvDType::kF32});
+  ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};  // BOS "Once upon a time"
+  for (const SamplingParams& sampling : {SamplingParams{.temperature = 0.0f},
+                                         SamplingParams{.temperature = 0.7f, .seed = 9}}) {
+    GenerateOptions options;
+    options.spec.max_tokens = sampling.temperature == 0.0f ? 64 : 32;
+    options.spec.sampling = sampling;
+    auto plain = generate(**llama, *cache, prompt, options);
+    options.speculative = {.method = SpecMethod::kNgram, .max_tokens = 4};
+    auto spec = generate(**llama, *cache, prompt, options);
+    ASSERT_TRUE(plain.is_ok() && spec.is_ok());
+    EXPECT_EQ(spec->tokens, plain->tokens) << "temperature " << sampling.temperature;
+    EXPECT_GT(spec->spec.draft_tokens, 0u);
+    if (sampling.temperature == 0.0f) EXPECT_GT(spec->spec.accepted, 0u);
+  }
+}
+
 // An embedding's rows: the final hidden states a step asks for (hidden_rows, uploaded
 // beside the logit rows) come back from the device as the CPU computes them.
 TEST_F(CudaBackendTest, HiddenRowsOfAStepMatchTheCpu) {

@@ -16,6 +16,8 @@
 #include <random>
 #include <thread>
 
+#include "engine/core/driver.h"
+#include "engine/core/generate.h"
 #include "engine/core/kv_cache.h"
 #include "engine/core/model.h"
 #include "engine/core/model_runner.h"
@@ -344,6 +346,62 @@ TEST_F(TpModelTest, TwoRanksGiveOneRanksLogitsAtEveryStepAndItsGreedyText) {
   EXPECT_EQ(shard_steps.load(), 40);
   const std::vector<TokenId> truth = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337};
   EXPECT_EQ(std::vector<TokenId>(tokens.begin() + 5, tokens.begin() + 21), truth);
+}
+
+// Speculative decoding in a group: drafted rows are rows of the step every rank runs,
+// and the greedy output is one rank's plain output, with drafts kept along the way.
+TEST_F(TpModelTest, SpeculationAtTwoRanksGivesOneRanksPlainGreedyText) {
+  const AttachedWeights one = publish(1), two = publish(2);
+  const ModelConfig& c = one.config;
+  auto backend = make_cpu_backend({.threads = 1});
+  auto make_cache = [&](int tp) {
+    return std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim() / tp, 16, 16, KvDType::kF32})).value();
+  };
+  KvCache cache1 = make_cache(1), cache_r0 = make_cache(2), cache_r1 = make_cache(2);
+  auto model1 = std::move(Model::create(c, one.tensors(0), *backend, 64)).value();
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  GenerateOptions plain;
+  plain.spec.max_tokens = 160;
+  plain.spec.sampling.temperature = 0.0f;
+  const auto want = generate(*model1, cache1, prompt, plain);
+  ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+
+  const auto path = dir_.path() / "hearth.tp2.tp";
+  TpSegmentConfig tc = small_config(2, 64 * static_cast<uint64_t>(c.dim));
+  tc.step_capacity = model_input_max_bytes(64, 1, 16);
+  ASSERT_TRUE(TpSegment::open_or_create(path, tc).is_ok());
+  std::vector<std::unique_ptr<TpGroup>> groups;
+  for (int r = 0; r < 2; ++r) groups.push_back(member(path, r, {.rank = r}));
+  auto model_r0 = std::move(Model::create(c, two.tensors(0), *backend, 64, {.comm = &groups[0]->communicator()})).value();
+  auto backend1 = make_cpu_backend({.threads = 1});
+  auto model_r1 = std::move(Model::create(c, two.tensors(1), *backend1, 64, {.comm = &groups[1]->communicator()})).value();
+  form_all(groups);
+  ModelRunner runner_r0(*model_r0, cache_r0, groups[0].get());
+  ModelRunner runner_r1(*model_r1, cache_r1);
+  std::atomic<bool> stop{false};
+  std::thread rank1([&] {
+    ModelInput in;
+    while (!stop.load()) {
+      auto got = groups[1]->next_step(in, 100ms);
+      if (!got.is_ok()) return;
+      if (*got) (void)runner_r1.run_shard(in);
+    }
+  });
+  DriverConfig dc{.scheduler = {.max_batch_size = 1, .max_batched_tokens = 64}, .max_sequence_tokens = 256};
+  dc.spec = {.method = SpecMethod::kNgram, .max_tokens = 4};
+  Driver driver(runner_r0, dc);
+  ASSERT_EQ(*driver.add(0, {.tokens = prompt, .n_prompt = 5, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 160}}),
+            FinishReason::kNone);
+  std::vector<TokenId> got;
+  const Status st = driver.run_until_idle([&](const StepEvent& e) {
+    got.push_back(e.token.id);
+    return true;
+  });
+  stop.store(true);
+  rank1.join();
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(got, want->tokens);
+  EXPECT_GT(driver.spec_stats().accepted, 0u);
 }
 
 TEST_F(TpModelTest, ARankRefusesAGroupItCannotBePartOfNamingTheNumbers) {

@@ -1,0 +1,302 @@
+// Speculative decoding: the n-gram proposer, the draft-length rule, the scheduler's
+// rollback of rejected drafts, and the driver's output, which must be plain decoding's.
+#include "engine/core/speculation.h"
+
+#include <cmath>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+#include "engine/core/driver.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/core/generate.h"
+#include "engine/core/scheduler.h"
+#include "grammar/json_schema.h"
+#include "loader/model.h"
+#include "tests/test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace hearth {
+namespace {
+
+using testing::shared_path;
+namespace json = boost::json;
+
+std::vector<TokenId> propose(std::vector<TokenId> tokens, int32_t k, int32_t n_min = 2, int32_t n_max = 4) {
+  std::vector<TokenId> out;
+  ngram_propose(tokens, n_min, n_max, k, out);
+  return out;
+}
+
+TEST(NgramProposeTest, ProposesWhatFollowedTheLongestLatestMatch) {
+  // "7 8" occurred twice before; "6 7 8" only once: the longer match wins.
+  EXPECT_EQ(propose({6, 7, 8, 1, 2, 3, 9, 7, 8, 4, 5, 0, 6, 7, 8}, 3), (std::vector<TokenId>{1, 2, 3}));
+  // Equal lengths: the latest place.
+  EXPECT_EQ(propose({7, 8, 1, 2, 7, 8, 3, 4, 7, 8}, 2), (std::vector<TokenId>{3, 4}));
+  // Nothing of ngram_min tokens occurred before: nothing.
+  EXPECT_TRUE(propose({1, 2, 3, 4, 5, 3}, 4).empty());
+  EXPECT_EQ(propose({1, 2, 3, 4, 5, 3}, 2, 1, 4), (std::vector<TokenId>{4, 5}));
+  // Where what followed runs into the end, the text repeats with its period.
+  EXPECT_EQ(propose({5, 1, 2, 3, 1, 2, 3}, 5), (std::vector<TokenId>{1, 2, 3, 1, 2}));
+  EXPECT_EQ(propose({9, 9, 9}, 3), (std::vector<TokenId>{9, 9, 9}));
+  // Too short to match, or nothing asked.
+  EXPECT_TRUE(propose({4}, 3, 1).empty());
+  EXPECT_TRUE(propose({1, 2, 1, 2}, 0).empty());
+}
+
+TEST(SpecDraftLengthTest, FollowsAcceptanceAndCostAndProbesAfterAPause) {
+  SpecState s;
+  EXPECT_NEAR(s.accept(), 0.5, 1e-9);
+  for (int i = 0; i < 30; ++i) s.observe(4, 4);  // every draft kept
+  EXPECT_GT(s.accept(), 0.9);
+  EXPECT_EQ(spec_draft_length(s, 4, 0.1), 4);
+  EXPECT_EQ(spec_draft_length(s, 4, 0.999), 0);  // nothing beats a threshold that high
+  SpecState bad;
+  for (int i = 0; i < 30; ++i) bad.observe(4, 0);  // every draft rejected at once
+  EXPECT_LT(bad.accept(), 0.15);
+  int drafted = 0;
+  for (int step = 0; step < 32; ++step) drafted += spec_draft_length(bad, 4, 0.2);
+  EXPECT_EQ(drafted, 2);  // one probe per 16 decoding steps
+
+  // Cheap drafts (the fixed cost dominates) for one stream, dear ones in a large batch.
+  EXPECT_LT(spec_threshold(50.0, 1, 1), 0.02);
+  EXPECT_GT(spec_threshold(50.0, 64, 64), 0.5);
+  EXPECT_NEAR(spec_threshold(std::nullopt, 1, 1), 0.1, 1e-9);
+}
+
+TEST(StepCostTest, FitsTheFixedAndPerTokenCost) {
+  StepCost cost;
+  EXPECT_FALSE(cost.fixed_per_token().has_value());
+  for (int i = 0; i < 20; ++i) cost.observe(1, 5000);
+  EXPECT_FALSE(cost.fixed_per_token().has_value());  // every step the same size: nothing to tell apart
+  for (int i = 0; i < 40; ++i) {
+    const int n = 1 + i % 5;
+    cost.observe(n, static_cast<uint64_t>(4000 + 1000 * n));
+  }
+  ASSERT_TRUE(cost.fixed_per_token().has_value());
+  EXPECT_NEAR(*cost.fixed_per_token(), 4.0, 0.05);
+}
+
+TEST(SpecSchedulerTest, RejectedDraftsAreRolledBackAndTheirBlocksFreed) {
+  BlockAllocator blocks(8);
+  Scheduler s({.max_batch_size = 4, .max_batched_tokens = 16}, blocks, 4);
+  int32_t drafts = 0;
+  s.set_drafts([&](uint64_t, int32_t room) { return std::min(drafts, room); });
+  ASSERT_TRUE(s.add(1, 7).is_ok());
+  StepPlan p = s.plan();  // prefill: no drafts
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].draft, 0);
+  s.advance(p.seqs[0]);  // 7 computed, 8 known
+  drafts = 5;
+  p = s.plan();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].begin, 7);
+  EXPECT_EQ(p.seqs[0].count, 6);  // the known token and 5 drafts: positions 7..12
+  EXPECT_EQ(p.seqs[0].draft, 5);
+  EXPECT_EQ(p.tokens, 6);
+  EXPECT_EQ(s.kv(1)->blocks.size(), 4u);
+  s.advance(p.seqs[0], 1);  // one draft kept: positions 7 and 8 hold the sequence, 10 tokens known
+  EXPECT_EQ(s.kv(1)->length, 9);
+  EXPECT_EQ(s.kv(1)->blocks.size(), 3u);  // the block of positions 12.. held only rejected drafts
+  EXPECT_EQ(blocks.free_count(), 5);
+  drafts = 0;
+  p = s.plan();
+  ASSERT_EQ(p.seqs.size(), 1u);
+  EXPECT_EQ(p.seqs[0].begin, 9);
+  EXPECT_EQ(p.seqs[0].count, 1);
+  // Drafts never preempt: with too few blocks free, the sequence decodes plainly.
+  s.advance(p.seqs[0]);
+  ASSERT_TRUE(s.add(2, 20).is_ok());  // takes 4 of the 5 free blocks
+  p = s.plan();
+  for (const PlannedSeq& q : p.seqs) s.advance(q);
+  drafts = 8;
+  p = s.plan();
+  ASSERT_FALSE(p.seqs.empty());
+  EXPECT_EQ(p.seqs[0].id, 1u);
+  EXPECT_EQ(p.seqs[0].draft, 0);
+  EXPECT_TRUE(p.preempted.empty());
+}
+
+#define REQUIRE_STORIES() HEARTH_REQUIRE_SHARED(shared_path("models/stories260K/stories260K.gguf"))
+
+struct Stories {
+  LoadedModel model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  std::unique_ptr<Model> llama;
+  std::optional<KvCache> cache;
+  std::unique_ptr<ModelRunner> runner;
+  std::shared_ptr<const grammar::Vocabulary> vocab;
+
+  Stories() {
+    model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
+    tokenizer = std::move(tokenizer_load(model.tokenizer)).value();
+    llama = std::move(Model::create(model.config, model.tensors, *backend, 128)).value();
+    cache.emplace(std::move(KvCache::create(*backend, {model.config.n_layers, model.config.kv_dim(), 16, 320, KvDType::kF32})).value());
+    runner = std::make_unique<ModelRunner>(*llama, *cache);
+    std::vector<std::string> bytes;
+    for (TokenId id = 0; id < model.config.vocab_size; ++id) bytes.emplace_back(tokenizer->token_bytes(id));
+    vocab = std::make_shared<const grammar::Vocabulary>(std::move(grammar::Vocabulary::build(bytes)).value());
+  }
+
+  DriverConfig config(SpecMethod method, int32_t spec_tokens = 4, bool adaptive = true) {
+    DriverConfig c{.scheduler = {.max_batch_size = 16, .max_batched_tokens = 128}, .max_sequence_tokens = 512};
+    c.vocabulary = [v = vocab]() -> Result<std::shared_ptr<const grammar::Vocabulary>> { return v; };
+    c.spec = {.method = method, .max_tokens = spec_tokens, .adaptive = adaptive};
+    return c;
+  }
+
+  // Runs the requests together to their ends; the tokens by id.
+  std::map<uint64_t, std::vector<TokenId>> run(const DriverConfig& config, const std::vector<SequenceRequest>& requests,
+                                               SpecStats* stats = nullptr) {
+    Driver driver(*runner, config);
+    for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(*driver.add(i, requests[i]), FinishReason::kNone);
+    std::map<uint64_t, std::vector<TokenId>> out;
+    const Status st = driver.run_until_idle([&](const StepEvent& e) {
+      EXPECT_NE(e.finish, FinishReason::kError) << e.error.to_string();
+      out[e.id].push_back(e.token.id);
+      EXPECT_EQ(static_cast<size_t>(e.n_produced), out[e.id].size());
+      return true;
+    });
+    EXPECT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(cache->blocks_free(), cache->config().n_blocks);
+    if (stats != nullptr) *stats = driver.spec_stats();
+    return out;
+  }
+  std::vector<TokenId> prompt(std::string_view text) { return std::move(tokenizer->encode(text)).value(); }
+};
+
+// Greedy: the stories260K ground truth, token for token, with drafts kept along the way.
+TEST(SpecDriverTest, GreedyOutputIsPlainDecodingsWithTheGroundTruth) {
+  REQUIRE_STORIES();
+  Stories f;
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  for (int32_t k : {1, 4, 16}) {
+    GenerateOptions plain;
+    plain.spec.max_tokens = 200;
+    plain.spec.sampling.temperature = 0.0f;
+    GenerateOptions spec = plain;
+    spec.speculative = {.method = SpecMethod::kNgram, .max_tokens = k};
+    const auto want = generate(*f.llama, *f.cache, prompt, plain);
+    const auto got = generate(*f.llama, *f.cache, prompt, spec);
+    ASSERT_TRUE(want.is_ok() && got.is_ok());
+    ASSERT_EQ(want->tokens.size(), 200u);
+    EXPECT_EQ(std::vector<TokenId>(want->tokens.begin(), want->tokens.begin() + 16),
+              (std::vector<TokenId>{432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337}));
+    EXPECT_EQ(got->tokens, want->tokens) << "spec tokens " << k;
+    EXPECT_EQ(got->logprobs, want->logprobs);
+    EXPECT_GT(got->spec.drafts, 0u);
+    EXPECT_GT(got->spec.accepted, 0u) << "spec tokens " << k;
+    EXPECT_LE(got->spec.accepted, got->spec.draft_tokens);
+    EXPECT_EQ(got->spec.accepted_at[0] >= got->spec.accepted_at[1], true);
+  }
+}
+
+// Many sequences at once, each with what shapes its sampling (seeded temperature,
+// penalties, top-k/p, logit bias, min_tokens, a grammar, top logprobs): each gets the
+// tokens it gets without speculation.
+TEST(SpecDriverTest, BatchedShapedAndSeededSequencesGetPlainDecodingsTokens) {
+  REQUIRE_STORIES();
+  Stories f;
+  const std::string story = "Lily and Ben went to the park. Lily and Ben saw a big dog. Lily and Ben";
+  const std::string gbnf = std::move(grammar::json_schema_to_gbnf(json::parse(
+      R"({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]})"))).value();
+  std::vector<SequenceRequest> requests;
+  auto add = [&](std::string_view text, RequestSpec spec) {
+    std::vector<TokenId> p = f.prompt(text);
+    const auto n = static_cast<int32_t>(p.size());
+    requests.push_back({.tokens = std::move(p), .n_prompt = n, .spec = std::move(spec)});
+  };
+  add(story, {.sampling = {.temperature = 0.0f}, .max_tokens = 60});
+  add(story, {.sampling = {.temperature = 0.8f, .seed = 11}, .max_tokens = 60});
+  add(story, {.sampling = {.temperature = 1.0f, .top_p = 0.9f, .top_k = 20, .seed = 5}, .max_tokens = 60, .top_logprobs = 3});
+  add(story, {.sampling = {.temperature = 0.0f, .repetition_penalty = 1.2f, .presence_penalty = 0.3f,
+                           .frequency_penalty = 0.2f},
+              .max_tokens = 60});
+  add(story, {.sampling = {.temperature = 0.0f}, .max_tokens = 60, .min_tokens = 40, .stop_ids = {2},
+              .logit_bias = {{.id = 401, .bias = -100}}});
+  add("Once upon a time", {.sampling = {.temperature = 0.7f, .seed = 3}, .max_tokens = 50, .stop_ids = {2}, .grammar = gbnf});
+  add("Once upon a time", {.sampling = {.temperature = 0.0f}, .max_tokens = 120, .stop_ids = {2}});
+  SpecStats stats;
+  const auto want = f.run(f.config(SpecMethod::kNone), requests);
+  for (bool adaptive : {true, false}) {
+    const auto got = f.run(f.config(SpecMethod::kNgram, 6, adaptive), requests, &stats);
+    ASSERT_EQ(want.size(), requests.size());
+    for (const auto& [id, tokens] : want) EXPECT_EQ(got.at(id), tokens) << "request " << id << ", adaptive " << adaptive;
+    EXPECT_GT(stats.accepted, adaptive ? 0u : 20u);
+  }
+}
+
+// Sampling: the distribution of tokens with speculation is plain sampling's. Between the
+// two, over different seeds, a chi-squared test at the 0.1% level of the tokens at each
+// position after the first (which is never drafted), with drafts at nearly every one.
+TEST(SpecDriverTest, SampledTokensFollowPlainSamplingsDistribution) {
+  REQUIRE_STORIES();
+  Stories f;
+  // "Once upon a time" and its greedy continuation, twice, then "Once upon a time": the
+  // model's likely tokens are drafted, and so are others.
+  const std::vector<TokenId> start = {403, 407, 261, 378};
+  GenerateOptions greedy;
+  greedy.spec.max_tokens = 24;
+  greedy.spec.sampling.temperature = 0.0f;
+  const auto story = generate(*f.llama, *f.cache, std::vector<TokenId>{1, 403, 407, 261, 378}, greedy);
+  ASSERT_TRUE(story.is_ok());
+  std::vector<TokenId> prompt = {1};
+  for (int i = 0; i < 2; ++i) {
+    prompt.insert(prompt.end(), start.begin(), start.end());
+    prompt.insert(prompt.end(), story->tokens.begin(), story->tokens.end());
+  }
+  prompt.insert(prompt.end(), start.begin(), start.end());
+  constexpr int kDraws = 1600, kTokens = 8;
+  auto histogram = [&](SpecMethod method, uint64_t seed0, SpecStats& stats) {
+    std::map<std::pair<size_t, TokenId>, double> h;  // (position, token)
+    for (int at = 0; at < kDraws; at += 16) {
+      std::vector<SequenceRequest> batch;
+      for (int i = at; i < at + 16; ++i) {
+        batch.push_back({.tokens = prompt, .n_prompt = static_cast<int32_t>(prompt.size()),
+                         .spec = {.sampling = {.temperature = 0.6f, .seed = seed0 + static_cast<uint64_t>(i)},
+                                  .max_tokens = kTokens, .ignore_stop = true}});
+      }
+      SpecStats s;
+      DriverConfig config = f.config(method, 4, false);
+      config.spec.ngram_min = 1;  // drafts at nearly every position, good ones or not
+      for (const auto& [id, tokens] : f.run(config, batch, &s)) {
+        for (size_t p = 1; p < tokens.size(); ++p) h[{p, tokens[p]}] += 1;  // the first token is never drafted
+      }
+      stats.draft_tokens += s.draft_tokens;
+      stats.accepted += s.accepted;
+    }
+    return h;
+  };
+  SpecStats none, ngram;
+  const auto a = histogram(SpecMethod::kNone, 1000, none);
+  const auto b = histogram(SpecMethod::kNgram, 90000, ngram);
+  EXPECT_EQ(none.draft_tokens, 0u);
+  EXPECT_GT(ngram.draft_tokens, static_cast<uint64_t>(kDraws * 4));
+  EXPECT_GT(ngram.accepted, static_cast<uint64_t>(kDraws));
+  // Bins: each (position, token) seen at least 10 times in all; the rest pooled per position.
+  std::map<std::pair<size_t, TokenId>, std::pair<double, double>> bins;
+  std::map<std::pair<size_t, TokenId>, double> total;
+  for (const auto& [k, n] : a) total[k] += n;
+  for (const auto& [k, n] : b) total[k] += n;
+  for (const auto& [k, n] : total) {
+    auto& bin = bins[n >= 10 ? k : std::pair<size_t, TokenId>{k.first, -1}];
+    bin.first += a.contains(k) ? a.at(k) : 0;
+    bin.second += b.contains(k) ? b.at(k) : 0;
+  }
+  double chi2 = 0;
+  for (const auto& [k, n] : bins) {
+    const double sum = n.first + n.second;  // equal sample sizes: expected sum/2 each
+    chi2 += (n.first - n.second) * (n.first - n.second) / sum;
+  }
+  const double df = static_cast<double>(bins.size()) - (kTokens - 1);  // one constraint per position
+  // The 0.1% critical value, by Wilson-Hilferty: df (1 - 2/(9 df) + 3.09 sqrt(2/(9 df)))^3.
+  const double critical = df * std::pow(1 - 2 / (9 * df) + 3.0902 * std::sqrt(2 / (9 * df)), 3);
+  EXPECT_LT(chi2, critical) << bins.size() << " bins, " << ngram.accepted << " of " << ngram.draft_tokens
+                            << " drafted tokens kept";
+}
+
+}  // namespace
+}  // namespace hearth
