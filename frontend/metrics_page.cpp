@@ -138,6 +138,19 @@ void FrontendServer::Impl::render_engine(std::string& out) {
   render_metric(out, "hearth_kv_adopt_rejected_total", "counter",
                 "Resumed requests whose adopted KV cache failed its check and were computed again",
                 static_cast<double>(h.stat_kv_adopt_rejected.load()), m);
+  render_metric(out, "hearth_spec_decode_num_drafts_total", "counter",
+                "Speculative decoding: sequence steps that drafted tokens", static_cast<double>(h.stat_spec_drafts.load()), m);
+  render_metric(out, "hearth_spec_decode_num_draft_tokens_total", "counter", "Speculative decoding: tokens drafted",
+                static_cast<double>(h.stat_spec_draft_tokens.load()), m);
+  render_metric(out, "hearth_spec_decode_num_accepted_tokens_total", "counter",
+                "Speculative decoding: drafted tokens kept (each one a token without a step of its own)",
+                static_cast<double>(h.stat_spec_accepted.load()), m);
+  render_metric_header(out, "hearth_spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                       "Speculative decoding: drafted tokens kept at each draft position (0: the first)");
+  for (size_t i = 0; i < kSpecPositions; ++i) {
+    out += fmt::format("hearth_spec_decode_num_accepted_tokens_per_pos_total{{{}{}position=\"{}\"}} {}\n", m,
+                       m.empty() ? "" : ",", i, h.stat_spec_accepted_at[i].load());
+  }
   render_metric(out, "hearth_engine_up", "gauge", "1 when an engine heartbeat is fresh", s.engine_ready() ? 1 : 0);
   render_metric(out, "hearth_engine_running", "gauge", "Sequences the engine runs", h.stat_running.load());
   render_metric(out, "hearth_engine_waiting", "gauge", "Sequences waiting for the engine", h.stat_waiting.load());

@@ -28,10 +28,12 @@
 namespace hearth {
 
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
-inline constexpr uint32_t kBrokerLayoutVersion = 7;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
+inline constexpr uint32_t kBrokerLayoutVersion = 8;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
                                                      // 5: prefix-cache counts; 6: nonce, KV adoption counts;
                                                      // 7: embeddings (pooling flags, the vector in the produced
-                                                     //    area), the thinking budget
+                                                     //    area), the thinking budget; 8: speculative
+                                                     //    decoding counts
+inline constexpr size_t kSpecPositions = 16;  // draft positions the broker counts acceptance at
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
 inline constexpr SegmentKind kBrokerSegment{"broker", kBrokerMagic, kBrokerLayoutVersion, kBrokerHeaderBytes,
@@ -92,6 +94,12 @@ struct BrokerHeader {
   std::atomic<uint64_t> stat_prefix_hits;     // of those, tokens found there
   std::atomic<uint64_t> stat_kv_adopted;      // resumed sequences that continued from the resident KV cache
   std::atomic<uint64_t> stat_kv_adopt_rejected;  // resumed sequences whose adopted cache failed its check: recomputed
+  // Speculative decoding: sequence steps that drafted, tokens drafted, tokens kept, and
+  // kept at each draft position (0: the first drafted token).
+  std::atomic<uint64_t> stat_spec_drafts;
+  std::atomic<uint64_t> stat_spec_draft_tokens;
+  std::atomic<uint64_t> stat_spec_accepted;
+  std::atomic<uint64_t> stat_spec_accepted_at[kSpecPositions];
   FrontendEntry frontends[kMaxFrontends];
 };
 static_assert(sizeof(BrokerHeader) <= kBrokerHeaderBytes);

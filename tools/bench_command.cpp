@@ -204,6 +204,25 @@ int compare_command(const Args& args) {
   return 0;
 }
 
+// The server's speculative-decoding counts from its /metrics: tokens drafted and kept;
+// none where it reports none (another server, or /metrics wants a key the run lacks).
+std::optional<std::pair<double, double>> spec_counts(const Endpoint& endpoint) {
+  auto reply = http_get(endpoint, "/metrics", std::chrono::seconds(5));
+  if (!reply.is_ok() || reply->status != 200) return std::nullopt;
+  double drafted = -1, kept = -1;
+  std::istringstream lines(reply->body);
+  for (std::string line; std::getline(lines, line);) {
+    double* target = line.starts_with("hearth_spec_decode_num_draft_tokens_total")      ? &drafted
+                     : line.starts_with("hearth_spec_decode_num_accepted_tokens_total") ? &kept
+                                                                                        : nullptr;
+    if (target == nullptr) continue;
+    const size_t space = line.rfind(' ');
+    if (space != std::string::npos) *target = std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  if (drafted < 0 || kept < 0) return std::nullopt;
+  return std::pair{drafted, kept};
+}
+
 }  // namespace
 
 int bench_command(const std::vector<std::string>& argv) {
@@ -341,11 +360,17 @@ int bench_command(const std::vector<std::string>& argv) {
                levels.size(), duration->value_or(20));
   std::vector<LevelSummary> summaries;
   for (const LoadLevel& level : levels) {
+    const auto spec_before = spec_counts(*endpoint);
     const LevelRun run = run_level(*endpoint, workload, level, options);
     summaries.push_back(summarize(run));
-    const LevelSummary& s = summaries.back();
-    std::fprintf(stderr, "  %s %g: %zu requests in %.1f s, %.2f req/s, TTFT p50 %.0f ms, %.1f%% failed%s%s\n",
+    LevelSummary& s = summaries.back();
+    const auto spec_after = spec_before ? spec_counts(*endpoint) : std::nullopt;
+    if (spec_after && spec_after->first > spec_before->first) {
+      s.spec_acceptance = (spec_after->second - spec_before->second) / (spec_after->first - spec_before->first);
+    }
+    std::fprintf(stderr, "  %s %g: %zu requests in %.1f s, %.2f req/s, TTFT p50 %.0f ms, %.1f%% failed%s%s%s\n",
                  s.kind.c_str(), s.load, s.requests, s.wall_s, s.requests_per_s, s.ttft_ms.p50, 100 * s.error_ratio(),
+                 s.spec_acceptance < 0 ? "" : fmt::format(", speculation kept {:.1f}% of drafts", 100 * s.spec_acceptance).c_str(),
                  s.first_error.empty() ? "" : " (first: ", s.first_error.empty() ? "" : (s.first_error + ")").c_str());
   }
   std::fputs(format_table(summaries).c_str(), stdout);

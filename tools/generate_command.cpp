@@ -44,6 +44,9 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --ctx N                 context length to allocate (default: the model's, at most 4096)
   --kv-dtype f32|f16|bf16 how the KV cache stores keys and values (default f16)
   --ignore-eos            keep generating past end-of-sequence tokens (benchmarks)
+  --spec ngram|none       speculative decoding by prompt lookup: the same tokens, fewer steps
+                          where the text repeats itself (default none)
+  --spec-tokens K         drafted tokens per step at most, 1..16 (default 4)
   --no-special            do not add BOS/EOS to the prompt
   --json                  print one JSON object (ids, text, finish reason, speeds) instead
 )";
@@ -76,7 +79,8 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   HEARTH_ASSIGN_OR_RETURN(
       Args args, Args::parse(argv,
                              {"model", "attach", "shm-dir", "backend", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                              "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx", "kv-dtype"},
+                              "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx", "kv-dtype", "spec",
+                              "spec-tokens"},
                              {"ignore-eos", "json", "no-special", "help"}));
   Options o;
   if (args.has("help")) return make_error(ErrorCode::kInvalidArgument, "help");
@@ -119,6 +123,11 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
     if (v) *f.target = static_cast<float>(*v);
   }
   HEARTH_RETURN_IF_ERROR(sampling_params_validate(o.gen.spec.sampling));
+  if (auto method = args.get("spec")) {
+    HEARTH_ASSIGN_OR_RETURN(o.gen.speculative.method, spec_method_from_name(*method));
+  }
+  HEARTH_ASSIGN_OR_RETURN(auto spec_tokens, args.get_int("spec-tokens", 1, kMaxSpecTokens));
+  if (spec_tokens) o.gen.speculative.max_tokens = static_cast<int32_t>(*spec_tokens);
   return o;
 }
 
@@ -209,14 +218,22 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
     out["first_token_seconds"] = first_token_seconds;
     out["prefill_tokens_per_second"] = prefill_tps;
     out["decode_tokens_per_second"] = decode_tps;
+    if (o.gen.speculative.method != SpecMethod::kNone) {
+      out["spec_draft_tokens"] = result->spec.draft_tokens;
+      out["spec_accepted_tokens"] = result->spec.accepted;
+    }
     const std::string s = boost::json::serialize(out);
     std::printf("%s\n", s.c_str());
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
-    HEARTH_LOG_INFO("{} prompt tokens, {} generated ({}), prefill {:.1f} tok/s, decode {:.1f} tok/s",
+    HEARTH_LOG_INFO("{} prompt tokens, {} generated ({}), prefill {:.1f} tok/s, decode {:.1f} tok/s{}",
                     result->prompt_tokens, result->tokens.size(), finish_reason_name(result->finish), prefill_tps,
-                    decode_tps);
+                    decode_tps,
+                    result->spec.draft_tokens == 0
+                        ? std::string()
+                        : fmt::format(", speculation kept {} of {} drafted tokens", result->spec.accepted,
+                                      result->spec.draft_tokens));
   }
   return 0;
 }

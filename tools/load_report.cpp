@@ -211,6 +211,7 @@ json::object level_json(const LevelSummary& l) {
           {"mean_prompt_tokens", l.mean_prompt_tokens},
           {"mean_output_tokens", l.mean_output_tokens},
           {"mean_cached_tokens", l.mean_cached_tokens},
+          {"spec_acceptance", l.spec_acceptance},
           {"ttft_ms", percentiles_json(l.ttft_ms)},
           {"tpot_ms", percentiles_json(l.tpot_ms)},
           {"itl_ms", percentiles_json(l.itl_ms)},
@@ -237,6 +238,7 @@ Result<LevelSummary> level_from_json(const json::value& v) {
     l.mean_prompt_tokens = o.at("mean_prompt_tokens").to_number<double>();
     l.mean_output_tokens = o.at("mean_output_tokens").to_number<double>();
     l.mean_cached_tokens = o.at("mean_cached_tokens").to_number<double>();
+    if (const auto* a = o.if_contains("spec_acceptance")) l.spec_acceptance = a->to_number<double>();  // newer files
   } catch (const std::exception& e) {
     return make_error(ErrorCode::kFormat, "a level: {}", e.what());
   }

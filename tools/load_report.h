@@ -41,6 +41,9 @@ struct LevelSummary {
   double mean_prompt_tokens = -1;  // from usage; -1: the server sent none
   double mean_output_tokens = 0;
   double mean_cached_tokens = -1;  // usage.prompt_tokens_details.cached_tokens; -1: none sent
+  // The server's speculative decoding over the level: drafted tokens kept / drafted
+  // (its /metrics, read before and after); -1: it drafted none or reports none.
+  double spec_acceptance = -1;
   Percentiles ttft_ms, tpot_ms, itl_ms, e2e_s;
 
   double error_ratio() const { return requests == 0 ? 0 : static_cast<double>(requests - completed) / requests; }

@@ -48,6 +48,8 @@ constexpr ServeFlag kFlags[] = {
   {"no-prefix-cache", FlagKind::kBool, "", kToEngine, "turn off automatic prefix caching (later requests reusing the KV blocks of earlier ones with the same leading tokens)", "Engine"},
   {"no-kv-adopt", FlagKind::kBool, "", kToEngine, "a restarted engine computes the requests it resumes again instead of adopting the resident KV cache (hearth.<instance>.kv) its predecessor left", "Engine"},
   {"static-batching", FlagKind::kInt, "MS", kToEngine, "batch statically instead (a full batch or MS of waiting), for comparisons", "Engine", 1, 600000},
+  {"spec", FlagKind::kChoice, "ngram|none", kToEngine, "speculative decoding: each decoding sequence drafts tokens by prompt lookup (what followed its last few tokens where they occurred before) and one step checks them all; the output is the same, faster where text repeats its input (edits, quotes, code); drafting adapts to acceptance and batch size", "Engine", 0, 0, "ngram|none", false, {}, "none"},
+  {"spec-tokens", FlagKind::kInt, "K", kToEngine, "drafted tokens per sequence and step at most (--spec)", "Engine", 1, 16, {}, false, {}, "4"},
   {"max-grammar-bytes", FlagKind::kInt, "N", kToEngine, "largest grammar a request's structured output or forced tool call may compile to (each slot holds this much)", "Engine", 0, 16 << 20, {}, false, {}, "65536"},
   // HTTP.
   {"host", FlagKind::kText, "HOST", kToServe, "listen address (a non-loopback one without an API key is warned about)", "HTTP", 0, 0, {}, false, {}, "127.0.0.1"},

@@ -57,6 +57,10 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --no-kv-adopt            a restarted engine recomputes the requests it resumes instead of
                            adopting the resident KV cache its predecessor left (hearth.<instance>.kv)
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
+  --spec ngram|none        speculative decoding: each decoding sequence drafts tokens by prompt
+                           lookup (what followed the last few tokens where they occurred before)
+                           and one step checks them; the output is unchanged (default none)
+  --spec-tokens K          drafted tokens per sequence and step at most, 1..16 (default 4)
   --max-grammar-bytes N    largest grammar a request's structured output or tool choice may compile
                            to (default 65536; each slot holds this much)
   --log-level LEVEL        trace, debug, info, warn, error or off (default info; $HEARTH_LOG_LEVEL)
@@ -135,6 +139,11 @@ hearth::Status read_flags(const hearth::Args& args, hearth::EngineOptions& o, in
   o.rank_stale_ms = stale_ms;
   o.cpus = args.get("cpus").value_or("");
   o.scheduler.prefix_caching = !args.has("no-prefix-cache");
+  if (auto method = args.get("spec")) {
+    HEARTH_ASSIGN_OR_RETURN(o.spec.method, spec_method_from_name(*method));
+  }
+  HEARTH_ASSIGN_OR_RETURN(auto spec_tokens, args.get_int("spec-tokens", 1, kMaxSpecTokens));
+  if (spec_tokens) o.spec.max_tokens = static_cast<int32_t>(*spec_tokens);
   o.kv_adopt = !args.has("no-kv-adopt");
   return Status::ok();
 }
@@ -170,7 +179,7 @@ int main(int argc, char** argv) {
                           with_program_flags({"instance", "shm-dir", "slots", "ctx", "kv-blocks", "max-batch-size",
                                               "max-batched-tokens", "prefetch", "threads", "wait-weights",
                                               "static-batching", "kv-dtype", "backend", "rank", "tp", "cpus",
-                                              "collective-timeout", "rank-timeout", "max-grammar-bytes"},
+                                              "collective-timeout", "rank-timeout", "max-grammar-bytes", "spec", "spec-tokens"},
                                              kProgramValueFlags),
                           with_program_flags({"help", "no-prefix-cache", "no-kv-adopt"}, kProgramBoolFlags));
   if (!args.is_ok()) return usage_error(args.status().message());

@@ -401,6 +401,8 @@ struct EngineServer::Impl {
   // and then they are adopted like a restarted engine's (reconcile_ranks, adopt), where
   // every rank kept its share.
   void drop_sequences() {
+    publish_spec_stats();
+    spec_published = {};
     preemptions_before += driver->scheduler().preemptions();
     prefix_queries_before += driver->scheduler().prefix_queries();
     prefix_hits_before += driver->scheduler().prefix_hits();
@@ -422,6 +424,7 @@ struct EngineServer::Impl {
   DriverConfig driver_config() {
     DriverConfig c{options.scheduler, context};
     c.journal = resident.get();
+    c.spec = options.spec;
     c.vocabulary = [this]() -> Result<std::shared_ptr<const grammar::Vocabulary>> {
       if (vocabulary) return vocabulary;
       HEARTH_ASSIGN_OR_RETURN(std::vector<std::string> table, weights_token_table(weights, model->config().vocab_size));
@@ -462,7 +465,24 @@ struct EngineServer::Impl {
     return Status::ok();
   }
 
+  // What the driver's speculation did since the last call, added to the broker's counts
+  // (which outlive drivers and engines).
+  SpecStats spec_published;
+  void publish_spec_stats() {
+    static_assert(kMaxSpecTokens <= kSpecPositions);
+    BrokerHeader& h = broker->header();
+    const SpecStats& s = driver->spec_stats();
+    h.stat_spec_drafts.fetch_add(s.drafts - spec_published.drafts, std::memory_order_relaxed);
+    h.stat_spec_draft_tokens.fetch_add(s.draft_tokens - spec_published.draft_tokens, std::memory_order_relaxed);
+    h.stat_spec_accepted.fetch_add(s.accepted - spec_published.accepted, std::memory_order_relaxed);
+    for (size_t i = 0; i < s.accepted_at.size(); ++i) {
+      h.stat_spec_accepted_at[i].fetch_add(s.accepted_at[i] - spec_published.accepted_at[i], std::memory_order_relaxed);
+    }
+    spec_published = s;
+  }
+
   void publish_stats() {
+    publish_spec_stats();
     BrokerHeader& h = broker->header();
     const Scheduler& sched = driver->scheduler();
     h.stat_running.store(static_cast<uint32_t>(sched.n_running()), std::memory_order_relaxed);
@@ -549,13 +569,17 @@ uint64_t EngineServer::epoch() const { return impl_->epoch; }
 
 std::string EngineServer::describe() const {
   const Impl& m = *impl_;
-  return fmt::format("{} on {}{}: context {}, {} slots, {} KV blocks of {} ({}, {} MiB), batch {} sequences / {} tokens",
+  const SpecConfig& spec = m.options.spec;
+  return fmt::format("{} on {}{}: context {}, {} slots, {} KV blocks of {} ({}, {} MiB), batch {} sequences / {} tokens{}",
                      m.weights.model_name, m.backend->name(),
                      m.options.tp > 1 ? fmt::format(" (rank 0 of {})", m.options.tp) : std::string(), m.context,
                      m.broker->n_slots(), m.cache->config().n_blocks,
                      m.cache->config().block_size, kernels::kv_dtype_name(m.cache->config().dtype),
                      m.cache->bytes() >> 20, m.options.scheduler.max_batch_size,
-                     m.options.scheduler.max_batched_tokens);
+                     m.options.scheduler.max_batched_tokens,
+                     spec.method == SpecMethod::kNone
+                         ? std::string()
+                         : fmt::format(", speculative {} (up to {} tokens)", spec_method_name(spec.method), spec.max_tokens));
 }
 
 void EngineServer::stop() {

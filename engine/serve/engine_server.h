@@ -30,6 +30,7 @@
 #include "common/status.h"
 #include "engine/core/kv_cache.h"
 #include "engine/core/scheduler.h"
+#include "engine/core/speculation.h"
 #include "ipc/weights_segment.h"
 
 namespace hearth {
@@ -61,6 +62,7 @@ struct EngineOptions {
   // predecessor computed for the requests it resumes (host-memory backends, one rank);
   // false: the cache is private and resumed requests are computed again.
   bool kv_adopt = true;
+  SpecConfig spec;  // speculative decoding (--spec, --spec-tokens)
 };
 
 // Fills scheduler knobs from HEARTH_MAX_BATCH_SIZE, HEARTH_MAX_BATCHED_TOKENS,

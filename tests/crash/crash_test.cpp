@@ -3,6 +3,7 @@
 // wrongly or leaked.
 //
 //   crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] [--loader-rounds R] [--tp 2]
+//              [--spec ngram]
 //
 // 1. Loader. hearth-loader is killed at each of its publish points in turn (at a random
 //    tensor for the per-tensor point). After each kill the half-written segment must be
@@ -22,7 +23,9 @@
 //    With --tp 2 the engine is a tensor-parallel group of two processes (weights
 //    published split for two ranks): rank 0 as above, and rank 1, armed in the middle of
 //    its K/V stores or killed by this program at a random moment, each rank keeping its
-//    share of the resident KV cache.
+//    share of the resident KV cache. With --spec the engine drafts tokens (speculative
+//    decoding), so kills land between a step's drafted rows and what it kept of them; at
+//    least one draft must have been kept.
 // 3. Audit. With the kills over and the load stopped: every broker slot FREE, no KV block
 //    in use, nothing running or waiting, the request ring empty, and one registry entry
 //    held (the live frontend's). Each restarted engine adopted the resident KV cache of
@@ -66,6 +69,7 @@ struct Options {
   int arm_timeout_ms = 3000;
   int loader_rounds = 1;
   int tp = 1;
+  std::string spec;  // the engine's --spec: the kills land mid-speculation too
 };
 
 // A kill point and the most passes to let through before it fires (drawn uniformly).
@@ -356,6 +360,7 @@ class Armed {
 struct Audit {
   uint32_t busy_slots = 0, running = 0, waiting = 0, kv_blocks = 0;
   uint64_t kv_adopted = 0, kv_rejected = 0;  // resumed sequences that adopted the resident cache, failed its check
+  uint64_t spec_drafted = 0, spec_kept = 0;   // speculative decoding's drafted tokens, and those kept
   uint64_t ring = 0;
   int live_entries = 0, dead_entries = 0;
   std::map<std::string, int> states;
@@ -377,6 +382,8 @@ Audit audit_once(const Broker& b) {
   a.kv_blocks = h.stat_kv_blocks_used.load();
   a.kv_adopted = h.stat_kv_adopted.load();
   a.kv_rejected = h.stat_kv_adopt_rejected.load();
+  a.spec_drafted = h.stat_spec_draft_tokens.load();
+  a.spec_kept = h.stat_spec_accepted.load();
   a.ring = b.ring().size();
   for (const FrontendEntry& f : h.frontends) {
     const int32_t pid = f.pid.load();
@@ -426,6 +433,7 @@ int run(const Options& o) {
     engine_flags.insert(engine_flags.end(), {"--tp", "2", "--rank", "0"});
     rank1_flags.insert(rank1_flags.end(), {"--tp", "2", "--rank", "1"});
   }
+  if (!o.spec.empty()) engine_flags.insert(engine_flags.end(), {"--spec", o.spec, "--spec-tokens", "4"});
   Armed engine("engine", inst.engine_argv(engine_flags), engine_points, -1, inst.shm());
   Armed rank1("rank1", inst.engine_argv(rank1_flags), rank_points, -1, inst.shm());
   Armed frontend("frontend", inst.frontend_argv({"--threads", "2", "--engine-wait", "60000"}, true), frontend_points,
@@ -536,13 +544,18 @@ int run(const Options& o) {
   // claimed one block for different content): never expected, whatever the kill point.
   std::printf("resumed sequences that adopted the resident KV cache %llu, rejected by its check %llu\n",
               static_cast<unsigned long long>(audit.kv_adopted), static_cast<unsigned long long>(audit.kv_rejected));
+  if (!o.spec.empty()) {
+    std::printf("speculative decoding (%s): %llu drafted tokens, %llu kept\n", o.spec.c_str(),
+                static_cast<unsigned long long>(audit.spec_drafted), static_cast<unsigned long long>(audit.spec_kept));
+  }
   std::printf("phases: loader %.1f s, references %.1f s, serving under kills %.1f s, recovery until clean %.1f s\n",
               loader_s, refs_s, serve_s, std::chrono::duration<double>(Clock::now() - audit_t0).count());
   for (const auto& f : load_result.failures) std::printf("FAILED request: %s\n", f.c_str());
   for (const auto& u : kills.unexpected) std::printf("FAILED: %s\n", u.c_str());
   for (const auto& n : not_reached) std::printf("NOT REACHED: %s\n", n.c_str());
   ok = ok && kills.unexpected.empty() && load_result.lost == 0 && load_result.wrong == 0 && audit.clean() &&
-       not_reached.empty() && load_result.requests > 0 && audit.kv_rejected == 0;
+       not_reached.empty() && load_result.requests > 0 && audit.kv_rejected == 0 &&
+       (o.spec.empty() || audit.spec_kept > 0);
   std::printf("%s\n", ok ? "crash_test: passed" : "crash_test: FAILED");
   ::close(listen_fd);
   return ok ? 0 : 1;
@@ -578,9 +591,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "crash_test: --tp is 1 or 2\n");
         return 2;
       }
+    } else if (a == "--spec" && i + 1 < argc) {
+      o.spec = argv[++i];
     } else {
       std::fprintf(stderr, "usage: crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] "
-                           "[--loader-rounds R] [--tp 2]\n");
+                           "[--loader-rounds R] [--tp 2] [--spec ngram]\n");
       return 2;
     }
   }

@@ -976,5 +976,72 @@ TEST(ThinkingBudgetTest, TheEngineClosesTheReasoningAndTheAnswerFollows) {
   EXPECT_EQ(v.at("usage").at("completion_tokens_details").at("reasoning_tokens").to_number<int>(), 5) << r.body;
 }
 
+// Speculative decoding served: an engine with --spec ngram answers what one without it
+// answers (greedy, and seeded with n = 2 and logprobs), and /metrics counts its drafts.
+TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswers) {
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  struct Server {
+    explicit Server(const char* name) : inst(name) {}
+    Instance inst;
+    std::unique_ptr<ChildProcess> engine, frontend;
+    uint16_t port = 0;
+  };
+  auto start = [&](const char* name, std::vector<std::string> flags) {
+    auto s = std::make_unique<Server>(name);
+    EXPECT_EQ(s->inst.load(model), "");
+    std::string failure;
+    flags.insert(flags.end(), {"--slots", "8", "--ctx", "512"});
+    s->engine = s->inst.engine(flags, {}, &failure);
+    EXPECT_NE(s->engine, nullptr) << failure;
+    s->frontend = s->inst.frontend(s->port, {}, {}, &failure);
+    EXPECT_NE(s->frontend, nullptr) << failure;
+    return s;
+  };
+  const auto plain = start("specoff", {});
+  const auto spec = start("specon", {"--spec", "ngram", "--spec-tokens", "6"});
+  ASSERT_TRUE(plain->frontend && spec->frontend);
+  const std::vector<json::object> bodies = {
+      {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"temperature", 0}},
+      {{"prompt", "Lily and Ben went to the park. Lily and Ben"}, {"max_tokens", 80}, {"temperature", 0.8},
+       {"seed", 4}, {"n", 2}, {"logprobs", 2}},
+  };
+  for (const json::object& body : bodies) {
+    const auto a = http_request(plain->port, "POST", "/v1/completions", json::serialize(body));
+    const auto b = http_request(spec->port, "POST", "/v1/completions", json::serialize(body));
+    ASSERT_EQ(a.status, 200) << a.body;
+    ASSERT_EQ(b.status, 200) << b.body;
+    const json::value ja = json::parse(a.body), jb = json::parse(b.body);
+    EXPECT_EQ(ja.at("choices"), jb.at("choices")) << json::serialize(body);
+    // (Cached prompt tokens depend on whether the choices were admitted in one step.)
+    for (const char* count : {"prompt_tokens", "completion_tokens"}) {
+      EXPECT_EQ(ja.at("usage").at(count), jb.at("usage").at(count)) << count;
+    }
+  }
+  const std::string text = json::parse(http_request(spec->port, "POST", "/v1/completions",
+                                                    json::serialize(bodies[0])).body)
+                               .at("choices").at(0).at("text").as_string().c_str();
+  EXPECT_EQ(text.substr(0, 58), ", there was a little girl named Lily. She loved to play ou");
+  std::string m = http_request(spec->port, "GET", "/metrics").body;
+  for (auto deadline = std::chrono::steady_clock::now() + 5s;
+       metric_value(m, "hearth_engine_running").value_or(1) != 0 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(10ms);
+    m = http_request(spec->port, "GET", "/metrics").body;
+  }
+  EXPECT_GT(metric_value(m, "hearth_spec_decode_num_accepted_tokens_total").value_or(0), 0) << m;
+  EXPECT_GE(metric_value(m, "hearth_spec_decode_num_draft_tokens_total").value_or(0),
+            metric_value(m, "hearth_spec_decode_num_accepted_tokens_total").value_or(1));
+  EXPECT_NE(m.find("hearth_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"llama\",position=\"0\"}"),
+            std::string::npos);
+  EXPECT_EQ(metric_value(http_request(plain->port, "GET", "/metrics").body, "hearth_spec_decode_num_draft_tokens_total"),
+            0);
+  // A method the engine does not have is refused by name.
+  Instance bad("specbad");
+  ASSERT_EQ(bad.load(model), "");
+  std::string failure;
+  EXPECT_EQ(bad.engine({"--spec", "draft"}, {}, &failure), nullptr);
+  EXPECT_NE(failure.find("draft model"), std::string::npos) << failure;
+}
+
 }  // namespace
 }  // namespace hearth::testing
