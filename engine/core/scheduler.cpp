@@ -130,11 +130,16 @@ StepPlan Scheduler::plan(int64_t now_ms) {
       release(id, seq);
       continue;
     }
-    // A decoding sequence may draft tokens, where the budget and free blocks allow.
+    // A decoding sequence may draft tokens, where the budget allows and the blocks they
+    // take leave one for each running sequence after it: drafts never cause a preemption.
     int32_t draft = 0;
     if (draft_of_ && count == 1 && seq.n_tokens - seq.n_computed == 1 && budget > 1) {
       draft = std::clamp(draft_of_(id, budget - 1), 0, budget - 1);
-      if (draft > 0 && ((seq.n_computed + count + draft + block_size_ - 1) / block_size_ > total_blocks ||
+      const auto needed = static_cast<size_t>((seq.n_computed + count + draft + block_size_ - 1) / block_size_);
+      const size_t taken = needed > seq.kv.blocks.size() ? needed - seq.kv.blocks.size() : 0;
+      const size_t after = running_.size() - i - 1;
+      if (draft > 0 && (static_cast<int32_t>(needed) > total_blocks ||
+                        taken + after > static_cast<size_t>(blocks_.free_count()) ||
                         !reserve(seq, seq.n_computed + count + draft))) {
         draft = 0;
       }

@@ -119,6 +119,27 @@ TEST(SpecSchedulerTest, RejectedDraftsAreRolledBackAndTheirBlocksFreed) {
   EXPECT_TRUE(p.preempted.empty());
 }
 
+// Drafts take only blocks the running sequences after them do not need: with two free
+// blocks, which the first two sequences' next tokens take, the first drafts nothing and
+// nobody is preempted.
+TEST(SpecSchedulerTest, DraftsNeverCauseAPreemption) {
+  BlockAllocator blocks(8);
+  Scheduler s({.max_batch_size = 4, .max_batched_tokens = 32}, blocks, 4);
+  s.set_drafts([](uint64_t id, int32_t room) { return id == 1 ? std::min(5, room) : 0; });
+  ASSERT_TRUE(s.add(1, 4).is_ok());
+  ASSERT_TRUE(s.add(2, 4).is_ok());
+  ASSERT_TRUE(s.add(3, 15).is_ok());
+  StepPlan p = s.plan();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  for (const PlannedSeq& q : p.seqs) s.advance(q);
+  EXPECT_EQ(blocks.free_count(), 2);  // 1 and 2 need one more block for their next tokens, 3 does not
+  p = s.plan();
+  ASSERT_EQ(p.seqs.size(), 3u);
+  EXPECT_EQ(p.seqs[0].draft, 0);
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_EQ(s.preemptions(), 0u);
+}
+
 #define REQUIRE_STORIES() HEARTH_REQUIRE_SHARED(shared_path("models/stories260K/stories260K.gguf"))
 
 struct Stories {
