@@ -16,6 +16,7 @@
 #include "grammar/json_schema.h"
 #include "loader/model.h"
 #include "tests/test_util.h"
+#include "tests/unit/engine/stories_model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth {
@@ -142,25 +143,8 @@ TEST(SpecSchedulerTest, DraftsNeverCauseAPreemption) {
 
 #define REQUIRE_STORIES() HEARTH_REQUIRE_SHARED(shared_path("models/stories260K/stories260K.gguf"))
 
-struct Stories {
-  LoadedModel model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<Backend> backend = make_cpu_backend();
-  std::unique_ptr<Model> llama;
-  std::optional<KvCache> cache;
-  std::unique_ptr<ModelRunner> runner;
-  std::shared_ptr<const grammar::Vocabulary> vocab;
-
-  Stories() {
-    model = std::move(model_open(shared_path("models/stories260K/stories260K.gguf"))).value();
-    tokenizer = std::move(tokenizer_load(model.tokenizer)).value();
-    llama = std::move(Model::create(model.config, model.tensors, *backend, 128)).value();
-    cache.emplace(std::move(KvCache::create(*backend, {model.config.n_layers, model.config.kv_dim(), 16, 320, KvDType::kF32})).value());
-    runner = std::make_unique<ModelRunner>(*llama, *cache);
-    std::vector<std::string> bytes;
-    for (TokenId id = 0; id < model.config.vocab_size; ++id) bytes.emplace_back(tokenizer->token_bytes(id));
-    vocab = std::make_shared<const grammar::Vocabulary>(std::move(grammar::Vocabulary::build(bytes)).value());
-  }
+struct Stories : testing::StoriesModel {
+  Stories() : StoriesModel(128, 320) {}
 
   DriverConfig config(SpecMethod method, int32_t spec_tokens = 4, bool adaptive = true) {
     DriverConfig c{.scheduler = {.max_batch_size = 16, .max_batched_tokens = 128}, .max_sequence_tokens = 512};

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -275,6 +276,53 @@ class TpModelTest : public ::testing::Test {
     return std::move(w).value();
   }
 
+  // Ranks 0 and 1 of a group of two on the weights split for two, in this process: rank
+  // 0's runner publishes each step, which rank 1 runs on a thread of its own until the
+  // group is destroyed.
+  struct TwoRanks {
+    std::unique_ptr<Backend> backend0 = make_cpu_backend({.threads = 1}), backend1 = make_cpu_backend({.threads = 1});
+    std::vector<std::unique_ptr<TpGroup>> groups;
+    std::optional<KvCache> cache0, cache1;
+    std::unique_ptr<Model> model0, model1;
+    std::unique_ptr<ModelRunner> runner0, runner1;
+    std::atomic<bool> stop{false};
+    std::atomic<int> shard_steps{0};
+    std::thread rank1;
+    ~TwoRanks() {
+      stop.store(true);
+      if (rank1.joinable()) rank1.join();
+    }
+  };
+  std::unique_ptr<TwoRanks> two_ranks(const AttachedWeights& two) {
+    const ModelConfig& c = two.config;
+    auto g = std::make_unique<TwoRanks>();
+    const auto path = dir_.path() / "hearth.tp2.tp";
+    TpSegmentConfig tc = small_config(2, 64 * static_cast<uint64_t>(c.dim));
+    tc.step_capacity = model_input_max_bytes(64, 1, 16);
+    EXPECT_TRUE(TpSegment::open_or_create(path, tc).is_ok());
+    for (int r = 0; r < 2; ++r) g->groups.push_back(member(path, r, {.rank = r}));
+    for (int r = 0; r < 2; ++r) {
+      Backend& b = r == 0 ? *g->backend0 : *g->backend1;
+      (r == 0 ? g->cache0 : g->cache1)
+          .emplace(std::move(KvCache::create(b, {c.n_layers, c.kv_dim() / 2, 16, 16, KvDType::kF32})).value());
+      auto m = Model::create(c, two.tensors(r), b, 64, {.comm = &g->groups[static_cast<size_t>(r)]->communicator()});
+      EXPECT_TRUE(m.is_ok()) << m.status().to_string();
+      (r == 0 ? g->model0 : g->model1) = std::move(m).value();
+    }
+    form_all(g->groups);
+    g->runner0 = std::make_unique<ModelRunner>(*g->model0, *g->cache0, g->groups[0].get());
+    g->runner1 = std::make_unique<ModelRunner>(*g->model1, *g->cache1);
+    g->rank1 = std::thread([g = g.get()] {
+      ModelInput in;
+      while (!g->stop.load()) {
+        auto got = g->groups[1]->next_step(in, 100ms);
+        if (!got.is_ok()) return;
+        if (*got && g->runner1->run_shard(in).is_ok()) ++g->shard_steps;
+      }
+    });
+    return g;
+  }
+
   TempDir dir_;
 };
 
@@ -282,38 +330,12 @@ TEST_F(TpModelTest, TwoRanksGiveOneRanksLogitsAtEveryStepAndItsGreedyText) {
   const AttachedWeights one = publish(1), two = publish(2);
   const ModelConfig& c = one.config;
   auto backend = make_cpu_backend({.threads = 1});
-  auto make_cache = [&](int tp) {
-    return std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim() / tp, 16, 16, KvDType::kF32})).value();
-  };
-  KvCache cache1 = make_cache(1), cache_r0 = make_cache(2), cache_r1 = make_cache(2);
+  KvCache cache1 = std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 16, KvDType::kF32})).value();
   auto model1 = std::move(Model::create(c, one.tensors(0), *backend, 64)).value();
   ModelRunner runner1(*model1, cache1);
-
-  const auto path = dir_.path() / "hearth.tp2.tp";
-  TpSegmentConfig tc = small_config(2, 64 * static_cast<uint64_t>(c.dim));
-  tc.step_capacity = model_input_max_bytes(64, 1, 16);
-  ASSERT_TRUE(TpSegment::open_or_create(path, tc).is_ok());
-  std::vector<std::unique_ptr<TpGroup>> groups;
-  for (int r = 0; r < 2; ++r) groups.push_back(member(path, r, {.rank = r}));
-  auto model_r0 = Model::create(c, two.tensors(0), *backend, 64, {.comm = &groups[0]->communicator()});
-  ASSERT_TRUE(model_r0.is_ok()) << model_r0.status().to_string();
-  EXPECT_EQ((*model_r0)->rank_config().n_heads, c.n_heads / 2);
-  auto backend1 = make_cpu_backend({.threads = 1});
-  auto model_r1 = Model::create(c, two.tensors(1), *backend1, 64, {.comm = &groups[1]->communicator()});
-  ASSERT_TRUE(model_r1.is_ok()) << model_r1.status().to_string();
-  form_all(groups);
-  ModelRunner runner_r0(**model_r0, cache_r0, groups[0].get());
-  ModelRunner runner_r1(**model_r1, cache_r1);
-  std::atomic<bool> stop{false};
-  std::atomic<int> shard_steps{0};
-  std::thread rank1([&] {
-    ModelInput in;
-    while (!stop.load()) {
-      auto got = groups[1]->next_step(in, 100ms);
-      if (!got.is_ok()) return;
-      if (*got && runner_r1.run_shard(in).is_ok()) ++shard_steps;
-    }
-  });
+  const auto group = two_ranks(two);
+  EXPECT_EQ(group->model0->rank_config().n_heads, c.n_heads / 2);
+  ModelRunner& runner_r0 = *group->runner0;
 
   std::vector<TokenId> tokens = {1, 403, 407, 261, 378};
   const int32_t blocks[] = {0, 1, 2, 3};
@@ -340,10 +362,10 @@ TEST_F(TpModelTest, TwoRanksGiveOneRanksLogitsAtEveryStepAndItsGreedyText) {
     done = static_cast<int32_t>(tokens.size());
     tokens.push_back(best(ref));
   }
-  stop.store(true);
-  rank1.join();
+  group->stop.store(true);
+  group->rank1.join();
   EXPECT_LT(worst, 1e-4) << "largest difference of a logit, relative to the row's largest";
-  EXPECT_EQ(shard_steps.load(), 40);
+  EXPECT_EQ(group->shard_steps.load(), 40);
   const std::vector<TokenId> truth = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337};
   EXPECT_EQ(std::vector<TokenId>(tokens.begin() + 5, tokens.begin() + 21), truth);
 }
@@ -354,10 +376,7 @@ TEST_F(TpModelTest, SpeculationAtTwoRanksGivesOneRanksPlainGreedyText) {
   const AttachedWeights one = publish(1), two = publish(2);
   const ModelConfig& c = one.config;
   auto backend = make_cpu_backend({.threads = 1});
-  auto make_cache = [&](int tp) {
-    return std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim() / tp, 16, 16, KvDType::kF32})).value();
-  };
-  KvCache cache1 = make_cache(1), cache_r0 = make_cache(2), cache_r1 = make_cache(2);
+  KvCache cache1 = std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 16, KvDType::kF32})).value();
   auto model1 = std::move(Model::create(c, one.tensors(0), *backend, 64)).value();
   const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
   GenerateOptions plain;
@@ -366,30 +385,10 @@ TEST_F(TpModelTest, SpeculationAtTwoRanksGivesOneRanksPlainGreedyText) {
   const auto want = generate(*model1, cache1, prompt, plain);
   ASSERT_TRUE(want.is_ok()) << want.status().to_string();
 
-  const auto path = dir_.path() / "hearth.tp2.tp";
-  TpSegmentConfig tc = small_config(2, 64 * static_cast<uint64_t>(c.dim));
-  tc.step_capacity = model_input_max_bytes(64, 1, 16);
-  ASSERT_TRUE(TpSegment::open_or_create(path, tc).is_ok());
-  std::vector<std::unique_ptr<TpGroup>> groups;
-  for (int r = 0; r < 2; ++r) groups.push_back(member(path, r, {.rank = r}));
-  auto model_r0 = std::move(Model::create(c, two.tensors(0), *backend, 64, {.comm = &groups[0]->communicator()})).value();
-  auto backend1 = make_cpu_backend({.threads = 1});
-  auto model_r1 = std::move(Model::create(c, two.tensors(1), *backend1, 64, {.comm = &groups[1]->communicator()})).value();
-  form_all(groups);
-  ModelRunner runner_r0(*model_r0, cache_r0, groups[0].get());
-  ModelRunner runner_r1(*model_r1, cache_r1);
-  std::atomic<bool> stop{false};
-  std::thread rank1([&] {
-    ModelInput in;
-    while (!stop.load()) {
-      auto got = groups[1]->next_step(in, 100ms);
-      if (!got.is_ok()) return;
-      if (*got) (void)runner_r1.run_shard(in);
-    }
-  });
+  const auto group = two_ranks(two);
   DriverConfig dc{.scheduler = {.max_batch_size = 1, .max_batched_tokens = 64}, .max_sequence_tokens = 256};
   dc.spec = {.method = SpecMethod::kNgram, .max_tokens = 4};
-  Driver driver(runner_r0, dc);
+  Driver driver(*group->runner0, dc);
   ASSERT_EQ(*driver.add(0, {.tokens = prompt, .n_prompt = 5, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 160}}),
             FinishReason::kNone);
   std::vector<TokenId> got;
@@ -397,8 +396,6 @@ TEST_F(TpModelTest, SpeculationAtTwoRanksGivesOneRanksPlainGreedyText) {
     got.push_back(e.token.id);
     return true;
   });
-  stop.store(true);
-  rank1.join();
   ASSERT_TRUE(st.is_ok()) << st.to_string();
   EXPECT_EQ(got, want->tokens);
   EXPECT_GT(driver.spec_stats().accepted, 0u);
