@@ -128,6 +128,7 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   }
   HEARTH_ASSIGN_OR_RETURN(auto spec_tokens, args.get_int("spec-tokens", 1, kMaxSpecTokens));
   if (spec_tokens) o.gen.speculative.max_tokens = static_cast<int32_t>(*spec_tokens);
+  HEARTH_RETURN_IF_ERROR(spec_config_validate(o.gen.speculative));
   return o;
 }
 

@@ -332,6 +332,7 @@ int32_t Driver::verify(Seq& s, const PlannedSeq& p, std::span<const float> logit
                        std::span<const SampledRow> sampled, size_t row, std::vector<StepEvent>& events, bool& forced) {
   const auto vocab = static_cast<size_t>(runner_.vocab_size());
   int32_t kept = 0;
+  bool rejected = false;
   for (int32_t i = 0; i <= p.draft; ++i) {
     StepEvent& e = events.emplace_back();
     e.id = p.id;
@@ -356,11 +357,16 @@ int32_t Driver::verify(Seq& s, const PlannedSeq& p, std::span<const float> logit
     track_reasoning(s, e.token.id, s.produced() == 1);
     forced = reasoning_due(s);
     // The next row was computed after draft[i]: it counts only when that is the token.
-    if (forced || i == p.draft || e.token.id != s.draft[static_cast<size_t>(i)]) break;
+    if (forced || i == p.draft) break;
+    if (e.token.id != s.draft[static_cast<size_t>(i)]) {
+      rejected = true;
+      break;
+    }
     ++kept;
   }
   if (p.draft > 0) {
-    s.spec.observe(p.draft, kept);
+    // Its acceptance learns from the drafts compared: an end inside them is no rejection.
+    s.spec.observe(kept + (rejected ? 1 : 0), kept);
     ++spec_stats_.drafts;
     spec_stats_.draft_tokens += static_cast<uint64_t>(p.draft);
     spec_stats_.accepted += static_cast<uint64_t>(kept);

@@ -130,21 +130,7 @@ StepPlan Scheduler::plan(int64_t now_ms) {
       release(id, seq);
       continue;
     }
-    // A decoding sequence may draft tokens, where the budget allows and the blocks they
-    // take leave one for each running sequence after it: drafts never cause a preemption.
-    int32_t draft = 0;
-    if (draft_of_ && count == 1 && seq.n_tokens - seq.n_computed == 1 && budget > 1) {
-      draft = std::clamp(draft_of_(id, budget - 1), 0, budget - 1);
-      const auto needed = static_cast<size_t>((seq.n_computed + count + draft + block_size_ - 1) / block_size_);
-      const size_t taken = needed > seq.kv.blocks.size() ? needed - seq.kv.blocks.size() : 0;
-      const size_t after = running_.size() - i - 1;
-      if (draft > 0 && (static_cast<int32_t>(needed) > total_blocks ||
-                        taken + after > static_cast<size_t>(blocks_.free_count()) ||
-                        !reserve(seq, seq.n_computed + count + draft))) {
-        draft = 0;
-      }
-    }
-    if (draft == 0 && !reserve(seq, seq.n_computed + count)) {
+    if (!reserve(seq, seq.n_computed + count)) {
       if (running_.size() - 1 > i) {  // someone newer can give way
         plan.preempted.push_back(running_.back());
         preempt_last();
@@ -155,9 +141,9 @@ StepPlan Scheduler::plan(int64_t now_ms) {
       preempt_last();
       break;
     }
-    plan.seqs.push_back({id, seq.n_computed, count + draft, seq.n_computed + count == seq.n_tokens, draft});
-    plan.tokens += count + draft;
-    budget -= count + draft;
+    plan.seqs.push_back({id, seq.n_computed, count, seq.n_computed + count == seq.n_tokens});
+    plan.tokens += count;
+    budget -= count;
     ++i;
   }
 
@@ -200,7 +186,24 @@ StepPlan Scheduler::plan(int64_t now_ms) {
   }
   // Sequences reported unschedulable while running are gone from the plan's view too.
   for (uint64_t id : plan.unschedulable) seqs_.erase(id);
+  if (draft_of_) add_drafts(plan, budget);
   return plan;
+}
+
+void Scheduler::add_drafts(StepPlan& plan, int32_t budget) {
+  // Every planned sequence has its tokens and blocks: drafts take only what is left, so
+  // they never keep a sequence out of the step or cost anyone their blocks.
+  for (PlannedSeq& p : plan.seqs) {
+    if (budget < 1) break;
+    Seq& seq = seqs_.at(p.id);
+    if (p.count != 1 || !p.sample || p.begin + p.count != seq.n_tokens) continue;  // not decoding one token
+    const int32_t draft = std::clamp(draft_of_(p.id, budget), 0, budget);
+    if (draft == 0 || !reserve(seq, p.begin + p.count + draft)) continue;
+    p.count += draft;
+    p.draft = draft;
+    plan.tokens += draft;
+    budget -= draft;
+  }
 }
 
 void Scheduler::advance(const PlannedSeq& planned, int32_t kept) {

@@ -112,9 +112,10 @@ class Scheduler {
   // is queued to compute everything. An adopted sequence goes to the front of the queue.
   Status add(uint64_t id, int32_t n_tokens, KvSequence& adopted);
   void set_journal(KvJournal* journal) { journal_ = journal; }
-  // Asked, for each running sequence about to decode one token, how many it drafts; it
-  // gets that many more positions when the step's budget and free blocks allow (never
-  // by preempting anyone), else none.
+  // Asked, for each planned sequence about to decode one token (in batch order), how
+  // many tokens it drafts; it gets that many more positions from what the step's budget
+  // and free blocks have left once every sequence of the step has its own (so drafts
+  // never keep a sequence out of a step, nor preempt one), else none.
   void set_drafts(DraftOf draft_of) { draft_of_ = std::move(draft_of); }
   // Plans the next step (empty when there is nothing to run). `now_ms` is any
   // monotonic clock in milliseconds (used by static batching only).
@@ -155,6 +156,8 @@ class Scheduler {
     bool reuse_prefix = true;    // may take blocks from the prefix cache
   };
   bool reserve(Seq& seq, int32_t positions);
+  // Drafted positions for the plan's decoding sequences, from the budget left.
+  void add_drafts(StepPlan& plan, int32_t budget);
   void release(uint64_t id, Seq& seq);
   void preempt_last();
   // Takes the cached blocks of a sequence about to be admitted with nothing computed.

@@ -68,9 +68,10 @@ void ngram_propose(std::span<const TokenId> tokens, int32_t ngram_min, int32_t n
 double SpecState::accept() const { return (accepted + 1.0) / (accepted + rejected + 2.0); }
 
 void SpecState::observe(int32_t drafted, int32_t kept) {
+  idle_steps = 0;
+  if (drafted == 0) return;  // nothing was compared
   accepted = accepted * kStateDecay + kept;
   rejected = rejected * kStateDecay + (kept < drafted ? 1.0 : 0.0);
-  idle_steps = 0;
 }
 
 void StepCost::observe(int32_t tokens, uint64_t ns) {
@@ -80,18 +81,19 @@ void StepCost::observe(int32_t tokens, uint64_t ns) {
   y_ = y_ * kCostDecay + t;
   xx_ = xx_ * kCostDecay + n * n;
   xy_ = xy_ * kCostDecay + n * t;
-}
-
-std::optional<double> StepCost::fixed_per_token() const {
-  if (w_ < 4.0) return std::nullopt;
+  // Fitted where recent steps differ enough in size to tell the two costs apart (a
+  // spread of a tenth of a token or more, relative to their mean size); otherwise the
+  // last such fit stands.
+  if (w_ < 4.0) return;
   const double mx = x_ / w_, my = y_ / w_;
   const double var = xx_ / w_ - mx * mx;
-  if (var < 0.1) return std::nullopt;  // the steps were all about the same size
+  if (var < 0.01 * std::max(mx * mx, 1.0)) return;
   const double per_token = (xy_ / w_ - mx * my) / var;
-  const double fixed = my - per_token * mx;
-  if (per_token <= 0.0) return 1e6;  // more tokens cost nothing measurable
-  return std::max(fixed, 0.0) / per_token;
+  if (per_token <= 0.0) return;  // noise: more tokens cannot cost less
+  fit_ = std::max(my - per_token * mx, 0.0) / per_token;
 }
+
+std::optional<double> StepCost::fixed_per_token() const { return fit_; }
 
 double spec_threshold(std::optional<double> fixed_per_token, int32_t produced, int32_t tokens) {
   if (!fixed_per_token) return 0.1;

@@ -97,11 +97,13 @@ struct SpecState {
 class StepCost {
  public:
   void observe(int32_t tokens, uint64_t ns);
-  // fixed / per_token, once the steps seen differ enough in size to tell them apart.
+  // fixed / per_token, from the latest steps that differed enough in size to tell them
+  // apart; none before any did.
   std::optional<double> fixed_per_token() const;
 
  private:
   double w_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;  // decayed sums of 1, n, t, n^2, n*t
+  std::optional<double> fit_;
 };
 
 // The acceptance probability a drafted token must beat to pay for itself, in steps that

@@ -144,6 +144,7 @@ hearth::Status read_flags(const hearth::Args& args, hearth::EngineOptions& o, in
   }
   HEARTH_ASSIGN_OR_RETURN(auto spec_tokens, args.get_int("spec-tokens", 1, kMaxSpecTokens));
   if (spec_tokens) o.spec.max_tokens = static_cast<int32_t>(*spec_tokens);
+  HEARTH_RETURN_IF_ERROR(spec_config_validate(o.spec));
   o.kv_adopt = !args.has("no-kv-adopt");
   return Status::ok();
 }

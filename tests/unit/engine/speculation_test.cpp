@@ -78,6 +78,9 @@ TEST(StepCostTest, FitsTheFixedAndPerTokenCost) {
   }
   ASSERT_TRUE(cost.fixed_per_token().has_value());
   EXPECT_NEAR(*cost.fixed_per_token(), 4.0, 0.05);
+  for (int i = 0; i < 200; ++i) cost.observe(1, 5000);  // drafting stopped: the last fit stands
+  ASSERT_TRUE(cost.fixed_per_token().has_value());
+  EXPECT_NEAR(*cost.fixed_per_token(), 4.0, 0.05);
 }
 
 TEST(SpecSchedulerTest, RejectedDraftsAreRolledBackAndTheirBlocksFreed) {
@@ -139,6 +142,23 @@ TEST(SpecSchedulerTest, DraftsNeverCauseAPreemption) {
   EXPECT_EQ(p.seqs[0].draft, 0);
   EXPECT_TRUE(p.preempted.empty());
   EXPECT_EQ(s.preemptions(), 0u);
+}
+
+// Drafts come out of what the step has left once every sequence has its own tokens: four
+// decoding sequences that would each draft 16 all run, and the first drafts the rest.
+TEST(SpecSchedulerTest, DraftsNeverKeepASequenceOutOfAStep) {
+  BlockAllocator blocks(64);
+  Scheduler s({.max_batch_size = 8, .max_batched_tokens = 8}, blocks, 4);
+  s.set_drafts([](uint64_t, int32_t room) { return std::min(16, room); });
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(s.add(id, 2).is_ok());
+  StepPlan p = s.plan();
+  ASSERT_EQ(p.seqs.size(), 4u);
+  for (const PlannedSeq& q : p.seqs) s.advance(q);
+  p = s.plan();
+  ASSERT_EQ(p.seqs.size(), 4u);
+  EXPECT_EQ(p.seqs[0].draft, 4);
+  for (size_t i = 1; i < 4; ++i) EXPECT_EQ(p.seqs[i].count, 1);
+  EXPECT_EQ(p.tokens, 8);
 }
 
 #define REQUIRE_STORIES() HEARTH_REQUIRE_SHARED(shared_path("models/stories260K/stories260K.gguf"))
