@@ -273,6 +273,14 @@ Status kv_sequence_reserve(BlockAllocator& blocks, KvSequence& seq, int32_t posi
   return Status::ok();
 }
 
+void kv_sequence_trim(BlockAllocator& blocks, KvSequence& seq, int32_t block_size) {
+  const auto needed = static_cast<size_t>((seq.length + block_size - 1) / block_size);
+  while (seq.blocks.size() > needed) {
+    blocks.free(seq.blocks.back());
+    seq.blocks.pop_back();
+  }
+}
+
 void kv_sequence_release(BlockAllocator& blocks, KvSequence& seq) {
   // Last block first: published ones become evictable tail first, so eviction takes a
   // chain from its end and its head (the most shared part) stays findable longest.

@@ -168,6 +168,9 @@ Status kv_sequence_reserve(BlockAllocator& blocks, KvSequence& seq, int32_t posi
 inline Status kv_sequence_reserve(KvCache& cache, KvSequence& seq, int32_t positions) {
   return kv_sequence_reserve(cache.blocks(), seq, positions, cache.config().block_size);
 }
+// Returns the blocks past those holding its `length` positions (the last first): what a
+// sequence reserved for positions it then did not keep.
+void kv_sequence_trim(BlockAllocator& blocks, KvSequence& seq, int32_t block_size);
 // Returns all of the sequence's blocks (the last first) and empties it.
 void kv_sequence_release(BlockAllocator& blocks, KvSequence& seq);
 inline void kv_sequence_release(KvCache& cache, KvSequence& seq) { kv_sequence_release(cache.blocks(), seq); }

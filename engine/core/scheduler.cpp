@@ -215,14 +215,7 @@ void Scheduler::advance(const PlannedSeq& planned, int32_t kept) {
                                                    << planned.draft << " drafted tokens";
   seq.n_computed += planned.count - planned.draft + kept;
   seq.kv.length = seq.n_computed;
-  if (planned.draft > kept) {
-    // Rejected drafts: blocks past the length hold nothing of the sequence's (the last first).
-    const auto needed = static_cast<size_t>((seq.n_computed + block_size_ - 1) / block_size_);
-    while (seq.kv.blocks.size() > needed) {
-      blocks_.free(seq.kv.blocks.back());
-      seq.kv.blocks.pop_back();
-    }
-  }
+  if (planned.draft > kept) kv_sequence_trim(blocks_, seq.kv, block_size_);  // blocks of rejected drafts only
   publish_full_blocks(planned.id, seq);
   if (planned.sample) seq.n_tokens += 1 + kept;
 }
