@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/test_point.h"
+#include "engine/core/draft_proposer.h"
 
 namespace hearth {
 
@@ -15,8 +16,12 @@ Driver::Driver(ModelRunner& runner, const DriverConfig& config)
                  [this](uint64_t id) { return std::span<const TokenId>(seqs_.at(id).request.tokens); }) {
   scheduler_.set_journal(config.journal);
   if (config.spec.method == SpecMethod::kNgram) {
-    config_.spec.max_tokens = std::clamp(config_.spec.max_tokens, 1, kMaxSpecTokens);
     proposer_ = std::make_unique<NgramProposer>(config_.spec);
+  } else if (config.spec.method == SpecMethod::kDraft && config.draft != nullptr) {
+    proposer_ = std::make_unique<DraftProposer>(*config.draft);
+  }
+  if (proposer_) {
+    config_.spec.max_tokens = std::clamp(config_.spec.max_tokens, 1, kMaxSpecTokens);
     scheduler_.set_drafts([this](uint64_t id, int32_t room) { return draft(id, room); });
   }
   scratch_.row.reserve(static_cast<size_t>(runner.vocab_size()));
@@ -111,6 +116,7 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
 void Driver::remove(uint64_t id) {
   scheduler_.remove(id);
   seqs_.erase(id);
+  if (proposer_) proposer_->forget(id);
 }
 
 FinishReason Driver::finish_of(const Seq& s) const {
@@ -223,10 +229,15 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   events.clear();
   if (proposer_) {  // what a drafted token must beat, from steps like the last one without its drafts
     const int32_t running = scheduler_.n_running();
-    spec_threshold_ = spec_threshold(step_cost_.fixed_per_token(), std::max(running, 1),
-                                     std::max(last_step_tokens_ - last_step_drafts_, running));
+    spec_threshold_ = spec_threshold(step_cost_.fit(), std::max(running, 1),
+                                     std::max(last_step_tokens_ - last_step_drafts_, running), proposer_->token_ns());
   }
   const StepPlan plan = scheduler_.plan(now_ms);
+  if (!draft_error_.is_ok()) {
+    Status st = std::move(draft_error_);
+    draft_error_ = Status::ok();
+    return make_error(st.code(), "the draft model: {}", st.message());
+  }
   for (uint64_t id : plan.unschedulable) {
     if (seqs_.erase(id) == 0) continue;
     StepEvent& e = events.emplace_back();
@@ -323,8 +334,11 @@ int32_t Driver::draft(uint64_t id, int32_t room) {
                    config_.max_sequence_tokens - known - 1});
   if (room < 1) return 0;
   const int32_t k = config_.spec.adaptive ? spec_draft_length(s.spec, room, spec_threshold_) : room;
-  if (k < 1) return 0;
-  proposer_->propose(s.request.tokens, k, s.draft);
+  if (k < 1 || !draft_error_.is_ok()) return 0;
+  if (Status st = proposer_->propose(id, s.request.tokens, k, s.draft); !st.is_ok()) {
+    draft_error_ = std::move(st);
+    s.draft.clear();
+  }
   return static_cast<int32_t>(s.draft.size());
 }
 

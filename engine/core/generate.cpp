@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
+#include "engine/core/draft_proposer.h"
 #include "engine/core/model_runner.h"
 
 namespace hearth {
@@ -28,11 +30,20 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::span<const To
   }
 
   ModelRunner runner(model, cache);
+  std::optional<ModelRunner> draft;
+  if (options.speculative.method == SpecMethod::kDraft) {
+    if (options.draft_model == nullptr || options.draft_cache == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument, "speculative decoding with a draft model needs the draft model");
+    }
+    HEARTH_RETURN_IF_ERROR(draft_model_check(c, options.draft_model->config(), context));
+    draft.emplace(*options.draft_model, *options.draft_cache);
+  }
   DriverConfig config;
   config.scheduler.max_batch_size = 1;
   config.scheduler.max_batched_tokens = model.max_batch_tokens();  // prefill in chunks of the model's batch
   config.max_sequence_tokens = context + 1;  // the last token sampled needs no position
   config.spec = options.speculative;
+  config.draft = draft ? &*draft : nullptr;
   Driver driver(runner, config);
   SequenceRequest request{.tokens = {prompt.begin(), prompt.end()},
                           .n_prompt = static_cast<int32_t>(prompt.size()),

@@ -26,6 +26,9 @@ struct GenerateOptions {
   RequestSpec spec{.max_tokens = 256};
   int32_t context = 0;  // positions available (0: the model's max_context)
   SpecConfig speculative;  // speculative decoding (method kNone: off); the tokens are the same either way
+  // With speculative.method kDraft: the draft model and its own KV cache (required).
+  Model* draft_model = nullptr;
+  KvCache* draft_cache = nullptr;
 };
 
 struct GenerateResult {

@@ -15,6 +15,7 @@ std::string_view spec_method_name(SpecMethod method) {
   switch (method) {
     case SpecMethod::kNone: return "none";
     case SpecMethod::kNgram: return "ngram";
+    case SpecMethod::kDraft: return "draft";
   }
   return "unknown";
 }
@@ -22,11 +23,8 @@ std::string_view spec_method_name(SpecMethod method) {
 Result<SpecMethod> spec_method_from_name(std::string_view name) {
   if (name == "none") return SpecMethod::kNone;
   if (name == "ngram") return SpecMethod::kNgram;
-  if (name == "draft") {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "speculative decoding with a draft model is not built yet; use --spec ngram (prompt lookup)");
-  }
-  return make_error(ErrorCode::kInvalidArgument, "unknown speculative method \"{}\" (ngram or none)", name);
+  if (name == "draft") return SpecMethod::kDraft;
+  return make_error(ErrorCode::kInvalidArgument, "unknown speculative method \"{}\" (ngram, draft or none)", name);
 }
 
 Status spec_config_validate(const SpecConfig& c) {
@@ -90,14 +88,14 @@ void StepCost::observe(int32_t tokens, uint64_t ns) {
   if (var < 0.01 * std::max(mx * mx, 1.0)) return;
   const double per_token = (xy_ / w_ - mx * my) / var;
   if (per_token <= 0.0) return;  // noise: more tokens cannot cost less
-  fit_ = std::max(my - per_token * mx, 0.0) / per_token;
+  fit_ = StepFit{std::max(my - per_token * mx, 0.0), per_token};
 }
 
-std::optional<double> StepCost::fixed_per_token() const { return fit_; }
-
-double spec_threshold(std::optional<double> fixed_per_token, int32_t produced, int32_t tokens) {
-  if (!fixed_per_token) return 0.1;
-  const double t = static_cast<double>(produced) / (*fixed_per_token + std::max(tokens, 1));
+double spec_threshold(std::optional<StepFit> fit, int32_t produced, int32_t tokens, double draft_ns) {
+  if (!fit) return draft_ns > 0.0 ? 0.25 : 0.1;
+  const double step = fit->fixed_ns + fit->per_token_ns * std::max(tokens, 1);
+  if (step <= 0.0) return 1.0;
+  const double t = static_cast<double>(produced) * (fit->per_token_ns + std::max(draft_ns, 0.0)) / step;
   return std::clamp(t, 0.0, 1.0);
 }
 

@@ -30,9 +30,10 @@ namespace hearth {
 enum class SpecMethod : uint8_t {
   kNone = 0,
   kNgram = 1,  // prompt lookup: what followed the latest earlier occurrence of the last n tokens
+  kDraft = 2,  // a smaller model of the same vocabulary, greedily (engine/core/draft_proposer.h)
 };
 
-// "none", "ngram".
+// "none", "ngram", "draft".
 std::string_view spec_method_name(SpecMethod method);
 // The method named `name`; kInvalidArgument naming the choices otherwise.
 Result<SpecMethod> spec_method_from_name(std::string_view name);
@@ -60,21 +61,29 @@ Status spec_config_validate(const SpecConfig& config);
 void ngram_propose(std::span<const TokenId> tokens, int32_t ngram_min, int32_t ngram_max, int32_t k,
                    std::vector<TokenId>& out);
 
-// Proposes draft tokens for a sequence. A draft model or EAGLE-style heads are further
-// proposers behind the same call.
+// Proposes draft tokens for a sequence: prompt lookup, a draft model; EAGLE-style heads
+// would be a third behind the same calls.
 class Proposer {
  public:
   virtual ~Proposer() = default;
-  // Up to `k` tokens likely to follow `tokens` (prompt and output so far), into `out`
-  // (cleared first).
-  virtual void propose(std::span<const TokenId> tokens, int32_t k, std::vector<TokenId>& out) = 0;
+  // Up to `k` tokens likely to follow `tokens` (prompt and output so far) of sequence
+  // `id`, into `out` (cleared first). A proposer that keeps state per sequence finds it
+  // under `id`; the tokens of a sequence only ever grow. Fails only when the proposer
+  // itself does (a draft model's step): then the step fails, as a target step would.
+  virtual Status propose(uint64_t id, std::span<const TokenId> tokens, int32_t k, std::vector<TokenId>& out) = 0;
+  // Sequence `id` is gone: whatever the proposer kept for it goes too.
+  virtual void forget(uint64_t /*id*/) {}
+  // What drafting one token costs, in nanoseconds (measured; 0 for free proposers): a
+  // drafted token pays for itself only if it also pays for this.
+  virtual double token_ns() const { return 0.0; }
 };
 
 class NgramProposer final : public Proposer {
  public:
   explicit NgramProposer(const SpecConfig& config) : min_(config.ngram_min), max_(config.ngram_max) {}
-  void propose(std::span<const TokenId> tokens, int32_t k, std::vector<TokenId>& out) override {
+  Status propose(uint64_t /*id*/, std::span<const TokenId> tokens, int32_t k, std::vector<TokenId>& out) override {
     ngram_propose(tokens, min_, max_, k, out);
+    return Status::ok();
   }
 
  private:
@@ -92,26 +101,33 @@ struct SpecState {
   void observe(int32_t drafted, int32_t kept);
 };
 
-// The fitted cost of a step: fixed + per_token * tokens, by least squares over recent
-// steps (exponentially weighted), from the tokens each computed and its time.
+// A step's cost, fitted: fixed_ns + per_token_ns * tokens.
+struct StepFit {
+  double fixed_ns = 0.0;
+  double per_token_ns = 0.0;
+};
+
+// The fitted cost of a step, by least squares over recent steps (exponentially
+// weighted), from the tokens each computed and its time.
 class StepCost {
  public:
   void observe(int32_t tokens, uint64_t ns);
-  // fixed / per_token, from the latest steps that differed enough in size to tell them
-  // apart; none before any did.
-  std::optional<double> fixed_per_token() const;
+  // From the latest steps that differed enough in size to tell the two costs apart;
+  // none before any did.
+  std::optional<StepFit> fit() const { return fit_; }
 
  private:
   double w_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;  // decayed sums of 1, n, t, n^2, n*t
-  std::optional<double> fit_;
+  std::optional<StepFit> fit_;
 };
 
 // The acceptance probability a drafted token must beat to pay for itself, in steps that
 // compute `tokens` tokens and produce `produced` of them: a step yields produced tokens in
-// fixed + per_token * tokens, and one more drafted token adds per_token for the chance of
-// one more token, which raises the yield per second when that chance is above
-// produced / (fixed / per_token + tokens). Without a fit yet, 0.1.
-double spec_threshold(std::optional<double> fixed_per_token, int32_t produced, int32_t tokens);
+// fixed + per_token * tokens, and one more drafted token costs per_token (and `draft_ns`,
+// what the proposer spends on it) for the chance of one more token, which raises the
+// yield per second when that chance is above produced * (per_token + draft_ns) / (fixed +
+// per_token * tokens). Without a fit yet, 0.1 (0.25 for a proposer that costs something).
+double spec_threshold(std::optional<StepFit> fit, int32_t produced, int32_t tokens, double draft_ns = 0.0);
 
 // Tokens a sequence drafts this step: depth i while accept^i beats `threshold`, up to
 // `max_tokens`. A sequence that drafted nothing for 16 decoding steps probes with one

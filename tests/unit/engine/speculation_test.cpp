@@ -3,12 +3,14 @@
 #include "engine/core/speculation.h"
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include <gtest/gtest.h>
 
 #include <boost/json.hpp>
 
+#include "engine/core/draft_proposer.h"
 #include "engine/core/driver.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/core/generate.h"
@@ -62,25 +64,31 @@ TEST(SpecDraftLengthTest, FollowsAcceptanceAndCostAndProbesAfterAPause) {
   EXPECT_EQ(drafted, 2);  // one probe per 16 decoding steps
 
   // Cheap drafts (the fixed cost dominates) for one stream, dear ones in a large batch.
-  EXPECT_LT(spec_threshold(50.0, 1, 1), 0.02);
-  EXPECT_GT(spec_threshold(50.0, 64, 64), 0.5);
+  const StepFit fit{.fixed_ns = 50000.0, .per_token_ns = 1000.0};
+  EXPECT_LT(spec_threshold(fit, 1, 1), 0.02);
+  EXPECT_GT(spec_threshold(fit, 64, 64), 0.5);
   EXPECT_NEAR(spec_threshold(std::nullopt, 1, 1), 0.1, 1e-9);
+  // A draft model's token costs a fifth of the target's fixed cost: a token must be far
+  // likelier to pay for that too (1 * (1000 + 10000) / 51000).
+  EXPECT_NEAR(spec_threshold(fit, 1, 1, 10000.0), 11.0 / 51.0, 1e-9);
+  EXPECT_NEAR(spec_threshold(std::nullopt, 1, 1, 10000.0), 0.25, 1e-9);
 }
 
 TEST(StepCostTest, FitsTheFixedAndPerTokenCost) {
   StepCost cost;
-  EXPECT_FALSE(cost.fixed_per_token().has_value());
+  EXPECT_FALSE(cost.fit().has_value());
   for (int i = 0; i < 20; ++i) cost.observe(1, 5000);
-  EXPECT_FALSE(cost.fixed_per_token().has_value());  // every step the same size: nothing to tell apart
+  EXPECT_FALSE(cost.fit().has_value());  // every step the same size: nothing to tell apart
   for (int i = 0; i < 40; ++i) {
     const int n = 1 + i % 5;
     cost.observe(n, static_cast<uint64_t>(4000 + 1000 * n));
   }
-  ASSERT_TRUE(cost.fixed_per_token().has_value());
-  EXPECT_NEAR(*cost.fixed_per_token(), 4.0, 0.05);
+  ASSERT_TRUE(cost.fit().has_value());
+  EXPECT_NEAR(cost.fit()->fixed_ns, 4000.0, 50.0);
+  EXPECT_NEAR(cost.fit()->per_token_ns, 1000.0, 10.0);
   for (int i = 0; i < 200; ++i) cost.observe(1, 5000);  // drafting stopped: the last fit stands
-  ASSERT_TRUE(cost.fixed_per_token().has_value());
-  EXPECT_NEAR(*cost.fixed_per_token(), 4.0, 0.05);
+  ASSERT_TRUE(cost.fit().has_value());
+  EXPECT_NEAR(cost.fit()->fixed_ns, 4000.0, 50.0);
 }
 
 TEST(SpecSchedulerTest, RejectedDraftsAreRolledBackAndTheirBlocksFreed) {
@@ -166,12 +174,35 @@ TEST(SpecSchedulerTest, DraftsNeverKeepASequenceOutOfAStep) {
 struct Stories : testing::StoriesModel {
   Stories() : StoriesModel(128, 320) {}
 
+  // The draft model kDraft drafts with: stories260K's first `layers` layers (all five: the
+  // target itself, whose drafts are all kept), over a cache of its own.
+  void use_draft(int32_t layers) {
+    draft_runner.reset();
+    draft_llama.reset();
+    ModelConfig c = model.config;
+    c.n_layers = layers;
+    std::vector<TensorView> tensors;
+    for (const TensorView& t : model.tensors) {
+      int layer = -1;
+      if (std::sscanf(t.name.c_str(), "blk.%d.", &layer) == 1 && layer >= layers) continue;
+      tensors.push_back(t);
+    }
+    draft_llama = std::move(Model::create(c, tensors, *backend, 128)).value();
+    draft_cache.emplace(std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 320})).value());
+    draft_runner = std::make_unique<ModelRunner>(*draft_llama, *draft_cache);
+  }
+
   DriverConfig config(SpecMethod method, int32_t spec_tokens = 4, bool adaptive = true) {
     DriverConfig c{.scheduler = {.max_batch_size = 16, .max_batched_tokens = 128}, .max_sequence_tokens = 512};
     c.vocabulary = [v = vocab]() -> Result<std::shared_ptr<const grammar::Vocabulary>> { return v; };
     c.spec = {.method = method, .max_tokens = spec_tokens, .adaptive = adaptive};
+    c.draft = draft_runner.get();
     return c;
   }
+
+  std::unique_ptr<Model> draft_llama;
+  std::optional<KvCache> draft_cache;
+  std::unique_ptr<ModelRunner> draft_runner;
 
   // Runs the requests together to their ends; the tokens by id.
   std::map<uint64_t, std::vector<TokenId>> run(const DriverConfig& config, const std::vector<SequenceRequest>& requests,
@@ -188,6 +219,9 @@ struct Stories : testing::StoriesModel {
     EXPECT_TRUE(st.is_ok()) << st.to_string();
     EXPECT_EQ(cache->blocks_free(), cache->config().n_blocks);
     if (stats != nullptr) *stats = driver.spec_stats();
+    if (draft_cache && config.spec.method == SpecMethod::kDraft) {  // every finished sequence's draft KV let go
+      EXPECT_EQ(draft_cache->blocks_free(), draft_cache->config().n_blocks);
+    }
     return out;
   }
   std::vector<TokenId> prompt(std::string_view text) { return std::move(tokenizer->encode(text)).value(); }
@@ -217,6 +251,84 @@ TEST(SpecDriverTest, GreedyOutputIsPlainDecodingsWithTheGroundTruth) {
     EXPECT_LE(got->spec.accepted, got->spec.draft_tokens);
     EXPECT_EQ(got->spec.accepted_at[0] >= got->spec.accepted_at[1], true);
   }
+}
+
+// A draft model: the target itself (every draft kept) and its first two layers (some
+// kept), the ground truth either way; the draft model's KV is let go at the end.
+TEST(SpecDriverTest, ADraftModelGivesPlainDecodingsGreedyTokens) {
+  REQUIRE_STORIES();
+  Stories f;
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  GenerateOptions plain;
+  plain.spec.max_tokens = 200;
+  plain.spec.sampling.temperature = 0.0f;
+  const auto want = generate(*f.llama, *f.cache, prompt, plain);
+  ASSERT_TRUE(want.is_ok());
+  for (int32_t layers : {5, 2}) {
+    f.use_draft(layers);
+    for (int32_t k : {1, 4, 16}) {
+      GenerateOptions spec = plain;
+      spec.speculative = {.method = SpecMethod::kDraft, .max_tokens = k, .adaptive = false};
+      spec.draft_model = f.draft_llama.get();
+      spec.draft_cache = &*f.draft_cache;
+      const auto got = generate(*f.llama, *f.cache, prompt, spec);
+      ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+      EXPECT_EQ(got->tokens, want->tokens) << layers << " layers, spec tokens " << k;
+      EXPECT_EQ(got->logprobs, want->logprobs);
+      EXPECT_GT(got->spec.accepted, 0u);
+      if (layers == 5) {  // the target drafting for itself: only the end of the text cuts a draft short
+        EXPECT_GE(got->spec.accepted + static_cast<uint64_t>(k), got->spec.draft_tokens) << "spec tokens " << k;
+      } else {
+        EXPECT_LT(got->spec.accepted, got->spec.draft_tokens);
+      }
+      EXPECT_EQ(f.draft_cache->blocks_free(), f.draft_cache->config().n_blocks);
+    }
+  }
+  // A draft model of another vocabulary, or none, is refused.
+  GenerateOptions none = plain;
+  none.speculative.method = SpecMethod::kDraft;
+  EXPECT_EQ(generate(*f.llama, *f.cache, prompt, none).status().code(), ErrorCode::kInvalidArgument);
+  ModelConfig other = f.model.config;
+  other.vocab_size += 1;
+  const Status mismatch = draft_model_check(f.model.config, other, 512);
+  EXPECT_EQ(mismatch.code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(mismatch.message().find("vocabulary"), std::string::npos) << mismatch.message();
+}
+
+// The draft model's KV follows the sequence: after drafts that were partly rejected, what
+// it proposes is what a proposer starting from nothing proposes for the same tokens, and
+// it runs only the tokens past the first rejected one again.
+TEST(DraftProposerTest, KeepsWhatStaysValidAndRedoesOnlyThePastARejection) {
+  REQUIRE_STORIES();
+  Stories f;
+  f.use_draft(2);
+  DraftProposer kept(*f.draft_runner);
+  std::vector<TokenId> tokens = f.prompt("Once upon a time, there was a little girl");
+  std::vector<TokenId> draft, fresh_draft;
+  for (int step = 0; step < 24; ++step) {
+    ASSERT_TRUE(kept.propose(7, tokens, 4, draft).is_ok());
+    {
+      DraftProposer fresh(*f.draft_runner);
+      ASSERT_TRUE(fresh.propose(1, tokens, 4, fresh_draft).is_ok());
+    }
+    ASSERT_EQ(draft, fresh_draft) << "step " << step;
+    ASSERT_EQ(draft.size(), 4u);
+    // It holds the tokens and the three drafts that ran after them.
+    std::vector<TokenId> want = tokens;
+    want.insert(want.end(), draft.begin(), draft.begin() + 3);
+    const std::span<const TokenId> holds = kept.holds(7);
+    ASSERT_EQ(std::vector<TokenId>(holds.begin(), holds.end()), want) << "step " << step;
+    // The target keeps step % 4 drafts, then samples a token the draft did not propose;
+    // every third step a second token follows (a thinking budget's forced end).
+    const auto keep = static_cast<size_t>(step % 4);
+    tokens.insert(tokens.end(), draft.begin(), draft.begin() + static_cast<ptrdiff_t>(keep));
+    tokens.push_back((draft[keep] + 1 + step) % f.model.config.vocab_size);
+    if (step % 3 == 0) tokens.push_back(draft[0]);
+  }
+  EXPECT_EQ(kept.sequences(), 1u);
+  kept.forget(7);
+  EXPECT_EQ(kept.sequences(), 0u);
+  EXPECT_EQ(f.draft_cache->blocks_free(), f.draft_cache->config().n_blocks);
 }
 
 // Many sequences at once, each with what shapes its sampling (seeded temperature,
@@ -252,11 +364,16 @@ TEST(SpecDriverTest, BatchedShapedAndSeededSequencesGetPlainDecodingsTokens) {
     for (const auto& [id, tokens] : want) EXPECT_EQ(got.at(id), tokens) << "request " << id << ", adaptive " << adaptive;
     EXPECT_GT(stats.accepted, adaptive ? 0u : 20u);
   }
+  f.use_draft(4);  // a draft model: the target's first four layers
+  const auto drafted = f.run(f.config(SpecMethod::kDraft, 4, false), requests, &stats);
+  for (const auto& [id, tokens] : want) EXPECT_EQ(drafted.at(id), tokens) << "request " << id << ", draft model";
+  EXPECT_GT(stats.accepted, 20u);
 }
 
-// Sampling: the distribution of tokens with speculation is plain sampling's. Between the
-// two, over different seeds, a chi-squared test at the 0.1% level of the tokens at each
-// position after the first (which is never drafted), with drafts at nearly every one.
+// Sampling: the distribution of tokens with speculation is plain sampling's, for prompt
+// lookup and for a draft model. Between plain and each, over different seeds, a
+// chi-squared test at the 0.1% level of the tokens at each position after the first
+// (which is never drafted), with drafts at nearly every one.
 TEST(SpecDriverTest, SampledTokensFollowPlainSamplingsDistribution) {
   REQUIRE_STORIES();
   Stories f;
@@ -295,32 +412,36 @@ TEST(SpecDriverTest, SampledTokensFollowPlainSamplingsDistribution) {
     }
     return h;
   };
-  SpecStats none, ngram;
+  SpecStats none;
   const auto a = histogram(SpecMethod::kNone, 1000, none);
-  const auto b = histogram(SpecMethod::kNgram, 90000, ngram);
   EXPECT_EQ(none.draft_tokens, 0u);
-  EXPECT_GT(ngram.draft_tokens, static_cast<uint64_t>(kDraws * 4));
-  EXPECT_GT(ngram.accepted, static_cast<uint64_t>(kDraws));
-  // Bins: each (position, token) seen at least 10 times in all; the rest pooled per position.
-  std::map<std::pair<size_t, TokenId>, std::pair<double, double>> bins;
-  std::map<std::pair<size_t, TokenId>, double> total;
-  for (const auto& [k, n] : a) total[k] += n;
-  for (const auto& [k, n] : b) total[k] += n;
-  for (const auto& [k, n] : total) {
-    auto& bin = bins[n >= 10 ? k : std::pair<size_t, TokenId>{k.first, -1}];
-    bin.first += a.contains(k) ? a.at(k) : 0;
-    bin.second += b.contains(k) ? b.at(k) : 0;
+  f.use_draft(4);  // the target's first four layers: drafts the model finds likely, kept or not
+  for (SpecMethod method : {SpecMethod::kNgram, SpecMethod::kDraft}) {
+    SpecStats spec;
+    const auto b = histogram(method, method == SpecMethod::kNgram ? 90000 : 50000, spec);
+    EXPECT_GT(spec.draft_tokens, static_cast<uint64_t>(kDraws * 4));
+    EXPECT_GT(spec.accepted, static_cast<uint64_t>(kDraws));
+    // Bins: each (position, token) seen at least 10 times in all; the rest pooled per position.
+    std::map<std::pair<size_t, TokenId>, std::pair<double, double>> bins;
+    std::map<std::pair<size_t, TokenId>, double> total;
+    for (const auto& [k, n] : a) total[k] += n;
+    for (const auto& [k, n] : b) total[k] += n;
+    for (const auto& [k, n] : total) {
+      auto& bin = bins[n >= 10 ? k : std::pair<size_t, TokenId>{k.first, -1}];
+      bin.first += a.contains(k) ? a.at(k) : 0;
+      bin.second += b.contains(k) ? b.at(k) : 0;
+    }
+    double chi2 = 0;
+    for (const auto& [k, n] : bins) {
+      const double sum = n.first + n.second;  // equal sample sizes: expected sum/2 each
+      chi2 += (n.first - n.second) * (n.first - n.second) / sum;
+    }
+    const double df = static_cast<double>(bins.size()) - (kTokens - 1);  // one constraint per position
+    // The 0.1% critical value, by Wilson-Hilferty: df (1 - 2/(9 df) + 3.09 sqrt(2/(9 df)))^3.
+    const double critical = df * std::pow(1 - 2 / (9 * df) + 3.0902 * std::sqrt(2 / (9 * df)), 3);
+    EXPECT_LT(chi2, critical) << spec_method_name(method) << ": " << bins.size() << " bins, " << spec.accepted
+                              << " of " << spec.draft_tokens << " drafted tokens kept";
   }
-  double chi2 = 0;
-  for (const auto& [k, n] : bins) {
-    const double sum = n.first + n.second;  // equal sample sizes: expected sum/2 each
-    chi2 += (n.first - n.second) * (n.first - n.second) / sum;
-  }
-  const double df = static_cast<double>(bins.size()) - (kTokens - 1);  // one constraint per position
-  // The 0.1% critical value, by Wilson-Hilferty: df (1 - 2/(9 df) + 3.09 sqrt(2/(9 df)))^3.
-  const double critical = df * std::pow(1 - 2 / (9 * df) + 3.0902 * std::sqrt(2 / (9 * df)), 3);
-  EXPECT_LT(chi2, critical) << bins.size() << " bins, " << ngram.accepted << " of " << ngram.draft_tokens
-                            << " drafted tokens kept";
 }
 
 }  // namespace

@@ -1,0 +1,117 @@
+#include "engine/core/draft_proposer.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace hearth {
+namespace {
+
+constexpr double kCostDecay = 0.9;  // per draft: the last ~10 drafts make the cost
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+}  // namespace
+
+Status draft_model_check(const ModelConfig& target, const ModelConfig& draft, int32_t context) {
+  if (draft.vocab_size != target.vocab_size) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the draft model's vocabulary has {} tokens and the target's {}: a draft model must share the "
+                      "target's tokenizer",
+                      draft.vocab_size, target.vocab_size);
+  }
+  if (draft.max_context < context) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the draft model's context is {} positions, shorter than the {} it would draft in: lower --ctx "
+                      "or use a draft model of a longer context",
+                      draft.max_context, context);
+  }
+  return Status::ok();
+}
+
+DraftProposer::DraftProposer(ModelRunner& runner) : runner_(runner) {}
+
+DraftProposer::~DraftProposer() {
+  for (auto& [id, s] : seqs_) kv_sequence_release(runner_.cache(), s.kv);
+}
+
+std::span<const TokenId> DraftProposer::holds(uint64_t id) const {
+  const auto it = seqs_.find(id);
+  return it == seqs_.end() ? std::span<const TokenId>() : std::span<const TokenId>(it->second.ran);
+}
+
+void DraftProposer::forget(uint64_t id) {
+  const auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  kv_sequence_release(runner_.cache(), it->second.kv);
+  seqs_.erase(it);
+}
+
+Status DraftProposer::run(Seq& s, std::span<const TokenId> tokens, int32_t begin, std::vector<TokenId>& out) {
+  const int32_t chunk = std::max(runner_.max_batch_tokens(), 1);
+  const auto vocab = static_cast<size_t>(runner_.vocab_size());
+  for (size_t at = 0; at < tokens.size();) {
+    const size_t n = std::min(tokens.size() - at, static_cast<size_t>(chunk));
+    const bool last = at + n == tokens.size();
+    input_.clear(runner_.cache().config().block_size);
+    HEARTH_RETURN_IF_ERROR(input_.add_sequence(tokens.subspan(at, n), begin + static_cast<int32_t>(at), s.kv.blocks,
+                                               last ? 1 : 0));
+    HEARTH_ASSIGN_OR_RETURN(std::span<const float> logits, runner_.run(input_));
+    s.ran.insert(s.ran.end(), tokens.begin() + static_cast<ptrdiff_t>(at), tokens.begin() + static_cast<ptrdiff_t>(at + n));
+    at += n;
+    if (last) out.push_back(static_cast<TokenId>(std::max_element(logits.begin(), logits.begin() + static_cast<ptrdiff_t>(vocab)) -
+                                                 logits.begin()));
+  }
+  return Status::ok();
+}
+
+Status DraftProposer::propose(uint64_t id, std::span<const TokenId> tokens, int32_t k, std::vector<TokenId>& out) {
+  out.clear();
+  const auto n = static_cast<int32_t>(tokens.size());
+  if (k < 1 || n < 1) return Status::ok();
+  Seq& s = seqs_[id];
+  // What the draft model holds is valid up to the first position where its tokens and
+  // the sequence's part (a rejected draft); the last token always runs again, for the
+  // logits after it.
+  auto valid = std::min<int32_t>(static_cast<int32_t>(s.ran.size()), n);
+  int32_t same = std::min(s.confirmed, valid);
+  while (same < valid && s.ran[static_cast<size_t>(same)] == tokens[static_cast<size_t>(same)]) ++same;
+  same = std::min(same, n - 1);
+  s.ran.resize(static_cast<size_t>(same));
+  s.confirmed = same;
+  // Blocks for the known tokens and the drafts that run after them (the last draft does
+  // not run); fewer drafts when the cache is short, none when even the tokens do not fit.
+  const int32_t block_size = runner_.cache().config().block_size;
+  s.kv.length = same;
+  kv_sequence_trim(runner_.cache().blocks(), s.kv, block_size);
+  while (k > 0 && !kv_sequence_reserve(runner_.cache(), s.kv, n + k - 1).is_ok()) --k;
+  if (k == 0) {
+    forget(id);
+    return Status::ok();
+  }
+  // The cost of a drafted token is that of the draft model's decoding steps: a catch-up
+  // longer than a few tokens (a new sequence's prompt) is paid once and not counted.
+  const int32_t catch_up = n - same;
+  uint64_t start = now_ns();
+  HEARTH_RETURN_IF_ERROR(run(s, tokens.subspan(static_cast<size_t>(same)), same, out));
+  int32_t timed = 1;
+  if (catch_up > 2) {
+    start = now_ns();
+    timed = 0;
+  }
+  while (static_cast<int32_t>(out.size()) < k) {
+    const TokenId last = out.back();
+    HEARTH_RETURN_IF_ERROR(run(s, std::span(&last, 1), n + static_cast<int32_t>(out.size()) - 1, out));
+    ++timed;
+  }
+  s.kv.length = static_cast<int32_t>(s.ran.size());
+  if (timed > 0) {
+    const double per_token = static_cast<double>(now_ns() - start) / timed;
+    token_ns_ = token_ns_ == 0.0 ? per_token : token_ns_ * kCostDecay + per_token * (1.0 - kCostDecay);
+  }
+  return Status::ok();
+}
+
+}  // namespace hearth
