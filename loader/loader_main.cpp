@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,10 @@ resident. Prints one JSON line to stdout when the segment is ready.
   --tp N              split for N tensor-parallel ranks (default 1)
   --layout cpu-r16|plain  tensor layout: cpu-r16 (default) row-interleaves quantized
                       matrices for the CPU kernels; plain keeps them as quantized
+  --draft-model PATH  also publish a draft model for speculative decoding (hearth-engine
+                      --spec draft) as hearth.<instance>.draft-weights: a smaller model of
+                      the same tokenizer, unsplit (rank 0 drafts), quantized and laid out
+                      as the target; its tokenizer must be the target's
   --device cuda|cuda:N[,N...]  also keep each rank's weights in device memory, one slab per
                       GPU (rank r on device r, or on the listed devices), served to engine
                       ranks at hearth.<instance>.slabs.sock and kept by systemd or hearth
@@ -61,7 +66,7 @@ int main(int argc, char** argv) {
   const Status logging = log_init("loader");
   auto args = Args::parse({argv + 1, argv + argc},
                           with_program_flags({"model", "tokenizer", "instance", "shm-dir", "quant", "tp", "layout",
-                                              "device", "device-sharing"},
+                                              "device", "device-sharing", "draft-model"},
                                              kProgramValueFlags),
                           with_program_flags({"hugepages", "remove-on-exit", "exit-after-publish", "help"},
                                              kProgramBoolFlags));
@@ -123,6 +128,27 @@ int main(int argc, char** argv) {
     return 1;
   }
   ResidentSegment& r = published.value();
+  std::optional<ResidentSegment> draft;
+  if (auto path = args->get("draft-model")) {
+    ResidentOptions d = o;
+    d.model = *path;
+    d.tokenizer.clear();
+    d.tp = 1;
+    d.segment = "draft-weights";
+    auto made = resident_publish(d);
+    Status st = made.is_ok() ? draft_segment_check(r, *made) : made.status();
+    if (made.is_ok() && !st.is_ok()) {  // a draft nothing can use does not stay
+      std::error_code ec;
+      std::filesystem::remove(made->segment.path(), ec);
+    }
+    if (!st.is_ok()) {
+      std::fprintf(stderr, "hearth-loader: the draft model %s: %s\n", path->c_str(), st.to_string().c_str());
+      return 1;
+    }
+    draft.emplace(std::move(made).value());
+    HEARTH_LOG_INFO("{} the draft model as {} ({})", draft->adopted ? "adopted" : "published",
+                    draft->segment.path().string(), human_bytes(draft->segment.size()));
+  }
   std::unique_ptr<DeviceSlabs> slabs;
   if (device) {
     auto made = device_slabs_publish(r, *device);
@@ -140,6 +166,7 @@ int main(int argc, char** argv) {
   ready["bytes"] = r.segment.size();
   ready["fingerprint"] = r.fingerprint.hex();
   if (slabs) ready["device_slabs"] = slabs->describe();
+  if (draft) ready["draft_segment"] = draft->segment.path().string();
   const std::string status = fmt::format("{} {} ({})", r.adopted ? "adopted" : "published", r.segment.path().string(),
                                          human_bytes(r.segment.size()));
   HEARTH_LOG_INFO("{}; resident", status);
@@ -154,18 +181,23 @@ int main(int argc, char** argv) {
     daemon_notify_watchdog();
     if (sig == SIGTERM || sig == SIGINT) break;
     if (sig == SIGHUP) HEARTH_LOG_INFO("SIGHUP ignored: the loader has nothing to reload");
-    struct stat st {};
-    if (::stat(r.segment.path().c_str(), &st) != 0) {
-      HEARTH_LOG_ERROR("segment {} was removed; exiting so that a new loader publishes it again",
-                       r.segment.path().string());
-      return 1;
+    for (const ResidentSegment* segment : {&r, draft ? &*draft : nullptr}) {
+      struct stat st {};
+      if (segment != nullptr && ::stat(segment->segment.path().c_str(), &st) != 0) {
+        HEARTH_LOG_ERROR("segment {} was removed; exiting so that a new loader publishes it again",
+                         segment->segment.path().string());
+        return 1;
+      }
     }
   }
   daemon_notify_stopping();
   if (args->has("remove-on-exit")) {
-    std::error_code ec;
-    std::filesystem::remove(r.segment.path(), ec);
-    HEARTH_LOG_INFO("removed {}", r.segment.path().string());
+    for (const ResidentSegment* segment : {&r, draft ? &*draft : nullptr}) {
+      if (segment == nullptr) continue;
+      std::error_code ec;
+      std::filesystem::remove(segment->segment.path(), ec);
+      HEARTH_LOG_INFO("removed {}", segment->segment.path().string());
+    }
   } else {
     HEARTH_LOG_INFO("stopping; {} stays resident", r.segment.path().string());
   }

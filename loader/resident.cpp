@@ -352,7 +352,7 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   HEARTH_RETURN_IF_ERROR(instance_name_check(o.instance));
   const std::filesystem::path dir = o.shm_dir.empty() ? shm_dir_default() : o.shm_dir;
-  const std::filesystem::path path = segment_path(dir, o.instance, "weights");
+  const std::filesystem::path path = segment_path(dir, o.instance, o.segment);
   const bool model_present = std::filesystem::exists(o.model);
   Fingerprint fp;
   if (model_present) {
@@ -513,6 +513,19 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
                   path.string(), human_bytes(h.total_bytes), elapsed(),
                   elapsed() > 0 ? static_cast<double>(h.total_bytes) / elapsed() / 1e6 : 0.0);
   return ResidentSegment{std::move(seg), fp, false, elapsed()};
+}
+
+Status draft_segment_check(const ResidentSegment& target, const ResidentSegment& draft) {
+  std::unique_ptr<Tokenizer> tokenizers[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::filesystem::path& path = (i == 0 ? target : draft).segment.path();
+    HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(path));
+    HEARTH_ASSIGN_OR_RETURN(TokenizerSource source, tokenizer_source_decode(w.tokenizer_blob));
+    auto tok = tokenizer_load(source);
+    if (!tok.is_ok()) return tok.status().with_context(path.string() + ": stored tokenizer");
+    tokenizers[i] = std::move(tok).value();
+  }
+  return draft_tokenizer_check(*tokenizers[0], *tokenizers[1]);
 }
 
 }  // namespace hearth

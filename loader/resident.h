@@ -26,6 +26,9 @@ struct ResidentOptions {
   std::filesystem::path tokenizer;  // optional, as for model_open
   std::filesystem::path shm_dir;    // empty: shm_dir_default()
   std::string instance = "default";
+  // The segment's name: hearth.<instance>.<segment>; "draft-weights" for speculative
+  // decoding's draft model (hearth-loader --draft-model).
+  std::string segment = "weights";
   std::optional<DType> quant;       // kQ8_0 for --quant int8, kQ4_0 for --quant int4
   int tp = 1;
   bool hugepages = false;           // 2 MiB alignment, and fail unless the weights are on 2 MiB pages
@@ -46,6 +49,10 @@ struct ResidentSegment {
 Result<Fingerprint> resident_fingerprint(const ResidentOptions& options);
 
 Result<ResidentSegment> resident_publish(const ResidentOptions& options);
+
+// kInvalidArgument unless the model in `draft` can draft for the one in `target`
+// (speculative decoding): the same tokenizer, token for token (draft_tokenizer_check).
+Status draft_segment_check(const ResidentSegment& target, const ResidentSegment& draft);
 
 // "int8" -> kQ8_0, "int4" -> kQ4_0.
 Result<DType> quant_from_name(std::string_view name);

@@ -1,5 +1,6 @@
 // `hearth generate`: run a model in this process from a prompt to finished text.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <boost/json.hpp>
@@ -9,6 +10,7 @@
 #include "common/process.h"
 #include "engine/backends.h"
 #include "engine/core/backend.h"
+#include "engine/core/draft_proposer.h"
 #include "engine/core/generate.h"
 #include "engine/core/kv_cache.h"
 #include "engine/core/model.h"
@@ -16,6 +18,7 @@
 #include "ipc/segment.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/commands.h"
+#include "loader/model.h"
 #include "tools/model_source.h"
 
 namespace hearth::cli {
@@ -44,8 +47,11 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --ctx N                 context length to allocate (default: the model's, at most 4096)
   --kv-dtype f32|f16|bf16 how the KV cache stores keys and values (default f16)
   --ignore-eos            keep generating past end-of-sequence tokens (benchmarks)
-  --spec ngram|none       speculative decoding by prompt lookup: the same tokens, fewer steps
-                          where the text repeats itself (default none)
+  --spec ngram|draft|none  speculative decoding: the same tokens in fewer steps, drafted by
+                          prompt lookup (ngram: where the text repeats itself) or by a
+                          smaller model of the same tokenizer (draft) (default none)
+  --draft-model PATH      the draft model for --spec draft (files, in --model's formats); with
+                          --attach, the instance's own (hearth-loader --draft-model) instead
   --spec-tokens K         drafted tokens per step at most, 1..16 (default 4)
   --no-special            do not add BOS/EOS to the prompt
   --json                  print one JSON object (ids, text, finish reason, speeds) instead
@@ -68,6 +74,7 @@ struct Options {
   std::string prompt;
   std::string tokenizer;
   std::string backend{"cpu"};
+  std::string draft_model;
   int32_t context = 0;
   KvDType kv_dtype = KvDType::kF16;
   bool json = false;
@@ -80,7 +87,7 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
       Args args, Args::parse(argv,
                              {"model", "attach", "shm-dir", "backend", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                               "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx", "kv-dtype", "spec",
-                              "spec-tokens"},
+                              "spec-tokens", "draft-model"},
                              {"ignore-eos", "json", "no-special", "help"}));
   Options o;
   if (args.has("help")) return make_error(ErrorCode::kInvalidArgument, "help");
@@ -129,6 +136,12 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   HEARTH_ASSIGN_OR_RETURN(auto spec_tokens, args.get_int("spec-tokens", 1, kMaxSpecTokens));
   if (spec_tokens) o.gen.speculative.max_tokens = static_cast<int32_t>(*spec_tokens);
   HEARTH_RETURN_IF_ERROR(spec_config_validate(o.gen.speculative));
+  o.draft_model = args.get("draft-model").value_or("");
+  const bool draft = o.gen.speculative.method == SpecMethod::kDraft;
+  if (!o.draft_model.empty() && !draft) return make_error(ErrorCode::kInvalidArgument, "--draft-model needs --spec draft");
+  if (draft && o.draft_model.empty() && o.attach.empty()) {
+    return make_error(ErrorCode::kInvalidArgument, "--spec draft needs --draft-model PATH (or --attach an instance with one)");
+  }
   return o;
 }
 
@@ -169,6 +182,29 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   if (!cache.is_ok()) return fail(cache.status());
   auto llama = Model::create(config, model.tensors, *backend, std::min(context, 512), {.layout = model.layout});
   if (!llama.is_ok()) return fail(llama.status());
+  // The draft model, its own cache as large as the target's.
+  std::optional<RunnableModel> draft_source;
+  std::unique_ptr<Model> draft;
+  std::optional<KvCache> draft_cache;
+  if (o.gen.speculative.method == SpecMethod::kDraft) {
+    auto opened = o.draft_model.empty() ? attach_instance(o.attach, o.shm_dir, "draft-weights")
+                                        : open_model_files(o.draft_model, {}, layout);
+    if (!opened.is_ok()) return fail(opened.status().with_context("the draft model"));
+    draft_source.emplace(std::move(opened).value());
+    const ModelConfig& dc = draft_source->config;
+    if (Status st = draft_tokenizer_check(tok, *draft_source->tokenizer); !st.is_ok()) return fail(st);
+    if (Status st = draft_model_check(config, dc, context); !st.is_ok()) return fail(st);
+    auto made_cache = KvCache::create(*backend, {dc.n_layers, dc.kv_dim(), kBlockSize, cache->config().n_blocks, o.kv_dtype});
+    if (!made_cache.is_ok()) return fail(made_cache.status().with_context("the draft model's KV cache"));
+    draft_cache.emplace(std::move(made_cache).value());
+    auto made_model = Model::create(dc, draft_source->tensors, *backend, std::min(context, 512),
+                                    {.layout = draft_source->layout});
+    if (!made_model.is_ok()) return fail(made_model.status().with_context("the draft model"));
+    draft = std::move(made_model).value();
+    o.gen.draft_model = draft.get();
+    o.gen.draft_cache = &*draft_cache;
+    HEARTH_LOG_INFO("draft model {}: {}", draft_source->name, model_config_summary(dc));
+  }
   const double ready_seconds = monotonic_seconds() - started_at;
 
   auto prompt_ids = tok.encode(o.prompt, EncodeOptions{o.add_special, true});

@@ -82,9 +82,10 @@ Result<RunnableModel> open_model_files(const std::filesystem::path& model, const
   return m;
 }
 
-Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir) {
+Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir,
+                                      std::string_view segment) {
   HEARTH_RETURN_IF_ERROR(instance_name_check(instance));
-  const auto path = segment_path(shm_dir.empty() ? shm_dir_default() : shm_dir, instance, "weights");
+  const auto path = segment_path(shm_dir.empty() ? shm_dir_default() : shm_dir, instance, std::string(segment));
   // The weight pages fault in as the first forward pass reads them (measured: mapping
   // them all up front, on a helper thread or before starting, is no faster end to end).
   HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(path));

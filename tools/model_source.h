@@ -43,7 +43,9 @@ Result<RunnableModel> open_model_files(const std::filesystem::path& model, const
 // kInvalidArgument naming the problem otherwise.
 Result<std::string> model_argument(const Args& args);
 
-// Attaches to hearth.<instance>.weights in `shm_dir` (empty: the default directory).
-Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir);
+// Attaches to hearth.<instance>.weights in `shm_dir` (empty: the default directory);
+// `segment` "draft-weights": the instance's draft model (hearth-loader --draft-model).
+Result<RunnableModel> attach_instance(const std::string& instance, const std::filesystem::path& shm_dir,
+                                      std::string_view segment = "weights");
 
 }  // namespace hearth::cli

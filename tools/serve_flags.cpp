@@ -48,7 +48,8 @@ constexpr ServeFlag kFlags[] = {
   {"no-prefix-cache", FlagKind::kBool, "", kToEngine, "turn off automatic prefix caching (later requests reusing the KV blocks of earlier ones with the same leading tokens)", "Engine"},
   {"no-kv-adopt", FlagKind::kBool, "", kToEngine, "a restarted engine computes the requests it resumes again instead of adopting the resident KV cache (hearth.<instance>.kv) its predecessor left", "Engine"},
   {"static-batching", FlagKind::kInt, "MS", kToEngine, "batch statically instead (a full batch or MS of waiting), for comparisons", "Engine", 1, 600000},
-  {"spec", FlagKind::kChoice, "ngram|none", kToEngine, "speculative decoding: each decoding sequence drafts tokens by prompt lookup (what followed its last few tokens where they occurred before) and one step checks them all; the output is the same, faster where text repeats its input (edits, quotes, code); drafting adapts to acceptance and batch size", "Engine", 0, 0, "ngram|none", false, {}, "none"},
+  {"spec", FlagKind::kChoice, "ngram|draft|none", kToEngine, "speculative decoding: each decoding sequence drafts tokens, by prompt lookup (ngram: what followed its last few tokens where they occurred before; faster where text repeats its input: edits, quotes, code) or with a smaller model of the same tokenizer (draft, with --draft-model), and one step checks them all; the output is the same; drafting adapts to acceptance, batch size and the draft's cost", "Engine", 0, 0, "ngram|draft|none", false, {}, "none"},
+  {"draft-model", FlagKind::kPath, "PATH", kToLoader, "the draft model of --spec draft (GGUF, Hugging Face directory or llama2.c checkpoint): the loader keeps it resident beside the target (hearth.<instance>.draft-weights), quantized and laid out as the target, and rank 0 runs it whole", "Engine"},
   {"spec-tokens", FlagKind::kInt, "K", kToEngine, "drafted tokens per sequence and step at most (--spec)", "Engine", 1, 16, {}, false, {}, "4"},
   {"max-grammar-bytes", FlagKind::kInt, "N", kToEngine, "largest grammar a request's structured output or forced tool call may compile to (each slot holds this much)", "Engine", 0, 16 << 20, {}, false, {}, "65536"},
   // HTTP.
@@ -318,6 +319,11 @@ Result<Args> parse_serve_args(const std::vector<std::string>& argv_in) {
         }
       }
     }
+  }
+  const bool draft = args.get("spec").value_or("") == "draft";
+  if (draft != args.has("draft-model")) {
+    return make_error(ErrorCode::kInvalidArgument, "{}",
+                      draft ? "--spec draft needs --draft-model PATH" : "--draft-model is for --spec draft");
   }
   return args;
 }

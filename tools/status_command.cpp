@@ -171,7 +171,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
   if (what == "broker") return describe_broker(path, std::move(o));
   if (what == "tp") return describe_tp(path, std::move(o));
   if (what == "slabs.sock") return describe_slabs(path, std::move(o));
-  if (what != "weights") return o;
+  if (what != "weights" && what != "draft-weights") return o;  // the target, or speculative decoding's draft model
 
   auto seg = ShmSegment::attach(path, /*writable=*/false);
   if (!seg.is_ok() || seg->size() < kWeightsHeaderBytes) {

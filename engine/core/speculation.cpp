@@ -7,7 +7,8 @@ namespace {
 
 constexpr double kStateDecay = 0.9;   // per drafting step: a sequence's last ~10 drafts count
 constexpr double kCostDecay = 0.95;   // per step: the last ~20 steps fit the cost
-constexpr int32_t kProbeAfter = 16;   // decoding steps without a draft before one probe
+constexpr int32_t kProbeAfter = 16;   // decoding steps without a draft before one probe ...
+constexpr int32_t kProbeAfterMax = 256;  // ... doubling while probes fail, up to this
 
 }  // namespace
 
@@ -68,6 +69,8 @@ double SpecState::accept() const { return (accepted + 1.0) / (accepted + rejecte
 void SpecState::observe(int32_t drafted, int32_t kept) {
   idle_steps = 0;
   if (drafted == 0) return;  // nothing was compared
+  if (probing) probe_after = kept > 0 ? kProbeAfter : std::min(2 * probe_after, kProbeAfterMax);
+  probing = false;
   accepted = accepted * kStateDecay + kept;
   rejected = rejected * kStateDecay + (kept < drafted ? 1.0 : 0.0);
 }
@@ -108,9 +111,13 @@ int32_t spec_draft_length(SpecState& state, int32_t max_tokens, double threshold
     if (reach <= threshold) break;
     ++k;
   }
-  if (k > 0) return k;
-  if (++state.idle_steps < kProbeAfter) return 0;
+  if (k > 0) {
+    state.probing = false;
+    return k;
+  }
+  if (++state.idle_steps < state.probe_after) return 0;
   state.idle_steps = 0;
+  state.probing = true;
   return 1;
 }
 

@@ -95,8 +95,10 @@ class NgramProposer final : public Proposer {
 struct SpecState {
   double accepted = 0.0;  // decayed counts of drafted tokens accepted ...
   double rejected = 0.0;  // ... and of those that ended a draft
-  int32_t idle_steps = 0;  // decoding steps since it last drafted
-  double accept() const;   // with a prior of one accepted and one rejected token
+  int32_t idle_steps = 0;   // decoding steps since it last drafted
+  int32_t probe_after = 16;  // ... before it probes with one token (doubling while probes fail)
+  bool probing = false;      // its latest draft was a probe
+  double accept() const;     // with a prior of one accepted and one rejected token
   // After a step that drafted `drafted` tokens and kept `kept` of them.
   void observe(int32_t drafted, int32_t kept);
 };
@@ -131,7 +133,9 @@ double spec_threshold(std::optional<StepFit> fit, int32_t produced, int32_t toke
 
 // Tokens a sequence drafts this step: depth i while accept^i beats `threshold`, up to
 // `max_tokens`. A sequence that drafted nothing for 16 decoding steps probes with one
-// token, so a changed text can win speculation back.
+// token, so a changed text can win speculation back; each probe that fails doubles the
+// wait for the next (up to 256 steps: a draft model's probe costs a catch-up of the
+// tokens since its last one), and one that succeeds brings it back to 16.
 int32_t spec_draft_length(SpecState& state, int32_t max_tokens, double threshold);
 
 }  // namespace hearth

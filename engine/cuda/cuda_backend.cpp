@@ -111,7 +111,9 @@ class CudaBackend final : public Backend {
       }
       total = align_up(total, kWeightAlignment) + t.bytes;
     }
-    if (shared_slab_ != nullptr) return bind_in_slab(tensors);
+    // The loader's slab mirrors the rank's weights; another model's tensors (a draft
+    // model's) are copied like any weights the slab does not hold.
+    if (shared_slab_ != nullptr && !tensors.empty() && in_slab(tensors.front())) return bind_in_slab(tensors);
     HEARTH_ASSIGN_OR_RETURN(DeviceBuffer slab, DeviceBuffer::device(total, "the model's weights"));
     std::vector<TensorView> views(tensors.begin(), tensors.end());
     size_t offset = 0;
@@ -419,6 +421,11 @@ class CudaBackend final : public Backend {
     HEARTH_CHECK(s == CUBLAS_STATUS_SUCCESS) << "cublasLtMatmul failed with status " << static_cast<int>(s) << " on "
                                              << w.name;
     return true;
+  }
+
+  bool in_slab(const TensorView& v) const {
+    const auto* p = static_cast<const std::byte*>(v.data);
+    return p >= slab_host_.data() && p < slab_host_.data() + slab_host_.size();
   }
 
   // Views of the tensors in the loader's slab, which mirrors the host region byte for byte.

@@ -57,8 +57,9 @@ Serves the instance's requests on its resident weights (start hearth-loader firs
   --no-kv-adopt            a restarted engine recomputes the requests it resumes instead of
                            adopting the resident KV cache its predecessor left (hearth.<instance>.kv)
   --static-batching MS     batch statically instead (full batch or MS of waiting), for comparisons
-  --spec ngram|none        speculative decoding: each decoding sequence drafts tokens by prompt
+  --spec ngram|draft|none  speculative decoding: each decoding sequence drafts tokens by prompt
                            lookup (what followed the last few tokens where they occurred before)
+                           or with the draft model the loader keeps (hearth-loader --draft-model),
                            and one step checks them; the output is unchanged (default none)
   --spec-tokens K          drafted tokens per sequence and step at most, 1..16 (default 4)
   --max-grammar-bytes N    largest grammar a request's structured output or tool choice may compile

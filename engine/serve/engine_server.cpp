@@ -15,6 +15,7 @@
 #include "common/test_point.h"
 #include "engine/backends.h"
 #include "engine/core/backend.h"
+#include "engine/core/draft_proposer.h"
 #include "engine/core/driver.h"
 #include "engine/core/kv_cache.h"
 #include "engine/core/model.h"
@@ -133,6 +134,12 @@ struct EngineServer::Impl {
   std::unique_ptr<ResidentKv> resident;  // the KV segment's tables; none: a private cache
   std::optional<KvAdoption> adoption;    // with `resident`: a restarted engine's candidates
   std::unique_ptr<ModelRunner> runner;
+  // Speculative decoding's draft model (--spec draft): its resident weights, attached
+  // whole on rank 0, and a private KV cache as large as the target's.
+  AttachedWeights draft_weights;
+  std::unique_ptr<Model> draft_model;
+  std::optional<KvCache> draft_cache;
+  std::unique_ptr<ModelRunner> draft_runner;
   std::unique_ptr<Driver> driver;
   std::unique_ptr<TpGroup> group;
   std::vector<StepEvent> events;
@@ -425,6 +432,7 @@ struct EngineServer::Impl {
     DriverConfig c{options.scheduler, context};
     c.journal = resident.get();
     c.spec = options.spec;
+    c.draft = draft_runner.get();
     c.vocabulary = [this]() -> Result<std::shared_ptr<const grammar::Vocabulary>> {
       if (vocabulary) return vocabulary;
       HEARTH_ASSIGN_OR_RETURN(std::vector<std::string> table, weights_token_table(weights, model->config().vocab_size));
@@ -433,6 +441,36 @@ struct EngineServer::Impl {
       return vocabulary;
     };
     return c;
+  }
+
+  // The draft model the loader keeps beside the target (hearth-loader --draft-model).
+  Status open_draft(const std::filesystem::path& dir, int32_t blocks, int32_t max_tokens) {
+    const auto path = segment_path(dir, options.instance, "draft-weights");
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      return make_error(ErrorCode::kNotFound,
+                        "--spec draft needs a draft model, and {} has none: start hearth-loader with --draft-model PATH "
+                        "(hearth serve --draft-model PATH)",
+                        path.string());
+    }
+    HEARTH_ASSIGN_OR_RETURN(draft_weights, weights_attach(path));
+    const ModelConfig& dc = draft_weights.config;
+    if (draft_weights.header->tp_size != 1) {
+      return make_error(ErrorCode::kInvalidArgument, "the draft model {} is split for {} ranks; it runs whole on rank 0",
+                        path.string(), draft_weights.header->tp_size);
+    }
+    HEARTH_RETURN_IF_ERROR(draft_model_check(weights.config, dc, context));
+    auto made = KvCache::create(*backend, {dc.n_layers, dc.kv_dim(), cache->config().block_size, blocks,
+                                           cache->config().dtype});
+    if (!made.is_ok()) return made.status().with_context("the draft model's KV cache");
+    draft_cache.emplace(std::move(made).value());
+    auto model = Model::create(dc, draft_weights.tensors(0), *backend, max_tokens, {.layout = draft_weights.layout});
+    if (!model.is_ok()) return model.status().with_context("the draft model");
+    draft_model = std::move(model).value();
+    draft_runner = std::make_unique<ModelRunner>(*draft_model, *draft_cache);
+    HEARTH_LOG_INFO("draft model {} ({}): {} MiB of KV cache", draft_weights.model_name, model_config_summary(dc),
+                    draft_cache->bytes() >> 20);
+    return Status::ok();
   }
 
   // The KV cache: in the instance's KV segment, adopted when the one there matches
@@ -550,6 +588,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                            .comm = &impl->group->communicator()}));
   impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache,
                                                options.tp > 1 ? impl->group.get() : nullptr);
+  if (options.spec.method == SpecMethod::kDraft) HEARTH_RETURN_IF_ERROR(impl->open_draft(dir, blocks, max_tokens));
   impl->driver = std::make_unique<Driver>(*impl->runner, impl->driver_config());
   impl->preemptions_before = impl->broker->header().stat_preemptions.load();  // counted by engines before this one
   impl->prefix_queries_before = impl->broker->header().stat_prefix_queries.load();

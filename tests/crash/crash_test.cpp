@@ -3,7 +3,7 @@
 // wrongly or leaked.
 //
 //   crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] [--loader-rounds R] [--tp 2]
-//              [--spec ngram]
+//              [--spec ngram|draft]
 //
 // 1. Loader. hearth-loader is killed at each of its publish points in turn (at a random
 //    tensor for the per-tensor point). After each kill the half-written segment must be
@@ -24,8 +24,9 @@
 //    published split for two ranks): rank 0 as above, and rank 1, armed in the middle of
 //    its K/V stores or killed by this program at a random moment, each rank keeping its
 //    share of the resident KV cache. With --spec the engine drafts tokens (speculative
-//    decoding), so kills land between a step's drafted rows and what it kept of them; at
-//    least one draft must have been kept.
+//    decoding: prompt lookup, or a draft model, the model itself, published beside it),
+//    so kills land between a step's drafted rows and what it kept of them; at least one
+//    draft must have been kept.
 // 3. Audit. With the kills over and the load stopped: every broker slot FREE, no KV block
 //    in use, nothing running or waiting, the request ring empty, and one registry entry
 //    held (the live frontend's). Each restarted engine adopted the resident KV cache of
@@ -422,14 +423,19 @@ int run(const Options& o) {
   std::vector<Point> rank_points(std::begin(kRankPoints), std::end(kRankPoints));
   std::vector<std::string> engine_flags = {"--slots", "64", "--ctx", "256", "--threads", "1", "--kv-blocks", "48"};
   std::vector<std::string> rank1_flags = engine_flags;
-  if (o.tp > 1) {
-    // The loader phase published unsplit weights: publish them for two ranks.
-    const auto r = run_process({hearth_bin("hearth-loader"), "--model", model.string(), "--instance", inst.name(),
-                                "--shm-dir", inst.shm().string(), "--tp", "2", "--exit-after-publish"});
+  if (o.tp > 1 || o.spec == "draft") {
+    // The loader phase published unsplit weights: publish them for two ranks, and the
+    // draft model (the model itself) for --spec draft.
+    std::vector<std::string> argv = {hearth_bin("hearth-loader"), "--model", model.string(), "--instance", inst.name(),
+                                     "--shm-dir", inst.shm().string(), "--tp", std::to_string(o.tp), "--exit-after-publish"};
+    if (o.spec == "draft") argv.insert(argv.end(), {"--draft-model", model.string()});
+    const auto r = run_process(argv);
     if (r.exit_code != 0) {
-      std::printf("crash_test: hearth-loader --tp 2 failed: %s\n", tail(r.err).c_str());
+      std::printf("crash_test: hearth-loader %s failed: %s\n", o.tp > 1 ? "--tp 2" : "--draft-model", tail(r.err).c_str());
       return 1;
     }
+  }
+  if (o.tp > 1) {
     engine_flags.insert(engine_flags.end(), {"--tp", "2", "--rank", "0"});
     rank1_flags.insert(rank1_flags.end(), {"--tp", "2", "--rank", "1"});
   }
@@ -595,7 +601,7 @@ int main(int argc, char** argv) {
       o.spec = argv[++i];
     } else {
       std::fprintf(stderr, "usage: crash_test [--kills N] [--clients C] [--seed S] [--arm-timeout-ms T] "
-                           "[--loader-rounds R] [--tp 2] [--spec ngram]\n");
+                           "[--loader-rounds R] [--tp 2] [--spec ngram|draft]\n");
       return 2;
     }
   }

@@ -976,8 +976,9 @@ TEST(ThinkingBudgetTest, TheEngineClosesTheReasoningAndTheAnswerFollows) {
   EXPECT_EQ(v.at("usage").at("completion_tokens_details").at("reasoning_tokens").to_number<int>(), 5) << r.body;
 }
 
-// Speculative decoding served: an engine with --spec ngram answers what one without it
-// answers (greedy, and seeded with n = 2 and logprobs), and /metrics counts its drafts.
+// Speculative decoding served: an engine with --spec ngram, and one with --spec draft
+// (the loader keeping a draft model beside the target), answer what one without it
+// answers (greedy, and seeded with n = 2 and logprobs), and /metrics counts their drafts.
 TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswers) {
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
@@ -987,9 +988,9 @@ TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswer
     std::unique_ptr<ChildProcess> engine, frontend;
     uint16_t port = 0;
   };
-  auto start = [&](const char* name, std::vector<std::string> flags) {
+  auto start = [&](const char* name, std::vector<std::string> flags, std::vector<std::string> loader = {}) {
     auto s = std::make_unique<Server>(name);
-    EXPECT_EQ(s->inst.load(model), "");
+    EXPECT_EQ(s->inst.load(model, loader), "");
     std::string failure;
     flags.insert(flags.end(), {"--slots", "8", "--ctx", "512"});
     s->engine = s->inst.engine(flags, {}, &failure);
@@ -1000,7 +1001,9 @@ TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswer
   };
   const auto plain = start("specoff", {});
   const auto spec = start("specon", {"--spec", "ngram", "--spec-tokens", "6"});
-  ASSERT_TRUE(plain->frontend && spec->frontend);
+  // The draft model: the target's own file (every greedy draft kept).
+  const auto drafted = start("specdraft", {"--spec", "draft"}, {"--draft-model", model.string()});
+  ASSERT_TRUE(plain->frontend && spec->frontend && drafted->frontend);
   const std::vector<json::object> bodies = {
       {{"prompt", "Once upon a time"}, {"max_tokens", 200}, {"temperature", 0}},
       {{"prompt", "Lily and Ben went to the park. Lily and Ben"}, {"max_tokens", 80}, {"temperature", 0.8},
@@ -1008,16 +1011,21 @@ TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswer
   };
   for (const json::object& body : bodies) {
     const auto a = http_request(plain->port, "POST", "/v1/completions", json::serialize(body));
-    const auto b = http_request(spec->port, "POST", "/v1/completions", json::serialize(body));
     ASSERT_EQ(a.status, 200) << a.body;
-    ASSERT_EQ(b.status, 200) << b.body;
-    const json::value ja = json::parse(a.body), jb = json::parse(b.body);
-    EXPECT_EQ(ja.at("choices"), jb.at("choices")) << json::serialize(body);
-    // (Cached prompt tokens depend on whether the choices were admitted in one step.)
-    for (const char* count : {"prompt_tokens", "completion_tokens"}) {
-      EXPECT_EQ(ja.at("usage").at(count), jb.at("usage").at(count)) << count;
+    const json::value ja = json::parse(a.body);
+    for (const Server* server : {spec.get(), drafted.get()}) {
+      const auto b = http_request(server->port, "POST", "/v1/completions", json::serialize(body));
+      ASSERT_EQ(b.status, 200) << b.body;
+      const json::value jb = json::parse(b.body);
+      EXPECT_EQ(ja.at("choices"), jb.at("choices")) << server->inst.name() << ": " << json::serialize(body);
+      // (Cached prompt tokens depend on whether the choices were admitted in one step.)
+      for (const char* count : {"prompt_tokens", "completion_tokens"}) {
+        EXPECT_EQ(ja.at("usage").at(count), jb.at("usage").at(count)) << count;
+      }
     }
   }
+  const std::string dm = http_request(drafted->port, "GET", "/metrics").body;
+  EXPECT_GT(metric_value(dm, "hearth_spec_decode_num_accepted_tokens_total").value_or(0), 100) << dm;
   const std::string text = json::parse(http_request(spec->port, "POST", "/v1/completions",
                                                     json::serialize(bodies[0])).body)
                                .at("choices").at(0).at("text").as_string().c_str();
@@ -1035,12 +1043,23 @@ TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswer
             std::string::npos);
   EXPECT_EQ(metric_value(http_request(plain->port, "GET", "/metrics").body, "hearth_spec_decode_num_draft_tokens_total"),
             0);
-  // A method the engine does not have is refused by name.
+  // --spec draft where the loader keeps no draft model, a method the engine does not
+  // have, and a draft model of another tokenizer are refused by name.
   Instance bad("specbad");
   ASSERT_EQ(bad.load(model), "");
   std::string failure;
   EXPECT_EQ(bad.engine({"--spec", "draft"}, {}, &failure), nullptr);
-  EXPECT_NE(failure.find("draft model"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("--draft-model"), std::string::npos) << failure;
+  EXPECT_EQ(bad.engine({"--spec", "eagle"}, {}, &failure), nullptr);
+  EXPECT_NE(failure.find("ngram, draft or none"), std::string::npos) << failure;
+  TempDir dir;
+  const std::string synth = (dir.path() / "synth512.gguf").string();
+  const auto made = run_process({hearth_bin("hearth"), "synth", "--vocab", "512", "--gguf", synth});
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  Instance other("specother");
+  const std::string refused = other.load(model, {"--draft-model", synth});
+  EXPECT_NE(refused.find("must share the target's tokenizer"), std::string::npos) << refused;
+  EXPECT_FALSE(std::filesystem::exists(other.shm() / "hearth.specother.draft-weights"));
 }
 
 }  // namespace

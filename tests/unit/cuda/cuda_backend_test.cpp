@@ -524,8 +524,9 @@ TEST_F(CudaBackendTest, Stories260KGroundTruthOnTheDevice) {
 }
 
 // Speculative decoding on the device: drafted rows verified by the device sampler (each
-// with its draw and the output before it) give plain decoding's tokens, greedy and seeded
-// (drafting whenever lookup has a draft: the emulated device's step cost would stop it).
+// with its draw and the output before it) give plain decoding's tokens, greedy and seeded,
+// by prompt lookup and by a draft model on the device (drafting whenever the proposer has
+// a draft: the emulated device's step cost would stop it).
 TEST_F(CudaBackendTest, SpeculationGivesPlainDecodingsTokensOnTheDevice) {
   const auto path = testing::shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(path);
@@ -535,6 +536,8 @@ TEST_F(CudaBackendTest, SpeculationGivesPlainDecodingsTokensOnTheDevice) {
   ASSERT_TRUE(llama.is_ok()) << llama.status().to_string();
   auto cache = KvCache::create(*gpu_, {m->config.n_layers, m->config.kv_dim(), 16, 32, KvDType::kF32});
   ASSERT_TRUE(cache.is_ok()) << cache.status().to_string();
+  auto draft_cache = KvCache::create(*gpu_, {m->config.n_layers, m->config.kv_dim(), 16, 32, KvDType::kF32});
+  ASSERT_TRUE(draft_cache.is_ok()) << draft_cache.status().to_string();
   // "Once upon a time" and its first greedy tokens, twice, then "Once upon a time" again:
   // lookup drafts what followed it before.
   const std::vector<TokenId> start = {403, 407, 261, 378};
@@ -557,6 +560,15 @@ TEST_F(CudaBackendTest, SpeculationGivesPlainDecodingsTokensOnTheDevice) {
     EXPECT_EQ(spec->tokens, plain->tokens) << "temperature " << sampling.temperature;
     EXPECT_GT(spec->spec.draft_tokens, 0u);
     EXPECT_GT(spec->spec.accepted, 0u) << "temperature " << sampling.temperature;
+    // A draft model on the device too (the target itself, over its own cache), seeded.
+    if (sampling.temperature == 0.0f) continue;
+    options.speculative.method = SpecMethod::kDraft;
+    options.draft_model = llama->get();
+    options.draft_cache = &*draft_cache;
+    auto drafted = generate(**llama, *cache, prompt, options);
+    ASSERT_TRUE(drafted.is_ok()) << drafted.status().to_string();
+    EXPECT_EQ(drafted->tokens, plain->tokens) << "draft model, temperature " << sampling.temperature;
+    EXPECT_GT(drafted->spec.accepted, 0u) << "temperature " << sampling.temperature;
   }
 }
 

@@ -62,6 +62,21 @@ TEST(SpecDraftLengthTest, FollowsAcceptanceAndCostAndProbesAfterAPause) {
   int drafted = 0;
   for (int step = 0; step < 32; ++step) drafted += spec_draft_length(bad, 4, 0.2);
   EXPECT_EQ(drafted, 2);  // one probe per 16 decoding steps
+  // Probes that fail wait twice as long each time, up to 256 steps; one that succeeds
+  // brings the wait back to 16.
+  std::vector<int> probes;
+  for (int step = 1; step <= 1200; ++step) {
+    const int32_t k = spec_draft_length(bad, 4, 0.2);
+    if (k == 0) continue;
+    probes.push_back(step);
+    bad.observe(k, 0);
+  }
+  EXPECT_EQ(probes, (std::vector<int>{16, 48, 112, 240, 496, 752, 1008}));
+  SpecState recovering = bad;
+  for (int step = 0; step < 255 && spec_draft_length(recovering, 4, 0.2) == 0; ++step) {
+  }
+  recovering.observe(1, 1);  // the probe was kept
+  EXPECT_EQ(recovering.probe_after, 16);
 
   // Cheap drafts (the fixed cost dominates) for one stream, dear ones in a large batch.
   const StepFit fit{.fixed_ns = 50000.0, .per_token_ns = 1000.0};

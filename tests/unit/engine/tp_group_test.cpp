@@ -371,7 +371,8 @@ TEST_F(TpModelTest, TwoRanksGiveOneRanksLogitsAtEveryStepAndItsGreedyText) {
 }
 
 // Speculative decoding in a group: drafted rows are rows of the step every rank runs,
-// and the greedy output is one rank's plain output, with drafts kept along the way.
+// and the greedy output is one rank's plain output, with drafts kept along the way, by
+// prompt lookup and by a draft model (the unsplit model, which rank 0 runs whole).
 TEST_F(TpModelTest, SpeculationAtTwoRanksGivesOneRanksPlainGreedyText) {
   const AttachedWeights one = publish(1), two = publish(2);
   const ModelConfig& c = one.config;
@@ -386,19 +387,25 @@ TEST_F(TpModelTest, SpeculationAtTwoRanksGivesOneRanksPlainGreedyText) {
   ASSERT_TRUE(want.is_ok()) << want.status().to_string();
 
   const auto group = two_ranks(two);
-  DriverConfig dc{.scheduler = {.max_batch_size = 1, .max_batched_tokens = 64}, .max_sequence_tokens = 256};
-  dc.spec = {.method = SpecMethod::kNgram, .max_tokens = 4};
-  Driver driver(*group->runner0, dc);
-  ASSERT_EQ(*driver.add(0, {.tokens = prompt, .n_prompt = 5, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 160}}),
-            FinishReason::kNone);
-  std::vector<TokenId> got;
-  const Status st = driver.run_until_idle([&](const StepEvent& e) {
-    got.push_back(e.token.id);
-    return true;
-  });
-  ASSERT_TRUE(st.is_ok()) << st.to_string();
-  EXPECT_EQ(got, want->tokens);
-  EXPECT_GT(driver.spec_stats().accepted, 0u);
+  KvCache draft_cache = std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 16, KvDType::kF32})).value();
+  ModelRunner draft(*model1, draft_cache);
+  for (SpecMethod method : {SpecMethod::kNgram, SpecMethod::kDraft}) {
+    DriverConfig dc{.scheduler = {.max_batch_size = 1, .max_batched_tokens = 64}, .max_sequence_tokens = 256};
+    dc.spec = {.method = method, .max_tokens = 4};
+    dc.draft = &draft;
+    Driver driver(*group->runner0, dc);
+    ASSERT_EQ(*driver.add(0, {.tokens = prompt, .n_prompt = 5, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 160}}),
+              FinishReason::kNone);
+    std::vector<TokenId> got;
+    const Status st = driver.run_until_idle([&](const StepEvent& e) {
+      got.push_back(e.token.id);
+      return true;
+    });
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(got, want->tokens) << spec_method_name(method);
+    EXPECT_GT(driver.spec_stats().accepted, method == SpecMethod::kDraft ? 100u : 0u) << spec_method_name(method);
+  }
+  EXPECT_EQ(draft_cache.blocks_free(), draft_cache.config().n_blocks);
 }
 
 TEST_F(TpModelTest, ARankRefusesAGroupItCannotBePartOfNamingTheNumbers) {
