@@ -159,6 +159,12 @@ int main(int argc, char** argv) {
     }
     round.insert(round.end(), t.begin(), t.begin() + static_cast<long>(end));
     std::printf("# the cycling copy's greedy text repeats itself after %zu tokens\n", end - 1);
+    // The prompt as ids, for bench/spec_peer.sh to give llama.cpp the same one.
+    if (std::FILE* f = std::fopen((stem + "-cycling.prompt").c_str(), "w")) {
+      for (size_t i = 0; i < round.size(); ++i) std::fprintf(f, "%s%d", i ? "," : "", round[i]);
+      std::fputc('\n', f);
+      std::fclose(f);
+    }
   }
   const std::vector<Workload> workloads = {
       {"repeats its input (greedy; the 1B copy built to cycle)", cycling->get(), round, {.temperature = 0.0f}},

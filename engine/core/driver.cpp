@@ -240,6 +240,7 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
   }
   for (uint64_t id : plan.unschedulable) {
     if (seqs_.erase(id) == 0) continue;
+    if (proposer_) proposer_->forget(id);
     StepEvent& e = events.emplace_back();
     e.id = id;
     e.finish = FinishReason::kError;
