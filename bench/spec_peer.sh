@@ -36,9 +36,10 @@ run() {  # PROMPT MODEL [DRAFT | ngram]
   local body="{\"prompt\": $1, \"n_predict\": 128, \"temperature\": 0, \"ignore_eos\": true, \"cache_prompt\": false}"
   local args=(-m "$2" -t "$threads" -tb "$threads" -c 1024 -np 1 --port $port --no-webui)
   if [ "${3:-}" = ngram ]; then
-    args+=(--spec-type ngram-simple --draft-max "$draft_max")
+    # hearth's lookup matches 4 tokens at most; llama.cpp's default is 12
+    args+=(--spec-type ngram-simple --spec-ngram-simple-size-n 4 --spec-ngram-simple-size-m "$draft_max")
   elif [ -n "${3:-}" ]; then
-    args+=(-md "$3" --draft-max "$draft_max" --draft-min 0 --draft-p-min 0 -td "$threads")
+    args+=(--spec-type draft-simple -md "$3" --spec-draft-n-max "$draft_max" --spec-draft-n-min 0 --spec-draft-p-min 0 -td "$threads")
   fi
   "$server" "${args[@]}" >/tmp/spec_peer_server.log 2>&1 &
   local pid=$!
@@ -49,7 +50,8 @@ run() {  # PROMPT MODEL [DRAFT | ngram]
   curl -sf localhost:$port/completion -d "$body" >/dev/null  # warm-up
   local out=()
   for _ in $(seq 1 "$reps"); do out+=("$(curl -sf localhost:$port/completion -d "$body")"); done
-  kill $pid; wait $pid 2>/dev/null || true
+  kill $pid 2>/dev/null || { echo "llama-server failed: $(tail -3 /tmp/spec_peer_server.log)" >&2; exit 1; }
+  wait $pid 2>/dev/null || true
   printf '%s\n' "${out[@]}" | python3 -c '
 import json, sys, statistics
 rows = [json.loads(l) for l in sys.stdin if l.strip()]
@@ -64,8 +66,10 @@ echo "# llama.cpp llama-server speculative decoding: $(lscpu | sed -n 's/^Model 
 echo "| workload | plain tok/s | speculative tok/s | speed-up | drafts kept |"
 echo "|---|---|---|---|---|"
 row() {  # NAME PROMPT MODEL DRAFT
-  read -r a _ _ _ <<<"$(run "$2" "$3")"
-  read -r b drafted kept _ <<<"$(run "$2" "$3" "$4")"
+  local plain spec
+  plain=$(run "$2" "$3") && spec=$(run "$2" "$3" "$4") || exit 1
+  read -r a _ _ _ <<<"$plain"
+  read -r b drafted kept _ <<<"$spec"
   python3 -c "print(f'| $1 | $a | $b | {$b / $a:.2f}x | $kept of $drafted |')"
 }
 row "ngram-simple: repeats its input (greedy; the 1B copy built to cycle)" "$cycling" $dir/1b-q4_0-cycling.gguf ngram

@@ -189,7 +189,12 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   if (o.gen.speculative.method == SpecMethod::kDraft) {
     auto opened = o.draft_model.empty() ? attach_instance(o.attach, o.shm_dir, "draft-weights")
                                         : open_model_files(o.draft_model, {}, layout);
-    if (!opened.is_ok()) return fail(opened.status().with_context("the draft model"));
+    if (!opened.is_ok()) {
+      return fail(opened.status().with_context(o.draft_model.empty()
+                                                   ? "the draft model (hearth-loader --draft-model PATH keeps one for the "
+                                                     "instance; or give --draft-model PATH)"
+                                                   : "the draft model"));
+    }
     draft_source.emplace(std::move(opened).value());
     const ModelConfig& dc = draft_source->config;
     if (Status st = draft_tokenizer_check(tok, *draft_source->tokenizer); !st.is_ok()) return fail(st);

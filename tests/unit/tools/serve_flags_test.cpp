@@ -72,6 +72,23 @@ TEST(ServeFlagTableTest, FlagsWinOverTheFileAndTheModelMayBePositional) {
   EXPECT_FALSE(parse_serve_args({model, model}).is_ok());
 }
 
+// A draft model goes with --spec draft, and --spec draft with one.
+TEST(ServeFlagTableTest, SpecDraftAndDraftModelComeTogether) {
+  TempDir dir;
+  const std::string model = write(dir, "model.gguf", "x");
+  const std::string draft = write(dir, "draft.gguf", "x");
+  auto both = parse_serve_args({model, "--spec", "draft", "--draft-model", draft});
+  ASSERT_TRUE(both.is_ok()) << both.status().to_string();
+  EXPECT_EQ(find_serve_flag("draft-model")->targets, kToLoader);
+  const auto alone = parse_serve_args({model, "--spec", "draft"});
+  EXPECT_NE(alone.status().message().find("--spec draft needs --draft-model"), std::string::npos)
+      << alone.status().to_string();
+  const auto unused = parse_serve_args({model, "--spec", "ngram", "--draft-model", draft});
+  EXPECT_NE(unused.status().message().find("--draft-model is for --spec draft"), std::string::npos)
+      << unused.status().to_string();
+  EXPECT_EQ(parse_serve_args({model, "--draft-model", "/nonexistent"}).status().code(), ErrorCode::kNotFound);
+}
+
 TEST(ServeFlagTableTest, BadFilesNameTheLine) {
   TempDir dir;
   const std::vector<std::pair<std::string, std::string>> cases = {
