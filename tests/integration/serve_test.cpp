@@ -1024,18 +1024,23 @@ TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswer
       }
     }
   }
-  const std::string dm = http_request(drafted->port, "GET", "/metrics").body;
+  // /metrics once the engine is idle: it publishes its counts between steps.
+  auto settled_metrics = [](uint16_t port) {
+    std::string m = http_request(port, "GET", "/metrics").body;
+    for (auto deadline = std::chrono::steady_clock::now() + 5s;
+         metric_value(m, "hearth_engine_running").value_or(1) != 0 && std::chrono::steady_clock::now() < deadline;) {
+      std::this_thread::sleep_for(10ms);
+      m = http_request(port, "GET", "/metrics").body;
+    }
+    return m;
+  };
+  const std::string dm = settled_metrics(drafted->port);
   EXPECT_GT(metric_value(dm, "hearth_spec_decode_num_accepted_tokens_total").value_or(0), 100) << dm;
   const std::string text = json::parse(http_request(spec->port, "POST", "/v1/completions",
                                                     json::serialize(bodies[0])).body)
                                .at("choices").at(0).at("text").as_string().c_str();
   EXPECT_EQ(text.substr(0, 58), ", there was a little girl named Lily. She loved to play ou");
-  std::string m = http_request(spec->port, "GET", "/metrics").body;
-  for (auto deadline = std::chrono::steady_clock::now() + 5s;
-       metric_value(m, "hearth_engine_running").value_or(1) != 0 && std::chrono::steady_clock::now() < deadline;) {
-    std::this_thread::sleep_for(10ms);
-    m = http_request(spec->port, "GET", "/metrics").body;
-  }
+  const std::string m = settled_metrics(spec->port);
   EXPECT_GT(metric_value(m, "hearth_spec_decode_num_accepted_tokens_total").value_or(0), 0) << m;
   EXPECT_GE(metric_value(m, "hearth_spec_decode_num_draft_tokens_total").value_or(0),
             metric_value(m, "hearth_spec_decode_num_accepted_tokens_total").value_or(1));
