@@ -4,7 +4,8 @@
 // pinned to its share of the CPUs): tokens/s of both, the share of a TP N decode step
 // spent in collectives and publishing the step, the largest logit difference between
 // TP N and TP 1 at any step (relative to the row's largest logit) and whether the
-// greedy ids agree.
+// greedy ids agree; then TP N with speculative decoding (prompt lookup, and a draft model:
+// the unsplit model on rank 0), whose greedy ids must be TP N's plain ones.
 //
 //   tp_bench [--tp N] [--dim D] [--model PATH.gguf] [--tokens 64] [--prompt 8]
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "common/cpu_set.h"
 #include "common/log.h"
 #include "engine/core/backend.h"
+#include "engine/core/driver.h"
 #include "engine/core/kv_cache.h"
 #include "engine/core/model.h"
 #include "engine/core/model_runner.h"
@@ -292,6 +294,44 @@ int run(int argc, char** argv) {
     std::printf("TP %d vs TP 1: largest logit difference %.2e of the row's largest over %d steps; greedy ids agree "
                 "for %d of %d tokens\n",
                 tp, worst, tokens, same, tokens);
+    // Speculative decoding in the group: the ids TP N decodes plainly, drafted by prompt
+    // lookup and by a draft model (the unsplit model, which rank 0 runs whole).
+    auto draft_weights = weights_attach(w1);
+    if (!draft_weights.is_ok()) return die(draft_weights.status().to_string());
+    auto draft_model = Model::create(draft_weights->config, draft_weights->tensors(0), *backend, 512);
+    auto draft_cache = KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 64, KvDType::kF32});
+    if (!draft_model.is_ok() || !draft_cache.is_ok()) return die("cannot build the draft model");
+    ModelRunner draft(**draft_model, *draft_cache);
+    for (SpecMethod method : {SpecMethod::kNgram, SpecMethod::kDraft}) {
+      DriverConfig dc{.scheduler = {.max_batch_size = 1, .max_batched_tokens = 512}, .max_sequence_tokens = 64 * 16};
+      dc.spec = {.method = method, .max_tokens = 4};
+      dc.draft = &draft;
+      Driver driver(runner, dc);
+      const auto added = driver.add(0, {.tokens = prompt, .n_prompt = static_cast<int32_t>(prompt.size()),
+                                        .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = tokens,
+                                                 .ignore_stop = true}});
+      if (!added.is_ok()) return die(added.status().to_string());
+      std::vector<TokenId> ids;
+      double first = 0;
+      const Status st = driver.run_until_idle([&](const StepEvent& e) {
+        if (ids.empty()) first = now_s();
+        ids.push_back(e.token.id);
+        return true;
+      });
+      if (!st.is_ok()) return die(st.to_string());
+      const double seconds = now_s() - first;
+      int agree = 0;
+      while (agree < tokens && agree < static_cast<int>(ids.size()) &&
+             ids[static_cast<size_t>(agree)] == many.ids[static_cast<size_t>(agree)]) {
+        ++agree;
+      }
+      std::printf("TP %d with --spec %s: greedy ids agree with TP %d's plain ones for %d of %d tokens; %llu of %llu "
+                  "drafted tokens kept; decode %.2f tok/s\n",
+                  tp, std::string(spec_method_name(method)).c_str(), tp, agree, tokens,
+                  static_cast<unsigned long long>(driver.spec_stats().accepted),
+                  static_cast<unsigned long long>(driver.spec_stats().draft_tokens),
+                  static_cast<double>(ids.size() - 1) / seconds);
+    }
   }
   std::fflush(stdout);
   group.leave(TpBreak::kStopped);

@@ -148,6 +148,12 @@ int main(int argc, char** argv) {
     draft.emplace(std::move(made).value());
     HEARTH_LOG_INFO("{} the draft model as {} ({})", draft->adopted ? "adopted" : "published",
                     draft->segment.path().string(), human_bytes(draft->segment.size()));
+  } else {
+    // A draft model an earlier loader of the instance kept goes with this one's target:
+    // an engine must not draft with one nobody checked against it.
+    const auto stale = segment_path(o.shm_dir.empty() ? shm_dir_default() : o.shm_dir, o.instance, "draft-weights");
+    std::error_code ec;
+    if (std::filesystem::remove(stale, ec)) HEARTH_LOG_INFO("removed {}: this loader keeps no draft model", stale.string());
   }
   std::unique_ptr<DeviceSlabs> slabs;
   if (device) {

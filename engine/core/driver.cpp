@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/check.h"
+#include "common/log.h"
 #include "common/test_point.h"
 #include "engine/core/draft_proposer.h"
 
@@ -17,8 +19,10 @@ Driver::Driver(ModelRunner& runner, const DriverConfig& config)
   scheduler_.set_journal(config.journal);
   if (config.spec.method == SpecMethod::kNgram) {
     proposer_ = std::make_unique<NgramProposer>(config_.spec);
-  } else if (config.spec.method == SpecMethod::kDraft && config.draft != nullptr) {
-    proposer_ = std::make_unique<DraftProposer>(*config.draft);
+  } else if (config.spec.method == SpecMethod::kDraft) {
+    HEARTH_CHECK(config.draft != nullptr) << "speculative decoding with a draft model needs the draft model";
+    // A draft model's catch-up adds at most a step's token budget to the step.
+    proposer_ = std::make_unique<DraftProposer>(*config.draft, config.scheduler.max_batched_tokens);
   }
   if (proposer_) {
     config_.spec.max_tokens = std::clamp(config_.spec.max_tokens, 1, kMaxSpecTokens);
@@ -232,12 +236,8 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
     spec_threshold_ = spec_threshold(step_cost_.fit(), std::max(running, 1),
                                      std::max(last_step_tokens_ - last_step_drafts_, running), proposer_->token_ns());
   }
+  if (proposer_) proposer_->begin_step();
   const StepPlan plan = scheduler_.plan(now_ms);
-  if (!draft_error_.is_ok()) {
-    Status st = std::move(draft_error_);
-    draft_error_ = Status::ok();
-    return make_error(st.code(), "the draft model: {}", st.message());
-  }
   for (uint64_t id : plan.unschedulable) {
     if (seqs_.erase(id) == 0) continue;
     if (proposer_) proposer_->forget(id);
@@ -247,6 +247,7 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
     e.error = make_error(ErrorCode::kResourceExhausted,
                          "the request needs more KV cache than the engine has: lower max_tokens or raise --kv-blocks");
   }
+
   ran = !plan.seqs.empty();
   last_step_tokens_ = plan.tokens;
   if (!ran) return Status::ok();
@@ -334,10 +335,13 @@ int32_t Driver::draft(uint64_t id, int32_t room) {
   room = std::min({room, config_.spec.max_tokens, s.request.spec.max_tokens - s.produced() - 1,
                    config_.max_sequence_tokens - known - 1});
   if (room < 1) return 0;
-  const int32_t k = config_.spec.adaptive ? spec_draft_length(s.spec, room, spec_threshold_) : room;
-  if (k < 1 || !draft_error_.is_ok()) return 0;
+  const int32_t k = config_.spec.adaptive ? spec_draft_length(s.spec, room, spec_threshold_, proposer_->costly()) : room;
+  if (k < 1 || proposer_failed_) return 0;
   if (Status st = proposer_->propose(id, s.request.tokens, k, s.draft); !st.is_ok()) {
-    draft_error_ = std::move(st);
+    // The target does not need it: decoding goes on without speculation, said once.
+    HEARTH_LOG_ERROR("speculative decoding stops: the {} proposer failed: {}", spec_method_name(config_.spec.method),
+                     st.to_string());
+    proposer_failed_ = true;
     s.draft.clear();
   }
   return static_cast<int32_t>(s.draft.size());

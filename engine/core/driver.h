@@ -71,7 +71,7 @@ struct DriverConfig {
   // Speculative decoding (engine/core/speculation.h); method kNone: none.
   SpecConfig spec;
   // With SpecMethod::kDraft: the draft model and its own KV cache (draft_model_check
-  // passed); the driver does not speculate without one.
+  // passed; required). Should it fail, the driver says so and decodes on without drafts.
   ModelRunner* draft = nullptr;
 };
 
@@ -180,7 +180,7 @@ class Driver {
   double spec_threshold_ = 0.0;    // the acceptance a drafted token must beat, this step
   std::vector<std::pair<uint64_t, size_t>> drafted_;  // this step's drafting sequences, known tokens
   SpecStats spec_stats_;
-  Status draft_error_;  // a proposer's failure while the scheduler planned: fails the step
+  bool proposer_failed_ = false;  // a proposer failed (logged): no more drafts from this driver
 };
 
 }  // namespace hearth

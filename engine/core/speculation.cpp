@@ -102,7 +102,7 @@ double spec_threshold(std::optional<StepFit> fit, int32_t produced, int32_t toke
   return std::clamp(t, 0.0, 1.0);
 }
 
-int32_t spec_draft_length(SpecState& state, int32_t max_tokens, double threshold) {
+int32_t spec_draft_length(SpecState& state, int32_t max_tokens, double threshold, bool back_off) {
   const double a = state.accept();
   double reach = 1.0;  // probability that every draft token so far is accepted
   int32_t k = 0;
@@ -115,9 +115,9 @@ int32_t spec_draft_length(SpecState& state, int32_t max_tokens, double threshold
     state.probing = false;
     return k;
   }
-  if (++state.idle_steps < state.probe_after) return 0;
+  if (++state.idle_steps < (back_off ? state.probe_after : kProbeAfter)) return 0;
   state.idle_steps = 0;
-  state.probing = true;
+  state.probing = back_off;
   return 1;
 }
 

@@ -69,13 +69,18 @@ class Proposer {
   // Up to `k` tokens likely to follow `tokens` (prompt and output so far) of sequence
   // `id`, into `out` (cleared first). A proposer that keeps state per sequence finds it
   // under `id`; the tokens of a sequence only ever grow. Fails only when the proposer
-  // itself does (a draft model's step): then the step fails, as a target step would.
+  // itself does (a draft model's step): the driver then logs it and stops drafting.
   virtual Status propose(uint64_t id, std::span<const TokenId> tokens, int32_t k, std::vector<TokenId>& out) = 0;
   // Sequence `id` is gone: whatever the proposer kept for it goes too.
   virtual void forget(uint64_t /*id*/) {}
+  // A step is about to be planned (a proposer may budget its work per step).
+  virtual void begin_step() {}
   // What drafting one token costs, in nanoseconds (measured; 0 for free proposers): a
   // drafted token pays for itself only if it also pays for this.
   virtual double token_ns() const { return 0.0; }
+  // Whether a draft costs work beyond the step (a model's forward passes): then failed
+  // probes back off (spec_draft_length).
+  virtual bool costly() const { return false; }
 };
 
 class NgramProposer final : public Proposer {
@@ -133,9 +138,10 @@ double spec_threshold(std::optional<StepFit> fit, int32_t produced, int32_t toke
 
 // Tokens a sequence drafts this step: depth i while accept^i beats `threshold`, up to
 // `max_tokens`. A sequence that drafted nothing for 16 decoding steps probes with one
-// token, so a changed text can win speculation back; each probe that fails doubles the
-// wait for the next (up to 256 steps: a draft model's probe costs a catch-up of the
-// tokens since its last one), and one that succeeds brings it back to 16.
-int32_t spec_draft_length(SpecState& state, int32_t max_tokens, double threshold);
+// token, so a changed text can win speculation back. With `back_off` (a costly
+// proposer: a draft model's probe pays a catch-up of the tokens since its last one),
+// each probe that fails doubles the wait for the next, up to 256 steps, and one that
+// succeeds brings it back to 16.
+int32_t spec_draft_length(SpecState& state, int32_t max_tokens, double threshold, bool back_off = false);
 
 }  // namespace hearth

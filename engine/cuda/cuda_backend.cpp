@@ -112,8 +112,15 @@ class CudaBackend final : public Backend {
       total = align_up(total, kWeightAlignment) + t.bytes;
     }
     // The loader's slab mirrors the rank's weights; another model's tensors (a draft
-    // model's) are copied like any weights the slab does not hold.
-    if (shared_slab_ != nullptr && !tensors.empty() && in_slab(tensors.front())) return bind_in_slab(tensors);
+    // model's, none of them in the slab) are copied like any weights without one.
+    if (shared_slab_ != nullptr) {
+      const auto inside = std::count_if(tensors.begin(), tensors.end(), [&](const TensorView& t) { return in_slab(t); });
+      if (inside == static_cast<std::ptrdiff_t>(tensors.size())) return bind_in_slab(tensors);
+      if (inside > 0) {
+        return make_error(ErrorCode::kInternal, "{} of the model's {} tensors are in the loader's slab, the others not",
+                          inside, tensors.size());
+      }
+    }
     HEARTH_ASSIGN_OR_RETURN(DeviceBuffer slab, DeviceBuffer::device(total, "the model's weights"));
     std::vector<TensorView> views(tensors.begin(), tensors.end());
     size_t offset = 0;
@@ -425,7 +432,7 @@ class CudaBackend final : public Backend {
 
   bool in_slab(const TensorView& v) const {
     const auto* p = static_cast<const std::byte*>(v.data);
-    return p >= slab_host_.data() && p < slab_host_.data() + slab_host_.size();
+    return p >= slab_host_.data() && p + v.bytes <= slab_host_.data() + slab_host_.size();
   }
 
   // Views of the tensors in the loader's slab, which mirrors the host region byte for byte.

@@ -443,8 +443,9 @@ struct EngineServer::Impl {
     return c;
   }
 
-  // The draft model the loader keeps beside the target (hearth-loader --draft-model).
-  Status open_draft(const std::filesystem::path& dir, int32_t blocks, int32_t max_tokens) {
+  // The draft model the loader keeps beside the target (hearth-loader --draft-model),
+  // attached and checked before anything else is set up.
+  Status attach_draft(const std::filesystem::path& dir) {
     const auto path = segment_path(dir, options.instance, "draft-weights");
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) {
@@ -454,12 +455,29 @@ struct EngineServer::Impl {
                         path.string());
     }
     HEARTH_ASSIGN_OR_RETURN(draft_weights, weights_attach(path));
-    const ModelConfig& dc = draft_weights.config;
     if (draft_weights.header->tp_size != 1) {
       return make_error(ErrorCode::kInvalidArgument, "the draft model {} is split for {} ranks; it runs whole on rank 0",
                         path.string(), draft_weights.header->tp_size);
     }
-    HEARTH_RETURN_IF_ERROR(draft_model_check(weights.config, dc, context));
+    HEARTH_RETURN_IF_ERROR(draft_model_check(weights.config, draft_weights.config, context));
+    // The loader checked the tokenizers when it published the draft; a segment left by an
+    // earlier run is checked here, token by token.
+    HEARTH_ASSIGN_OR_RETURN(auto target_tokens, weights_token_table(weights, weights.config.vocab_size));
+    HEARTH_ASSIGN_OR_RETURN(auto draft_tokens, weights_token_table(draft_weights, weights.config.vocab_size));
+    for (size_t id = 0; id < target_tokens.size(); ++id) {
+      if (target_tokens[id] != draft_tokens[id]) {
+        return make_error(ErrorCode::kInvalidArgument,
+                          "the draft model {} has token {} as {:?} and the target {:?}: a draft model must share the "
+                          "target's tokenizer (hearth-loader --draft-model publishes a checked one)",
+                          path.string(), id, draft_tokens[id], target_tokens[id]);
+      }
+    }
+    return Status::ok();
+  }
+
+  // The attached draft model on the backend, with a private KV cache of `blocks` blocks.
+  Status open_draft(int32_t blocks, int32_t max_tokens) {
+    const ModelConfig& dc = draft_weights.config;
     auto made = KvCache::create(*backend, {dc.n_layers, dc.kv_dim(), cache->config().block_size, blocks,
                                            cache->config().dtype});
     if (!made.is_ok()) return made.status().with_context("the draft model's KV cache");
@@ -547,6 +565,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
   if (options.block_size < 1 || options.slots < 1) {
     return make_error(ErrorCode::kInvalidArgument, "slots and block size must be positive");
   }
+  if (options.spec.method == SpecMethod::kDraft) HEARTH_RETURN_IF_ERROR(impl->attach_draft(dir));
   int32_t blocks = options.kv_blocks;
   if (blocks <= 0) {
     const int32_t per_seq = (impl->context + options.block_size - 1) / options.block_size;
@@ -588,7 +607,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                            .comm = &impl->group->communicator()}));
   impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache,
                                                options.tp > 1 ? impl->group.get() : nullptr);
-  if (options.spec.method == SpecMethod::kDraft) HEARTH_RETURN_IF_ERROR(impl->open_draft(dir, blocks, max_tokens));
+  if (options.spec.method == SpecMethod::kDraft) HEARTH_RETURN_IF_ERROR(impl->open_draft(blocks, max_tokens));
   impl->driver = std::make_unique<Driver>(*impl->runner, impl->driver_config());
   impl->preemptions_before = impl->broker->header().stat_preemptions.load();  // counted by engines before this one
   impl->prefix_queries_before = impl->broker->header().stat_prefix_queries.load();

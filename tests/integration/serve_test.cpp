@@ -1065,6 +1065,17 @@ TEST(SpeculationServeTest, AnEngineThatSpeculatesAnswersWhatOneThatDoesNotAnswer
   const std::string refused = other.load(model, {"--draft-model", synth});
   EXPECT_NE(refused.find("must share the target's tokenizer"), std::string::npos) << refused;
   EXPECT_FALSE(std::filesystem::exists(other.shm() / "hearth.specother.draft-weights"));
+  // A draft segment nobody checked against the target (copied in beside another model of
+  // the same vocabulary size) is refused by the engine too, token by token; a loader
+  // started without --draft-model removes it.
+  Instance copied("speccopied");
+  ASSERT_EQ(copied.load(synth), "");
+  const auto stale = copied.shm() / "hearth.speccopied.draft-weights";
+  std::filesystem::copy_file(drafted->inst.shm() / "hearth.specdraft.draft-weights", stale);
+  EXPECT_EQ(copied.engine({"--spec", "draft"}, {}, &failure), nullptr);
+  EXPECT_NE(failure.find("must share the target's tokenizer"), std::string::npos) << failure;
+  ASSERT_EQ(copied.load(synth), "");
+  EXPECT_FALSE(std::filesystem::exists(stale));
 }
 
 }  // namespace

@@ -62,21 +62,25 @@ TEST(SpecDraftLengthTest, FollowsAcceptanceAndCostAndProbesAfterAPause) {
   int drafted = 0;
   for (int step = 0; step < 32; ++step) drafted += spec_draft_length(bad, 4, 0.2);
   EXPECT_EQ(drafted, 2);  // one probe per 16 decoding steps
-  // Probes that fail wait twice as long each time, up to 256 steps; one that succeeds
-  // brings the wait back to 16.
+  // With a costly proposer, probes that fail wait twice as long each time, up to 256
+  // steps; one that succeeds brings the wait back to 16.
   std::vector<int> probes;
   for (int step = 1; step <= 1200; ++step) {
-    const int32_t k = spec_draft_length(bad, 4, 0.2);
+    const int32_t k = spec_draft_length(bad, 4, 0.2, /*back_off=*/true);
     if (k == 0) continue;
     probes.push_back(step);
     bad.observe(k, 0);
   }
   EXPECT_EQ(probes, (std::vector<int>{16, 48, 112, 240, 496, 752, 1008}));
   SpecState recovering = bad;
-  for (int step = 0; step < 255 && spec_draft_length(recovering, 4, 0.2) == 0; ++step) {
+  for (int step = 0; step < 255 && spec_draft_length(recovering, 4, 0.2, true) == 0; ++step) {
   }
   recovering.observe(1, 1);  // the probe was kept
   EXPECT_EQ(recovering.probe_after, 16);
+  // A free proposer (prompt lookup) probes every 16 steps however its probes fared.
+  drafted = 0;
+  for (int step = 0; step < 64; ++step) drafted += spec_draft_length(bad, 4, 0.2);
+  EXPECT_EQ(drafted, 4);
 
   // Cheap drafts (the fixed cost dominates) for one stream, dear ones in a large batch.
   const StepFit fit{.fixed_ns = 50000.0, .per_token_ns = 1000.0};
@@ -312,18 +316,22 @@ TEST(SpecDriverTest, ADraftModelGivesPlainDecodingsGreedyTokens) {
 
 // The draft model's KV follows the sequence: after drafts that were partly rejected, what
 // it proposes is what a proposer starting from nothing proposes for the same tokens, and
-// it runs only the tokens past the first rejected one again.
+// it runs again only the tokens past the first rejected one.
 TEST(DraftProposerTest, KeepsWhatStaysValidAndRedoesOnlyThePastARejection) {
   REQUIRE_STORIES();
   Stories f;
   f.use_draft(2);
-  DraftProposer kept(*f.draft_runner);
+  DraftProposer kept(*f.draft_runner, 128);
   std::vector<TokenId> tokens = f.prompt("Once upon a time, there was a little girl");
   std::vector<TokenId> draft, fresh_draft;
+  size_t past_rejection = tokens.size();  // what the next proposal must run before drafting
   for (int step = 0; step < 24; ++step) {
+    kept.begin_step();
+    const uint64_t before = kept.tokens_run();
     ASSERT_TRUE(kept.propose(7, tokens, 4, draft).is_ok());
+    EXPECT_EQ(kept.tokens_run() - before, past_rejection + 3) << "step " << step;  // then 3 drafts run
     {
-      DraftProposer fresh(*f.draft_runner);
+      DraftProposer fresh(*f.draft_runner, 128);
       ASSERT_TRUE(fresh.propose(1, tokens, 4, fresh_draft).is_ok());
     }
     ASSERT_EQ(draft, fresh_draft) << "step " << step;
@@ -338,12 +346,67 @@ TEST(DraftProposerTest, KeepsWhatStaysValidAndRedoesOnlyThePastARejection) {
     const auto keep = static_cast<size_t>(step % 4);
     tokens.insert(tokens.end(), draft.begin(), draft.begin() + static_cast<ptrdiff_t>(keep));
     tokens.push_back((draft[keep] + 1 + step) % f.model.config.vocab_size);
-    if (step % 3 == 0) tokens.push_back(draft[0]);
+    past_rejection = 1;
+    if (step % 3 == 0) {
+      tokens.push_back(draft[0]);
+      past_rejection = 2;
+    }
   }
   EXPECT_EQ(kept.sequences(), 1u);
   kept.forget(7);
   EXPECT_EQ(kept.sequences(), 0u);
   EXPECT_EQ(f.draft_cache->blocks_free(), f.draft_cache->config().n_blocks);
+}
+
+// A long catch-up (a new sequence's prompt) runs a budget's worth a step, without drafts
+// until it is done; where the draft cache is short, the sequences that proposed least
+// recently give their blocks up first, and one that still does not fit drafts nothing
+// but keeps what it holds.
+TEST(DraftProposerTest, CatchesUpABudgetAStepAndTakesBlocksFromTheLeastRecent) {
+  REQUIRE_STORIES();
+  Stories f;
+  f.use_draft(2);
+  const std::vector<TokenId> prompt = f.prompt("Once upon a time, there was a little girl named Lily. She loved");
+  ASSERT_GT(prompt.size(), 12u);
+  DraftProposer budgeted(*f.draft_runner, 5);
+  std::vector<TokenId> draft;
+  int steps = 0;
+  for (; steps < 10 && draft.empty(); ++steps) {
+    budgeted.begin_step();
+    const uint64_t before = budgeted.tokens_run();
+    ASSERT_TRUE(budgeted.propose(1, prompt, 4, draft).is_ok());
+    EXPECT_LE(budgeted.tokens_run() - before, draft.empty() ? 5u : 5u + 3u);
+  }
+  EXPECT_EQ(steps, static_cast<int>((prompt.size() + 4) / 5));  // 5 tokens a step, the last step drafts too
+  EXPECT_EQ(draft.size(), 4u);
+  budgeted.forget(1);
+
+  // A cache of 3 blocks of 16: a sequence of 12 tokens and its drafts takes one, one of
+  // 40 tokens three.
+  ModelConfig c = f.draft_llama->config();
+  KvCache small = std::move(KvCache::create(*f.backend, {c.n_layers, c.kv_dim(), 16, 3})).value();
+  ModelRunner runner(*f.draft_llama, small);
+  DraftProposer tight(runner, 128);
+  const std::vector<TokenId> a(prompt.begin(), prompt.begin() + 12);
+  std::vector<TokenId> b = a;
+  b[5] = 300;
+  std::vector<TokenId> long_one(40, 300);
+  tight.begin_step();
+  ASSERT_TRUE(tight.propose(1, a, 4, draft).is_ok());
+  EXPECT_EQ(draft.size(), 4u);
+  tight.begin_step();
+  ASSERT_TRUE(tight.propose(2, long_one, 4, draft).is_ok());  // 3 blocks: takes sequence 1's
+  EXPECT_EQ(draft.size(), 4u);
+  EXPECT_TRUE(tight.holds(1).empty());
+  ASSERT_TRUE(tight.propose(3, b, 4, draft).is_ok());  // no block free, and 2 proposed this step
+  EXPECT_TRUE(draft.empty());
+  EXPECT_EQ(tight.holds(2).size(), 43u);  // sequence 2 kept what it holds
+  tight.begin_step();
+  ASSERT_TRUE(tight.propose(3, b, 4, draft).is_ok());  // now 2 is the least recent: it goes
+  EXPECT_EQ(draft.size(), 4u);
+  EXPECT_TRUE(tight.holds(2).empty());
+  tight.forget(3);
+  EXPECT_EQ(small.blocks_free(), 3);
 }
 
 // Many sequences at once, each with what shapes its sampling (seeded temperature,
