@@ -166,6 +166,29 @@ std::string weights_token_table_encode(const std::vector<std::string>& tokens) {
   return out;
 }
 
+Status draft_tokens_check(std::span<const std::string> target, std::span<const std::string> draft) {
+  if (draft.size() != target.size()) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "the draft model has {} tokens and the target {}: a draft model must share the target's tokenizer",
+                      draft.size(), target.size());
+  }
+  for (size_t id = 0; id < target.size(); ++id) {
+    if (draft[id] != target[id]) {
+      return make_error(ErrorCode::kInvalidArgument,
+                        "token {} is {:?} to the draft model and {:?} to the target: a draft model must share the "
+                        "target's tokenizer",
+                        id, draft[id], target[id]);
+    }
+  }
+  return Status::ok();
+}
+
+Status weights_draft_check(const AttachedWeights& target, const AttachedWeights& draft) {
+  HEARTH_ASSIGN_OR_RETURN(auto target_tokens, weights_token_table(target, target.config.vocab_size));
+  HEARTH_ASSIGN_OR_RETURN(auto draft_tokens, weights_token_table(draft, draft.config.vocab_size));
+  return draft_tokens_check(target_tokens, draft_tokens);
+}
+
 Result<std::vector<std::string>> weights_token_table(const AttachedWeights& w, int32_t vocab_size) {
   const std::string_view t = w.token_bytes;
   auto bad = [&](std::string_view why) {

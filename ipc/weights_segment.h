@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,13 @@ Result<AttachedWeights> weights_attach(const std::filesystem::path& path, const 
 Result<std::vector<std::string>> weights_token_table(const AttachedWeights& weights, int32_t vocab_size);
 // The table's bytes for `tokens` (what the loader writes).
 std::string weights_token_table_encode(const std::vector<std::string>& tokens);
+
+// kInvalidArgument unless `draft`'s tokens are `target`'s, id for id and byte for byte:
+// speculative decoding's draft model must share the target's tokenizer. Tables as
+// weights_token_table gives them, or a tokenizer's token_bytes in id order.
+Status draft_tokens_check(std::span<const std::string> target, std::span<const std::string> draft);
+// draft_tokens_check on two segments' token tables, each as long as its model's vocabulary.
+Status weights_draft_check(const AttachedWeights& target, const AttachedWeights& draft);
 
 // Checks a header read from a segment of `file_bytes` bytes: magic, version, sizes. Does
 // not look at the state. Used by attach and by the loader before adopting a segment.

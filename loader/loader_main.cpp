@@ -181,15 +181,18 @@ int main(int argc, char** argv) {
   daemon_notify_ready(status);
   if (args->has("exit-after-publish")) return 0;
 
+  std::vector<const ResidentSegment*> kept = {&r};  // the segments this loader keeps
+  if (draft) kept.push_back(&*draft);
+
   const auto interval = daemon_watchdog_interval(std::chrono::milliseconds(2000));
   while (true) {
     const int sig = daemon_wait_signal(interval);
     daemon_notify_watchdog();
     if (sig == SIGTERM || sig == SIGINT) break;
     if (sig == SIGHUP) HEARTH_LOG_INFO("SIGHUP ignored: the loader has nothing to reload");
-    for (const ResidentSegment* segment : {&r, draft ? &*draft : nullptr}) {
+    for (const ResidentSegment* segment : kept) {
       struct stat st {};
-      if (segment != nullptr && ::stat(segment->segment.path().c_str(), &st) != 0) {
+      if (::stat(segment->segment.path().c_str(), &st) != 0) {
         HEARTH_LOG_ERROR("segment {} was removed; exiting so that a new loader publishes it again",
                          segment->segment.path().string());
         return 1;
@@ -198,8 +201,7 @@ int main(int argc, char** argv) {
   }
   daemon_notify_stopping();
   if (args->has("remove-on-exit")) {
-    for (const ResidentSegment* segment : {&r, draft ? &*draft : nullptr}) {
-      if (segment == nullptr) continue;
+    for (const ResidentSegment* segment : kept) {
       std::error_code ec;
       std::filesystem::remove(segment->segment.path(), ec);
       HEARTH_LOG_INFO("removed {}", segment->segment.path().string());

@@ -79,22 +79,4 @@ Result<LoadedModel> model_open(const std::filesystem::path& path, const ModelOpe
   return model;
 }
 
-Status draft_tokenizer_check(const Tokenizer& target, const Tokenizer& draft) {
-  if (draft.vocab_size() != target.vocab_size()) {
-    return make_error(ErrorCode::kInvalidArgument,
-                      "the draft model's tokenizer has {} tokens and the target's {}: a draft model must share the "
-                      "target's tokenizer",
-                      draft.vocab_size(), target.vocab_size());
-  }
-  for (TokenId id = 0; id < target.vocab_size(); ++id) {
-    if (draft.token_bytes(id) != target.token_bytes(id)) {
-      return make_error(ErrorCode::kInvalidArgument,
-                        "token {} is {:?} to the draft model's tokenizer and {:?} to the target's: a draft model "
-                        "must share the target's tokenizer",
-                        id, draft.token_bytes(id), target.token_bytes(id));
-    }
-  }
-  return Status::ok();
-}
-
 }  // namespace hearth

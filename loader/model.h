@@ -56,10 +56,6 @@ struct LoadedModel {
 Result<LoadedModel> model_open(const std::filesystem::path& path, const ModelOpenOptions& options = {});
 
 // Container-specific openers, used by model_open after it has sniffed the format.
-// kInvalidArgument unless a draft model's tokenizer is the target's: the same tokens, byte
-// for byte, under the same ids (speculative decoding compares token ids).
-Status draft_tokenizer_check(const Tokenizer& target, const Tokenizer& draft);
-
 Result<LoadedModel> gguf_model_open(const std::filesystem::path& path);
 Result<LoadedModel> hf_model_open(const std::filesystem::path& dir);
 // The Hugging Face parameter name of a canonical tensor name in a model of `architecture`

@@ -516,16 +516,9 @@ Result<ResidentSegment> resident_publish(const ResidentOptions& o) {
 }
 
 Status draft_segment_check(const ResidentSegment& target, const ResidentSegment& draft) {
-  std::unique_ptr<Tokenizer> tokenizers[2];
-  for (int i = 0; i < 2; ++i) {
-    const std::filesystem::path& path = (i == 0 ? target : draft).segment.path();
-    HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(path));
-    HEARTH_ASSIGN_OR_RETURN(TokenizerSource source, tokenizer_source_decode(w.tokenizer_blob));
-    auto tok = tokenizer_load(source);
-    if (!tok.is_ok()) return tok.status().with_context(path.string() + ": stored tokenizer");
-    tokenizers[i] = std::move(tok).value();
-  }
-  return draft_tokenizer_check(*tokenizers[0], *tokenizers[1]);
+  HEARTH_ASSIGN_OR_RETURN(AttachedWeights t, weights_attach(target.segment.path()));
+  HEARTH_ASSIGN_OR_RETURN(AttachedWeights d, weights_attach(draft.segment.path()));
+  return weights_draft_check(t, d);
 }
 
 }  // namespace hearth

@@ -51,7 +51,7 @@ Result<Fingerprint> resident_fingerprint(const ResidentOptions& options);
 Result<ResidentSegment> resident_publish(const ResidentOptions& options);
 
 // kInvalidArgument unless the model in `draft` can draft for the one in `target`
-// (speculative decoding): the same tokenizer, token for token (draft_tokenizer_check).
+// (speculative decoding): the same tokens, id for id (weights_draft_check).
 Status draft_segment_check(const ResidentSegment& target, const ResidentSegment& draft);
 
 // "int8" -> kQ8_0, "int4" -> kQ4_0.

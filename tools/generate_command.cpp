@@ -17,8 +17,8 @@
 #include "engine/serve/loader_slab.h"
 #include "ipc/segment.h"
 #include "tokenizer/tokenizer.h"
+#include "ipc/weights_segment.h"
 #include "tools/commands.h"
-#include "loader/model.h"
 #include "tools/model_source.h"
 
 namespace hearth::cli {
@@ -197,7 +197,12 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
     }
     draft_source.emplace(std::move(opened).value());
     const ModelConfig& dc = draft_source->config;
-    if (Status st = draft_tokenizer_check(tok, *draft_source->tokenizer); !st.is_ok()) return fail(st);
+    auto table = [](const Tokenizer& t) {
+      std::vector<std::string> tokens;
+      for (TokenId id = 0; id < t.vocab_size(); ++id) tokens.emplace_back(t.token_bytes(id));
+      return tokens;
+    };
+    if (Status st = draft_tokens_check(table(tok), table(*draft_source->tokenizer)); !st.is_ok()) return fail(st);
     if (Status st = draft_model_check(config, dc, context); !st.is_ok()) return fail(st);
     auto made_cache = KvCache::create(*backend, {dc.n_layers, dc.kv_dim(), kBlockSize, cache->config().n_blocks, o.kv_dtype});
     if (!made_cache.is_ok()) return fail(made_cache.status().with_context("the draft model's KV cache"));

@@ -1,17 +1,13 @@
 #include "engine/core/draft_proposer.h"
 
 #include <algorithm>
-#include <chrono>
+
+#include "common/process.h"
 
 namespace hearth {
 namespace {
 
 constexpr double kCostDecay = 0.9;  // per draft: the last ~10 drafts make the cost
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
 
 }  // namespace
 
@@ -129,11 +125,11 @@ Status DraftProposer::propose(uint64_t id, std::span<const TokenId> tokens, int3
   if (k == 0) return Status::ok();
   // The cost of a drafted token is that of the draft model's decoding steps: a catch-up
   // longer than a few tokens is paid once and not counted.
-  uint64_t start = now_ns();
+  uint64_t start = monotonic_ns();
   HEARTH_RETURN_IF_ERROR(run(s, tokens.subspan(static_cast<size_t>(same)), same, &out));
   int32_t timed = 1;
   if (behind > 2) {
-    start = now_ns();
+    start = monotonic_ns();
     timed = 0;
   }
   while (static_cast<int32_t>(out.size()) < k) {
@@ -142,7 +138,7 @@ Status DraftProposer::propose(uint64_t id, std::span<const TokenId> tokens, int3
     ++timed;
   }
   if (timed > 0) {
-    const double per_token = static_cast<double>(now_ns() - start) / timed;
+    const double per_token = static_cast<double>(monotonic_ns() - start) / timed;
     token_ns_ = token_ns_ == 0.0 ? per_token : token_ns_ * kCostDecay + per_token * (1.0 - kCostDecay);
   }
   return Status::ok();

@@ -235,8 +235,8 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
     const int32_t running = scheduler_.n_running();
     spec_threshold_ = spec_threshold(step_cost_.fit(), std::max(running, 1),
                                      std::max(last_step_tokens_ - last_step_drafts_, running), proposer_->token_ns());
+    proposer_->begin_step();
   }
-  if (proposer_) proposer_->begin_step();
   const StepPlan plan = scheduler_.plan(now_ms);
   for (uint64_t id : plan.unschedulable) {
     if (seqs_.erase(id) == 0) continue;
@@ -247,7 +247,6 @@ Status Driver::step(std::vector<StepEvent>& events, bool& ran, int64_t now_ms) {
     e.error = make_error(ErrorCode::kResourceExhausted,
                          "the request needs more KV cache than the engine has: lower max_tokens or raise --kv-blocks");
   }
-
   ran = !plan.seqs.empty();
   last_step_tokens_ = plan.tokens;
   if (!ran) return Status::ok();

@@ -460,19 +460,9 @@ struct EngineServer::Impl {
                         path.string(), draft_weights.header->tp_size);
     }
     HEARTH_RETURN_IF_ERROR(draft_model_check(weights.config, draft_weights.config, context));
-    // The loader checked the tokenizers when it published the draft; a segment left by an
-    // earlier run is checked here, token by token.
-    HEARTH_ASSIGN_OR_RETURN(auto target_tokens, weights_token_table(weights, weights.config.vocab_size));
-    HEARTH_ASSIGN_OR_RETURN(auto draft_tokens, weights_token_table(draft_weights, weights.config.vocab_size));
-    for (size_t id = 0; id < target_tokens.size(); ++id) {
-      if (target_tokens[id] != draft_tokens[id]) {
-        return make_error(ErrorCode::kInvalidArgument,
-                          "the draft model {} has token {} as {:?} and the target {:?}: a draft model must share the "
-                          "target's tokenizer (hearth-loader --draft-model publishes a checked one)",
-                          path.string(), id, draft_tokens[id], target_tokens[id]);
-      }
-    }
-    return Status::ok();
+    // The loader checked the tokens when it published the draft; a segment left by an
+    // earlier run is checked here too.
+    return weights_draft_check(weights, draft_weights).with_context(path.string());
   }
 
   // The attached draft model on the backend, with a private KV cache of `blocks` blocks.
