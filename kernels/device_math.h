@@ -271,6 +271,14 @@ HEARTH_HD float moe_combine_value(const float* rows, const int32_t* pos, const f
   return acc;
 }
 
+// One output of a LoRA expansion: scale * (b_row . shrunk) over the adapter's rank,
+// summed in order.
+HEARTH_HD float lora_expand_value(const float* b_row, const float* shrunk, int32_t rank, float scale) {
+  float acc = 0.0f;
+  for (int32_t j = 0; j < rank; ++j) acc += b_row[j] * shrunk[j];
+  return scale * acc;
+}
+
 // The logistic function, 1 / (1 + e^-x): the gate of a shared expert (Qwen2-MoE).
 HEARTH_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

@@ -118,6 +118,7 @@ class ObservedBackend final : public Backend {
   void add(float* y, const float* x, int64_t n) override { inner_->add(y, x, n); }
   void scale(float* x, int64_t n, float s) override { inner_->scale(x, n, s); }
   void softcap(float* x, int64_t n, float cap) override { inner_->softcap(x, n, cap); }
+  void lora(const kernels::LoraProduct& p) override { inner_->lora(p); }
   void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) override {
     inner_->sigmoid_gate_rows(x, gate, n, dim);
   }

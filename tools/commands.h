@@ -21,6 +21,7 @@ int clean_command(const std::vector<std::string>& args);
 int quantize_command(const std::vector<std::string>& args);
 int eval_command(const std::vector<std::string>& args);
 int bench_command(const std::vector<std::string>& args);
+int lora_command(const std::vector<std::string>& args);
 
 // The files of `instance` in `dir` (hearth.<instance>.*; every instance's when empty).
 Result<std::vector<std::filesystem::path>> instance_files(const std::filesystem::path& dir,

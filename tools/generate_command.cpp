@@ -16,6 +16,7 @@
 #include "engine/core/model.h"
 #include "engine/serve/loader_slab.h"
 #include "ipc/segment.h"
+#include "loader/lora.h"
 #include "tokenizer/tokenizer.h"
 #include "ipc/weights_segment.h"
 #include "tools/commands.h"
@@ -53,6 +54,8 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --draft-model PATH      the draft model for --spec draft (files, in --model's formats); with
                           --attach, the instance's own (hearth-loader --draft-model) instead
   --spec-tokens K         drafted tokens per step at most, 1..16 (default 4)
+  --lora DIR              run with the LoRA adapter in the PEFT directory DIR (adapter_config.json,
+                          adapter_model.safetensors) applied to the model
   --no-special            do not add BOS/EOS to the prompt
   --json                  print one JSON object (ids, text, finish reason, speeds) instead
 )";
@@ -75,6 +78,7 @@ struct Options {
   std::string tokenizer;
   std::string backend{"cpu"};
   std::string draft_model;
+  std::string lora;
   int32_t context = 0;
   KvDType kv_dtype = KvDType::kF16;
   bool json = false;
@@ -87,7 +91,7 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
       Args args, Args::parse(argv,
                              {"model", "attach", "shm-dir", "backend", "prompt", "tokenizer", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                               "repetition-penalty", "presence-penalty", "frequency-penalty", "seed", "ctx", "kv-dtype", "spec",
-                              "spec-tokens", "draft-model"},
+                              "spec-tokens", "draft-model", "lora"},
                              {"ignore-eos", "json", "no-special", "help"}));
   Options o;
   if (args.has("help")) return make_error(ErrorCode::kInvalidArgument, "help");
@@ -137,6 +141,7 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
   if (spec_tokens) o.gen.speculative.max_tokens = static_cast<int32_t>(*spec_tokens);
   HEARTH_RETURN_IF_ERROR(spec_config_validate(o.gen.speculative));
   o.draft_model = args.get("draft-model").value_or("");
+  o.lora = args.get("lora").value_or("");
   const bool draft = o.gen.speculative.method == SpecMethod::kDraft;
   if (!o.draft_model.empty() && !draft) return make_error(ErrorCode::kInvalidArgument, "--draft-model needs --spec draft");
   if (draft && o.draft_model.empty() && o.attach.empty()) {
@@ -180,8 +185,22 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
                                           (context + kBlockSize - 1) / kBlockSize, o.kv_dtype});
   if (!cache.is_ok()) return fail(cache.status());
-  auto llama = Model::create(config, model.tensors, *backend, std::min(context, 512), {.layout = model.layout});
+  std::optional<LoraAdapter> adapter;
+  if (!o.lora.empty()) {
+    auto opened = lora_open(o.lora, config, model.tensors);
+    if (!opened.is_ok()) return fail(opened.status());
+    adapter.emplace(std::move(opened).value());
+  }
+  auto llama = Model::create(config, model.tensors, *backend, std::min(context, 512),
+                             {.layout = model.layout,
+                              .max_adapters = adapter ? 1 : 0,
+                              .max_lora_rank = adapter ? adapter->max_rank : 0});
   if (!llama.is_ok()) return fail(llama.status());
+  if (adapter) {
+    if (Status st = (*llama)->set_adapter(0, *adapter); !st.is_ok()) return fail(st);
+    o.gen.adapter = 0;
+    HEARTH_LOG_INFO("LoRA adapter {}: {} matrices, rank {}", adapter->name, adapter->matrices.size(), adapter->max_rank);
+  }
   // The draft model, its own cache as large as the target's.
   std::optional<RunnableModel> draft_source;
   std::unique_ptr<Model> draft;

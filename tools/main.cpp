@@ -26,6 +26,8 @@ commands:
   bench      load an OpenAI-compatible server and report latency and throughput per load
              level: hearth bench --url http://127.0.0.1:8080/v1 --users 1,4,16,64
   clean      remove an instance's segments: hearth clean [--instance NAME]
+  lora       LoRA adapters: hearth lora synth --model BASE --out DIR (a seeded one), hearth lora
+             merge --model BASE --lora DIR --out FILE.gguf (the base with it merged)
   version    print the version (also --version)
 
 Run `hearth <command> --help` for the flags of a command.
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
   if (command == "quantize") return hearth::cli::quantize_command(args);
   if (command == "eval") return hearth::cli::eval_command(args);
   if (command == "bench") return hearth::cli::bench_command(args);
+  if (command == "lora") return hearth::cli::lora_command(args);
   if (command == "--version" || command == "version") {
     std::printf("%s\n", hearth::version_line("hearth").c_str());
     return 0;

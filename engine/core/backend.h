@@ -26,6 +26,7 @@
 #include "engine/core/model_input.h"
 #include "engine/core/sampler.h"
 #include "kernels/attention_params.h"
+#include "kernels/lora_params.h"
 #include "kernels/moe_params.h"
 
 namespace hearth {
@@ -47,6 +48,7 @@ enum class BackendOp : uint8_t {
   kPermuteColumns,
   kMoeRoute,
   kMoeCombine,
+  kLora,
 };
 
 // Memory owned by a backend (host or device), freed when the handle dies. Move-only.
@@ -97,6 +99,7 @@ struct StepInput {
   const int32_t* pages = nullptr;
   const int32_t* logit_rows = nullptr;   // [n_logit_rows]
   const int32_t* hidden_rows = nullptr;  // [n_hidden_rows]
+  const int32_t* adapters = nullptr;     // [n_tokens] each row's adapter slot; null: none has one
   int32_t n_tokens = 0;
   int32_t n_seqs = 0;
   int32_t n_logit_rows = 0;
@@ -221,6 +224,10 @@ class Backend {
   // rows: [*, dim]; pos, weights: [n, k]; out: [n, dim] (not aliasing rows).
   virtual void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k,
                            int64_t dim, float* out) = 0;
+  // LoRA products of one matrix over a step (kernels/lora_params.h): y[t] += scale *
+  // B (A x[t]) for each row t whose adapter slot adapts the matrix; p.row_slot is the
+  // StepInput's adapters, p.factors and p.scratch backend memory.
+  virtual void lora(const kernels::LoraProduct& p) = 0;
   // x[t, i] *= sigmoid(gate[t]): x [n, dim], gate [n] (a shared expert's output by its gate).
   virtual void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) = 0;
 };

@@ -60,6 +60,10 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
     if (t < 0 || t >= vocab) return make_error(ErrorCode::kOutOfRange, "token {} is outside the vocabulary", t);
   }
   if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already running", id);
+  if (r.adapter != -1 && !runner_.model().adapter_loaded(r.adapter)) {
+    return make_error(ErrorCode::kInvalidArgument, "adapter slot {} holds no LoRA adapter", r.adapter);
+  }
+  const uint64_t salt = runner_.model().adapter_id(r.adapter);
   const int32_t produced = n_tokens - r.n_prompt;
   const bool pooled = r.spec.pooling != Pooling::kNone;
   if (pooled && produced != 0) {
@@ -97,9 +101,10 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
   // A mean or first-token pooling needs every position's state: nothing from the prefix
   // cache, nothing adopted.
   if (pooled) {
-    HEARTH_RETURN_IF_ERROR(scheduler_.add(id, n_tokens, r.spec.pooling == Pooling::kLast));
+    HEARTH_RETURN_IF_ERROR(scheduler_.add(id, n_tokens, r.spec.pooling == Pooling::kLast, salt));
   } else {
-    HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens) : scheduler_.add(id, n_tokens, adopted));
+    HEARTH_RETURN_IF_ERROR(adopted.blocks.empty() ? scheduler_.add(id, n_tokens, true, salt)
+                                                  : scheduler_.add(id, n_tokens, adopted, salt));
   }
   Sampler sampler(r.spec.sampling, vocab);
   Seq seq{std::move(r), std::move(sampler), std::move(matcher), {}};
@@ -199,7 +204,7 @@ Status Driver::forward(const StepPlan& plan, std::span<const float>& logits, std
     const int32_t row0 = input_.n_tokens();
     HEARTH_RETURN_IF_ERROR(input_.add_sequence(
         std::span(tokens).subspan(static_cast<size_t>(p.begin), static_cast<size_t>(p.count)), p.begin,
-        scheduler_.kv(p.id)->blocks, samples(p) ? 1 + p.draft : 0));
+        scheduler_.kv(p.id)->blocks, samples(p) ? 1 + p.draft : 0, s.request.adapter));
     if (s.pooled()) {
       const auto [first, count] = pooled_rows(s, p, row0);
       input_.want_hidden(first, count);

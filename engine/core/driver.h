@@ -37,6 +37,7 @@ struct SequenceRequest {
   std::vector<TokenId> tokens;  // the prompt, then any tokens produced before
   int32_t n_prompt = 0;
   RequestSpec spec;             // validated by Driver::add (common/request_spec.h)
+  int32_t adapter = -1;         // the LoRA adapter slot it runs with (Model::set_adapter); -1: none
 };
 
 // One sampled token (engine/core/sampler.h). Log-probabilities are the model's own

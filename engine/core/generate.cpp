@@ -47,7 +47,8 @@ Result<GenerateResult> generate(Model& model, KvCache& cache, std::span<const To
   Driver driver(runner, config);
   SequenceRequest request{.tokens = {prompt.begin(), prompt.end()},
                           .n_prompt = static_cast<int32_t>(prompt.size()),
-                          .spec = options.spec};
+                          .spec = options.spec,
+                          .adapter = options.adapter};
   GenerateResult result;
   result.prompt_tokens = request.n_prompt;
   HEARTH_ASSIGN_OR_RETURN(result.finish, driver.add(0, std::move(request)));

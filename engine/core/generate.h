@@ -29,6 +29,7 @@ struct GenerateOptions {
   // With speculative.method kDraft: the draft model and its own KV cache (required).
   Model* draft_model = nullptr;
   KvCache* draft_cache = nullptr;
+  int32_t adapter = -1;  // the model's LoRA adapter slot the sequence runs with (Model::set_adapter); -1: none
 };
 
 struct GenerateResult {

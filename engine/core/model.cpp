@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -29,6 +30,38 @@ Result<std::vector<int32_t>> read_column_order(const TensorView& t, int64_t cols
     perm[j] = static_cast<int32_t>(v);
   }
   return perm;
+}
+
+// A hash of an adapter's matrices (where, shape, scale, every factor), never 0.
+uint64_t lora_adapter_id(const LoraAdapter& adapter) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  auto mix = [&h](uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+  };
+  for (const LoraMatrix& m : adapter.matrices) {
+    mix(static_cast<uint64_t>(m.layer) << 8 | static_cast<uint64_t>(m.target));
+    mix(static_cast<uint64_t>(m.rank));
+    uint32_t scale_bits;
+    std::memcpy(&scale_bits, &m.scale, sizeof(scale_bits));
+    mix(scale_bits);
+    for (const std::vector<float>* v : {&m.a, &m.b}) {
+      const std::span<const float> f(*v);
+      size_t i = 0;
+      for (; i + 2 <= f.size(); i += 2) {
+        uint64_t word;
+        std::memcpy(&word, f.data() + i, sizeof(word));
+        mix(word);
+      }
+      if (i < f.size()) {
+        uint32_t last;
+        std::memcpy(&last, f.data() + i, sizeof(last));
+        mix(last);
+      }
+    }
+  }
+  return h == 0 ? 1 : h;
 }
 
 }  // namespace
@@ -198,7 +231,150 @@ Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, std::spa
     backend.write(m->local_inv_freq_buf_, 0, local.data(), local.size() * sizeof(float));
   }
   HEARTH_RETURN_IF_ERROR(m->allocate_activations(host.has_perms()));
+  if (options.max_adapters < 0 || options.max_adapters > 1024 || options.max_lora_rank < 0 ||
+      options.max_lora_rank > 1024 || (options.max_adapters > 0) != (options.max_lora_rank > 0)) {
+    return make_error(ErrorCode::kInvalidArgument,
+                      "{} adapter slots of rank at most {}: both 1..1024, or both 0 (no adapters)",
+                      options.max_adapters, options.max_lora_rank);
+  }
+  if (options.max_adapters > 0) {
+    m->max_lora_rank_ = options.max_lora_rank;
+    m->lora_slots_.resize(static_cast<size_t>(options.max_adapters));
+    m->lora_loaded_.assign(static_cast<size_t>(options.max_adapters), false);
+    m->lora_ids_.assign(static_cast<size_t>(options.max_adapters), 0);
+    m->lora_table_host_.assign(static_cast<size_t>(config.n_layers) * kLoraTargets * options.max_adapters, {});
+    const size_t table_bytes = m->lora_table_host_.size() * sizeof(kernels::LoraFactors);
+    HEARTH_ASSIGN_OR_RETURN(m->lora_table_, backend.alloc(table_bytes));
+    HEARTH_ASSIGN_OR_RETURN(m->lora_scratch_, backend.alloc(static_cast<size_t>(max_batch_tokens) *
+                                                            static_cast<size_t>(options.max_lora_rank) * sizeof(float)));
+  }
   return m;
+}
+
+const TensorView* Model::lora_base(int32_t li, LoraTarget t) const {
+  const Layer& l = layers_[static_cast<size_t>(li)];
+  switch (t) {
+    case LoraTarget::kQ: return l.attn_q;
+    case LoraTarget::kK: return l.attn_k;
+    case LoraTarget::kV: return l.attn_v;
+    case LoraTarget::kOutput: return l.attn_output;
+    case LoraTarget::kGate: return l.ffn_gate;
+    case LoraTarget::kUp: return l.ffn_up;
+    case LoraTarget::kDown: return l.ffn_down;
+  }
+  return nullptr;
+}
+
+bool Model::adapter_loaded(int32_t slot) const {
+  return slot >= 0 && slot < adapter_slots() && lora_loaded_[static_cast<size_t>(slot)];
+}
+
+Status Model::set_adapter(int32_t slot, const LoraAdapter& adapter) {
+  if (slot < 0 || slot >= adapter_slots()) {
+    return make_error(ErrorCode::kInvalidArgument, "adapter slot {} is not one of the model's {}", slot,
+                      adapter_slots());
+  }
+  const int rank = comm_.rank(), size = comm_.size();
+  // Each matrix's share: where its A and B go in the slot's buffer, and which part.
+  struct Share {
+    const LoraMatrix* m;
+    int64_t rows, cols;  // this rank's
+    bool split_cols;     // row-parallel (attn_output, ffn_down): A's columns split, else B's rows
+    size_t offset;       // floats into the slot's buffer
+  };
+  std::vector<Share> shares;
+  size_t floats = 0;
+  for (const LoraMatrix& m : adapter.matrices) {
+    const std::string name = fmt::format("blk.{}.{}.weight", m.layer, lora_target_name(m.target));
+    if (m.layer < 0 || m.layer >= config_.n_layers) {
+      return make_error(ErrorCode::kInvalidArgument, "adapter {}: {} is not in a model of {} layers", adapter.name,
+                        name, config_.n_layers);
+    }
+    const TensorView* w = lora_base(m.layer, m.target);
+    if (w == nullptr) {
+      return make_error(ErrorCode::kInvalidArgument, "adapter {}: the model has no matrix {} to adapt{}", adapter.name,
+                        name, rank_config_.expert_layer(m.layer) ? " (a mixture-of-experts layer)" : "");
+    }
+    const bool split_cols = m.target == LoraTarget::kOutput || m.target == LoraTarget::kDown;
+    const int64_t rows = w->rows(), cols = w->cols();
+    const int64_t full_rows = split_cols ? rows : rows * size, full_cols = split_cols ? cols * size : cols;
+    if (m.rows != full_rows || m.cols != full_cols) {
+      return make_error(ErrorCode::kInvalidArgument, "adapter {}: {} adapts a [{}, {}] matrix, the model's is [{}, {}]",
+                        adapter.name, name, m.rows, m.cols, full_rows, full_cols);
+    }
+    if (m.rank < 1 || m.rank > max_lora_rank_) {
+      return make_error(ErrorCode::kInvalidArgument, "adapter {}: {} has rank {}, above the limit of {}", adapter.name,
+                        name, m.rank, max_lora_rank_);
+    }
+    if (m.a.size() != static_cast<size_t>(m.rank * m.cols) || m.b.size() != static_cast<size_t>(m.rows * m.rank)) {
+      return make_error(ErrorCode::kInvalidArgument, "adapter {}: {}'s factors hold {} and {} values", adapter.name,
+                        name, m.a.size(), m.b.size());
+    }
+    for (const Share& sh : shares) {
+      if (sh.m->layer == m.layer && sh.m->target == m.target) {
+        return make_error(ErrorCode::kInvalidArgument, "adapter {}: {} is adapted twice", adapter.name, name);
+      }
+    }
+    shares.push_back({&m, rows, cols, split_cols, floats});
+    floats += static_cast<size_t>(m.rank * (cols + rows));
+  }
+  std::vector<float> host(floats);
+  for (const Share& sh : shares) {
+    const LoraMatrix& m = *sh.m;
+    float* a = host.data() + sh.offset;
+    float* b = a + m.rank * sh.cols;
+    const int64_t c0 = sh.split_cols ? rank * sh.cols : 0;  // this rank's first column of A
+    for (int64_t j = 0; j < m.rank; ++j) {
+      std::copy_n(m.a.data() + j * m.cols + c0, sh.cols, a + j * sh.cols);
+    }
+    const int64_t r0 = sh.split_cols ? 0 : rank * sh.rows;  // and first row of B
+    std::copy_n(m.b.data() + r0 * m.rank, sh.rows * m.rank, b);
+  }
+  BackendBuffer buf;
+  if (floats > 0) {
+    HEARTH_ASSIGN_OR_RETURN(buf, backend_.alloc(floats * sizeof(float)));
+    backend_.write(buf, 0, host.data(), floats * sizeof(float));
+  }
+  const size_t slots = lora_slots_.size();
+  for (size_t i = static_cast<size_t>(slot); i < lora_table_host_.size(); i += slots) lora_table_host_[i] = {};
+  for (const Share& sh : shares) {
+    const LoraMatrix& m = *sh.m;
+    const float* a = buf.f32() + sh.offset;
+    lora_table_host_[(static_cast<size_t>(m.layer) * kLoraTargets + static_cast<size_t>(m.target)) * slots +
+                     static_cast<size_t>(slot)] = {a, a + m.rank * sh.cols, m.rank, m.scale};
+  }
+  backend_.write(lora_table_, 0, lora_table_host_.data(), lora_table_host_.size() * sizeof(kernels::LoraFactors));
+  lora_slots_[static_cast<size_t>(slot)] = std::move(buf);
+  lora_loaded_[static_cast<size_t>(slot)] = true;
+  lora_ids_[static_cast<size_t>(slot)] = lora_adapter_id(adapter);
+  return Status::ok();
+}
+
+void Model::clear_adapter(int32_t slot) {
+  if (slot < 0 || slot >= adapter_slots()) return;
+  const size_t slots = lora_slots_.size();
+  for (size_t i = static_cast<size_t>(slot); i < lora_table_host_.size(); i += slots) lora_table_host_[i] = {};
+  backend_.write(lora_table_, 0, lora_table_host_.data(), lora_table_host_.size() * sizeof(kernels::LoraFactors));
+  backend_.synchronize();
+  lora_slots_[static_cast<size_t>(slot)] = BackendBuffer();
+  lora_loaded_[static_cast<size_t>(slot)] = false;
+}
+
+void Model::adapt(int32_t li, LoraTarget t, const float* x, int64_t in, float* y, int64_t out, int64_t n) {
+  if (step_adapters_ == nullptr) return;
+  const size_t slots = lora_slots_.size();
+  const auto* table = static_cast<const kernels::LoraFactors*>(lora_table_.data()) +
+                      (static_cast<size_t>(li) * kLoraTargets + static_cast<size_t>(t)) * slots;
+  backend_.lora({.x = x,
+                 .y = y,
+                 .row_slot = step_adapters_,
+                 .factors = table,
+                 .scratch = lora_scratch_.f32(),
+                 .n = n,
+                 .in = in,
+                 .out = out,
+                 .n_slots = static_cast<int32_t>(slots),
+                 .max_rank = max_lora_rank_});
 }
 
 // Each layer's matrices (the backend's bound views) and small tensors (copied by `host`).
@@ -311,8 +487,14 @@ Status Model::allocate_activations(bool permuted) {
 
 Status Model::check(const ModelInput& input, const KvCache& cache) const {
   const KvCacheConfig& kc = cache.config();
-  HEARTH_RETURN_IF_ERROR(model_input_validate(
-      input, {config_.vocab_size, max_batch_tokens_, config_.max_context, kc.n_blocks, kc.block_size}));
+  HEARTH_RETURN_IF_ERROR(model_input_validate(input, {config_.vocab_size, max_batch_tokens_, config_.max_context,
+                                                      kc.n_blocks, kc.block_size, adapter_slots()}));
+  for (size_t s = 0; s + 1 < input.query_start.size() && !input.adapters.empty(); ++s) {
+    const int32_t a = input.adapters[static_cast<size_t>(input.query_start[s])];
+    if (a >= 0 && !lora_loaded_[static_cast<size_t>(a)]) {
+      return make_error(ErrorCode::kInvalidArgument, "sequence {} runs with adapter slot {}, which holds none", s, a);
+    }
+  }
   if (kc.kv_dim != rank_config_.kv_dim() || kc.n_layers != rank_config_.n_layers) {
     return make_error(ErrorCode::kInvalidArgument, "the KV cache holds {} layers of {} values, the model {} of {}",
                       kc.n_layers, kc.kv_dim, rank_config_.n_layers, rank_config_.kv_dim());
@@ -371,6 +553,9 @@ void Model::attention_block(int32_t li, const StepInput& step, KvCache& cache) {
   const MatmulTarget qkv[] = {{l.attn_q, q}, {l.attn_k, k}, {l.attn_v, v}};  // [n, q_dim], [n, kv_dim] x 2
   const int32_t* const qkv_perms[] = {l.q_perm, l.k_perm, l.v_perm};
   permuted_matmuls(xn_.f32(), n, c.dim, qkv, qkv_perms);
+  adapt(li, LoraTarget::kQ, xn_.f32(), c.dim, q, c.q_dim(), n);
+  adapt(li, LoraTarget::kK, xn_.f32(), c.dim, k, c.kv_dim(), n);
+  adapt(li, LoraTarget::kV, xn_.f32(), c.dim, v, c.kv_dim(), n);
   if (l.q_bias != nullptr) {
     be.add_bias(q, l.q_bias, n, c.q_dim());
     be.add_bias(k, l.k_bias, n, c.kv_dim());
@@ -505,6 +690,8 @@ void Model::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
     const MatmulTarget gate_up[] = {{l.ffn_gate, gate}, {l.ffn_up, up}};  // [n, ffn] each
     const int32_t* const gate_up_perms[] = {l.gate_perm, l.up_perm};
     permuted_matmuls(in, n, c.dim, gate_up, gate_up_perms);
+    adapt(li, LoraTarget::kGate, in, c.dim, gate, ffn, n);
+    adapt(li, LoraTarget::kUp, in, c.dim, up, ffn, n);
     if (l.gate_bias != nullptr) be.add_bias(gate, l.gate_bias, n, ffn);
     if (l.up_bias != nullptr) be.add_bias(up, l.up_bias, n, ffn);
     gated_activation(gate, up, n * ffn);
@@ -512,10 +699,12 @@ void Model::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
     const MatmulTarget up_only[] = {{l.ffn_up, gate}};  // [n, ffn]
     const int32_t* const up_perms[] = {l.up_perm};
     permuted_matmuls(in, n, c.dim, up_only, up_perms);
+    adapt(li, LoraTarget::kUp, in, c.dim, gate, ffn, n);
     if (l.up_bias != nullptr) be.add_bias(gate, l.up_bias, n, ffn);
     be.gelu(gate, nullptr, n * ffn, c.activation == Activation::kGeluTanh, gate);
   }
   be.matmul(*l.ffn_down, gate, n, out);  // [n, dim], this rank's partial sum
+  adapt(li, LoraTarget::kDown, gate, ffn, out, c.dim, n);
 }
 
 Status Model::layer(int32_t li, const StepInput& step, KvCache& cache, const Norm* next_norm) {
@@ -531,6 +720,7 @@ Status Model::layer(int32_t li, const StepInput& step, KvCache& cache, const Nor
   attention_block(li, step, cache);
   if (c.residual == Residual::kSequential) {
     permuted_matmuls(att_.f32(), n, q_dim, output, output_perms);
+    adapt(li, LoraTarget::kOutput, att_.f32(), q_dim, xn, dim, n);
     HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
     if (l.output_bias != nullptr) be.add_bias(xn, l.output_bias, n, dim);
     if (c.sandwich_norm) norm(xn, l.post_attention_norm, n, xn);
@@ -543,6 +733,7 @@ Status Model::layer(int32_t li, const StepInput& step, KvCache& cache, const Nor
     ffn_block(li, xn, n, xn);
     const MatmulTarget proj[] = {{l.attn_output, proj_.f32()}};
     permuted_matmuls(att_.f32(), n, q_dim, proj, output_perms);
+    adapt(li, LoraTarget::kOutput, att_.f32(), q_dim, proj_.f32(), dim, n);
     be.add(xn, proj_.f32(), n * dim);
   }
   HEARTH_RETURN_IF_ERROR(comm_.all_reduce_sum(xn, n * dim, be.queue()));
@@ -610,6 +801,7 @@ Status Model::run_layer(const ModelInput& input, KvCache& cache, int32_t layer_i
                       rank_config_.n_layers);
   }
   const StepInput step = backend_.upload(input);
+  step_adapters_ = input.has_adapters() ? step.adapters : nullptr;
   const int64_t n = step.n_tokens, dim = rank_config_.dim;
   const size_t bytes = static_cast<size_t>(n * dim) * sizeof(float);
   backend_.write(x_, 0, hidden, bytes);
@@ -625,6 +817,7 @@ Status Model::run(const ModelInput& input, KvCache& cache, bool lm_head, float* 
   const ModelConfig& c = rank_config_;
   Backend& be = backend_;
   const StepInput step = be.upload(input);
+  step_adapters_ = input.has_adapters() ? step.adapters : nullptr;
   const int64_t n = step.n_tokens;
   const int64_t dim = c.dim;
   float* x = x_.f32();

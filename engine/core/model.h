@@ -22,6 +22,7 @@
 #include <span>
 #include <vector>
 
+#include "common/lora.h"
 #include "common/model_config.h"
 #include "common/status.h"
 #include "common/tensor.h"
@@ -39,6 +40,10 @@ struct ModelOptions {
   std::string_view layout;
   // The group this rank belongs to; null: a single rank.
   Communicator* comm = nullptr;
+  // LoRA: how many adapters the model holds at once (slots for set_adapter) and the
+  // largest rank one may have; 0: none.
+  int32_t max_adapters = 0;
+  int32_t max_lora_rank = 0;
 };
 
 // The config one rank of `size` computes: its share of the query and KV heads and of
@@ -85,6 +90,20 @@ class Model {
   // shard's partial sums would need its group).
   Status embed(const ModelInput& input, KvCache& cache, float* hidden);
   Status run_layer(const ModelInput& input, KvCache& cache, int32_t layer, float* hidden);
+
+  // LoRA adapters. Slot 0..adapter_slots()-1 runs `adapter` for the rows a ModelInput
+  // gives that slot: this rank's share of its factors (B's rows of a column-parallel
+  // matrix, A's columns of a row-parallel one) copied to the backend, replacing what the
+  // slot held. kInvalidArgument naming the matrix for a target the model lacks (a
+  // mixture-of-experts layer's FFN), a shape other than the base matrix's, or a rank
+  // above max_lora_rank; the slot is unchanged then. Not while a step runs.
+  Status set_adapter(int32_t slot, const LoraAdapter& adapter);
+  void clear_adapter(int32_t slot);
+  int32_t adapter_slots() const { return static_cast<int32_t>(lora_slots_.size()); }
+  bool adapter_loaded(int32_t slot) const;
+  // A nonzero id of what slot `slot` holds (a hash of its factors and scales), 0 when empty:
+  // what keys its prefix-cache blocks apart from the base's and other adapters'.
+  uint64_t adapter_id(int32_t slot) const { return adapter_loaded(slot) ? lora_ids_[static_cast<size_t>(slot)] : 0; }
 
   // The per-pair inverse RoPE frequencies ([head_dim / 2]) this model uses.
   const std::vector<float>& inv_freq() const { return inv_freq_; }
@@ -169,6 +188,12 @@ class Model {
     const int32_t* up_perm = nullptr;
   };
 
+  // The step's LoRA products of layer li's matrix `t` (input x [n, in], output y [n,
+  // out]), when some row of the step has an adapter.
+  void adapt(int32_t li, LoraTarget t, const float* x, int64_t in, float* y, int64_t out, int64_t n);
+  // The base matrix an adapter's target names in layer li (null: the model has none).
+  const TensorView* lora_base(int32_t li, LoraTarget t) const;
+
   // matmuls of `targets` over x ([n, cols]), each matrix reading x in its column order
   // (perms[i]; null: as it is), permuting x once per distinct order.
   void permuted_matmuls(const float* x, int64_t n, int64_t cols, std::span<const MatmulTarget> targets,
@@ -210,6 +235,17 @@ class Model {
   std::vector<int32_t> host_route_ids_, host_moe_index_;
   std::vector<int32_t> expert_rows_;  // [n_experts + 1]: each expert's first gathered row
   std::vector<int32_t> expert_next_;  // [n_experts]: the grouping's cursor in each expert's run
+  // LoRA: each slot's factors (one buffer, null when empty), the table of every (layer,
+  // target, slot)'s factors ([n_layers][kLoraTargets][slots], on the host and copied to
+  // the backend), the shrunk rows' scratch ([max_batch_tokens, max_lora_rank]), and the
+  // running step's row slots (null: no row has an adapter).
+  std::vector<BackendBuffer> lora_slots_;
+  std::vector<bool> lora_loaded_;
+  std::vector<uint64_t> lora_ids_;
+  std::vector<kernels::LoraFactors> lora_table_host_;
+  BackendBuffer lora_table_, lora_scratch_;
+  int32_t max_lora_rank_ = 0;
+  const int32_t* step_adapters_ = nullptr;
   // Final-norm rows and logits, kLogitChunk rows at a time.
   static constexpr int64_t kLogitChunk = 16;
   BackendBuffer logits_in_, logits_;

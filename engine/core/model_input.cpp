@@ -9,7 +9,7 @@ namespace hearth {
 namespace {
 
 constexpr uint32_t kMagic = 0x4e49444du;  // "MDIN"
-constexpr uint32_t kVersion = 2;  // 2: hidden rows
+constexpr uint32_t kVersion = 3;  // 2: hidden rows; 3: adapters
 
 void put_u32(std::vector<std::byte>& out, uint32_t v) {
   const auto* p = reinterpret_cast<const std::byte*>(&v);
@@ -43,10 +43,11 @@ void ModelInput::clear(int32_t size) {
   pages.clear();
   logit_rows.clear();
   hidden_rows.clear();
+  adapters.clear();
 }
 
 Status ModelInput::add_sequence(std::span<const TokenId> seq_tokens, int32_t first_position,
-                                std::span<const int32_t> blocks, int32_t n_logits) {
+                                std::span<const int32_t> blocks, int32_t n_logits, int32_t adapter) {
   if (seq_tokens.empty()) return make_error(ErrorCode::kInvalidArgument, "a sequence needs at least one token");
   if (n_logits < 0 || static_cast<size_t>(n_logits) > seq_tokens.size()) {
     return make_error(ErrorCode::kInvalidArgument, "{} logit rows asked of a sequence of {} tokens", n_logits,
@@ -70,7 +71,13 @@ Status ModelInput::add_sequence(std::span<const TokenId> seq_tokens, int32_t fir
   pages.insert(pages.end(), blocks.begin(), blocks.end());
   page_start.push_back(static_cast<int32_t>(pages.size()));
   for (int32_t i = n - n_logits; i < n; ++i) logit_rows.push_back(row0 + i);
+  if (adapter >= 0 && adapters.size() < static_cast<size_t>(row0)) adapters.resize(static_cast<size_t>(row0), -1);
+  if (adapter >= 0 || !adapters.empty()) adapters.resize(static_cast<size_t>(row0 + n), adapter);
   return Status::ok();
+}
+
+bool ModelInput::has_adapters() const {
+  return std::any_of(adapters.begin(), adapters.end(), [](int32_t a) { return a >= 0; });
 }
 
 void ModelInput::want_hidden(int32_t first, int32_t count) {
@@ -95,6 +102,7 @@ void ModelInput::serialize(std::vector<std::byte>& out) const {
   put_array(out, pages);
   put_array(out, logit_rows);
   put_array(out, hidden_rows);
+  put_array(out, adapters);
 }
 
 Status ModelInput::deserialize(std::span<const std::byte> bytes, ModelInput& out) {
@@ -104,7 +112,7 @@ Status ModelInput::deserialize(std::span<const std::byte> bytes, ModelInput& out
   }
   out.block_size = static_cast<int32_t>(in.read<uint32_t>());
   for (std::vector<int32_t>* a : {&out.tokens, &out.positions, &out.slots, &out.query_start, &out.page_start,
-                                  &out.pages, &out.logit_rows, &out.hidden_rows}) {
+                                  &out.pages, &out.logit_rows, &out.hidden_rows, &out.adapters}) {
     if (!get_array(in, *a)) return make_error(ErrorCode::kFormat, "a model input's arrays are cut short");
   }
   if (in.remaining() != 0) return make_error(ErrorCode::kFormat, "{} bytes follow a model input", in.remaining());
@@ -115,9 +123,9 @@ size_t model_input_max_bytes(int32_t max_tokens, int32_t max_seqs, int32_t max_p
   const auto t = static_cast<size_t>(std::max(max_tokens, 1));
   const size_t s = std::min(static_cast<size_t>(std::max(max_seqs, 1)), t);
   const size_t pages = s * static_cast<size_t>(std::max(max_pages_per_seq, 1));
-  // magic, version, block size, 8 counts; tokens, positions, slots, logit and hidden rows
-  // per token, two starts per sequence (and one more), the pages.
-  return 11 * sizeof(uint32_t) + sizeof(int32_t) * (5 * t + 2 * (s + 1) + pages);
+  // magic, version, block size, 9 counts; tokens, positions, slots, logit and hidden
+  // rows and adapters per token, two starts per sequence (and one more), the pages.
+  return 12 * sizeof(uint32_t) + sizeof(int32_t) * (6 * t + 2 * (s + 1) + pages);
 }
 
 Status model_input_validate(const ModelInput& in, const ModelInputLimits& lim) {
@@ -178,6 +186,23 @@ Status model_input_validate(const ModelInput& in, const ModelInputLimits& lim) {
   }
   for (int32_t r : in.hidden_rows) {
     if (r < 0 || r >= n) return make_error(ErrorCode::kInvalidArgument, "hidden row {} is not in the batch", r);
+  }
+  if (!in.adapters.empty()) {
+    if (static_cast<int64_t>(in.adapters.size()) != n) {
+      return make_error(ErrorCode::kInvalidArgument, "batch has {} tokens but {} adapter slots", n, in.adapters.size());
+    }
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      const int32_t r0 = in.query_start[static_cast<size_t>(s)], r1 = in.query_start[static_cast<size_t>(s) + 1];
+      const int32_t a = in.adapters[static_cast<size_t>(r0)];
+      if (a < -1 || a >= lim.n_adapters) {
+        return make_error(ErrorCode::kOutOfRange, "adapter slot {} is not one of the model's {}", a, lim.n_adapters);
+      }
+      for (int32_t r = r0 + 1; r < r1; ++r) {
+        if (in.adapters[static_cast<size_t>(r)] != a) {
+          return make_error(ErrorCode::kInvalidArgument, "sequence {} runs with two adapters", s);
+        }
+      }
+    }
   }
   return Status::ok();
 }

@@ -32,15 +32,21 @@ struct ModelInput {
   // Rows whose final hidden states (after the output norm, before the LM head) are
   // wanted, in output order: embedding requests' pooling.
   std::vector<int32_t> hidden_rows;
+  // [n_tokens] the LoRA adapter slot each row runs with (the model's slot: Model::set_adapter),
+  // -1 for the base model alone; empty: every row -1.
+  std::vector<int32_t> adapters;
 
   // Empties the input for block size `block_size`, keeping capacity.
   void clear(int32_t block_size);
   // Appends a sequence's `tokens` at positions first_position.. over its KV `blocks`
   // (which must cover them) and its last `n_logits` rows as logit rows (one to sample its
-  // next token; one more per drafted token to verify). kInvalidArgument when the blocks
-  // do not cover the positions or it has fewer rows than n_logits.
+  // next token; one more per drafted token to verify), its rows run with LoRA adapter slot
+  // `adapter` (-1: none). kInvalidArgument when the blocks do not cover the positions or
+  // it has fewer rows than n_logits.
   Status add_sequence(std::span<const TokenId> tokens, int32_t first_position, std::span<const int32_t> blocks,
-                      int32_t n_logits);
+                      int32_t n_logits, int32_t adapter = -1);
+  // Whether some row runs with an adapter.
+  bool has_adapters() const;
 
   // Asks for the final hidden states of rows first..first+count-1.
   void want_hidden(int32_t first, int32_t count);
@@ -68,12 +74,13 @@ struct ModelInputLimits {
   int32_t max_context = 0;  // positions
   int32_t n_blocks = 0;     // KV blocks in the cache
   int32_t block_size = 0;
+  int32_t n_adapters = 0;  // adapter slots: a row's is -1 or 0..n_adapters-1
 };
 
 // Checks every array against the others and the limits: sizes, sequences covering the
 // rows in order, ids in the vocabulary, positions in the context and covered by the
 // sequence's pages, each slot where its position lives, logit and hidden rows in the
-// batch.
+// batch, adapter slots in range and one per sequence.
 Status model_input_validate(const ModelInput& input, const ModelInputLimits& limits);
 
 }  // namespace hearth

@@ -24,7 +24,7 @@ void Scheduler::take_cached_prefix(uint64_t id, Seq& seq) {
   // Never the block of the last known token: it must be computed for its logits.
   const int32_t limit = (seq.n_tokens - 1) / block_size_;
   const auto bs = static_cast<size_t>(block_size_);
-  BlockKey parent = chain_seed_;
+  BlockKey parent = seq.seed;
   for (int32_t i = 0; i < limit; ++i) {
     const std::span<const TokenId> block = tokens.subspan(static_cast<size_t>(i) * bs, bs);
     const BlockKey key = block_key(parent, block);
@@ -46,7 +46,7 @@ void Scheduler::publish_full_blocks(uint64_t id, Seq& seq) {
   const auto bs = static_cast<size_t>(block_size_);
   for (auto i = seq.keys.size(); i < static_cast<size_t>(full); ++i) {
     const std::span<const TokenId> block = tokens.subspan(i * bs, bs);
-    const BlockKey key = block_key(seq.keys.empty() ? chain_seed_ : seq.keys.back(), block);
+    const BlockKey key = block_key(seq.keys.empty() ? seq.seed : seq.keys.back(), block);
     blocks_.publish(seq.kv.blocks[i], key, block);
     seq.keys.push_back(key);
   }
@@ -57,7 +57,7 @@ int32_t Scheduler::cached_tokens(uint64_t id) const {
   return it == seqs_.end() ? 0 : std::max(it->second.cached, 0);
 }
 
-Status Scheduler::add(uint64_t id, int32_t n_tokens, bool reuse_prefix) {
+Status Scheduler::add(uint64_t id, int32_t n_tokens, bool reuse_prefix, uint64_t prefix_salt) {
   if (n_tokens < 1) return make_error(ErrorCode::kInvalidArgument, "a sequence needs at least one token");
   if (seqs_.contains(id)) return make_error(ErrorCode::kInvalidArgument, "sequence {} is already scheduled", id);
   if (n_waiting() >= config_.max_waiting) {
@@ -65,14 +65,19 @@ Status Scheduler::add(uint64_t id, int32_t n_tokens, bool reuse_prefix) {
   }
   Seq seq{n_tokens, 0, {}};
   seq.reuse_prefix = reuse_prefix;
+  seq.seed = chain_seed_;
+  if (prefix_salt != 0) {
+    const TokenId salt[] = {static_cast<TokenId>(prefix_salt >> 32), static_cast<TokenId>(prefix_salt & 0xffffffffu)};
+    seq.seed = block_key(chain_seed_, salt);
+  }
   seqs_.emplace(id, std::move(seq));
   waiting_.push_back(id);
   if (config_.static_batch_timeout_ms > 0) arrived_ms_[id] = last_now_ms_;
   return Status::ok();
 }
 
-Status Scheduler::add(uint64_t id, int32_t n_tokens, KvSequence& adopted) {
-  HEARTH_RETURN_IF_ERROR(add(id, n_tokens));
+Status Scheduler::add(uint64_t id, int32_t n_tokens, KvSequence& adopted, uint64_t prefix_salt) {
+  HEARTH_RETURN_IF_ERROR(add(id, n_tokens, true, prefix_salt));
   const auto needed = static_cast<size_t>((adopted.length + block_size_ - 1) / block_size_);
   if (adopted.length < 1 || adopted.length >= n_tokens || adopted.blocks.size() < needed) return Status::ok();
   Seq& seq = seqs_.at(id);

@@ -103,14 +103,16 @@ class Scheduler {
   // when resuming). kResourceExhausted when the waiting queue is full; kInvalidArgument
   // for an id already present or a non-positive count. Without `reuse_prefix` it takes
   // nothing from the prefix cache and computes every position (an embedding pooled over
-  // every token's state needs them all); what it fills is published all the same.
-  Status add(uint64_t id, int32_t n_tokens, bool reuse_prefix = true);
+  // every token's state needs them all); what it fills is published all the same. A
+  // nonzero `prefix_salt` (a LoRA adapter's id) keys its blocks apart from those of the
+  // same tokens under another salt: they hold another model's K/V.
+  Status add(uint64_t id, int32_t n_tokens, bool reuse_prefix = true, uint64_t prefix_salt = 0);
   // Queues a sequence whose first adopted.length positions are already in the blocks of
   // `adopted` (an engine restart adopting the resident cache): it computes from there.
   // The blocks are moved out of `adopted` only when it is taken; an adoption that cannot
   // be used (nothing left to compute, too few blocks) leaves them there and the sequence
   // is queued to compute everything. An adopted sequence goes to the front of the queue.
-  Status add(uint64_t id, int32_t n_tokens, KvSequence& adopted);
+  Status add(uint64_t id, int32_t n_tokens, KvSequence& adopted, uint64_t prefix_salt = 0);
   void set_journal(KvJournal* journal) { journal_ = journal; }
   // Asked, for each planned sequence about to decode one token (in batch order), how
   // many tokens it drafts; it gets that many more positions from what the step's budget
@@ -154,6 +156,7 @@ class Scheduler {
     std::vector<BlockKey> keys;  // of its leading full blocks, found or published
     int32_t cached = -1;         // tokens found at its first admission; -1 before it
     bool reuse_prefix = true;    // may take blocks from the prefix cache
+    BlockKey seed;               // its key chain's seed: the scheduler's, salted
   };
   bool reserve(Seq& seq, int32_t positions);
   // Drafted positions for the plan's decoding sequences, from the budget left.

@@ -93,6 +93,7 @@ class CpuBackend final : public Backend {
             .pages = in.pages.data(),
             .logit_rows = in.logit_rows.data(),
             .hidden_rows = in.hidden_rows.data(),
+            .adapters = in.adapters.empty() ? nullptr : in.adapters.data(),
             .n_tokens = in.n_tokens(),
             .n_seqs = in.n_seqs(),
             .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
@@ -388,6 +389,15 @@ class CpuBackend final : public Backend {
     for_token_rows(n, dim, [&](int64_t t0, int64_t t1) {
       kernels::cpu::moe_combine(rows, pos + t0 * k, weights + t0 * k, t1 - t0, k, dim, out + t0 * dim);
     });
+  }
+
+  void lora(const kernels::LoraProduct& p) override {
+    if (reference_) {
+      kernels::ref::lora(p);
+      return;
+    }
+    for_token_rows(p.n, p.max_rank * (p.in + p.out) / 16 + 1,
+                   [&](int64_t t0, int64_t t1) { kernels::cpu::lora_rows(p, t0, t1); });
   }
 
   void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) override {

@@ -149,8 +149,8 @@ class CudaBackend final : public Backend {
   // The step's arrays packed into pinned memory and copied in one transfer. The pinned
   // buffer is rewritten only after the previous step's copy has completed.
   StepInput upload(const ModelInput& in) override {
-    const std::span<const int32_t> parts[] = {in.tokens, in.positions, in.slots, in.query_start,
-                                              in.page_start, in.pages, in.logit_rows, in.hidden_rows};
+    const std::span<const int32_t> parts[] = {in.tokens,     in.positions, in.slots,      in.query_start, in.page_start,
+                                              in.pages,      in.logit_rows, in.hidden_rows, in.adapters};
     size_t offsets[std::size(parts)];
     size_t bytes = 0;
     for (size_t i = 0; i < std::size(parts); ++i) {
@@ -184,6 +184,7 @@ class CudaBackend final : public Backend {
             .pages = at(5),
             .logit_rows = at(6),
             .hidden_rows = at(7),
+            .adapters = in.adapters.empty() ? nullptr : at(8),
             .n_tokens = in.n_tokens(),
             .n_seqs = in.n_seqs(),
             .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
@@ -341,6 +342,8 @@ class CudaBackend final : public Backend {
   void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) override {
     check_cuda(kernels::cuda::gelu(x, up, n, tanh_form, out, stream_.get()), "gelu");
   }
+
+  void lora(const kernels::LoraProduct& p) override { check_cuda(kernels::cuda::lora(p, stream_.get()), "lora"); }
 
   void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) override {
     check_cuda(kernels::cuda::sigmoid_gate_rows(x, gate, n, dim, stream_.get()), "sigmoid_gate_rows");

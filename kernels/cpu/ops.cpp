@@ -124,6 +124,8 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
 
 void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out);  // ops_avx512.cpp
 double sum_exp_below_avx512(const float* x, int64_t n, float max);
+void lora_rows_avx512(const LoraProduct& p, int64_t t0, int64_t t1);
+void lora_rows_avx2(const LoraProduct& p, int64_t t0, int64_t t1);  // ops_avx2.cpp
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   if (cpu_isa() == CpuIsa::kAvx512) {
@@ -135,6 +137,14 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out) {
 
 double sum_exp_below(const float* x, int64_t n, float max) {
   return cpu_isa() == CpuIsa::kAvx512 ? sum_exp_below_avx512(x, n, max) : sum_exp_below_impl(x, n, max);
+}
+
+void lora_rows(const LoraProduct& p, int64_t t0, int64_t t1) {
+  switch (cpu_isa()) {
+    case CpuIsa::kAvx512: lora_rows_avx512(p, t0, t1); break;
+    case CpuIsa::kAvx2: lora_rows_avx2(p, t0, t1); break;
+    default: lora_rows_impl(p, t0, t1); break;
+  }
 }
 
 void add(float* y, const float* x, int64_t n) {

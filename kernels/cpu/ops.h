@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/model_config.h"
+#include "kernels/lora_params.h"
 #include "kernels/moe_params.h"
 
 namespace hearth::kernels::cpu {
@@ -39,6 +40,11 @@ void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out
 void moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights);
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                  float* out);
+// Rows t0..t1-1 of ref::lora in float (eight-lane dot products in a fixed order, so every
+// instruction-set path gives the same bits): each adapted row's A x into p.scratch, then
+// y += scale * B (A x).
+void lora_rows(const LoraProduct& p, int64_t t0, int64_t t1);
+
 // x[t, i] *= dev::sigmoid(gate[t]); see ref::sigmoid_gate_rows.
 void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim);
 

@@ -8,4 +8,6 @@ void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out) { 
 
 double sum_exp_below_avx512(const float* x, int64_t n, float max) { return sum_exp_below_impl(x, n, max); }
 
+void lora_rows_avx512(const LoraProduct& p, int64_t t0, int64_t t1) { lora_rows_impl(p, t0, t1); }
+
 }  // namespace hearth::kernels::cpu

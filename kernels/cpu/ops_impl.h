@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/fast_exp.h"
+#include "kernels/lora_params.h"
 
 namespace hearth::kernels::cpu {
 namespace {
@@ -31,6 +32,33 @@ inline double sum_exp_below_impl(const float* x, int64_t n, float max) {
   }
   for (; i < n; ++i) total += static_cast<double>(exp_nonpositive(x[i] - max));
   return total;
+}
+
+// Sum of a[i] * b[i] over eight lanes in a fixed order, whatever the vector width.
+inline float dot_impl(const float* a, const float* b, int64_t n) {
+  float lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int k = 0; k < 8; ++k) lanes[k] += a[i + k] * b[i + k];
+  }
+  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// Rows t0..t1-1 of a LoRA product: each adapted row shrunk into its scratch row (A x),
+// then expanded into y (scale * B (A x)).
+inline void lora_rows_impl(const LoraProduct& p, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t s = p.row_slot[t];
+    if (s < 0 || s >= p.n_slots || p.factors[s].a == nullptr) continue;
+    const LoraFactors& f = p.factors[s];
+    float* shrunk = p.scratch + t * p.max_rank;
+    const float* x = p.x + t * p.in;
+    for (int32_t j = 0; j < f.rank; ++j) shrunk[j] = dot_impl(f.a + j * p.in, x, p.in);
+    float* y = p.y + t * p.out;
+    for (int64_t o = 0; o < p.out; ++o) y[o] += f.scale * dot_impl(f.b + o * f.rank, shrunk, f.rank);
+  }
 }
 
 }  // namespace

@@ -122,6 +122,39 @@ __global__ void sigmoid_gate_rows_kernel(float* x, const float* gate, int64_t n,
   }
 }
 
+// A warp per (rank row j, token t): the shrunk value A[j] . x[t] of an adapted row.
+__global__ void lora_shrink_kernel(LoraProduct p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t j = blockIdx.x * static_cast<int64_t>(kMatvecWarps) + threadIdx.x / 32;
+  if (j >= p.max_rank) return;
+  for (int64_t t = blockIdx.y; t < p.n; t += gridDim.y) {
+    const int32_t s = p.row_slot[t];
+    if (s < 0 || s >= p.n_slots) continue;
+    const LoraFactors f = p.factors[s];
+    if (f.a == nullptr || j >= f.rank) continue;
+    const float* a = f.a + j * p.in;
+    const float* x = p.x + t * p.in;
+    float sum = 0.0f;
+    for (int64_t c = lane; c < p.in; c += 32) sum += a[c] * x[c];
+    sum = warp_sum(sum);
+    if (lane == 0) p.scratch[t * p.max_rank + j] = sum;
+  }
+}
+
+// A block per token, a thread per output: y += scale * B (A x).
+__global__ void lora_expand_kernel(LoraProduct p) {
+  for (int64_t t = blockIdx.x; t < p.n; t += gridDim.x) {
+    const int32_t s = p.row_slot[t];
+    if (s < 0 || s >= p.n_slots) continue;
+    const LoraFactors f = p.factors[s];
+    if (f.a == nullptr) continue;
+    const float* shrunk = p.scratch + t * p.max_rank;
+    for (int64_t o = threadIdx.x; o < p.out; o += blockDim.x) {
+      p.y[t * p.out + o] += dev::lora_expand_value(f.b + o * f.rank, shrunk, f.rank, f.scale);
+    }
+  }
+}
+
 __global__ void scale_kernel(float* x, int64_t n, float s) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -283,6 +316,16 @@ cudaError_t sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t di
   if (n <= 0) return cudaSuccess;
   const LaunchShape s = rows_launch(n);
   HEARTH_LAUNCH(sigmoid_gate_rows_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(x, gate, n, dim);
+  return launched();
+}
+
+cudaError_t lora(const LoraProduct& p, cudaStream_t stream) {
+  if (p.n <= 0 || p.max_rank <= 0) return cudaSuccess;
+  const LaunchShape shrink = matvec_launch(p.max_rank, p.n);
+  HEARTH_LAUNCH(lora_shrink_kernel, to_dim3(shrink.grid), to_dim3(shrink.block), 0, stream)(p);
+  if (const cudaError_t e = launched(); e != cudaSuccess) return e;
+  const LaunchShape expand = rows_launch(p.n);
+  HEARTH_LAUNCH(lora_expand_kernel, to_dim3(expand.grid), to_dim3(expand.block), 0, stream)(p);
   return launched();
 }
 

@@ -246,6 +246,26 @@ void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) {
   }
 }
 
+void lora(const LoraProduct& p) {
+  std::vector<float> shrunk;
+  for (int64_t t = 0; t < p.n; ++t) {
+    const int32_t s = p.row_slot[t];
+    if (s < 0 || s >= p.n_slots || p.factors[s].a == nullptr) continue;
+    const LoraFactors& f = p.factors[s];
+    shrunk.assign(static_cast<size_t>(f.rank), 0.0f);
+    for (int32_t j = 0; j < f.rank; ++j) {
+      double acc = 0.0;
+      for (int64_t c = 0; c < p.in; ++c) acc += static_cast<double>(f.a[j * p.in + c]) * p.x[t * p.in + c];
+      shrunk[static_cast<size_t>(j)] = static_cast<float>(acc);
+    }
+    for (int64_t o = 0; o < p.out; ++o) {
+      double acc = 0.0;
+      for (int32_t j = 0; j < f.rank; ++j) acc += static_cast<double>(f.b[o * f.rank + j]) * shrunk[static_cast<size_t>(j)];
+      p.y[t * p.out + o] += static_cast<float>(f.scale * acc);
+    }
+  }
+}
+
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                  float* out) {
   for (int64_t t = 0; t < n; ++t) {

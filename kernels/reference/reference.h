@@ -9,6 +9,7 @@
 #include "common/model_config.h"
 #include "kernels/attention_params.h"
 #include "kernels/device_math.h"
+#include "kernels/lora_params.h"
 
 namespace hearth::kernels::ref {
 
@@ -65,6 +66,10 @@ void moe_combine(const float* rows, const int32_t* pos, const float* weights, in
 // x[t, i] *= 1 / (1 + e^-gate[t]) for t < n, i < dim (in double): rows scaled by a
 // sigmoid gate of their own.
 void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim);
+// LoRA: for each row t whose slot s = p.row_slot[t] >= 0 has factors of this matrix,
+// p.y[t] += scale * B (A x[t]), the shrunk row (A x[t], in double) rounded to float and
+// the expanded values summed in double.
+void lora(const LoraProduct& p);
 
 // Stores token t's K and V rows at cache slot p.slots[t], each element converted to
 // p.kv_dtype with common/half.h (round to nearest even; f32 copied).

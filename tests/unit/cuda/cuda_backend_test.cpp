@@ -18,8 +18,11 @@
 #include "engine/core/generate.h"
 #include "engine/core/kv_cache.h"
 #include "engine/core/model.h"
+#include "engine/core/model_runner.h"
+#include "engine/core/driver.h"
 #include "engine/core/sampler.h"
 #include "kernels/cuda/device_info.h"
+#include "loader/lora.h"
 #include "loader/model.h"
 #include "loader/synth.h"
 #include "loader/quantize.h"
@@ -365,6 +368,47 @@ RaggedStep ragged_step(std::mt19937& rng, int32_t block_size) {
   return s;
 }
 
+// LoRA products over a batch whose rows use three adapter slots (ranks 5, 16 and 64, the
+// middle one not adapting this matrix) and none; rows without one keep their values.
+TEST_F(CudaBackendTest, LoraProductsOfMixedAdaptersMatchTheCpu) {
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{64, 64}, {67, 300}}) {
+    const int32_t ranks[] = {5, 16, 64};
+    const int32_t max_rank = 64;
+    const int64_t n = 9;
+    std::vector<std::vector<float>> a(3), b(3);
+    std::vector<BackendBuffer> ad, bd;
+    std::vector<kernels::LoraFactors> host(3), dev(3);
+    for (size_t s = 0; s < 3; ++s) {
+      a[s] = random_floats(static_cast<size_t>(ranks[s] * in), rng_);
+      b[s] = random_floats(static_cast<size_t>(out * ranks[s]), rng_);
+      ad.push_back(upload(*gpu_, a[s]));
+      bd.push_back(upload(*gpu_, b[s]));
+      host[s] = {a[s].data(), b[s].data(), ranks[s], 0.25f * static_cast<float>(s + 1)};
+      dev[s] = {ad[s].f32(), bd[s].f32(), ranks[s], host[s].scale};
+    }
+    host[1].a = dev[1].a = nullptr;
+    const std::vector<int32_t> slot = {2, -1, 0, 0, 1, 2, -1, 0, 2};
+    const auto x = random_floats(static_cast<size_t>(n * in), rng_);
+    const auto y = random_floats(static_cast<size_t>(n * out), rng_);
+    std::vector<float> want = y, scratch(static_cast<size_t>(n * max_rank));
+    cpu_->lora({.x = x.data(), .y = want.data(), .row_slot = slot.data(), .factors = host.data(),
+                .scratch = scratch.data(), .n = n, .in = in, .out = out, .n_slots = 3, .max_rank = max_rank});
+    auto table = gpu_->alloc(dev.size() * sizeof(kernels::LoraFactors));
+    ASSERT_TRUE(table.is_ok());
+    gpu_->write(*table, 0, dev.data(), dev.size() * sizeof(kernels::LoraFactors));
+    const BackendBuffer xd = upload(*gpu_, x), yd = upload(*gpu_, y), sd = upload(*gpu_, slot),
+                        scratch_d = poisoned(*gpu_, static_cast<size_t>(n * max_rank));
+    gpu_->lora({.x = xd.f32(), .y = yd.f32(), .row_slot = static_cast<const int32_t*>(sd.data()),
+                .factors = static_cast<const kernels::LoraFactors*>(table->data()), .scratch = scratch_d.f32(),
+                .n = n, .in = in, .out = out, .n_slots = 3, .max_rank = max_rank});
+    const std::vector<float> got = download(*gpu_, yd, y.size());
+    expect_near(got, want, 2e-5f * static_cast<float>(in), fmt::format("lora {}x{}", in, out));
+    for (int64_t t : {1, 4, 6}) {  // no adapter, or one that leaves this matrix alone: untouched bits
+      for (int64_t o = 0; o < out; ++o) ASSERT_EQ(got[static_cast<size_t>(t * out + o)], y[static_cast<size_t>(t * out + o)]);
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
   for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
     for (int trial = 0; trial < 3; ++trial) {
@@ -570,6 +614,46 @@ TEST_F(CudaBackendTest, SpeculationGivesPlainDecodingsTokensOnTheDevice) {
     EXPECT_EQ(drafted->tokens, plain->tokens) << "draft model, temperature " << sampling.temperature;
     EXPECT_GT(drafted->spec.accepted, 0u) << "temperature " << sampling.temperature;
   }
+}
+
+// Two LoRA adapters and the base in one batch on the device, as on the CPU: each
+// stream's greedy tokens are the CPU's for the same adapter.
+TEST_F(CudaBackendTest, MixedLoraAdaptersInOneBatchGiveTheCpusTokens) {
+  const auto path = testing::shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(path);
+  auto m = model_open(path);
+  ASSERT_TRUE(m.is_ok()) << m.status().to_string();
+  testing::TempDir dir;
+  std::vector<LoraAdapter> adapters;
+  for (int32_t rank : {8, 32}) {
+    const auto adir = dir.path() / fmt::format("a{}", rank);
+    ASSERT_TRUE(lora_synth_write(*m, {.rank = rank, .alpha = 2.0 * rank, .seed = static_cast<uint64_t>(rank), .strength = 2.0}, adir).is_ok());
+    adapters.push_back(std::move(lora_open(adir, m->config, m->tensors)).value());
+  }
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  std::vector<std::vector<TokenId>> got[2];
+  for (int b = 0; b < 2; ++b) {
+    Backend& be = b == 0 ? *cpu_ : *gpu_;
+    auto model = Model::create(m->config, m->tensors, be, 64, {.max_adapters = 2, .max_lora_rank = 32});
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    for (int32_t i = 0; i < 2; ++i) ASSERT_TRUE((*model)->set_adapter(i, adapters[static_cast<size_t>(i)]).is_ok());
+    auto cache = KvCache::create(be, {m->config.n_layers, m->config.kv_dim(), 16, 32, KvDType::kF32});
+    ASSERT_TRUE(cache.is_ok());
+    ModelRunner runner(**model, *cache);
+    Driver driver(runner, {.scheduler = {.max_batch_size = 6, .max_batched_tokens = 64}, .max_sequence_tokens = 128});
+    for (uint64_t id = 0; id < 6; ++id) {
+      ASSERT_TRUE(driver.add(id, {.tokens = prompt, .n_prompt = 5, .spec = {.sampling = {.temperature = 0.0f}, .max_tokens = 24},
+                                  .adapter = static_cast<int32_t>(id % 3) - 1}).is_ok());
+    }
+    got[b].resize(6);
+    ASSERT_TRUE(driver.run_until_idle([&](const StepEvent& e) {
+      got[b][e.id].push_back(e.token.id);
+      return true;
+    }).is_ok());
+  }
+  for (size_t id = 0; id < 6; ++id) EXPECT_EQ(got[1][id], got[0][id]) << "stream " << id;
+  EXPECT_NE(got[0][1], got[0][0]) << "an adapter changes the text";
+  EXPECT_NE(got[0][2], got[0][1]) << "the two adapters differ";
 }
 
 // An embedding's rows: the final hidden states a step asks for (hidden_rows, uploaded

@@ -322,6 +322,7 @@ class SamplingCpuBackend final : public Backend {
   void add(float* y, const float* x, int64_t n) override { cpu_->add(y, x, n); }
   void scale(float* x, int64_t n, float s) override { cpu_->scale(x, n, s); }
   void softcap(float* x, int64_t n, float cap) override { cpu_->softcap(x, n, cap); }
+  void lora(const kernels::LoraProduct& p) override { cpu_->lora(p); }
   void sigmoid_gate_rows(float* x, const float* g, int64_t n, int64_t dim) override {
     cpu_->sigmoid_gate_rows(x, g, n, dim);
   }

@@ -114,5 +114,36 @@ TEST(ModelInputTest, DamagedBytesAreRefusedNeverTrusted) {
             ErrorCode::kInvalidArgument);
 }
 
+// Each row carries its sequence's adapter slot (none before the first sequence that has
+// one); the slots travel to other ranks, and a step is refused where a sequence's rows
+// disagree or a slot is not the model's.
+TEST(ModelInputTest, AdapterSlotsGoWithTheirRowsAndAreChecked) {
+  ModelInput in;
+  in.clear(16);
+  const std::vector<int32_t> blocks = {0, 1};
+  ASSERT_TRUE(in.add_sequence(std::vector<TokenId>{1, 2}, 0, blocks, 1).is_ok());
+  EXPECT_TRUE(in.adapters.empty()) << "no adapter so far: nothing to carry";
+  EXPECT_FALSE(in.has_adapters());
+  ASSERT_TRUE(in.add_sequence(std::vector<TokenId>{3, 4, 5}, 0, blocks, 1, 1).is_ok());
+  ASSERT_TRUE(in.add_sequence(std::vector<TokenId>{6}, 0, blocks, 1).is_ok());
+  EXPECT_EQ(in.adapters, (std::vector<int32_t>{-1, -1, 1, 1, 1, -1}));
+  EXPECT_TRUE(in.has_adapters());
+  std::vector<std::byte> bytes;
+  in.serialize(bytes);
+  EXPECT_LE(bytes.size(), model_input_max_bytes(6, 3, 2));
+  ModelInput copy;
+  ASSERT_TRUE(ModelInput::deserialize(bytes, copy).is_ok());
+  EXPECT_EQ(copy.adapters, in.adapters);
+  const ModelInputLimits limits{512, 64, 512, 8, 16, 2};
+  EXPECT_TRUE(model_input_validate(copy, limits).is_ok());
+  EXPECT_EQ(model_input_validate(copy, {512, 64, 512, 8, 16, 1}).code(), ErrorCode::kOutOfRange);
+  copy.adapters[3] = 0;  // a sequence with two adapters
+  EXPECT_EQ(model_input_validate(copy, limits).code(), ErrorCode::kInvalidArgument);
+  copy.adapters.pop_back();
+  EXPECT_EQ(model_input_validate(copy, limits).code(), ErrorCode::kInvalidArgument);
+  in.clear(16);
+  EXPECT_TRUE(in.adapters.empty());
+}
+
 }  // namespace
 }  // namespace hearth

@@ -25,6 +25,8 @@
 #include "engine/cpu/cpu_backend.h"
 #include "engine/serve/engine_server.h"
 #include "ipc/weights_segment.h"
+#include "loader/lora.h"
+#include "loader/model.h"
 #include "loader/resident.h"
 #include "tests/test_util.h"
 
@@ -293,7 +295,7 @@ class TpModelTest : public ::testing::Test {
       if (rank1.joinable()) rank1.join();
     }
   };
-  std::unique_ptr<TwoRanks> two_ranks(const AttachedWeights& two) {
+  std::unique_ptr<TwoRanks> two_ranks(const AttachedWeights& two, int32_t adapter_slots = 0) {
     const ModelConfig& c = two.config;
     auto g = std::make_unique<TwoRanks>();
     const auto path = dir_.path() / "hearth.tp2.tp";
@@ -305,7 +307,10 @@ class TpModelTest : public ::testing::Test {
       Backend& b = r == 0 ? *g->backend0 : *g->backend1;
       (r == 0 ? g->cache0 : g->cache1)
           .emplace(std::move(KvCache::create(b, {c.n_layers, c.kv_dim() / 2, 16, 16, KvDType::kF32})).value());
-      auto m = Model::create(c, two.tensors(r), b, 64, {.comm = &g->groups[static_cast<size_t>(r)]->communicator()});
+      auto m = Model::create(c, two.tensors(r), b, 64,
+                             {.comm = &g->groups[static_cast<size_t>(r)]->communicator(),
+                              .max_adapters = adapter_slots,
+                              .max_lora_rank = adapter_slots > 0 ? 64 : 0});
       EXPECT_TRUE(m.is_ok()) << m.status().to_string();
       (r == 0 ? g->model0 : g->model1) = std::move(m).value();
     }
@@ -406,6 +411,56 @@ TEST_F(TpModelTest, SpeculationAtTwoRanksGivesOneRanksPlainGreedyText) {
     EXPECT_GT(driver.spec_stats().accepted, method == SpecMethod::kDraft ? 100u : 0u) << spec_method_name(method);
   }
   EXPECT_EQ(draft_cache.blocks_free(), draft_cache.config().n_blocks);
+}
+
+// A LoRA adapter at two ranks (each holding B's rows of its q/k/v/gate/up share and A's
+// columns of its o/down share): the greedy text of one rank running the base with the
+// adapter merged into its weights.
+TEST_F(TpModelTest, ALoraAdapterAtTwoRanksGivesTheMergedModelsGreedyText) {
+  const AttachedWeights two = publish(2);
+  auto base = model_open(shared_path(kGguf));
+  ASSERT_TRUE(base.is_ok()) << base.status().to_string();
+  const ModelConfig& c = base->config;
+  std::vector<LoraAdapter> adapters;
+  for (int32_t rank : {8, 32}) {
+    const auto dir = dir_.path() / fmt::format("lora{}", rank);
+    ASSERT_TRUE(lora_synth_write(*base, {.rank = rank, .alpha = 2.0 * rank, .seed = static_cast<uint64_t>(rank), .strength = 2.0}, dir).is_ok());
+    auto a = lora_open(dir, c, base->tensors);
+    ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+    adapters.push_back(std::move(a).value());
+  }
+  const auto group = two_ranks(two, 2);
+  for (int32_t i = 0; i < 2; ++i) {
+    { const Status set = group->model0->set_adapter(i, adapters[static_cast<size_t>(i)]); ASSERT_TRUE(set.is_ok()) << set.to_string(); }
+    { const Status set = group->model1->set_adapter(i, adapters[static_cast<size_t>(i)]); ASSERT_TRUE(set.is_ok()) << set.to_string(); }
+  }
+  const std::vector<TokenId> prompt = {1, 403, 407, 261, 378};
+  auto backend = make_cpu_backend({.threads = 1});
+  for (int32_t i = 0; i < 2; ++i) {
+    const auto path = dir_.path() / fmt::format("merged{}.gguf", i);
+    ASSERT_TRUE(lora_merge_write(*base, adapters[static_cast<size_t>(i)], path).is_ok());
+    auto merged = model_open(path);
+    ASSERT_TRUE(merged.is_ok()) << merged.status().to_string();
+    auto model = std::move(Model::create(merged->config, merged->tensors, *backend, 64)).value();
+    KvCache cache = std::move(KvCache::create(*backend, {c.n_layers, c.kv_dim(), 16, 16, KvDType::kF32})).value();
+    GenerateOptions plain;
+    plain.spec.max_tokens = 100;
+    plain.spec.ignore_stop = true;
+    const auto want = generate(*model, cache, prompt, plain);
+    ASSERT_TRUE(want.is_ok()) << want.status().to_string();
+    Driver driver(*group->runner0, {.scheduler = {.max_batch_size = 1, .max_batched_tokens = 64}, .max_sequence_tokens = 256});
+    ASSERT_EQ(*driver.add(0, {.tokens = prompt, .n_prompt = 5, .spec = {.max_tokens = 100, .ignore_stop = true}, .adapter = i}),
+              FinishReason::kNone);
+    std::vector<TokenId> got;
+    const Status st = driver.run_until_idle([&](const StepEvent& e) {
+      got.push_back(e.token.id);
+      return true;
+    });
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    EXPECT_EQ(got, want->tokens) << "adapter of rank " << adapters[static_cast<size_t>(i)].max_rank;
+    const std::vector<TokenId> plain_truth = {432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337};
+    EXPECT_NE(std::vector<TokenId>(got.begin(), got.begin() + 16), plain_truth) << "the adapter changes the text";
+  }
 }
 
 TEST_F(TpModelTest, ARankRefusesAGroupItCannotBePartOfNamingTheNumbers) {

@@ -1000,3 +1000,62 @@ TEST(KvDTypeTest, NarrowCachesStayCloseToTheF32Cache) {
 
 }  // namespace
 }  // namespace hearth::kernels
+
+namespace hearth::kernels {
+namespace {
+
+// LoRA products of one matrix over a batch whose rows use three adapter slots (ranks 3,
+// 8 and 16, the middle one not adapting this matrix) and none: every path gives the
+// reference's values, and all paths the same bits; rows without an adapter stay as they were.
+TEST(KernelsTest, LoraProductsMatchTheReferenceOnEveryPathAndLeaveOtherRowsAlone) {
+  testing::CpuIsaGuard guard;
+  std::mt19937 rng(77);
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{64, 64}, {67, 133}, {256, 40}}) {
+    const int32_t ranks[] = {3, 8, 16};
+    const int32_t max_rank = 16;
+    std::vector<std::vector<float>> a(3), b(3);
+    std::vector<LoraFactors> factors(3);
+    for (size_t s = 0; s < 3; ++s) {
+      a[s] = random_floats(static_cast<size_t>(ranks[s] * in), rng);
+      b[s] = random_floats(static_cast<size_t>(out * ranks[s]), rng);
+      factors[s] = {a[s].data(), b[s].data(), ranks[s], 0.5f + static_cast<float>(s)};
+    }
+    factors[1].a = nullptr;  // slot 1's adapter leaves this matrix alone
+    const int64_t n = 11;
+    const std::vector<int32_t> slot = {0, -1, 2, 2, 1, 0, -1, 2, 0, 1, 2};
+    const auto x = random_floats(static_cast<size_t>(n * in), rng);
+    const auto y0 = random_floats(static_cast<size_t>(n * out), rng);
+    std::vector<float> want = y0, scratch(static_cast<size_t>(n * max_rank));
+    LoraProduct p{.x = x.data(), .y = want.data(), .row_slot = slot.data(), .factors = factors.data(),
+                  .scratch = scratch.data(), .n = n, .in = in, .out = out, .n_slots = 3, .max_rank = max_rank};
+    ref::lora(p);
+    for (int64_t t = 0; t < n; ++t) {
+      const bool adapted = slot[static_cast<size_t>(t)] == 0 || slot[static_cast<size_t>(t)] == 2;
+      for (int64_t o = 0; o < out; ++o) {
+        const size_t i = static_cast<size_t>(t * out + o);
+        if (!adapted) ASSERT_EQ(want[i], y0[i]) << "row " << t << " has no adapter of this matrix";
+      }
+      if (adapted) EXPECT_NE(want[static_cast<size_t>(t * out)], y0[static_cast<size_t>(t * out)]);
+    }
+    std::optional<std::vector<float>> first;
+    for (cpu::CpuIsa isa : testing::available_cpu_paths()) {
+      ASSERT_TRUE(cpu::cpu_isa_force(isa));
+      std::vector<float> got = y0;
+      p.y = got.data();
+      cpu::lora_rows(p, 0, 4);  // in two parts, as the backend's threads split it
+      cpu::lora_rows(p, 4, n);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5f * static_cast<float>(in))
+            << cpu::cpu_isa_name(isa) << " " << in << "x" << out << " at " << i;
+      }
+      if (first) {
+        ASSERT_EQ(got, *first) << cpu::cpu_isa_name(isa) << " differs from the first path in some bit";
+      } else {
+        first = got;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hearth::kernels

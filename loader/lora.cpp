@@ -1,0 +1,287 @@
+#include "loader/lora.h"
+
+#include <cmath>
+#include <cstring>
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/json.h"
+#include "common/mapped_file.h"
+#include "kernels/reference/reference.h"
+#include "loader/gguf_export.h"
+#include "loader/safetensors.h"
+#include "loader/safetensors_writer.h"
+#include "loader/synth.h"
+
+namespace hearth {
+namespace {
+
+constexpr size_t kMaxConfigBytes = 1u << 20;
+constexpr std::string_view kPrefix = "base_model.model.";
+constexpr LoraTarget kAllTargets[] = {LoraTarget::kQ,    LoraTarget::kK,  LoraTarget::kV,   LoraTarget::kOutput,
+                                      LoraTarget::kGate, LoraTarget::kUp, LoraTarget::kDown};
+
+std::string canonical_name(int32_t layer, LoraTarget t) {
+  return fmt::format("blk.{}.{}.weight", layer, lora_target_name(t));
+}
+
+// A matrix of the base an adapter may adapt: where it is, and its shape.
+struct Adaptable {
+  int32_t layer;
+  LoraTarget target;
+  const TensorView* base;
+};
+
+// Every adaptable matrix of a base, by its Hugging Face module path
+// ("model.layers.3.self_attn.q_proj").
+std::map<std::string, Adaptable, std::less<>> adaptable_modules(const ModelConfig& config,
+                                                                std::span<const TensorView> tensors) {
+  std::map<std::string_view, const TensorView*> by_name;
+  for (const TensorView& t : tensors) by_name.emplace(t.name, &t);
+  std::map<std::string, Adaptable, std::less<>> modules;
+  for (int32_t layer = 0; layer < config.n_layers; ++layer) {
+    for (LoraTarget t : kAllTargets) {
+      const std::string name = canonical_name(layer, t);
+      const auto it = by_name.find(name);
+      if (it == by_name.end() || it->second->n_dims != 2) continue;
+      const TensorView* w = it->second;
+      const std::optional<std::string> hf = hf_parameter_name(name, config.architecture);
+      if (!hf || !hf->ends_with(".weight")) continue;
+      modules.emplace(hf->substr(0, hf->size() - 7), Adaptable{layer, t, w});
+    }
+  }
+  return modules;
+}
+
+// Whether the base keeps q/k rows for interleaved RoPE pairs while its Hugging Face
+// checkpoint (whose layout PEFT adapters follow) keeps them for rotate-half pairs.
+bool qk_rows_interleaved(const ModelConfig& config) {
+  return config.rope_style == RopeStyle::kInterleaved && config.architecture != "gptj";
+}
+
+// A config field that changes the adapted function: refused unless absent, null or its
+// neutral value.
+Status refuse_if_set(const boost::json::object& cfg, std::string_view key, std::string_view why) {
+  const auto it = cfg.find(key);
+  if (it == cfg.end() || it->value().is_null()) return Status::ok();
+  const boost::json::value& v = it->value();
+  const bool neutral = (v.is_bool() && !v.as_bool()) || (v.is_array() && v.as_array().empty()) ||
+                       (v.is_object() && v.as_object().empty()) || (v.is_string() && v.as_string() == "none");
+  if (neutral) return Status::ok();
+  return make_error(ErrorCode::kUnsupported, "adapter_config.json: {} = {} is not supported ({})", key,
+                    boost::json::serialize(v), why);
+}
+
+struct PeftConfig {
+  int32_t rank = 0;
+  float scale = 0.0f;
+};
+
+Result<PeftConfig> read_peft_config(const std::filesystem::path& dir) {
+  HEARTH_ASSIGN_OR_RETURN(std::string text, read_small_file(dir / "adapter_config.json", kMaxConfigBytes));
+  HEARTH_ASSIGN_OR_RETURN(boost::json::value doc, json_parse(text, "adapter_config.json"));
+  if (!doc.is_object()) return make_error(ErrorCode::kFormat, "adapter_config.json is not a JSON object");
+  const boost::json::object& cfg = doc.as_object();
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<std::string> type, json_opt_string(cfg, "peft_type"));
+  if (type.value_or("LORA") != "LORA") {
+    return make_error(ErrorCode::kUnsupported, "adapter_config.json: peft_type {} is not LORA", *type);
+  }
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "use_dora", "DoRA's magnitude vectors are not applied"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "bias", "adapter biases are not applied"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "lora_bias", "adapter biases are not applied"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "modules_to_save", "fully trained modules are not loaded"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "trainable_token_indices", "trained token embeddings are not loaded"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "rank_pattern", "every module has rank r"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "alpha_pattern", "every module has lora_alpha"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "fan_in_fan_out", "factors are read as [r, in] and [out, r]"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "layer_replication", "the base's layers are not replicated"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "target_parameters", "parameters other than modules are not adapted"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "use_qalora", "QA-LoRA's pooled inputs are not applied"));
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<int64_t> r, json_opt_int(cfg, "r"));
+  if (!r || *r < 1 || *r > 4096) {
+    return make_error(ErrorCode::kFormat, "adapter_config.json: r must be a rank of 1..4096");
+  }
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<double> alpha, json_opt_number(cfg, "lora_alpha"));
+  const double a = alpha.value_or(8.0);  // PEFT's default
+  if (!std::isfinite(a)) return make_error(ErrorCode::kFormat, "adapter_config.json: lora_alpha is not finite");
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<bool> rslora, json_opt_bool(cfg, "use_rslora"));
+  PeftConfig c;
+  c.rank = static_cast<int32_t>(*r);
+  c.scale = static_cast<float>(rslora.value_or(false) ? a / std::sqrt(static_cast<double>(*r)) : a / static_cast<double>(*r));
+  return c;
+}
+
+// A factor's values as float32: [rows, cols] of F32, F16 or BF16, all finite.
+Result<std::vector<float>> factor_values(const TensorView& t, int64_t rows, int64_t cols) {
+  if (t.n_dims != 2 || t.shape[0] != rows || t.shape[1] != cols) {
+    return make_error(ErrorCode::kInvalidArgument, "{} is {}, the base needs [{}, {}]", t.name, shape_string(t), rows,
+                      cols);
+  }
+  std::vector<float> values(static_cast<size_t>(rows * cols));
+  kernels::ref::dequantize_row(t.dtype, t.data, values.data(), rows * cols);
+  for (float v : values) {
+    if (!std::isfinite(v)) return make_error(ErrorCode::kFormat, "{} holds {}", t.name, v);
+  }
+  return values;
+}
+
+}  // namespace
+
+Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfig& base_config,
+                              std::span<const TensorView> base_tensors, const std::string& name) {
+  auto opened = [&]() -> Result<LoraAdapter> {
+    HEARTH_ASSIGN_OR_RETURN(const PeftConfig cfg, read_peft_config(dir));
+    const std::filesystem::path file = dir / "adapter_model.safetensors";
+    if (!std::filesystem::exists(file) && std::filesystem::exists(dir / "adapter_model.bin")) {
+      return make_error(ErrorCode::kUnsupported, "adapter_model.bin (a pickle) is not read; save the adapter with "
+                        "safe_serialization=True");
+    }
+    HEARTH_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(file));
+    HEARTH_ASSIGN_OR_RETURN(SafetensorsFile st, safetensors_parse(mapped.bytes(), "adapter_model.safetensors"));
+    const auto modules = adaptable_modules(base_config, base_tensors);
+    // Each module's A and B.
+    std::map<std::string, std::pair<const TensorView*, const TensorView*>, std::less<>> pairs;
+    for (const TensorView& t : st.tensors) {
+      std::string_view n = t.name;
+      const bool is_a = n.ends_with(".lora_A.weight"), is_b = n.ends_with(".lora_B.weight");
+      if (!n.starts_with(kPrefix) || (!is_a && !is_b)) {
+        return make_error(ErrorCode::kUnsupported, "tensor {} is not a LoRA factor (base_model.model.<module>."
+                          "lora_A.weight or .lora_B.weight)", t.name);
+      }
+      n.remove_prefix(kPrefix.size());
+      n.remove_suffix(std::string_view(".lora_A.weight").size());
+      if (!modules.contains(n)) {
+        return make_error(ErrorCode::kInvalidArgument, "tensor {} adapts {}, which is not an adaptable matrix of the "
+                          "base model (its attention q/k/v/o and dense FFN gate/up/down projections are)", t.name, n);
+      }
+      auto& [a, b] = pairs[std::string(n)];
+      (is_a ? a : b) = &t;
+    }
+    if (pairs.empty()) return make_error(ErrorCode::kFormat, "adapter_model.safetensors holds no LoRA factors");
+    LoraAdapter adapter;
+    const bool interleave = qk_rows_interleaved(base_config);
+    for (const auto& [module, ab] : pairs) {
+      const Adaptable& m = modules.find(module)->second;
+      if (ab.first == nullptr || ab.second == nullptr) {
+        return make_error(ErrorCode::kFormat, "{} has a lora_{} but no lora_{}", module, ab.first ? "A" : "B",
+                          ab.first ? "B" : "A");
+      }
+      const int64_t rows = m.base->rows(), cols = m.base->cols();
+      HEARTH_ASSIGN_OR_RETURN(std::vector<float> a, factor_values(*ab.first, cfg.rank, cols));
+      HEARTH_ASSIGN_OR_RETURN(std::vector<float> b, factor_values(*ab.second, rows, cfg.rank));
+      if (interleave && (m.target == LoraTarget::kQ || m.target == LoraTarget::kK)) {
+        b = rope_rows_half_to_interleaved(b, rows, cfg.rank, base_config.head_dim);
+      }
+      adapter.matrices.push_back({.layer = m.layer,
+                                  .target = m.target,
+                                  .rank = cfg.rank,
+                                  .rows = rows,
+                                  .cols = cols,
+                                  .scale = cfg.scale,
+                                  .a = std::move(a),
+                                  .b = std::move(b)});
+    }
+    adapter.max_rank = cfg.rank;
+    const auto abs = std::filesystem::absolute(dir).lexically_normal();
+    adapter.name = !name.empty() ? name : abs.has_filename() ? abs.filename().string() : abs.parent_path().filename().string();
+    return adapter;
+  }();
+  if (!opened.is_ok()) return opened.status().with_context(fmt::format("LoRA adapter {}", dir.string()));
+  return opened;
+}
+
+Status lora_synth_write(const LoadedModel& base, const LoraSynthOptions& o, const std::filesystem::path& dir) {
+  if (o.rank < 1 || o.rank > 4096) return make_error(ErrorCode::kInvalidArgument, "rank {} is not 1..4096", o.rank);
+  const std::vector<LoraTarget> targets = o.targets.empty() ? std::vector<LoraTarget>(std::begin(kAllTargets),
+                                                                                        std::end(kAllTargets))
+                                                            : o.targets;
+  SafetensorsWriter writer;
+  std::vector<std::string> target_modules;
+  size_t written = 0;
+  for (const auto& [module, m] : adaptable_modules(base.config, base.tensors)) {
+    if (std::find(targets.begin(), targets.end(), m.target) == targets.end()) continue;
+    const std::string leaf = module.substr(module.rfind('.') + 1);
+    if (std::find(target_modules.begin(), target_modules.end(), leaf) == target_modules.end()) {
+      target_modules.push_back(leaf);
+    }
+    const int64_t rows = m.base->rows(), cols = m.base->cols();
+    // W + s B A changes a row's dot products by about `strength` times a base row's:
+    // A's rows are unit-scale projections, B's entries sized to the base's 1/sqrt(cols).
+    const double scale = o.rslora ? o.alpha / std::sqrt(static_cast<double>(o.rank)) : o.alpha / o.rank;
+    const double a_scale = std::sqrt(3.0 / static_cast<double>(cols));
+    const double b_scale = o.strength * std::sqrt(3.0 / static_cast<double>(cols)) / (scale * std::sqrt(o.rank / 3.0));
+    for (const auto& [suffix, n_rows, n_cols, s] :
+         {std::tuple{".lora_A.weight", int64_t{o.rank}, cols, a_scale}, std::tuple{".lora_B.weight", rows, int64_t{o.rank}, b_scale}}) {
+      const std::string name = std::string(kPrefix) + module + suffix;
+      const int64_t shape[] = {n_rows, n_cols};
+      std::vector<float> values(static_cast<size_t>(n_rows * n_cols));
+      for (size_t i = 0; i < values.size(); ++i) values[i] = synth_uniform(name, o.seed, i, s);
+      HEARTH_RETURN_IF_ERROR(writer.add(name, DType::kF32, shape, std::as_bytes(std::span<const float>(values))));
+    }
+    ++written;
+  }
+  if (written == 0) {
+    return make_error(ErrorCode::kUnsupported, "model {} ({}) has none of the asked matrices to adapt", base.name,
+                      base.config.architecture);
+  }
+  boost::json::array modules;
+  for (const std::string& m : target_modules) modules.emplace_back(m);
+  const boost::json::object cfg{{"peft_type", "LORA"},
+                                {"task_type", "CAUSAL_LM"},
+                                {"r", o.rank},
+                                {"lora_alpha", o.alpha},
+                                {"use_rslora", o.rslora},
+                                {"lora_dropout", 0.0},
+                                {"bias", "none"},
+                                {"target_modules", modules},
+                                {"base_model_name_or_path", base.name}};
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return make_error(ErrorCode::kIo, "cannot create {}: {}", dir.string(), ec.message());
+  HEARTH_RETURN_IF_ERROR(write_file(dir / "adapter_config.json", boost::json::serialize(cfg) + "\n"));
+  return writer.write(dir / "adapter_model.safetensors");
+}
+
+Status lora_merge_write(const LoadedModel& base, const LoraAdapter& adapter, const std::filesystem::path& path) {
+  std::map<std::string, const LoraMatrix*, std::less<>> by_name;
+  for (const LoraMatrix& m : adapter.matrices) by_name.emplace(canonical_name(m.layer, m.target), &m);
+  const ExportOverride merged = [&](const std::string& name) -> std::optional<ExportedTensor> {
+    const auto it = by_name.find(name);
+    if (it == by_name.end()) return std::nullopt;
+    const LoraMatrix& m = *it->second;
+    const TensorView* w = base.find(name);
+    const int64_t rows = m.rows, cols = m.cols;
+    const std::optional<uint64_t> row_bytes = dtype_bytes(w->dtype, cols);
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = out.data() + r * cols;
+      kernels::ref::dequantize_row(w->dtype, w->data + r * static_cast<int64_t>(*row_bytes), row, cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        double delta = 0.0;
+        for (int32_t j = 0; j < m.rank; ++j) {
+          delta += static_cast<double>(m.b[static_cast<size_t>(r * m.rank + j)]) * m.a[static_cast<size_t>(j * cols + c)];
+        }
+        row[c] = static_cast<float>(row[c] + m.scale * delta);
+      }
+    }
+    ExportedTensor t;
+    t.type = DType::kF32;
+    t.bytes.resize(out.size() * sizeof(float));
+    std::memcpy(t.bytes.data(), out.data(), t.bytes.size());
+    return t;
+  };
+  for (const auto& [name, m] : by_name) {
+    const TensorView* w = base.find(name);
+    if (w == nullptr || w->rows() != m->rows || w->cols() != m->cols || dtype_row_group(w->dtype) > 1) {
+      return make_error(ErrorCode::kInvalidArgument, "adapter {} does not fit {} of {}", adapter.name, name, base.name);
+    }
+  }
+  return gguf_export(base, DType::kF32, path, merged);
+}
+
+}  // namespace hearth
