@@ -271,11 +271,11 @@ HEARTH_HD float moe_combine_value(const float* rows, const int32_t* pos, const f
   return acc;
 }
 
-// One output of a LoRA expansion: scale * (b_row . shrunk) over the adapter's rank,
-// summed in order.
-HEARTH_HD float lora_expand_value(const float* b_row, const float* shrunk, int32_t rank, float scale) {
+// One output of a LoRA expansion: scale * sum_j shrunk[j] * bt[j * stride] (B transposed,
+// this output's column), summed over the adapter's rank in order, as the CPU does.
+HEARTH_HD float lora_expand_value(const float* bt, int64_t stride, const float* shrunk, int32_t rank, float scale) {
   float acc = 0.0f;
-  for (int32_t j = 0; j < rank; ++j) acc += b_row[j] * shrunk[j];
+  for (int32_t j = 0; j < rank; ++j) acc += shrunk[j] * bt[j * stride];
   return scale * acc;
 }
 

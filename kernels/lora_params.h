@@ -7,10 +7,11 @@
 
 namespace hearth::kernels {
 
-// One adapter's factors of one matrix. a == null: the adapter leaves it alone.
+// One adapter's factors of one matrix. a == null: the adapter leaves it alone. B is held
+// transposed, so that the expansion reads contiguous outputs.
 struct LoraFactors {
-  const float* a = nullptr;  // [rank, in]
-  const float* b = nullptr;  // [out, rank]
+  const float* a = nullptr;   // [rank, in]
+  const float* bt = nullptr;  // [rank, out]: B transposed
   int32_t rank = 0;
   float scale = 0.0f;  // lora_alpha / rank (or / sqrt(rank) with rsLoRA)
 };

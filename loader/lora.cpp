@@ -13,6 +13,7 @@
 #include "common/json.h"
 #include "common/mapped_file.h"
 #include "kernels/reference/reference.h"
+#include "loader/gguf.h"
 #include "loader/gguf_export.h"
 #include "loader/safetensors.h"
 #include "loader/safetensors_writer.h"
@@ -102,6 +103,7 @@ Result<PeftConfig> read_peft_config(const std::filesystem::path& dir) {
   HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "layer_replication", "the base's layers are not replicated"));
   HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "target_parameters", "parameters other than modules are not adapted"));
   HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "use_qalora", "QA-LoRA's pooled inputs are not applied"));
+  HEARTH_RETURN_IF_ERROR(refuse_if_set(cfg, "alora_invocation_tokens", "an activated LoRA's invocation is not tracked"));
   HEARTH_ASSIGN_OR_RETURN(const std::optional<int64_t> r, json_opt_int(cfg, "r"));
   if (!r || *r < 1 || *r > 4096) {
     return make_error(ErrorCode::kFormat, "adapter_config.json: r must be a rank of 1..4096");
@@ -113,6 +115,9 @@ Result<PeftConfig> read_peft_config(const std::filesystem::path& dir) {
   PeftConfig c;
   c.rank = static_cast<int32_t>(*r);
   c.scale = static_cast<float>(rslora.value_or(false) ? a / std::sqrt(static_cast<double>(*r)) : a / static_cast<double>(*r));
+  if (!std::isfinite(c.scale)) {
+    return make_error(ErrorCode::kFormat, "adapter_config.json: lora_alpha {} gives no finite scale", a);
+  }
   return c;
 }
 
@@ -130,14 +135,100 @@ Result<std::vector<float>> factor_values(const TensorView& t, int64_t rows, int6
   return values;
 }
 
+// A GGUF LoRA (llama.cpp's convert_lora_to_gguf.py): general.type "adapter",
+// adapter.type "lora", adapter.lora.alpha, and per adapted matrix its factors
+// "<matrix>.lora_a" ([rank, cols]) and "<matrix>.lora_b" ([rows, rank]), rows in the
+// GGUF base's order (q/k permuted as the base's are).
+Result<LoraAdapter> gguf_lora_open(const std::filesystem::path& path, const ModelConfig& base,
+                                   std::span<const TensorView> base_tensors) {
+  HEARTH_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(path));
+  HEARTH_ASSIGN_OR_RETURN(GgufFile file, gguf_parse(mapped.bytes()));
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<std::string> type, file.get_string("general.type"));
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<std::string> adapter_type, file.get_string("adapter.type"));
+  if (type != "adapter" || adapter_type != "lora") {
+    return make_error(ErrorCode::kFormat, "not a GGUF LoRA adapter (general.type {:?}, adapter.type {:?}; want "
+                      "\"adapter\" and \"lora\")", type.value_or(""), adapter_type.value_or(""));
+  }
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<std::string> arch, file.get_string("general.architecture"));
+  const std::string base_arch = base.architecture == "mistral" ? "llama" : base.architecture;
+  if (arch.value_or("") != base_arch) {
+    return make_error(ErrorCode::kInvalidArgument, "the adapter is for a {} model, the base is {}", arch.value_or("?"),
+                      base.architecture);
+  }
+  if (base_arch == "llama" && base.rope_style != RopeStyle::kInterleaved) {
+    return make_error(ErrorCode::kUnsupported, "a GGUF LoRA of a llama model keeps q/k rows for a GGUF base; this "
+                      "base keeps them as its Hugging Face checkpoint does: use the PEFT adapter, or a GGUF base");
+  }
+  HEARTH_ASSIGN_OR_RETURN(const std::optional<double> alpha, file.get_float("adapter.lora.alpha"));
+  std::map<std::string_view, const TensorView*> by_name;
+  for (const TensorView& t : base_tensors) by_name.emplace(t.name, &t);
+  std::map<std::string, std::pair<const TensorView*, const TensorView*>, std::less<>> pairs;
+  for (const TensorView& t : file.tensors) {
+    std::string_view n = t.name;
+    const bool is_a = n.ends_with(".lora_a"), is_b = n.ends_with(".lora_b");
+    if ((!is_a && !is_b) || n.size() <= 7) {
+      return make_error(ErrorCode::kUnsupported, "tensor {} is not a LoRA factor (<matrix>.lora_a or .lora_b)", t.name);
+    }
+    n.remove_suffix(7);
+    auto& [a, b] = pairs[std::string(n)];
+    (is_a ? a : b) = &t;
+  }
+  if (pairs.empty()) return make_error(ErrorCode::kFormat, "the file holds no LoRA factors");
+  LoraAdapter adapter;
+  for (const auto& [matrix, ab] : pairs) {
+    std::optional<std::pair<int32_t, LoraTarget>> where;
+    for (int32_t layer = 0; layer < base.n_layers && !where; ++layer) {
+      for (LoraTarget t : kAllTargets) {
+        if (canonical_name(layer, t) == matrix) where = std::pair{layer, t};
+      }
+    }
+    const auto it = by_name.find(matrix);
+    if (!where || it == by_name.end() || it->second->n_dims != 2) {
+      return make_error(ErrorCode::kInvalidArgument, "the adapter adapts {}, which is not an adaptable matrix of the "
+                        "base model (its attention q/k/v/o and dense FFN gate/up/down projections are)", matrix);
+    }
+    if (ab.first == nullptr || ab.second == nullptr) {
+      return make_error(ErrorCode::kFormat, "{} has a lora_{} but no lora_{}", matrix, ab.first ? "a" : "b",
+                        ab.first ? "b" : "a");
+    }
+    const int64_t rows = it->second->rows(), cols = it->second->cols();
+    const int64_t rank = ab.first->n_dims == 2 ? ab.first->shape[0] : 0;
+    if (rank < 1 || rank > 4096) return make_error(ErrorCode::kFormat, "{} is {}: no rank of 1..4096", ab.first->name,
+                                                   shape_string(*ab.first));
+    if (dtype_block_elems(ab.first->dtype) != 1 || dtype_block_elems(ab.second->dtype) != 1) {
+      return make_error(ErrorCode::kUnsupported, "{}'s factors are {} and {}; F32, F16 and BF16 are read", matrix,
+                        dtype_name(ab.first->dtype), dtype_name(ab.second->dtype));
+    }
+    HEARTH_ASSIGN_OR_RETURN(std::vector<float> a, factor_values(*ab.first, rank, cols));
+    HEARTH_ASSIGN_OR_RETURN(std::vector<float> b, factor_values(*ab.second, rows, rank));
+    // llama.cpp's scale: alpha / rank, or 1 without an alpha.
+    const double scale = alpha && *alpha != 0.0 ? *alpha / static_cast<double>(rank) : 1.0;
+    if (!std::isfinite(static_cast<float>(scale))) {
+      return make_error(ErrorCode::kFormat, "adapter.lora.alpha {} gives no finite scale", *alpha);
+    }
+    adapter.matrices.push_back({.layer = where->first,
+                                .target = where->second,
+                                .rank = static_cast<int32_t>(rank),
+                                .rows = rows,
+                                .cols = cols,
+                                .scale = static_cast<float>(scale),
+                                .a = std::move(a),
+                                .b = std::move(b)});
+    adapter.max_rank = std::max(adapter.max_rank, static_cast<int32_t>(rank));
+  }
+  return adapter;
+}
+
 }  // namespace
 
 Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfig& base_config,
                               std::span<const TensorView> base_tensors, const std::string& name) {
   auto opened = [&]() -> Result<LoraAdapter> {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(dir, ec)) return gguf_lora_open(dir, base_config, base_tensors);
     HEARTH_ASSIGN_OR_RETURN(const PeftConfig cfg, read_peft_config(dir));
     const std::filesystem::path file = dir / "adapter_model.safetensors";
-    if (!std::filesystem::exists(file) && std::filesystem::exists(dir / "adapter_model.bin")) {
+    if (!std::filesystem::exists(file, ec) && std::filesystem::exists(dir / "adapter_model.bin", ec)) {
       return make_error(ErrorCode::kUnsupported, "adapter_model.bin (a pickle) is not read; save the adapter with "
                         "safe_serialization=True");
     }
@@ -149,12 +240,13 @@ Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfi
     for (const TensorView& t : st.tensors) {
       std::string_view n = t.name;
       const bool is_a = n.ends_with(".lora_A.weight"), is_b = n.ends_with(".lora_B.weight");
-      if (!n.starts_with(kPrefix) || (!is_a && !is_b)) {
+      constexpr size_t kSuffix = std::string_view(".lora_A.weight").size();
+      if (!n.starts_with(kPrefix) || (!is_a && !is_b) || n.size() <= kPrefix.size() + kSuffix) {
         return make_error(ErrorCode::kUnsupported, "tensor {} is not a LoRA factor (base_model.model.<module>."
                           "lora_A.weight or .lora_B.weight)", t.name);
       }
       n.remove_prefix(kPrefix.size());
-      n.remove_suffix(std::string_view(".lora_A.weight").size());
+      n.remove_suffix(kSuffix);
       if (!modules.contains(n)) {
         return make_error(ErrorCode::kInvalidArgument, "tensor {} adapts {}, which is not an adaptable matrix of the "
                           "base model (its attention q/k/v/o and dense FFN gate/up/down projections are)", t.name, n);
@@ -187,10 +279,15 @@ Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfi
                                   .b = std::move(b)});
     }
     adapter.max_rank = cfg.rank;
-    const auto abs = std::filesystem::absolute(dir).lexically_normal();
-    adapter.name = !name.empty() ? name : abs.has_filename() ? abs.filename().string() : abs.parent_path().filename().string();
     return adapter;
   }();
+  if (opened.is_ok()) {
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(dir, ec).lexically_normal();
+    opened->name = !name.empty()              ? name
+                   : abs.has_filename()       ? abs.stem().string()
+                                              : abs.parent_path().filename().string();
+  }
   if (!opened.is_ok()) return opened.status().with_context(fmt::format("LoRA adapter {}", dir.string()));
   return opened;
 }

@@ -11,6 +11,11 @@
 // ranks or alphas, fan_in_fan_out, embedding or LM-head adapters, a module the base lacks
 // or a shape that differs from the base's) is refused by name; nothing is ignored.
 //
+// A GGUF LoRA file (llama.cpp's convert_lora_to_gguf.py: general.type "adapter",
+// adapter.type "lora", adapter.lora.alpha, "<matrix>.lora_a" / ".lora_b" factors) is read
+// the same way; its rows are already in a GGUF base's order, so on a llama base kept as
+// its Hugging Face checkpoint keeps it, it is refused.
+//
 // Also: a synthetic PEFT directory with seeded factors (tests, benchmarks), and the base
 // with an adapter merged into its weights written as a GGUF (the reference an adapted
 // forward pass is checked against).
@@ -28,9 +33,9 @@
 
 namespace hearth {
 
-// Opens the PEFT directory `dir` as an adapter of the base model whose config and
-// tensors (canonical names, any layout) are given, named `name` (empty: the directory's
-// name).
+// Opens the PEFT directory (or GGUF LoRA file) `dir` as an adapter of the base model
+// whose config and tensors (canonical names, any layout) are given, named `name` (empty:
+// the directory's name, or the file's without its extension).
 Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfig& base_config,
                               std::span<const TensorView> base_tensors, const std::string& name = "");
 

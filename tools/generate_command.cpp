@@ -54,8 +54,8 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --draft-model PATH      the draft model for --spec draft (files, in --model's formats); with
                           --attach, the instance's own (hearth-loader --draft-model) instead
   --spec-tokens K         drafted tokens per step at most, 1..16 (default 4)
-  --lora DIR              run with the LoRA adapter in the PEFT directory DIR (adapter_config.json,
-                          adapter_model.safetensors) applied to the model
+  --lora PATH             run with a LoRA adapter: a PEFT directory (adapter_config.json,
+                          adapter_model.safetensors) or a GGUF LoRA file
   --no-special            do not add BOS/EOS to the prompt
   --json                  print one JSON object (ids, text, finish reason, speeds) instead
 )";

@@ -122,6 +122,10 @@ Result<FinishReason> Driver::add_sequence(uint64_t id, SequenceRequest r, KvSequ
   return FinishReason::kNone;
 }
 
+bool Driver::uses_adapter(int32_t slot) const {
+  return std::any_of(seqs_.begin(), seqs_.end(), [slot](const auto& kv) { return kv.second.request.adapter == slot; });
+}
+
 void Driver::remove(uint64_t id) {
   scheduler_.remove(id);
   seqs_.erase(id);

@@ -106,6 +106,9 @@ class Driver {
   void remove(uint64_t id);
   bool contains(uint64_t id) const { return seqs_.contains(id); }
   bool idle() const { return seqs_.empty(); }
+  // Whether a sequence in flight runs with LoRA adapter slot `slot` (which must then not
+  // change: Model::set_adapter).
+  bool uses_adapter(int32_t slot) const;
 
   // Plans and runs one step; what happened to each sequence goes to `events` (cleared
   // first; finished and failed sequences are removed). A sequence that speculates may

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -32,9 +33,10 @@ Result<std::vector<int32_t>> read_column_order(const TensorView& t, int64_t cols
   return perm;
 }
 
-// A hash of an adapter's matrices (where, shape, scale, every factor), never 0.
-uint64_t lora_adapter_id(const LoraAdapter& adapter) {
-  uint64_t h = 0x9e3779b97f4a7c15ull;
+// A hash of an adapter's matrices (where, shape, scale, every factor) under `key` (the
+// model's own, random: no adapter can be made to hash as another), never 0.
+uint64_t lora_adapter_id(const LoraAdapter& adapter, uint64_t key) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ key;
   auto mix = [&h](uint64_t v) {
     h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
     h *= 0xff51afd7ed558ccdull;
@@ -242,6 +244,8 @@ Result<std::unique_ptr<Model>> Model::create(const ModelConfig& config, std::spa
     m->lora_slots_.resize(static_cast<size_t>(options.max_adapters));
     m->lora_loaded_.assign(static_cast<size_t>(options.max_adapters), false);
     m->lora_ids_.assign(static_cast<size_t>(options.max_adapters), 0);
+    std::random_device random;
+    m->lora_key_ = (uint64_t{random()} << 32) | random();
     m->lora_table_host_.assign(static_cast<size_t>(config.n_layers) * kLoraTargets * options.max_adapters, {});
     const size_t table_bytes = m->lora_table_host_.size() * sizeof(kernels::LoraFactors);
     HEARTH_ASSIGN_OR_RETURN(m->lora_table_, backend.alloc(table_bytes));
@@ -327,8 +331,10 @@ Status Model::set_adapter(int32_t slot, const LoraAdapter& adapter) {
     for (int64_t j = 0; j < m.rank; ++j) {
       std::copy_n(m.a.data() + j * m.cols + c0, sh.cols, a + j * sh.cols);
     }
-    const int64_t r0 = sh.split_cols ? 0 : rank * sh.rows;  // and first row of B
-    std::copy_n(m.b.data() + r0 * m.rank, sh.rows * m.rank, b);
+    const int64_t r0 = sh.split_cols ? 0 : rank * sh.rows;  // and first row of B, stored transposed
+    for (int64_t r = 0; r < sh.rows; ++r) {
+      for (int64_t j = 0; j < m.rank; ++j) b[j * sh.rows + r] = m.b[static_cast<size_t>((r0 + r) * m.rank + j)];
+    }
   }
   BackendBuffer buf;
   if (floats > 0) {
@@ -346,7 +352,7 @@ Status Model::set_adapter(int32_t slot, const LoraAdapter& adapter) {
   backend_.write(lora_table_, 0, lora_table_host_.data(), lora_table_host_.size() * sizeof(kernels::LoraFactors));
   lora_slots_[static_cast<size_t>(slot)] = std::move(buf);
   lora_loaded_[static_cast<size_t>(slot)] = true;
-  lora_ids_[static_cast<size_t>(slot)] = lora_adapter_id(adapter);
+  lora_ids_[static_cast<size_t>(slot)] = lora_adapter_id(adapter, lora_key_);
   return Status::ok();
 }
 

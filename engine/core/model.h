@@ -96,13 +96,16 @@ class Model {
   // matrix, A's columns of a row-parallel one) copied to the backend, replacing what the
   // slot held. kInvalidArgument naming the matrix for a target the model lacks (a
   // mixture-of-experts layer's FFN), a shape other than the base matrix's, or a rank
-  // above max_lora_rank; the slot is unchanged then. Not while a step runs.
+  // above max_lora_rank; the slot is unchanged then. Not while a step runs, and not for a
+  // slot a running sequence uses (Driver::uses_adapter): its K/V would mix two adapters.
+  // Every rank of a group must hold the same adapters in the same slots.
   Status set_adapter(int32_t slot, const LoraAdapter& adapter);
   void clear_adapter(int32_t slot);
   int32_t adapter_slots() const { return static_cast<int32_t>(lora_slots_.size()); }
   bool adapter_loaded(int32_t slot) const;
-  // A nonzero id of what slot `slot` holds (a hash of its factors and scales), 0 when empty:
-  // what keys its prefix-cache blocks apart from the base's and other adapters'.
+  // A nonzero id of what slot `slot` holds (a hash of its factors and scales under a key
+  // of this model's), 0 when empty: what keys its prefix-cache blocks apart from the
+  // base's and other adapters'.
   uint64_t adapter_id(int32_t slot) const { return adapter_loaded(slot) ? lora_ids_[static_cast<size_t>(slot)] : 0; }
 
   // The per-pair inverse RoPE frequencies ([head_dim / 2]) this model uses.
@@ -242,6 +245,7 @@ class Model {
   std::vector<BackendBuffer> lora_slots_;
   std::vector<bool> lora_loaded_;
   std::vector<uint64_t> lora_ids_;
+  uint64_t lora_key_ = 0;
   std::vector<kernels::LoraFactors> lora_table_host_;
   BackendBuffer lora_table_, lora_scratch_;
   int32_t max_lora_rank_ = 0;

@@ -67,7 +67,8 @@ Status Scheduler::add(uint64_t id, int32_t n_tokens, bool reuse_prefix, uint64_t
   seq.reuse_prefix = reuse_prefix;
   seq.seed = chain_seed_;
   if (prefix_salt != 0) {
-    const TokenId salt[] = {static_cast<TokenId>(prefix_salt >> 32), static_cast<TokenId>(prefix_salt & 0xffffffffu)};
+    // -1 is no token: no block of a prompt holds it.
+    const TokenId salt[] = {-1, static_cast<TokenId>(prefix_salt >> 32), static_cast<TokenId>(prefix_salt & 0xffffffffu)};
     seq.seed = block_key(chain_seed_, salt);
   }
   seqs_.emplace(id, std::move(seq));

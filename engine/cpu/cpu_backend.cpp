@@ -396,8 +396,57 @@ class CpuBackend final : public Backend {
       kernels::ref::lora(p);
       return;
     }
-    for_token_rows(p.n, p.max_rank * (p.in + p.out) / 16 + 1,
-                   [&](int64_t t0, int64_t t1) { kernels::cpu::lora_rows(p, t0, t1); });
+    // The rows grouped by slot (a counting sort), so that each adapter's factors are read
+    // once for all its rows; then the shrink and the expansion, each split over the
+    // threads by rank rows and by outputs.
+    lora_start_.assign(static_cast<size_t>(p.n_slots) + 1, 0);
+    for (int64_t t = 0; t < p.n; ++t) {
+      const int32_t s = p.row_slot[t];
+      if (s >= 0 && s < p.n_slots && p.factors[s].a != nullptr) ++lora_start_[static_cast<size_t>(s) + 1];
+    }
+    for (int32_t s = 0; s < p.n_slots; ++s) lora_start_[static_cast<size_t>(s) + 1] += lora_start_[static_cast<size_t>(s)];
+    lora_rows_.resize(static_cast<size_t>(lora_start_.back()));
+    lora_next_.assign(lora_start_.begin(), lora_start_.end() - 1);
+    for (int64_t t = 0; t < p.n; ++t) {
+      const int32_t s = p.row_slot[t];
+      if (s >= 0 && s < p.n_slots && p.factors[s].a != nullptr) {
+        lora_rows_[static_cast<size_t>(lora_next_[static_cast<size_t>(s)]++)] = static_cast<int32_t>(t);
+      }
+    }
+    constexpr int32_t kRankChunk = 4;
+    constexpr int64_t kOutChunk = 128;
+    lora_tasks_.clear();
+    int64_t work = 0;
+    for (int32_t s = 0; s < p.n_slots; ++s) {
+      const int32_t rows = lora_start_[static_cast<size_t>(s) + 1] - lora_start_[static_cast<size_t>(s)];
+      if (rows == 0) continue;
+      for (int32_t j = 0; j < p.factors[s].rank; j += kRankChunk) lora_tasks_.push_back({s, j, 0});
+      work += int64_t{rows} * p.factors[s].rank * (p.in + p.out);
+    }
+    const size_t shrink_tasks = lora_tasks_.size();
+    for (int32_t s = 0; s < p.n_slots; ++s) {
+      if (lora_start_[static_cast<size_t>(s) + 1] == lora_start_[static_cast<size_t>(s)]) continue;
+      for (int64_t o = 0; o < p.out; o += kOutChunk) lora_tasks_.push_back({s, -1, o});
+    }
+    auto run = [&](size_t i) {
+      const LoraTask& task = lora_tasks_[i];
+      const kernels::LoraFactors& f = p.factors[task.slot];
+      const int32_t* rows = lora_rows_.data() + lora_start_[static_cast<size_t>(task.slot)];
+      const int64_t n = lora_start_[static_cast<size_t>(task.slot) + 1] - lora_start_[static_cast<size_t>(task.slot)];
+      if (task.rank_row >= 0) {
+        kernels::cpu::lora_shrink(p, f, rows, n, task.rank_row, std::min(task.rank_row + kRankChunk, f.rank));
+      } else {
+        kernels::cpu::lora_expand(p, f, rows, n, task.out, std::min(task.out + kOutChunk, p.out));
+      }
+    };
+    const bool split = pool_.worth_splitting(work);
+    for (const auto& [begin, end] : {std::pair{size_t{0}, shrink_tasks}, std::pair{shrink_tasks, lora_tasks_.size()}}) {
+      if (split) {
+        pool_.parallel_for(static_cast<int64_t>(end - begin), [&](int64_t i) { run(begin + static_cast<size_t>(i)); });
+      } else {
+        for (size_t i = begin; i < end; ++i) run(i);
+      }
+    }
   }
 
   void sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t dim) override {
@@ -475,6 +524,15 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // LoRA's grouping of a step's rows by slot, and its tasks (a shrink's rank rows from
+  // rank_row, or an expansion's outputs from out), reused from step to step.
+  struct LoraTask {
+    int32_t slot;
+    int32_t rank_row;  // -1: an expansion task
+    int64_t out;
+  };
+  std::vector<int32_t> lora_start_, lora_next_, lora_rows_;
+  std::vector<LoraTask> lora_tasks_;
   bool reference_;
   ThreadPool pool_;
   std::vector<std::byte> scratch_;  // quantized activations; grows to the largest matmul once

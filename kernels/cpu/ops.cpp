@@ -124,8 +124,14 @@ void rope(float* x, int64_t n_tokens, int64_t n_heads, int64_t head_dim, int64_t
 
 void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out);  // ops_avx512.cpp
 double sum_exp_below_avx512(const float* x, int64_t n, float max);
-void lora_rows_avx512(const LoraProduct& p, int64_t t0, int64_t t1);
-void lora_rows_avx2(const LoraProduct& p, int64_t t0, int64_t t1);  // ops_avx2.cpp
+void lora_shrink_avx512(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int32_t j0,
+                        int32_t j1);
+void lora_expand_avx512(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int64_t o0,
+                        int64_t o1);
+void lora_shrink_avx2(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int32_t j0,
+                      int32_t j1);  // ops_avx2.cpp
+void lora_expand_avx2(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int64_t o0,
+                      int64_t o1);
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out) {
   if (cpu_isa() == CpuIsa::kAvx512) {
@@ -139,11 +145,29 @@ double sum_exp_below(const float* x, int64_t n, float max) {
   return cpu_isa() == CpuIsa::kAvx512 ? sum_exp_below_avx512(x, n, max) : sum_exp_below_impl(x, n, max);
 }
 
-void lora_rows(const LoraProduct& p, int64_t t0, int64_t t1) {
+void lora_shrink(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int32_t j0, int32_t j1) {
   switch (cpu_isa()) {
-    case CpuIsa::kAvx512: lora_rows_avx512(p, t0, t1); break;
-    case CpuIsa::kAvx2: lora_rows_avx2(p, t0, t1); break;
-    default: lora_rows_impl(p, t0, t1); break;
+    case CpuIsa::kAvx512: lora_shrink_avx512(p, f, rows, n, j0, j1); break;
+    case CpuIsa::kAvx2: lora_shrink_avx2(p, f, rows, n, j0, j1); break;
+    default: lora_shrink_impl(p, f, rows, n, j0, j1); break;
+  }
+}
+
+void lora_expand(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int64_t o0, int64_t o1) {
+  switch (cpu_isa()) {
+    case CpuIsa::kAvx512: lora_expand_avx512(p, f, rows, n, o0, o1); break;
+    case CpuIsa::kAvx2: lora_expand_avx2(p, f, rows, n, o0, o1); break;
+    default: lora_expand_impl(p, f, rows, n, o0, o1); break;
+  }
+}
+
+void lora_rows(const LoraProduct& p, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1; ++t) {
+    const int32_t s = p.row_slot[t];
+    if (s < 0 || s >= p.n_slots || p.factors[s].a == nullptr) continue;
+    const auto row = static_cast<int32_t>(t);
+    lora_shrink(p, p.factors[s], &row, 1, 0, p.factors[s].rank);
+    lora_expand(p, p.factors[s], &row, 1, 0, p.out);
   }
 }
 

@@ -40,9 +40,14 @@ void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out
 void moe_route(const float* logits, int64_t n, const MoeRouting& r, int32_t* ids, float* weights);
 void moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                  float* out);
-// Rows t0..t1-1 of ref::lora in float (eight-lane dot products in a fixed order, so every
-// instruction-set path gives the same bits): each adapted row's A x into p.scratch, then
-// y += scale * B (A x).
+// ref::lora in float, in eight-lane dot products of a fixed order, so that every
+// instruction-set path, and every split of the work, gives the same bits. For the rows
+// `rows` (n of them) of one slot, whose factors are f: lora_shrink writes their scratch
+// values j0..j1-1 (A[j] . x[row]), reading each A row once for all of them; lora_expand
+// adds outputs o0..o1-1 (scale * sum_j scratch[row, j] * Bt[j, o]), after the whole shrink.
+void lora_shrink(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int32_t j0, int32_t j1);
+void lora_expand(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int64_t o0, int64_t o1);
+// Rows t0..t1-1 of ref::lora, each row on its own (shrink then expand).
 void lora_rows(const LoraProduct& p, int64_t t0, int64_t t1);
 
 // x[t, i] *= dev::sigmoid(gate[t]); see ref::sigmoid_gate_rows.

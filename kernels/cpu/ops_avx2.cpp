@@ -5,6 +5,13 @@
 
 namespace hearth::kernels::cpu {
 
-void lora_rows_avx2(const LoraProduct& p, int64_t t0, int64_t t1) { lora_rows_impl(p, t0, t1); }
+void lora_shrink_avx2(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int32_t j0,
+                      int32_t j1) {
+  lora_shrink_impl(p, f, rows, n, j0, j1);
+}
+void lora_expand_avx2(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int64_t o0,
+                      int64_t o1) {
+  lora_expand_impl(p, f, rows, n, o0, o1);
+}
 
 }  // namespace hearth::kernels::cpu

@@ -8,6 +8,13 @@ void swiglu_avx512(const float* gate, const float* up, int64_t n, float* out) { 
 
 double sum_exp_below_avx512(const float* x, int64_t n, float max) { return sum_exp_below_impl(x, n, max); }
 
-void lora_rows_avx512(const LoraProduct& p, int64_t t0, int64_t t1) { lora_rows_impl(p, t0, t1); }
+void lora_shrink_avx512(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int32_t j0,
+                        int32_t j1) {
+  lora_shrink_impl(p, f, rows, n, j0, j1);
+}
+void lora_expand_avx512(const LoraProduct& p, const LoraFactors& f, const int32_t* rows, int64_t n, int64_t o0,
+                        int64_t o1) {
+  lora_expand_impl(p, f, rows, n, o0, o1);
+}
 
 }  // namespace hearth::kernels::cpu

@@ -150,7 +150,7 @@ __global__ void lora_expand_kernel(LoraProduct p) {
     if (f.a == nullptr) continue;
     const float* shrunk = p.scratch + t * p.max_rank;
     for (int64_t o = threadIdx.x; o < p.out; o += blockDim.x) {
-      p.y[t * p.out + o] += dev::lora_expand_value(f.b + o * f.rank, shrunk, f.rank, f.scale);
+      p.y[t * p.out + o] += dev::lora_expand_value(f.bt + o, p.out, shrunk, f.rank, f.scale);
     }
   }
 }

@@ -91,7 +91,8 @@ cudaError_t moe_route(const float* logits, int64_t n, const MoeRouting& r, int32
 cudaError_t moe_combine(const float* rows, const int32_t* pos, const float* weights, int64_t n, int32_t k, int64_t dim,
                         float* out, cudaStream_t stream);
 // LoRA (ref::lora): each adapted row's A x into p.scratch (a warp per (rank, row):
-// matvec_launch), then y += scale * B (A x) (a block per row, a thread per output:
+// matvec_launch), then y += scale * B (A x) (a block per row, a thread per output reading
+// its column of Bt, consecutive threads consecutive outputs:
 // rows_launch, dev::lora_expand_value). p.factors and p.row_slot are device memory.
 cudaError_t lora(const LoraProduct& p, cudaStream_t stream);
 // x[t, i] *= dev::sigmoid(gate[t]): x [n, dim], a block per row.

@@ -260,7 +260,7 @@ void lora(const LoraProduct& p) {
     }
     for (int64_t o = 0; o < p.out; ++o) {
       double acc = 0.0;
-      for (int32_t j = 0; j < f.rank; ++j) acc += static_cast<double>(f.b[o * f.rank + j]) * shrunk[static_cast<size_t>(j)];
+      for (int32_t j = 0; j < f.rank; ++j) acc += static_cast<double>(f.bt[j * p.out + o]) * shrunk[static_cast<size_t>(j)];
       p.y[t * p.out + o] += static_cast<float>(f.scale * acc);
     }
   }

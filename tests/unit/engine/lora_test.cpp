@@ -23,6 +23,7 @@
 #include "engine/core/model_runner.h"
 #include "engine/cpu/cpu_backend.h"
 #include "loader/gguf_export.h"
+#include "loader/gguf_writer.h"
 #include "loader/lora.h"
 #include "loader/model.h"
 #include "loader/safetensors.h"
@@ -34,6 +35,8 @@ namespace hearth {
 namespace {
 
 constexpr int32_t kRanks[] = {8, 16, 64};
+
+std::string dtype_param_name(const ::testing::TestParamInfo<DType>& p) { return std::string(dtype_name(p.param)); }
 
 class LoraTest : public ::testing::TestWithParam<DType> {
  protected:
@@ -164,7 +167,7 @@ TEST_P(LoraTest, MixedAdaptersInOneBatchGiveEachStreamItsTextAlone) {
 // the texts agree token for token; a Q8_0 or Q4_0 base's take 8-bit activations (Q8Test
 // below).
 INSTANTIATE_TEST_SUITE_P(Bases, LoraTest, ::testing::Values(DType::kF32, DType::kF16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+                         dtype_param_name);
 
 class LoraRefusalTest : public ::testing::Test {
  protected:
@@ -247,6 +250,53 @@ TEST_F(LoraRefusalTest, TensorsOfModulesTheBaseCannotAdaptOrHalfPairsAreRefused)
   };
   expect_refused(open(write("half", true, false)), "no lora_B");
   expect_refused(open(write("head", false, true)), "lm_head");
+  // A name that is the prefix and the suffix alone, sharing the dot between them.
+  SafetensorsWriter bare;
+  const std::vector<float> v(4 * 64, 0.0f);
+  const int64_t shape[] = {4, 64};
+  ASSERT_TRUE(bare.add("base_model.model.lora_A.weight", DType::kF32, shape, std::as_bytes(std::span(v))).is_ok());
+  const auto d = dir_.path() / "bare";
+  std::filesystem::create_directories(d);
+  std::filesystem::copy_file(dir_.path() / "good" / "adapter_config.json", d / "adapter_config.json");
+  ASSERT_TRUE(bare.write(d / "adapter_model.safetensors").is_ok());
+  expect_refused(open(d), "is not a LoRA factor");
+}
+
+// One PEFT adapter on the same model as a GGUF (q/k rows kept for interleaved RoPE pairs:
+// the adapter's B rows reordered to match) and as a Hugging Face checkpoint (kept as the
+// adapter was trained): the same greedy text.
+TEST(LoraContainerTest, ThePeftAdapterGivesOneTextOnTheGgufAndTheHfCheckpoint) {
+  testing::TempDir dir;
+  SynthOptions s;
+  s.gguf = dir.path() / "base.gguf";
+  s.gguf_type = DType::kF16;
+  s.hf = dir.path() / "hf";
+  ASSERT_TRUE(synth_write(s).is_ok());
+  const LoadedModel gguf = std::move(model_open(s.gguf)).value();
+  const LoadedModel hf = std::move(model_open(s.hf)).value();
+  ASSERT_NE(gguf.config.rope_style, hf.config.rope_style);
+  ASSERT_TRUE(lora_synth_write(hf, {.rank = 16, .alpha = 32, .seed = 4}, dir.path() / "a").is_ok());
+  auto be = make_cpu_backend({.threads = 2});
+  std::vector<std::vector<TokenId>> texts;
+  for (const LoadedModel* m : {&gguf, &hf}) {
+    const LoraAdapter a = std::move(lora_open(dir.path() / "a", m->config, m->tensors)).value();
+    auto model = std::move(Model::create(m->config, m->tensors, *be, 64, {.max_adapters = 1, .max_lora_rank = 16})).value();
+    ASSERT_TRUE(model->set_adapter(0, a).is_ok());
+    for (int32_t adapter : {-1, 0}) {
+      KvCache kv = std::move(KvCache::create(*be, {m->config.n_layers, m->config.kv_dim(), 16, 16, KvDType::kF32})).value();
+      GenerateOptions o;
+      o.spec.sampling.temperature = 0.0f;
+      o.spec.max_tokens = 40;
+      o.spec.ignore_stop = true;
+      o.adapter = adapter;
+      auto r = generate(*model, kv, kPrompt, o);
+      ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+      texts.push_back(r->tokens);
+    }
+  }
+  EXPECT_EQ(texts[0], texts[2]) << "the base alone";
+  EXPECT_EQ(texts[1], texts[3]) << "with the adapter";
+  EXPECT_NE(texts[1], texts[0]);
 }
 
 TEST_F(LoraRefusalTest, TheModelRefusesSlotsRanksAndShapesItCannotHold) {
@@ -280,11 +330,62 @@ TEST_F(LoraRefusalTest, TheModelRefusesSlotsRanksAndShapesItCannotHold) {
   ASSERT_TRUE(in.add_sequence(std::vector<TokenId>{1, 2, 3}, 0, blocks, 1, 2).is_ok());
   expect_refused((*m)->check(in, kv), "not one of the model's 2");
   ModelRunner runner(**m, kv);
-  Driver driver(runner, {});
+  Driver driver(runner, {.scheduler = {.max_batch_size = 2, .max_batched_tokens = 64}, .max_sequence_tokens = 64});
   expect_refused(driver.add(7, {.tokens = {1, 2}, .n_prompt = 2, .spec = {.max_tokens = 4}, .adapter = 0}).status(),
                  "holds no LoRA adapter");
+  EXPECT_FALSE(driver.uses_adapter(1));
+  {
+    const auto added = driver.add(8, {.tokens = {1, 2}, .n_prompt = 2, .spec = {.max_tokens = 4}, .adapter = 1});
+    ASSERT_TRUE(added.is_ok()) << added.status().to_string();
+  }
+  EXPECT_TRUE(driver.uses_adapter(1));
+  driver.remove(8);
+  EXPECT_FALSE(driver.uses_adapter(1));
   (*m)->clear_adapter(1);
   EXPECT_FALSE((*m)->adapter_loaded(1));
+}
+
+// A GGUF LoRA (as llama.cpp's converter writes one: factors in the GGUF base's row
+// order, adapter.lora.alpha) of the same factors is the same adapter; one for another
+// family, or with a tensor the base cannot adapt, is refused.
+TEST_F(LoraRefusalTest, AGgufLoraIsReadAsThePeftOneItWasConvertedFrom) {
+  const LoraAdapter peft = std::move(lora_open(dir_.path() / "good", base_.config, base_.tensors)).value();
+  const auto write = [&](const std::string& file, const std::string& arch, bool head) {
+    GgufWriter w;
+    w.add_string("general.architecture", arch);
+    w.add_string("general.type", "adapter");
+    w.add_string("adapter.type", "lora");
+    w.add_f32("adapter.lora.alpha", peft.matrices[0].scale * 4.0f);  // rank 4
+    for (const LoraMatrix& m : peft.matrices) {
+      const std::string name = fmt::format("blk.{}.{}.weight", m.layer, lora_target_name(m.target));
+      const int64_t a_shape[] = {m.rank, m.cols}, b_shape[] = {m.rows, m.rank};
+      EXPECT_TRUE(w.add_tensor(name + ".lora_a", DType::kF32, a_shape, std::as_bytes(std::span(m.a))).is_ok());
+      EXPECT_TRUE(w.add_tensor(name + ".lora_b", DType::kF32, b_shape, std::as_bytes(std::span(m.b))).is_ok());
+    }
+    if (head) {
+      const std::vector<float> v(4 * 64, 0.0f);
+      const int64_t shape[] = {4, 64};
+      EXPECT_TRUE(w.add_tensor("output.weight.lora_a", DType::kF32, shape, std::as_bytes(std::span(v))).is_ok());
+    }
+    EXPECT_TRUE(w.write(dir_.path() / file).is_ok());
+    return dir_.path() / file;
+  };
+  auto gguf = lora_open(write("a.gguf", "llama", false), base_.config, base_.tensors);
+  ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
+  EXPECT_EQ(gguf->name, "a");
+  ASSERT_EQ(gguf->matrices.size(), peft.matrices.size());
+  for (const LoraMatrix& m : peft.matrices) {
+    const auto same = std::find_if(gguf->matrices.begin(), gguf->matrices.end(), [&](const LoraMatrix& g) {
+      return g.layer == m.layer && g.target == m.target;
+    });
+    ASSERT_NE(same, gguf->matrices.end());
+    EXPECT_EQ(same->a, m.a);
+    EXPECT_EQ(same->b, m.b);
+    EXPECT_FLOAT_EQ(same->scale, m.scale);
+  }
+  expect_refused(open(write("q.gguf", "qwen2", false)), "for a qwen2 model");
+  expect_refused(open(write("h.gguf", "llama", true)), "output.weight");
+  expect_refused(open(dir_.path() / "good" / "adapter_config.json"), "GGUF");
 }
 
 // The prefix cache keys blocks by adapter: the same prompt under another adapter (or
@@ -386,7 +487,7 @@ TEST_P(LoraQuantizedTest, AdaptedLogitsAreTheMergedModelsWithinTheActivationRoun
 }
 
 INSTANTIATE_TEST_SUITE_P(Bases, LoraQuantizedTest, ::testing::Values(DType::kQ8_0, DType::kQ4_0),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+                         dtype_param_name);
 
 }  // namespace
 }  // namespace hearth

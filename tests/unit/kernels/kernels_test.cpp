@@ -1053,6 +1053,22 @@ TEST(KernelsTest, LoraProductsMatchTheReferenceOnEveryPathAndLeaveOtherRowsAlone
       } else {
         first = got;
       }
+      // Grouped by slot and split over rank rows and outputs (as the backend's threads
+      // split it): the same bits.
+      std::vector<float> grouped = y0;
+      p.y = grouped.data();
+      for (int32_t s : {0, 2}) {
+        std::vector<int32_t> rows;
+        for (int32_t t = 0; t < n; ++t) {
+          if (slot[static_cast<size_t>(t)] == s) rows.push_back(t);
+        }
+        const LoraFactors& f = factors[static_cast<size_t>(s)];
+        cpu::lora_shrink(p, f, rows.data(), static_cast<int64_t>(rows.size()), 0, 2);
+        cpu::lora_shrink(p, f, rows.data(), static_cast<int64_t>(rows.size()), 2, f.rank);
+        cpu::lora_expand(p, f, rows.data(), static_cast<int64_t>(rows.size()), 0, out / 3);
+        cpu::lora_expand(p, f, rows.data(), static_cast<int64_t>(rows.size()), out / 3, out);
+      }
+      ASSERT_EQ(grouped, got) << cpu::cpu_isa_name(isa) << ": grouped rows differ in some bit";
     }
   }
 }
