@@ -272,7 +272,8 @@ HEARTH_HD float moe_combine_value(const float* rows, const int32_t* pos, const f
 }
 
 // One output of a LoRA expansion: scale * sum_j shrunk[j] * bt[j * stride] (B transposed,
-// this output's column), summed over the adapter's rank in order, as the CPU does.
+// this output's column), summed over the adapter's rank in the CPU's order (nvcc may fuse
+// the multiply-adds, so a GPU agrees to rounding, not bit for bit).
 HEARTH_HD float lora_expand_value(const float* bt, int64_t stride, const float* shrunk, int32_t rank, float scale) {
   float acc = 0.0f;
   for (int32_t j = 0; j < rank; ++j) acc += shrunk[j] * bt[j * stride];

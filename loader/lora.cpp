@@ -159,6 +159,14 @@ Result<LoraAdapter> gguf_lora_open(const std::filesystem::path& path, const Mode
     return make_error(ErrorCode::kUnsupported, "a GGUF LoRA of a llama model keeps q/k rows for a GGUF base; this "
                       "base keeps them as its Hugging Face checkpoint does: use the PEFT adapter, or a GGUF base");
   }
+  // Any other adapter key would change what the adapter does (an activated LoRA's
+  // invocation tokens, a prompt prefix): refused, not ignored.
+  for (const auto& [key, value] : file.metadata) {
+    if (key.starts_with("adapter.") && key != "adapter.type" && key != "adapter.lora.alpha" &&
+        key != "adapter.lora.task_name") {
+      return make_error(ErrorCode::kUnsupported, "{} is not supported (only a plain LoRA is applied)", key);
+    }
+  }
   HEARTH_ASSIGN_OR_RETURN(const std::optional<double> alpha, file.get_float("adapter.lora.alpha"));
   std::map<std::string_view, const TensorView*> by_name;
   for (const TensorView& t : base_tensors) by_name.emplace(t.name, &t);
@@ -284,9 +292,11 @@ Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfi
   if (opened.is_ok()) {
     std::error_code ec;
     const auto abs = std::filesystem::absolute(dir, ec).lexically_normal();
-    opened->name = !name.empty()              ? name
-                   : abs.has_filename()       ? abs.stem().string()
-                                              : abs.parent_path().filename().string();
+    const bool file = std::filesystem::is_regular_file(dir, ec);
+    opened->name = !name.empty()        ? name
+                   : file               ? abs.stem().string()
+                   : abs.has_filename() ? abs.filename().string()
+                                        : abs.parent_path().filename().string();
   }
   if (!opened.is_ok()) return opened.status().with_context(fmt::format("LoRA adapter {}", dir.string()));
   return opened;

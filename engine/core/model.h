@@ -245,6 +245,8 @@ class Model {
   std::vector<BackendBuffer> lora_slots_;
   std::vector<bool> lora_loaded_;
   std::vector<uint64_t> lora_ids_;
+  // The ids' key, random per model: adapter blocks of the prefix cache are not found
+  // again by a restarted engine (the base's, under a kept chain seed, are).
   uint64_t lora_key_ = 0;
   std::vector<kernels::LoraFactors> lora_table_host_;
   BackendBuffer lora_table_, lora_scratch_;

@@ -397,8 +397,8 @@ class CpuBackend final : public Backend {
       return;
     }
     // The rows grouped by slot (a counting sort), so that each adapter's factors are read
-    // once for all its rows; then the shrink and the expansion, each split over the
-    // threads by rank rows and by outputs.
+    // once per block of its rows; then the shrink, split over the threads by blocks of
+    // rows (each task writes whole scratch rows of its own), and the expansion, by outputs.
     lora_start_.assign(static_cast<size_t>(p.n_slots) + 1, 0);
     for (int64_t t = 0; t < p.n; ++t) {
       const int32_t s = p.row_slot[t];
@@ -413,34 +413,35 @@ class CpuBackend final : public Backend {
         lora_rows_[static_cast<size_t>(lora_next_[static_cast<size_t>(s)]++)] = static_cast<int32_t>(t);
       }
     }
-    constexpr int32_t kRankChunk = 4;
+    constexpr int32_t kRowBlock = 8;
     constexpr int64_t kOutChunk = 128;
     lora_tasks_.clear();
     int64_t work = 0;
     for (int32_t s = 0; s < p.n_slots; ++s) {
       const int32_t rows = lora_start_[static_cast<size_t>(s) + 1] - lora_start_[static_cast<size_t>(s)];
       if (rows == 0) continue;
-      for (int32_t j = 0; j < p.factors[s].rank; j += kRankChunk) lora_tasks_.push_back({s, j, 0});
+      for (int32_t r = 0; r < rows; r += kRowBlock) lora_tasks_.push_back({s, r, -1});
       work += int64_t{rows} * p.factors[s].rank * (p.in + p.out);
     }
     const size_t shrink_tasks = lora_tasks_.size();
     for (int32_t s = 0; s < p.n_slots; ++s) {
       if (lora_start_[static_cast<size_t>(s) + 1] == lora_start_[static_cast<size_t>(s)]) continue;
-      for (int64_t o = 0; o < p.out; o += kOutChunk) lora_tasks_.push_back({s, -1, o});
+      for (int64_t o = 0; o < p.out; o += kOutChunk) lora_tasks_.push_back({s, 0, o});
     }
     auto run = [&](size_t i) {
       const LoraTask& task = lora_tasks_[i];
       const kernels::LoraFactors& f = p.factors[task.slot];
       const int32_t* rows = lora_rows_.data() + lora_start_[static_cast<size_t>(task.slot)];
       const int64_t n = lora_start_[static_cast<size_t>(task.slot) + 1] - lora_start_[static_cast<size_t>(task.slot)];
-      if (task.rank_row >= 0) {
-        kernels::cpu::lora_shrink(p, f, rows, n, task.rank_row, std::min(task.rank_row + kRankChunk, f.rank));
+      if (task.out < 0) {
+        kernels::cpu::lora_shrink(p, f, rows + task.row0, std::min<int64_t>(kRowBlock, n - task.row0), 0, f.rank);
       } else {
         kernels::cpu::lora_expand(p, f, rows, n, task.out, std::min(task.out + kOutChunk, p.out));
       }
     };
     const bool split = pool_.worth_splitting(work);
-    for (const auto& [begin, end] : {std::pair{size_t{0}, shrink_tasks}, std::pair{shrink_tasks, lora_tasks_.size()}}) {
+    for (const auto& phase : {std::pair{size_t{0}, shrink_tasks}, std::pair{shrink_tasks, lora_tasks_.size()}}) {
+      const size_t begin = phase.first, end = phase.second;
       if (split) {
         pool_.parallel_for(static_cast<int64_t>(end - begin), [&](int64_t i) { run(begin + static_cast<size_t>(i)); });
       } else {
@@ -524,12 +525,12 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // LoRA's grouping of a step's rows by slot, and its tasks (a shrink's rank rows from
-  // rank_row, or an expansion's outputs from out), reused from step to step.
+  // LoRA's grouping of a step's rows by slot, and its tasks (a shrink of the slot's rows
+  // from row0, or an expansion of its outputs from out), reused from step to step.
   struct LoraTask {
     int32_t slot;
-    int32_t rank_row;  // -1: an expansion task
-    int64_t out;
+    int32_t row0;  // a shrink's first row, in the slot's group
+    int64_t out;   // an expansion's first output; -1: a shrink
   };
   std::vector<int32_t> lora_start_, lora_next_, lora_rows_;
   std::vector<LoraTask> lora_tasks_;

@@ -350,8 +350,12 @@ TEST_F(LoraRefusalTest, TheModelRefusesSlotsRanksAndShapesItCannotHold) {
 // family, or with a tensor the base cannot adapt, is refused.
 TEST_F(LoraRefusalTest, AGgufLoraIsReadAsThePeftOneItWasConvertedFrom) {
   const LoraAdapter peft = std::move(lora_open(dir_.path() / "good", base_.config, base_.tensors)).value();
-  const auto write = [&](const std::string& file, const std::string& arch, bool head) {
+  const auto write = [&](const std::string& file, const std::string& arch, bool head, bool alora = false) {
     GgufWriter w;
+    if (alora) {
+      const int32_t tokens[] = {5, 6};
+      w.add_i32s("adapter.alora.invocation_tokens", tokens);
+    }
     w.add_string("general.architecture", arch);
     w.add_string("general.type", "adapter");
     w.add_string("adapter.type", "lora");
@@ -373,6 +377,9 @@ TEST_F(LoraRefusalTest, AGgufLoraIsReadAsThePeftOneItWasConvertedFrom) {
   auto gguf = lora_open(write("a.gguf", "llama", false), base_.config, base_.tensors);
   ASSERT_TRUE(gguf.is_ok()) << gguf.status().to_string();
   EXPECT_EQ(gguf->name, "a");
+  std::filesystem::create_directories(dir_.path() / "my.adapter");
+  std::filesystem::copy(dir_.path() / "good", dir_.path() / "my.adapter");
+  EXPECT_EQ(std::move(lora_open(dir_.path() / "my.adapter", base_.config, base_.tensors)).value().name, "my.adapter");
   ASSERT_EQ(gguf->matrices.size(), peft.matrices.size());
   for (const LoraMatrix& m : peft.matrices) {
     const auto same = std::find_if(gguf->matrices.begin(), gguf->matrices.end(), [&](const LoraMatrix& g) {
@@ -385,6 +392,7 @@ TEST_F(LoraRefusalTest, AGgufLoraIsReadAsThePeftOneItWasConvertedFrom) {
   }
   expect_refused(open(write("q.gguf", "qwen2", false)), "for a qwen2 model");
   expect_refused(open(write("h.gguf", "llama", true)), "output.weight");
+  expect_refused(open(write("al.gguf", "llama", false, true)), "adapter.alora.invocation_tokens");
   expect_refused(open(dir_.path() / "good" / "adapter_config.json"), "GGUF");
 }
 

@@ -1033,9 +1033,13 @@ TEST(KernelsTest, LoraProductsMatchTheReferenceOnEveryPathAndLeaveOtherRowsAlone
       const bool adapted = slot[static_cast<size_t>(t)] == 0 || slot[static_cast<size_t>(t)] == 2;
       for (int64_t o = 0; o < out; ++o) {
         const size_t i = static_cast<size_t>(t * out + o);
-        if (!adapted) ASSERT_EQ(want[i], y0[i]) << "row " << t << " has no adapter of this matrix";
+        if (!adapted) {
+          ASSERT_EQ(want[i], y0[i]) << "row " << t << " has no adapter of this matrix";
+        }
       }
-      if (adapted) EXPECT_NE(want[static_cast<size_t>(t * out)], y0[static_cast<size_t>(t * out)]);
+      if (adapted) {
+        EXPECT_NE(want[static_cast<size_t>(t * out)], y0[static_cast<size_t>(t * out)]);
+      }
     }
     std::optional<std::vector<float>> first;
     for (cpu::CpuIsa isa : testing::available_cpu_paths()) {
