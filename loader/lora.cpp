@@ -39,9 +39,11 @@ struct Adaptable {
 };
 
 // Every adaptable matrix of a base, by its Hugging Face module path
-// ("model.layers.3.self_attn.q_proj").
-std::map<std::string, Adaptable, std::less<>> adaptable_modules(const ModelConfig& config,
-                                                                std::span<const TensorView> tensors) {
+// ("model.layers.3.self_attn.q_proj", what PEFT names), or with `canonical` by its own
+// name ("blk.3.attn_q.weight", what a GGUF LoRA names).
+std::map<std::string, Adaptable, std::less<>> adaptable_matrices(const ModelConfig& config,
+                                                                 std::span<const TensorView> tensors,
+                                                                 bool canonical = false) {
   std::map<std::string_view, const TensorView*> by_name;
   for (const TensorView& t : tensors) by_name.emplace(t.name, &t);
   std::map<std::string, Adaptable, std::less<>> modules;
@@ -51,6 +53,10 @@ std::map<std::string, Adaptable, std::less<>> adaptable_modules(const ModelConfi
       const auto it = by_name.find(name);
       if (it == by_name.end() || it->second->n_dims != 2) continue;
       const TensorView* w = it->second;
+      if (canonical) {
+        modules.emplace(name, Adaptable{layer, t, w});
+        continue;
+      }
       const std::optional<std::string> hf = hf_parameter_name(name, config.architecture);
       if (!hf || !hf->ends_with(".weight")) continue;
       modules.emplace(hf->substr(0, hf->size() - 7), Adaptable{layer, t, w});
@@ -135,6 +141,34 @@ Result<std::vector<float>> factor_values(const TensorView& t, int64_t rows, int6
   return values;
 }
 
+// One adapted matrix from its factor pair (either may be missing: refused), read as
+// [rank, cols] and [rows, rank] of the base matrix `m`; B's q/k rows reordered when
+// `interleave` (the base keeps them for interleaved RoPE pairs, the adapter does not).
+Result<LoraMatrix> read_matrix(std::string_view name, const Adaptable& m, const TensorView* a, const TensorView* b,
+                               int64_t rank, float scale, bool interleave, int32_t head_dim) {
+  if (a == nullptr || b == nullptr) {
+    return make_error(ErrorCode::kFormat, "{} has a lora_{} but no lora_{}", name, a ? "A" : "B", a ? "B" : "A");
+  }
+  if (dtype_block_elems(a->dtype) != 1 || dtype_block_elems(b->dtype) != 1) {
+    return make_error(ErrorCode::kUnsupported, "{}'s factors are {} and {}; F32, F16 and BF16 are read", name,
+                      dtype_name(a->dtype), dtype_name(b->dtype));
+  }
+  const int64_t rows = m.base->rows(), cols = m.base->cols();
+  HEARTH_ASSIGN_OR_RETURN(std::vector<float> av, factor_values(*a, rank, cols));
+  HEARTH_ASSIGN_OR_RETURN(std::vector<float> bv, factor_values(*b, rows, rank));
+  if (interleave && (m.target == LoraTarget::kQ || m.target == LoraTarget::kK)) {
+    bv = rope_rows_half_to_interleaved(bv, rows, rank, head_dim);
+  }
+  return LoraMatrix{.layer = m.layer,
+                    .target = m.target,
+                    .rank = static_cast<int32_t>(rank),
+                    .rows = rows,
+                    .cols = cols,
+                    .scale = scale,
+                    .a = std::move(av),
+                    .b = std::move(bv)};
+}
+
 // A GGUF LoRA (llama.cpp's convert_lora_to_gguf.py): general.type "adapter",
 // adapter.type "lora", adapter.lora.alpha, and per adapted matrix its factors
 // "<matrix>.lora_a" ([rank, cols]) and "<matrix>.lora_b" ([rows, rank]), rows in the
@@ -168,8 +202,7 @@ Result<LoraAdapter> gguf_lora_open(const std::filesystem::path& path, const Mode
     }
   }
   HEARTH_ASSIGN_OR_RETURN(const std::optional<double> alpha, file.get_float("adapter.lora.alpha"));
-  std::map<std::string_view, const TensorView*> by_name;
-  for (const TensorView& t : base_tensors) by_name.emplace(t.name, &t);
+  const auto matrices = adaptable_matrices(base, base_tensors, /*canonical=*/true);
   std::map<std::string, std::pair<const TensorView*, const TensorView*>, std::less<>> pairs;
   for (const TensorView& t : file.tensors) {
     std::string_view n = t.name;
@@ -178,51 +211,30 @@ Result<LoraAdapter> gguf_lora_open(const std::filesystem::path& path, const Mode
       return make_error(ErrorCode::kUnsupported, "tensor {} is not a LoRA factor (<matrix>.lora_a or .lora_b)", t.name);
     }
     n.remove_suffix(7);
+    if (!matrices.contains(n)) {
+      return make_error(ErrorCode::kInvalidArgument, "the adapter adapts {}, which is not an adaptable matrix of the "
+                        "base model (its attention q/k/v/o and dense FFN gate/up/down projections are)", n);
+    }
     auto& [a, b] = pairs[std::string(n)];
     (is_a ? a : b) = &t;
   }
   if (pairs.empty()) return make_error(ErrorCode::kFormat, "the file holds no LoRA factors");
   LoraAdapter adapter;
   for (const auto& [matrix, ab] : pairs) {
-    std::optional<std::pair<int32_t, LoraTarget>> where;
-    for (int32_t layer = 0; layer < base.n_layers && !where; ++layer) {
-      for (LoraTarget t : kAllTargets) {
-        if (canonical_name(layer, t) == matrix) where = std::pair{layer, t};
-      }
+    const TensorView* a = ab.first;
+    const int64_t rank = a != nullptr && a->n_dims == 2 ? a->shape[0] : 0;
+    if (a != nullptr && (rank < 1 || rank > 4096)) {
+      return make_error(ErrorCode::kFormat, "{} is {}: no rank of 1..4096", a->name, shape_string(*a));
     }
-    const auto it = by_name.find(matrix);
-    if (!where || it == by_name.end() || it->second->n_dims != 2) {
-      return make_error(ErrorCode::kInvalidArgument, "the adapter adapts {}, which is not an adaptable matrix of the "
-                        "base model (its attention q/k/v/o and dense FFN gate/up/down projections are)", matrix);
-    }
-    if (ab.first == nullptr || ab.second == nullptr) {
-      return make_error(ErrorCode::kFormat, "{} has a lora_{} but no lora_{}", matrix, ab.first ? "a" : "b",
-                        ab.first ? "b" : "a");
-    }
-    const int64_t rows = it->second->rows(), cols = it->second->cols();
-    const int64_t rank = ab.first->n_dims == 2 ? ab.first->shape[0] : 0;
-    if (rank < 1 || rank > 4096) return make_error(ErrorCode::kFormat, "{} is {}: no rank of 1..4096", ab.first->name,
-                                                   shape_string(*ab.first));
-    if (dtype_block_elems(ab.first->dtype) != 1 || dtype_block_elems(ab.second->dtype) != 1) {
-      return make_error(ErrorCode::kUnsupported, "{}'s factors are {} and {}; F32, F16 and BF16 are read", matrix,
-                        dtype_name(ab.first->dtype), dtype_name(ab.second->dtype));
-    }
-    HEARTH_ASSIGN_OR_RETURN(std::vector<float> a, factor_values(*ab.first, rank, cols));
-    HEARTH_ASSIGN_OR_RETURN(std::vector<float> b, factor_values(*ab.second, rows, rank));
     // llama.cpp's scale: alpha / rank, or 1 without an alpha.
     const double scale = alpha && *alpha != 0.0 ? *alpha / static_cast<double>(rank) : 1.0;
-    if (!std::isfinite(static_cast<float>(scale))) {
+    if (a != nullptr && !std::isfinite(static_cast<float>(scale))) {
       return make_error(ErrorCode::kFormat, "adapter.lora.alpha {} gives no finite scale", *alpha);
     }
-    adapter.matrices.push_back({.layer = where->first,
-                                .target = where->second,
-                                .rank = static_cast<int32_t>(rank),
-                                .rows = rows,
-                                .cols = cols,
-                                .scale = static_cast<float>(scale),
-                                .a = std::move(a),
-                                .b = std::move(b)});
-    adapter.max_rank = std::max(adapter.max_rank, static_cast<int32_t>(rank));
+    HEARTH_ASSIGN_OR_RETURN(LoraMatrix m, read_matrix(matrix, matrices.find(matrix)->second, a, ab.second, rank,
+                                                      static_cast<float>(scale), false, base.head_dim));
+    adapter.max_rank = std::max(adapter.max_rank, m.rank);
+    adapter.matrices.push_back(std::move(m));
   }
   return adapter;
 }
@@ -242,7 +254,7 @@ Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfi
     }
     HEARTH_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::open(file));
     HEARTH_ASSIGN_OR_RETURN(SafetensorsFile st, safetensors_parse(mapped.bytes(), "adapter_model.safetensors"));
-    const auto modules = adaptable_modules(base_config, base_tensors);
+    const auto modules = adaptable_matrices(base_config, base_tensors);
     // Each module's A and B.
     std::map<std::string, std::pair<const TensorView*, const TensorView*>, std::less<>> pairs;
     for (const TensorView& t : st.tensors) {
@@ -266,25 +278,9 @@ Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfi
     LoraAdapter adapter;
     const bool interleave = qk_rows_interleaved(base_config);
     for (const auto& [module, ab] : pairs) {
-      const Adaptable& m = modules.find(module)->second;
-      if (ab.first == nullptr || ab.second == nullptr) {
-        return make_error(ErrorCode::kFormat, "{} has a lora_{} but no lora_{}", module, ab.first ? "A" : "B",
-                          ab.first ? "B" : "A");
-      }
-      const int64_t rows = m.base->rows(), cols = m.base->cols();
-      HEARTH_ASSIGN_OR_RETURN(std::vector<float> a, factor_values(*ab.first, cfg.rank, cols));
-      HEARTH_ASSIGN_OR_RETURN(std::vector<float> b, factor_values(*ab.second, rows, cfg.rank));
-      if (interleave && (m.target == LoraTarget::kQ || m.target == LoraTarget::kK)) {
-        b = rope_rows_half_to_interleaved(b, rows, cfg.rank, base_config.head_dim);
-      }
-      adapter.matrices.push_back({.layer = m.layer,
-                                  .target = m.target,
-                                  .rank = cfg.rank,
-                                  .rows = rows,
-                                  .cols = cols,
-                                  .scale = cfg.scale,
-                                  .a = std::move(a),
-                                  .b = std::move(b)});
+      HEARTH_ASSIGN_OR_RETURN(LoraMatrix m, read_matrix(module, modules.find(module)->second, ab.first, ab.second,
+                                                        cfg.rank, cfg.scale, interleave, base_config.head_dim));
+      adapter.matrices.push_back(std::move(m));
     }
     adapter.max_rank = cfg.rank;
     return adapter;
@@ -310,7 +306,7 @@ Status lora_synth_write(const LoadedModel& base, const LoraSynthOptions& o, cons
   SafetensorsWriter writer;
   std::vector<std::string> target_modules;
   size_t written = 0;
-  for (const auto& [module, m] : adaptable_modules(base.config, base.tensors)) {
+  for (const auto& [module, m] : adaptable_matrices(base.config, base.tensors)) {
     if (std::find(targets.begin(), targets.end(), m.target) == targets.end()) continue;
     const std::string leaf = module.substr(module.rfind('.') + 1);
     if (std::find(target_modules.begin(), target_modules.end(), leaf) == target_modules.end()) {

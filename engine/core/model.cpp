@@ -341,13 +341,12 @@ Status Model::set_adapter(int32_t slot, const LoraAdapter& adapter) {
     HEARTH_ASSIGN_OR_RETURN(buf, backend_.alloc(floats * sizeof(float)));
     backend_.write(buf, 0, host.data(), floats * sizeof(float));
   }
-  const size_t slots = lora_slots_.size();
-  for (size_t i = static_cast<size_t>(slot); i < lora_table_host_.size(); i += slots) lora_table_host_[i] = {};
+  empty_lora_entries(slot);
   for (const Share& sh : shares) {
     const LoraMatrix& m = *sh.m;
     const float* a = buf.f32() + sh.offset;
-    lora_table_host_[(static_cast<size_t>(m.layer) * kLoraTargets + static_cast<size_t>(m.target)) * slots +
-                     static_cast<size_t>(slot)] = {a, a + m.rank * sh.cols, m.rank, m.scale};
+    lora_table_host_[lora_entries(m.layer, m.target) + static_cast<size_t>(slot)] = {a, a + m.rank * sh.cols, m.rank,
+                                                                                    m.scale};
   }
   backend_.write(lora_table_, 0, lora_table_host_.data(), lora_table_host_.size() * sizeof(kernels::LoraFactors));
   lora_slots_[static_cast<size_t>(slot)] = std::move(buf);
@@ -356,10 +355,19 @@ Status Model::set_adapter(int32_t slot, const LoraAdapter& adapter) {
   return Status::ok();
 }
 
+size_t Model::lora_entries(int32_t li, LoraTarget t) const {
+  return (static_cast<size_t>(li) * kLoraTargets + static_cast<size_t>(t)) * lora_slots_.size();
+}
+
+void Model::empty_lora_entries(int32_t slot) {
+  for (size_t i = static_cast<size_t>(slot); i < lora_table_host_.size(); i += lora_slots_.size()) {
+    lora_table_host_[i] = {};
+  }
+}
+
 void Model::clear_adapter(int32_t slot) {
   if (slot < 0 || slot >= adapter_slots()) return;
-  const size_t slots = lora_slots_.size();
-  for (size_t i = static_cast<size_t>(slot); i < lora_table_host_.size(); i += slots) lora_table_host_[i] = {};
+  empty_lora_entries(slot);
   backend_.write(lora_table_, 0, lora_table_host_.data(), lora_table_host_.size() * sizeof(kernels::LoraFactors));
   backend_.synchronize();
   lora_slots_[static_cast<size_t>(slot)] = BackendBuffer();
@@ -368,9 +376,7 @@ void Model::clear_adapter(int32_t slot) {
 
 void Model::adapt(int32_t li, LoraTarget t, const float* x, int64_t in, float* y, int64_t out, int64_t n) {
   if (step_adapters_ == nullptr) return;
-  const size_t slots = lora_slots_.size();
-  const auto* table = static_cast<const kernels::LoraFactors*>(lora_table_.data()) +
-                      (static_cast<size_t>(li) * kLoraTargets + static_cast<size_t>(t)) * slots;
+  const auto* table = static_cast<const kernels::LoraFactors*>(lora_table_.data()) + lora_entries(li, t);
   backend_.lora({.x = x,
                  .y = y,
                  .row_slot = step_adapters_,
@@ -379,7 +385,7 @@ void Model::adapt(int32_t li, LoraTarget t, const float* x, int64_t in, float* y
                  .n = n,
                  .in = in,
                  .out = out,
-                 .n_slots = static_cast<int32_t>(slots),
+                 .n_slots = adapter_slots(),
                  .max_rank = max_lora_rank_});
 }
 

@@ -196,6 +196,10 @@ class Model {
   void adapt(int32_t li, LoraTarget t, const float* x, int64_t in, float* y, int64_t out, int64_t n);
   // The base matrix an adapter's target names in layer li (null: the model has none).
   const TensorView* lora_base(int32_t li, LoraTarget t) const;
+  // Where layer li's matrix t's factors of slot 0 are in the LoRA table (slot s: + s), and
+  // the table's entries of one slot emptied (on the host).
+  size_t lora_entries(int32_t li, LoraTarget t) const;
+  void empty_lora_entries(int32_t slot);
 
   // matmuls of `targets` over x ([n, cols]), each matrix reading x in its column order
   // (perms[i]; null: as it is), permuting x once per distinct order.
