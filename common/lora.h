@@ -13,6 +13,9 @@
 
 namespace hearth {
 
+// Adapter slots an instance's adapter segment holds at most (hearth-loader --max-loras).
+inline constexpr int32_t kMaxLoraSlots = 64;
+
 // The matrices an adapter may adapt, in the order a layer runs them.
 enum class LoraTarget : uint8_t { kQ = 0, kK, kV, kOutput, kGate, kUp, kDown };
 inline constexpr int kLoraTargets = 7;

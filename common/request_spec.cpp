@@ -1,5 +1,7 @@
 #include "common/request_spec.h"
 
+#include "common/lora.h"
+
 namespace hearth {
 
 Status request_spec_check_shape(const RequestSpec& s, size_t grammar_bytes) {
@@ -16,6 +18,10 @@ Status request_spec_check_shape(const RequestSpec& s, size_t grammar_bytes) {
                       "the request's constraint compiles to a grammar of {} bytes; this server takes at most {} "
                       "(hearth-engine --max-grammar-bytes)",
                       s.grammar.size(), grammar_bytes);
+  }
+  if (s.adapter < -1 || s.adapter >= kMaxLoraSlots || (s.adapter >= 0) != (s.adapter_id != 0)) {
+    return make_error(ErrorCode::kInvalidArgument, "the request names adapter slot {} (id {:x}); slots are 0..{}",
+                      s.adapter, s.adapter_id, kMaxLoraSlots - 1);
   }
   return Status::ok();
 }

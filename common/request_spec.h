@@ -38,6 +38,11 @@ struct RequestSpec {
   int32_t reasoning_start = -1;  // -1: only an opened reasoning counts
   int32_t reasoning_end = -1;
   bool reasoning_open = false;
+  // A resident LoRA adapter (ipc/lora_segment.h): its slot in the instance's adapter
+  // segment and the id that slot's load was given, so that an adapter unloaded and
+  // another loaded into the slot is never taken for it; -1: the base model.
+  int32_t adapter = -1;
+  uint64_t adapter_id = 0;
 };
 
 // What the serving side accepts.

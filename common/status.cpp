@@ -19,6 +19,13 @@ std::string_view error_code_name(ErrorCode code) {
   return "ERR_UNKNOWN";
 }
 
+ErrorCode error_code_from_name(std::string_view name) {
+  for (uint8_t c = 0; c <= static_cast<uint8_t>(ErrorCode::kUnavailable); ++c) {
+    if (error_code_name(static_cast<ErrorCode>(c)) == name) return static_cast<ErrorCode>(c);
+  }
+  return ErrorCode::kInternal;
+}
+
 std::string Status::to_string() const {
   if (is_ok()) return "OK";
   return fmt::format("{}: {}", error_code_name(code_), message_);

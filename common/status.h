@@ -32,6 +32,8 @@ enum class ErrorCode : uint8_t {
 
 // "ERR_FORMAT" and so on: the stable name printed before every message.
 std::string_view error_code_name(ErrorCode code);
+// Its inverse, for codes another process printed; kInternal for a name it does not know.
+ErrorCode error_code_from_name(std::string_view name);
 
 class [[nodiscard]] Status {
  public:

@@ -71,6 +71,11 @@ Serves the OpenAI API for an instance (start hearth-loader and hearth-engine fir
                       a kept-alive connection (default 30000)
   --log-prompts       the access log shows each request's body (by default it never does)
   --no-webui          no chat page at / (it is served by default, without a key)
+  --allow-runtime-lora
+                      POST /v1/load_lora_adapter {"lora_name","lora_path"} loads a LoRA adapter
+                      into the instance's adapter segment and /v1/unload_lora_adapter
+                      {"lora_name"} unloads one once its requests finish (API-key guarded;
+                      off by default). Requests select an adapter by naming it as their model
   --log-level LEVEL   trace, debug, info, warn, error or off (default info; $HEARTH_LOG_LEVEL)
   --log-format FMT    text or json, one object per line (default text; $HEARTH_LOG_FORMAT)
   --version           print the version and exit
@@ -125,6 +130,7 @@ hearth::Result<hearth::FrontendOptions> frontend_options(const hearth::Args& arg
   o.read_timeout = std::chrono::milliseconds(read_timeout->value_or(30000));
   o.log_prompts = args.has("log-prompts");
   o.webui = !args.has("no-webui");
+  o.allow_runtime_lora = args.has("allow-runtime-lora");
   o.port = static_cast<uint16_t>(port->value_or(8080));
   o.threads = static_cast<int>(threads->value_or(2));
   o.max_body_bytes = static_cast<size_t>(body->value_or(1 << 20));
@@ -165,7 +171,8 @@ int main(int argc, char** argv) {
                                               "cors-origin", "max-queue", "queue-timeout", "max-connections",
                                               "read-timeout"},
                                              kProgramValueFlags),
-                          with_program_flags({"help", "lenient-fields", "metrics-auth", "log-prompts", "no-webui"},
+                          with_program_flags({"help", "lenient-fields", "metrics-auth", "log-prompts", "no-webui",
+                                              "allow-runtime-lora"},
                                              kProgramBoolFlags));
   if (!args.is_ok()) return usage_error(args.status().message());
   if (args->has("help")) {

@@ -31,6 +31,11 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   options = o;
   HEARTH_RETURN_IF_ERROR(instance_name_check(o.instance));
   const auto dir = o.shm_dir.empty() ? shm_dir_default() : o.shm_dir;
+  shm_dir = dir;
+  if (options.loader_program.empty()) {
+    std::error_code ec;
+    options.loader_program = (std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "hearth-loader").string();
+  }
   HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(segment_path(dir, o.instance, "weights")));
   HEARTH_ASSIGN_OR_RETURN(TokenizerSource source, tokenizer_source_decode(w.tokenizer_blob));
   HEARTH_ASSIGN_OR_RETURN(tokenizer, tokenizer_load(source));
@@ -75,11 +80,39 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   facts.grammar_bytes = c.grammar_capacity();
   facts.tool_format = prompts->tool_format();
   client.emplace(std::move(c));
+  HEARTH_RETURN_IF_ERROR(adapters.attach(segment_path(dir, o.instance, "lora"), w.header->fingerprint));
+  if (adapters.present()) {
+    std::vector<std::string> loaded;
+    for (const LoraSlotInfo& a : adapters.list()) loaded.push_back(a.name);
+    HEARTH_LOG_INFO("LoRA adapters: {} of {} slots loaded{}; run-time loading {}", loaded.size(), adapters.capacity(),
+                    loaded.empty() ? "" : fmt::format(" ({})", fmt::join(loaded, ", ")),
+                    o.allow_runtime_lora ? "allowed" : "off (--allow-runtime-lora)");
+  }
   engine_up.store(probe_engine());
   weights.emplace(std::move(w));
   HEARTH_RETURN_IF_ERROR(listen(o));
   if (!o.api_keys.empty()) HEARTH_LOG_INFO("{} API key(s): /v1/* and the tokenizer routes want one", o.api_keys.size());
   return Status::ok();
+}
+
+Result<AdapterRef> FrontendServer::Impl::resolve_model(const ApiRequest& request) const {
+  Status base = admit_model(request, facts);
+  if (base.is_ok()) return AdapterRef{};
+  if (auto adapter = adapters.find(request.model)) return *std::move(adapter);
+  std::vector<std::string> names;
+  for (const LoraSlotInfo& a : adapters.list()) {
+    if (!a.unloading) names.push_back(a.name);
+  }
+  if (names.empty()) return base;
+  return make_error(ErrorCode::kNotFound, "{}, and the adapters \"{}\")", base.message().substr(0, base.message().size() - 1),
+                    fmt::join(names, "\", \""));
+}
+
+bool FrontendServer::Impl::adapter_queued(uint32_t slot, uint64_t id) {
+  std::lock_guard lock(mutex);
+  return std::any_of(queue.begin(), queue.end(), [&](const std::shared_ptr<Generation>& g) {
+    return g->adapter.slot == static_cast<int32_t>(slot) && g->adapter.id == id && g->samples_left > 0;
+  });
 }
 
 // The listening socket: one handed over (systemd, `hearth serve`), or one of its own.

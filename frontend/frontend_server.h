@@ -58,6 +58,8 @@ struct FrontendOptions {
   std::chrono::milliseconds read_timeout{30000};  // to send a whole request, or to start the next on a kept-alive one
   bool log_prompts = false;            // the access log shows the prompt (never otherwise)
   bool webui = true;                   // the chat page at / (frontend/webui.h); --no-webui: 404
+  bool allow_runtime_lora = false;     // POST /v1/load_lora_adapter and /v1/unload_lora_adapter answer
+  std::string loader_program;          // what reads adapters for them (hearth-loader --load-lora); "": beside this one
 };
 
 class FrontendServer {

@@ -103,6 +103,38 @@ void FrontendServer::Impl::render_counters(std::string& out) {
   }
 }
 
+// The resident LoRA adapters: loaded, each one's requests, and (as vLLM's
+// vllm:lora_requests_info) the adapters this frontend's requests run and wait with.
+void FrontendServer::Impl::render_lora(std::string& out) {
+  if (!adapters.present()) return;
+  const std::vector<LoraSlotInfo> loaded = adapters.list();
+  render_metric(out, "hearth_lora_adapters_loaded", "gauge", "LoRA adapters resident in the instance's adapter segment",
+                static_cast<double>(loaded.size()), model_label);
+  render_metric_header(out, "hearth_lora_requests_total", "counter", "Requests admitted for each LoRA adapter");
+  {
+    std::lock_guard lock(adapter_counts_mu);
+    for (const auto& [name, n] : adapter_requests) {
+      out += fmt::format("hearth_lora_requests_total{{{}}} {}\n", metric_label("adapter", name), n);
+    }
+  }
+  std::set<std::string> running, waiting;
+  {
+    std::lock_guard lock(mutex);
+    for (const auto& g : active) {
+      if (g->adapter.slot >= 0 && !g->finished) running.insert(g->adapter.name);
+    }
+    for (const auto& g : queue) {
+      if (g->adapter.slot >= 0) waiting.insert(g->adapter.name);
+    }
+  }
+  render_metric_header(out, "hearth_lora_requests_info", "gauge",
+                       "The adapters this frontend's requests run with and wait for a slot with (the value: when, in "
+                       "Unix seconds)");
+  out += fmt::format("hearth_lora_requests_info{{{},{},{}}} {}\n", metric_label("max_lora", std::to_string(adapters.capacity())),
+                     metric_label("running_lora_adapters", fmt::format("{}", fmt::join(running, ","))),
+                     metric_label("waiting_lora_adapters", fmt::format("{}", fmt::join(waiting, ","))), unix_seconds());
+}
+
 // The engine's figures, from the broker header it keeps current.
 void FrontendServer::Impl::render_engine(std::string& out) {
   FrontendServer::Impl& s = *this;
@@ -171,6 +203,7 @@ std::string FrontendServer::Impl::render_metrics() {
   std::string out;
   render_counters(out);
   render_engine(out);
+  render_lora(out);
   render_tp_metrics(out, s.options);
   s.time_to_first_token.render(out, "hearth_time_to_first_token_seconds",
                                "From a generation request's arrival to its first token", m);

@@ -58,6 +58,10 @@ Result<bool> FrontendServer::Impl::claim_slots(Generation& g) {
   const int32_t samples =
       g.embeddings ? static_cast<int32_t>(g.embeddings->inputs.size()) : g.request.best_of.value_or(g.request.n);
   const uint64_t seed = g.pending.spec.sampling.seed;  // sample 0's
+  if (g.adapter.slot >= 0 && !adapters.holds(g.adapter)) {
+    return make_error(ErrorCode::kNotFound, "model: the adapter \"{}\" was unloaded before this request got a slot",
+                      g.adapter.name);
+  }
   while (g.samples_left > 0) {
     uint32_t generation = 0;
     const int32_t index = samples - g.samples_left;

@@ -23,6 +23,7 @@
 #include "chat/tool_calls.h"
 #include "common/log.h"
 #include "common/process.h"
+#include "frontend/adapters.h"
 #include "frontend/admission.h"
 #include "frontend/dialects.h"
 #include "frontend/embeddings.h"
@@ -80,6 +81,7 @@ struct Generation {
     bool base64 = false;
   };
   ApiRequest request;
+  AdapterRef adapter;  // the resident LoRA adapter its model names (slot -1: the base model)
   ApiResponseHead head;
   std::unique_ptr<EventStream> events;  // a streamed kMessages / kResponses request: its typed events
   ToolCallFormat tool_format = ToolCallFormat::kNone;
@@ -124,6 +126,10 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   // thinking budget is the engine's, which closes the reasoning and lets the answer follow.
   int32_t think_open_id = -1, think_close_id = -1;
   ModelFacts facts;  // what admission checks requests against (frontend/admission.h)
+  FrontendAdapters adapters;  // the instance's resident LoRA adapters (frontend/adapters.h)
+  std::filesystem::path shm_dir;  // where the instance's segments are
+  std::mutex adapter_counts_mu;  // guards `adapter_requests`
+  std::map<std::string, uint64_t> adapter_requests;  // adapter name -> requests admitted
   std::string model_id;
   std::string system_fingerprint;
   std::optional<BrokerClient> client;
@@ -172,6 +178,12 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
     const int64_t since = engine_down_since_ns.load(std::memory_order_relaxed);
     return since != 0 && now.time_since_epoch().count() - since > std::chrono::nanoseconds(options.engine_wait).count();
   }
+  // The model a request names: the base model (slot -1) or a loaded adapter; kNotFound
+  // naming what is served otherwise.
+  Result<AdapterRef> resolve_model(const ApiRequest& request) const;
+  // Whether a request that names adapter slot `slot` under load id `id` waits in this
+  // frontend's queue for a broker slot.
+  bool adapter_queued(uint32_t slot, uint64_t id);
   // The slots a queued generation still needs, claimed in order; false when every slot is
   // busy (it stays queued), and the error when a submission failed otherwise.
   Result<bool> claim_slots(Generation& g);
@@ -214,6 +226,7 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   std::string render_metrics();  // frontend/metrics_page.cpp
   void render_counters(std::string& out);
   void render_engine(std::string& out);
+  void render_lora(std::string& out);
   // --lenient-fields: says once per field name that requests carry it and it is ignored.
   void note_ignored_field(const std::string& name) {
     std::lock_guard lock(ignored_mu);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <thread>
 
 #include <boost/json.hpp>
 
@@ -158,6 +159,7 @@ void Session::log_access(int status) {
     line += fmt::format(" prompt_tokens={} output_tokens={} ttft_ms={} duration_ms={} finish={}", g->prompt_tokens,
                         g->output_tokens.load(std::memory_order_relaxed), millis(ttft_us < 0 ? -1 : ttft_us / 1e6),
                         millis(took), status == 499 || g->finish_reasons.empty() ? "-" : g->finish_reasons);
+    if (g->adapter.slot >= 0) line += " adapter=" + g->adapter.name;
     if (server_->options.log_prompts) {
       line += " prompt=" + boost::json::serialize(boost::json::value(utf8_sanitize(request_.body().substr(0, 4096))));
     }
@@ -300,6 +302,7 @@ constexpr Route kRoutes[] = {
     {"/v1/models", http::verb::get},       {"/health", http::verb::get},
     {"/ready", http::verb::get},           {"/tokenize", http::verb::post},
     {"/detokenize", http::verb::post},     {"/metrics", http::verb::get},
+    {"/v1/load_lora_adapter", http::verb::post}, {"/v1/unload_lora_adapter", http::verb::post},
 };
 
 }  // namespace
@@ -404,6 +407,8 @@ void Session::serve(std::string_view path) {
   if (path == "/v1/responses") return handle_generation(ApiEndpoint::kResponses);
   if (path == "/v1/messages/count_tokens") return handle_count_tokens();
   if (path == "/v1/embeddings") return handle_embeddings();
+  if (path == "/v1/load_lora_adapter") return handle_lora_admin(/*load=*/true);
+  if (path == "/v1/unload_lora_adapter") return handle_lora_admin(/*load=*/false);
   if (path == "/health") {
     // Whether the API wants a key: the chat page asks for one before it calls (a 401
     // would tell anyone as much).
@@ -428,12 +433,57 @@ void Session::serve(std::string_view path) {
                                          {"root", server_->facts.model_names.front()},
                                          {"max_model_len", server_->facts.context}});
     }
+    server_->adapters.list_models(data, server_->model_id, server_->facts.context);
     return respond(200, boost::json::serialize(boost::json::object{{"object", "list"}, {"data", std::move(data)}}),
                    "application/json");
   }
   if (path == "/tokenize") return handle_tokenize();
   if (path == "/detokenize") return handle_detokenize();
   return respond(200, server_->render_metrics(), "text/plain; version=0.0.4; charset=utf-8");
+}
+
+// Run-time adapter loading (--allow-runtime-lora): the file reads and the wait of an
+// unload for the adapter's requests run on a thread of their own; the answer is posted
+// back to this connection.
+void Session::handle_lora_admin(bool load) {
+  FrontendServer::Impl& s = *server_;
+  if (!s.options.allow_runtime_lora) {
+    return error(make_error(ErrorCode::kUnsupported, "loading and unloading adapters at run time is off: start "
+                            "hearth-frontend with --allow-runtime-lora (hearth serve --allow-runtime-lora)"));
+  }
+  auto parsed = lora_admin_parse(request_.body(), load);
+  if (!parsed.is_ok()) return error(parsed.status());
+  if (!s.adapters.present()) {
+    return error(make_error(ErrorCode::kUnsupported, "this instance keeps no adapters: start hearth-loader with "
+                            "--max-loras N (hearth serve --max-loras N)"));
+  }
+  std::thread([self = shared_from_this(), server = server_, load, r = std::move(parsed).value()]() {
+    Result<LoraSlotInfo> done =
+        load ? server->adapters.load({.program = server->options.loader_program,
+                                      .instance = server->options.instance,
+                                      .shm_dir = server->shm_dir.string()},
+                                     r.name, r.path, server->facts.model_names)
+             : server->adapters.unload(
+                   r.name, {.queued_here = [&](uint32_t slot, uint64_t id) { return server->adapter_queued(slot, id); },
+                            .engine_down = [&] { return server->engine_known_down(); },
+                            .stopping = [&] { return server->stopping.load(std::memory_order_acquire); }});
+    if (!done.is_ok()) {
+      HEARTH_LOG_WARN("{} adapter {}: {}", load ? "loading" : "unloading", r.name, done.status().to_string());
+      return self->post_response(api_status_of(done.status()), dialect_error_body(self->error_shape_, done.status()));
+    }
+    HEARTH_LOG_INFO("{} adapter {} (slot {}{})", load ? "loaded" : "unloaded", r.name, done->slot,
+                    load ? fmt::format(", {} matrices of rank up to {}, from {}", done->n_matrices, done->max_rank,
+                                       done->source)
+                         : std::string());
+    self->post_response(200, boost::json::serialize(boost::json::object{
+                                 {"object", "lora_adapter"},
+                                 {"id", done->name},
+                                 {"status", load ? "loaded" : "unloaded"},
+                                 {"slot", done->slot},
+                                 {"max_rank", done->max_rank},
+                                 {"matrices", done->n_matrices},
+                                 {"root", done->source}}));
+  }).detach();
 }
 
 void Session::handle_tokenize() {
@@ -482,7 +532,7 @@ void Session::handle_count_tokens() {
   auto parsed = messages_parse_request(request_.body(), /*count_tokens=*/true, {.lenient_fields = s.options.lenient_fields});
   if (!parsed.is_ok()) return error(parsed.status());
   for (const std::string& name : parsed->ignored_fields) s.note_ignored_field(name);
-  if (Status st = admit_model(*parsed, s.facts); !st.is_ok()) return error(st);
+  if (auto model = s.resolve_model(*parsed); !model.is_ok()) return error(model.status());
   auto built = s.prompts->build(*parsed);
   if (!built.is_ok()) return error(built.status());
   respond(200, messages_count_tokens_body(static_cast<int32_t>(built->ids.size())), "application/json");
@@ -511,7 +561,8 @@ void Session::handle_embeddings() {
   req.endpoint = ApiEndpoint::kEmbeddings;
   req.model = e.model;
   req.user = e.user;
-  if (Status st = admit_model(req, s.facts); !st.is_ok()) return error(st);
+  auto adapter = s.resolve_model(req);
+  if (!adapter.is_ok()) return error(adapter.status());
   if (refused_engine_down()) return;
   const auto dim = static_cast<int32_t>(s.embedding_dim());
   if (e.dimensions && *e.dimensions > dim) {
@@ -556,16 +607,24 @@ void Session::handle_embeddings() {
                             : model_pooling != Pooling::kNone  ? model_pooling
                                                                : Pooling::kLast;
   g->pending.client_request_id = request_id_;
+  g->pending.spec.adapter = adapter->slot;
+  g->pending.spec.adapter_id = adapter->id;
   g->embeddings->dimensions = e.dimensions.value_or(dim);
   g->embeddings->base64 = e.base64;
   g->request = std::move(req);
-  g->head = {random_id(dialect_id_prefix(ApiEndpoint::kEmbeddings)), unix_seconds(), s.model_id, s.system_fingerprint};
+  g->head = {random_id(dialect_id_prefix(ApiEndpoint::kEmbeddings)), unix_seconds(),
+             adapter->slot >= 0 ? adapter->name : s.model_id, s.system_fingerprint};
+  g->adapter = std::move(adapter).value();
   g->prompt_tokens = static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
   g->session = weak_from_this();
   g->started = request_started_;
   g->samples_left = static_cast<int32_t>(inputs.size());
   if (Status refused = s.start(g); !refused.is_ok()) {
     return error(refused, refused.code() == ErrorCode::kResourceExhausted ? "1" : "");
+  }
+  if (g->adapter.slot >= 0) {
+    std::lock_guard lock(s.adapter_counts_mu);
+    ++s.adapter_requests[g->adapter.name];
   }
   generation_ = g;
   watch_disconnect();
@@ -580,7 +639,8 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   if (!parsed.is_ok()) return error(parsed.status());
   ApiRequest& req = parsed.value();
   for (const std::string& name : req.ignored_fields) s.note_ignored_field(name);
-  if (Status st = admit_model(req, s.facts); !st.is_ok()) return error(st);
+  auto adapter = s.resolve_model(req);
+  if (!adapter.is_ok()) return error(adapter.status());
   if (refused_engine_down()) return;
   const bool reasoning = s.reasoning != ReasoningFormat::kNone;
   if (req.wants_reasoning && !reasoning) {
@@ -596,9 +656,13 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   if (!built.is_ok()) return error(built.status());
   auto admitted = admit(req, std::move(built->ids), s.facts, std::random_device{}());
   if (!admitted.is_ok()) return error(admitted.status());
+  admitted->submit.spec.adapter = adapter->slot;
+  admitted->submit.spec.adapter_id = adapter->id;
   auto g = std::make_shared<Generation>();
   g->request = req;
-  g->head = {random_id(dialect_id_prefix(endpoint)), unix_seconds(), s.model_id, s.system_fingerprint};
+  g->head = {random_id(dialect_id_prefix(endpoint)), unix_seconds(), adapter->slot >= 0 ? adapter->name : s.model_id,
+             s.system_fingerprint};
+  g->adapter = std::move(adapter).value();
   g->tool_format = admitted->tool_format;
   g->reasoning = reasoning && api_is_chat(endpoint);
   g->opens_reasoning = built->opens_reasoning;
@@ -623,6 +687,10 @@ void Session::handle_generation(ApiEndpoint endpoint) {
   }
   if (Status refused = s.start(g); !refused.is_ok()) {
     return error(refused, refused.code() == ErrorCode::kResourceExhausted ? "1" : "");
+  }
+  if (g->adapter.slot >= 0) {
+    std::lock_guard lock(s.adapter_counts_mu);
+    ++s.adapter_requests[g->adapter.name];
   }
   generation_ = g;
   watch_disconnect();

@@ -56,6 +56,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void serve_page(std::string_view path, const WebAsset& asset);
   void handle_count_tokens();
   void handle_embeddings();
+  void handle_lora_admin(bool load);
   // Answers 503 when no engine has served for longer than --engine-wait; true if it did.
   bool refused_engine_down();
   void handle_tokenize();

@@ -337,7 +337,9 @@ Result<SlotRequest> Broker::read_request(uint32_t index, bool resume, int32_t co
             .reasoning_budget = (s.flags & kSlotThinkingBudget) != 0 ? s.reasoning_budget : -1,
             .reasoning_start = (s.flags & kSlotThinkingBudget) != 0 ? s.reasoning_start : -1,
             .reasoning_end = (s.flags & kSlotThinkingBudget) != 0 ? s.reasoning_end : -1,
-            .reasoning_open = (s.flags & kSlotReasoningOpen) != 0};
+            .reasoning_open = (s.flags & kSlotReasoningOpen) != 0,
+            .adapter = s.adapter_id != 0 ? s.adapter : -1,  // no load has id 0
+            .adapter_id = s.adapter_id};
   // The engine's trust boundary: another process wrote every value.
   HEARTH_RETURN_IF_ERROR(request_spec_validate(r.spec, {.vocab_size = vocab_size, .grammar_bytes = header_->slot_grammar_bytes}));
   // Only for log lines: anything but printable ASCII becomes '?'.

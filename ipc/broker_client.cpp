@@ -45,6 +45,8 @@ Result<uint32_t> BrokerClient::submit(const SubmitRequest& r, uint32_t* generati
   s.n_stop_ids = static_cast<int32_t>(spec.stop_ids.size());
   std::copy(spec.stop_ids.begin(), spec.stop_ids.end(), s.stop_ids);
   s.min_tokens = spec.min_tokens;
+  s.adapter = spec.adapter;
+  s.adapter_id = spec.adapter_id;
   s.n_logit_bias = static_cast<int32_t>(spec.logit_bias.size());
   std::copy(spec.logit_bias.begin(), spec.logit_bias.end(), broker_->logit_bias(*slot));
   s.grammar_bytes = static_cast<uint32_t>(spec.grammar.size());

@@ -28,11 +28,11 @@
 namespace hearth {
 
 inline constexpr uint64_t kBrokerMagic = 0x524b4f5242525448ull;  // "HTRBROKR" little-endian
-inline constexpr uint32_t kBrokerLayoutVersion = 8;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
+inline constexpr uint32_t kBrokerLayoutVersion = 9;  // 3: logit bias, min_tokens, grammar; 4: request ids, preemptions;
                                                      // 5: prefix-cache counts; 6: nonce, KV adoption counts;
                                                      // 7: embeddings (pooling flags, the vector in the produced
                                                      //    area), the thinking budget; 8: speculative
-                                                     //    decoding counts
+                                                     //    decoding counts; 9: the LoRA adapter
 inline constexpr size_t kSpecPositions = 16;  // draft positions the broker counts acceptance at
 inline constexpr size_t kClientRequestIdBytes = 128;  // the client's x-request-id, for the engine's log lines
 inline constexpr uint32_t kBrokerHeaderBytes = 8192;
@@ -144,6 +144,8 @@ struct alignas(64) SlotHeader {
   int32_t reasoning_start;
   int32_t reasoning_end;
   std::atomic<uint64_t> admitted_ns;  // CLOCK_MONOTONIC of its first admission (0 while QUEUED)
+  int32_t adapter;          // RequestSpec::adapter and adapter_id: the LoRA adapter it runs with;
+  uint64_t adapter_id;      // an id of 0 (no load has it) is the base model
   // The client's request id (printable ASCII, NUL-padded; not NUL-terminated when full).
   char client_request_id[kClientRequestIdBytes];
   // Followed by int32_t prompt[slot_tokens], ProducedToken produced[slot_tokens],

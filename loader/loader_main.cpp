@@ -16,11 +16,13 @@
 #include "common/log.h"
 #include "common/program.h"
 #include "loader/device_slabs.h"
+#include "loader/lora_resident.h"
 #include "loader/resident.h"
 
 namespace {
 
 constexpr const char* kUsage = R"(usage: hearth-loader --model PATH [options]
+       hearth-loader --load-lora NAME=PATH [--instance NAME] [--shm-dir DIR]
 
 Publishes the model as the shared-memory segment hearth.<instance>.weights and stays
 resident. Prints one JSON line to stdout when the segment is ready.
@@ -37,6 +39,17 @@ resident. Prints one JSON line to stdout when the segment is ready.
                       --spec draft) as hearth.<instance>.draft-weights: a smaller model of
                       the same tokenizer, unsplit (rank 0 drafts), quantized and laid out
                       as the target; its tokenizer must be the target's
+  --lora NAME=PATH    also keep this LoRA adapter (a PEFT directory or GGUF LoRA file,
+                      checked against the model) resident in hearth.<instance>.lora, where
+                      requests select it by naming NAME as their model (repeatable); an
+                      adapter of that name a previous loader kept stays as it is
+  --max-loras N       adapter slots of hearth.<instance>.lora (1..64, default 4 with --lora):
+                      adapters resident at once, loaded at start or at run time
+  --max-lora-rank R   the largest adapter rank a slot holds (default 16)
+  --load-lora NAME=PATH  load one adapter into the running instance's adapter segment
+                      (checked against its weights segment) and exit, printing one JSON
+                      line: {"event":"lora_loaded",...} or {"event":"error","code":...}; how
+                      hearth-frontend serves POST /v1/load_lora_adapter
   --device cuda|cuda:N[,N...]  also keep each rank's weights in device memory, one slab per
                       GPU (rank r on device r, or on the listed devices), served to engine
                       ranks at hearth.<instance>.slabs.sock and kept by systemd or hearth
@@ -58,6 +71,34 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
+// --load-lora NAME=PATH: one adapter into the instance's adapter segment, the outcome as
+// one JSON line on stdout.
+int load_lora(const std::string& flag, const std::string& instance, std::filesystem::path dir) {
+  using namespace hearth;
+  auto loaded = [&]() -> Result<LoraSlotInfo> {
+    const size_t eq = flag.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size()) {
+      return make_error(ErrorCode::kInvalidArgument, "--load-lora {}: expected NAME=PATH", flag);
+    }
+    if (dir.empty()) dir = shm_dir_default();
+    HEARTH_ASSIGN_OR_RETURN(AttachedWeights base, weights_attach(segment_path(dir, instance, "weights")));
+    HEARTH_ASSIGN_OR_RETURN(LoraSegment segment, LoraSegment::attach(segment_path(dir, instance, "lora"), true));
+    return lora_segment_load(segment, base, flag.substr(0, eq), flag.substr(eq + 1));
+  }();
+  boost::json::object out;
+  if (!loaded.is_ok()) {
+    out = {{"event", "error"},
+           {"code", error_code_name(loaded.status().code())},
+           {"message", loaded.status().message()}};
+  } else {
+    out = {{"event", "lora_loaded"}, {"name", loaded->name},         {"slot", loaded->slot},
+           {"id", loaded->id},       {"max_rank", loaded->max_rank}, {"matrices", loaded->n_matrices},
+           {"source", loaded->source}};
+  }
+  std::printf("%s\n", boost::json::serialize(out).c_str());
+  return loaded.is_ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,7 +107,8 @@ int main(int argc, char** argv) {
   const Status logging = log_init("loader");
   auto args = Args::parse({argv + 1, argv + argc},
                           with_program_flags({"model", "tokenizer", "instance", "shm-dir", "quant", "tp", "layout",
-                                              "device", "device-sharing", "draft-model"},
+                                              "device", "device-sharing", "draft-model", "lora", "load-lora", "max-loras",
+                                              "max-lora-rank"},
                                              kProgramValueFlags),
                           with_program_flags({"hugepages", "remove-on-exit", "exit-after-publish", "help"},
                                              kProgramBoolFlags));
@@ -76,6 +118,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (auto exit = handle_program_flags(*args, "hearth-loader", logging)) return *exit;
+  if (auto flag = args->get("load-lora")) {
+    return load_lora(*flag, args->get("instance").value_or("default"), args->get("shm-dir").value_or(""));
+  }
   ResidentOptions o;
   if (!args->get("model")) return usage_error("--model is required");
   o.model = *args->get("model");
@@ -155,6 +200,58 @@ int main(int argc, char** argv) {
     std::error_code ec;
     if (std::filesystem::remove(stale, ec)) HEARTH_LOG_INFO("removed {}: this loader keeps no draft model", stale.string());
   }
+  // Resident LoRA adapters: the segment, adopted with what it holds where it fits, and
+  // the adapters named on the command line that it does not hold yet.
+  std::optional<OpenedLoraSegment> lora;
+  const auto lora_path = segment_path(o.shm_dir.empty() ? shm_dir_default() : o.shm_dir, o.instance, "lora");
+  const std::vector<std::string> lora_flags = args->get_all("lora");
+  if (!lora_flags.empty() || args->get("max-loras") || args->get("max-lora-rank")) {
+    auto max_loras = args->get_int("max-loras", 1, kMaxLoraSlots);
+    if (!max_loras.is_ok()) return usage_error(max_loras.status().message());
+    auto max_rank = args->get_int("max-lora-rank", 1, 1024);
+    if (!max_rank.is_ok()) return usage_error(max_rank.status().message());
+    const auto wanted = static_cast<uint32_t>(max_loras->value_or(std::max<int64_t>(4, static_cast<int64_t>(lora_flags.size()))));
+    if (lora_flags.size() > wanted) {
+      return usage_error(fmt::format("{} --lora adapters do not fit --max-loras {}", lora_flags.size(), wanted));
+    }
+    auto base = weights_attach(r.segment.path());
+    auto opened = base.is_ok() ? lora_segment_open(*base, {.path = lora_path,
+                                                          .max_loras = wanted,
+                                                          .max_rank = static_cast<int32_t>(max_rank->value_or(16))})
+                               : Result<OpenedLoraSegment>(base.status());
+    if (!opened.is_ok()) {
+      std::fprintf(stderr, "hearth-loader: the adapter segment: %s\n", opened.status().to_string().c_str());
+      return 1;
+    }
+    lora.emplace(std::move(opened).value());
+    if (!lora->why_new.empty()) HEARTH_LOG_INFO("replaced {}: {}", lora_path.string(), lora->why_new);
+    for (const std::string& flag : lora_flags) {
+      const size_t eq = flag.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == flag.size()) {
+        return usage_error(fmt::format("--lora {}: expected NAME=PATH", flag));
+      }
+      const std::string name = flag.substr(0, eq);
+      const std::filesystem::path path = flag.substr(eq + 1);
+      if (auto held = lora->segment.find(name)) {
+        HEARTH_LOG_INFO("adapter {} stays resident as it was loaded (from {}, {} matrices of rank up to {})", name,
+                        held->source, held->n_matrices, held->max_rank);
+        continue;
+      }
+      auto loaded = lora_segment_load(lora->segment, *base, name, path);
+      if (!loaded.is_ok()) {
+        std::fprintf(stderr, "hearth-loader: --lora %s: %s\n", flag.c_str(), loaded.status().to_string().c_str());
+        return 1;
+      }
+      HEARTH_LOG_INFO("adapter {} resident in slot {}: {} matrices of rank up to {}", name, loaded->slot,
+                      loaded->n_matrices, loaded->max_rank);
+    }
+    HEARTH_LOG_INFO("{} {}: {} adapter slots of rank up to {} ({})", lora->adopted ? "adopted" : "created",
+                    lora_path.string(), lora->segment.n_slots(), lora->segment.header().max_rank,
+                    human_bytes(lora->segment.size()));
+  } else {
+    std::error_code ec;  // adapters an earlier loader kept were checked against its model, not this one's
+    if (std::filesystem::remove(lora_path, ec)) HEARTH_LOG_INFO("removed {}: this loader keeps no adapters", lora_path.string());
+  }
   std::unique_ptr<DeviceSlabs> slabs;
   if (device) {
     auto made = device_slabs_publish(r, *device);
@@ -173,6 +270,7 @@ int main(int argc, char** argv) {
   ready["fingerprint"] = r.fingerprint.hex();
   if (slabs) ready["device_slabs"] = slabs->describe();
   if (draft) ready["draft_segment"] = draft->segment.path().string();
+  if (lora) ready["lora_segment"] = lora->segment.path().string();
   const std::string status = fmt::format("{} {} ({})", r.adopted ? "adopted" : "published", r.segment.path().string(),
                                          human_bytes(r.segment.size()));
   HEARTH_LOG_INFO("{}; resident", status);
@@ -198,6 +296,10 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
+    if (lora && !std::filesystem::exists(lora->segment.path())) {
+      HEARTH_LOG_ERROR("segment {} was removed; exiting so that a new loader creates it again", lora->segment.path().string());
+      return 1;
+    }
   }
   daemon_notify_stopping();
   if (args->has("remove-on-exit")) {
@@ -205,6 +307,10 @@ int main(int argc, char** argv) {
       std::error_code ec;
       std::filesystem::remove(segment->segment.path(), ec);
       HEARTH_LOG_INFO("removed {}", segment->segment.path().string());
+    }
+    if (lora) {
+      std::error_code ec;
+      std::filesystem::remove(lora->segment.path(), ec);
     }
   } else {
     HEARTH_LOG_INFO("stopping; {} stays resident", r.segment.path().string());

@@ -52,6 +52,11 @@ constexpr ServeFlag kFlags[] = {
   {"draft-model", FlagKind::kPath, "PATH", kToLoader, "the draft model of --spec draft (GGUF, Hugging Face directory or llama2.c checkpoint): the loader keeps it resident beside the target (hearth.<instance>.draft-weights), quantized and laid out as the target, and rank 0 runs it whole", "Engine"},
   {"spec-tokens", FlagKind::kInt, "K", kToEngine, "drafted tokens per sequence and step at most (--spec)", "Engine", 1, 16, {}, false, {}, "4"},
   {"max-grammar-bytes", FlagKind::kInt, "N", kToEngine, "largest grammar a request's structured output or forced tool call may compile to (each slot holds this much)", "Engine", 0, 16 << 20, {}, false, {}, "65536"},
+  // LoRA adapters.
+  {"lora", FlagKind::kText, "NAME=PATH", kToLoader, "keep this LoRA adapter (a PEFT directory or GGUF LoRA file, checked against the model) resident in hearth.<instance>.lora; requests select it by naming NAME as their model, /v1/models lists it with its parent; repeatable", "LoRA", 0, 0, {}, true},
+  {"max-loras", FlagKind::kInt, "N", kToLoader, "adapter slots: adapters resident at once (loaded at start or at run time), each held by every engine rank, all of them usable in one step", "LoRA", 1, 64, {}, false, {}, "4 with --lora"},
+  {"max-lora-rank", FlagKind::kInt, "R", kToLoader, "the largest adapter rank a slot holds", "LoRA", 1, 1024, {}, false, {}, "16"},
+  {"allow-runtime-lora", FlagKind::kBool, "", kToFrontend, "POST /v1/load_lora_adapter {\"lora_name\",\"lora_path\"} loads an adapter into a free slot and /v1/unload_lora_adapter {\"lora_name\"} unloads one once the requests using it finish (guarded by the API key)", "LoRA"},
   // HTTP.
   {"host", FlagKind::kText, "HOST", kToServe, "listen address (a non-loopback one without an API key is warned about)", "HTTP", 0, 0, {}, false, {}, "127.0.0.1"},
   {"port", FlagKind::kInt, "PORT", kToServe, "port (0 picks a free one, printed in the serving line)", "HTTP", 0, 65535, {}, false, {}, "8080"},

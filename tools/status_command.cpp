@@ -16,6 +16,7 @@
 #include "common/process.h"
 #include "common/version.h"
 #include "ipc/broker.h"
+#include "ipc/lora_segment.h"
 #include "ipc/segment.h"
 #include "ipc/slab_channel.h"
 #include "ipc/tp_segment.h"
@@ -156,6 +157,31 @@ boost::json::object describe_slabs(const std::filesystem::path& path, boost::jso
   return o;
 }
 
+// The resident LoRA adapters: capacity and each loaded adapter.
+boost::json::object describe_lora(const std::filesystem::path& path, boost::json::object o) {
+  auto seg = LoraSegment::attach(path, /*writable=*/false);
+  if (!seg.is_ok()) {
+    o["error"] = seg.status().to_string();
+    return o;
+  }
+  const LoraHeader& h = seg->header();
+  o["base_fingerprint"] = h.base.hex();
+  o["max_loras"] = h.n_slots;
+  o["max_lora_rank"] = h.max_rank;
+  boost::json::array adapters;
+  for (const LoraSlotInfo& a : seg->list()) {
+    adapters.push_back(boost::json::object{{"name", a.name},
+                                           {"slot", a.slot},
+                                           {"state", a.unloading ? "unloading" : "ready"},
+                                           {"max_rank", a.max_rank},
+                                           {"matrices", a.n_matrices},
+                                           {"source", a.source},
+                                           {"loaded", local_time(a.loaded_unix_ms)}});
+  }
+  o["adapters"] = std::move(adapters);
+  return o;
+}
+
 boost::json::object describe(const std::filesystem::path& path, const std::string& what) {
   boost::json::object o;
   o["segment"] = what;
@@ -171,6 +197,7 @@ boost::json::object describe(const std::filesystem::path& path, const std::strin
   if (what == "broker") return describe_broker(path, std::move(o));
   if (what == "tp") return describe_tp(path, std::move(o));
   if (what == "slabs.sock") return describe_slabs(path, std::move(o));
+  if (what == "lora") return describe_lora(path, std::move(o));
   if (what != "weights" && what != "draft-weights") return o;  // the target, or speculative decoding's draft model
 
   auto seg = ShmSegment::attach(path, /*writable=*/false);
@@ -265,6 +292,19 @@ void print_text(const std::map<std::string, std::vector<boost::json::object>>& i
                       r.at("step_ms_mean").to_number<double>(), r.at("step_ms_last").to_number<double>(),
                       static_cast<long long>(r.at("threads").to_number<int64_t>()), cpus.empty() ? "" : " on CPUs ",
                       cpus.c_str());
+        }
+      } else if (o.contains("adapters")) {
+        const auto& adapters = o.at("adapters").as_array();
+        std::printf("\n    adapters     %zu of %lld slots loaded, ranks up to %lld\n", adapters.size(),
+                    static_cast<long long>(o.at("max_loras").to_number<int64_t>()),
+                    static_cast<long long>(o.at("max_lora_rank").to_number<int64_t>()));
+        for (const auto& av : adapters) {
+          const auto& a = av.as_object();
+          std::printf("    slot %-7lld %s (%s): %lld matrices of rank up to %lld from %s, loaded %s\n",
+                      static_cast<long long>(a.at("slot").to_number<int64_t>()), a.at("name").as_string().c_str(),
+                      a.at("state").as_string().c_str(), static_cast<long long>(a.at("matrices").to_number<int64_t>()),
+                      static_cast<long long>(a.at("max_rank").to_number<int64_t>()), a.at("source").as_string().c_str(),
+                      a.at("loaded").as_string().c_str());
         }
       } else if (o.contains("slabs")) {
         std::printf("\n    loader       pid %lld serves %zu device slab(s)\n",

@@ -21,6 +21,7 @@
 #include "engine/core/model.h"
 #include "engine/core/model_runner.h"
 #include "engine/serve/kv_adoption.h"
+#include "engine/serve/resident_adapters.h"
 #include "engine/serve/loader_slab.h"
 #include "engine/serve/resident_cache.h"
 #include "engine/tp/tp_group.h"
@@ -130,6 +131,7 @@ struct EngineServer::Impl {
   std::vector<std::unique_ptr<FdStore>> stores;
   std::shared_ptr<void> device_kv;
   std::unique_ptr<Model> model;
+  ResidentAdapters adapters;  // the instance's resident LoRA adapters (hearth-loader --lora)
   std::optional<KvCache> cache;
   std::unique_ptr<ResidentKv> resident;  // the KV segment's tables; none: a private cache
   std::optional<KvAdoption> adoption;    // with `resident`: a restarted engine's candidates
@@ -196,6 +198,13 @@ struct EngineServer::Impl {
       fail_slot(index, request.status().code(), request.status().message());
       return;
     }
+    if (const RequestSpec& spec = request->spec; spec.adapter >= 0) {
+      // Before the adoption check too: it recomputes a row with the request's adapter.
+      if (Status st = adapters.use(*model, spec.adapter, spec.adapter_id); !st.is_ok()) {
+        fail_slot(index, st.code(), st.message());
+        return;
+      }
+    }
     if (resume && adoption && adoption->consider(index, s.request_id, *request)) return;  // checked by adopt()
     enter(index, std::move(request).value(), {});
   }
@@ -238,7 +247,9 @@ struct EngineServer::Impl {
                             model->config().dim, broker->slot_tokens()));
       return;
     }
-    SequenceRequest sequence{.tokens = std::move(r.tokens), .n_prompt = r.n_prompt, .spec = std::move(r.spec)};
+    const int32_t adapter = r.spec.adapter;
+    SequenceRequest sequence{
+        .tokens = std::move(r.tokens), .n_prompt = r.n_prompt, .spec = std::move(r.spec), .adapter = adapter};
     auto added = adopted.blocks.empty() ? driver->add(id, std::move(sequence))
                                         : driver->add(id, std::move(sequence), std::move(adopted));
     if (!added.is_ok() || *added != FinishReason::kNone) {
@@ -331,6 +342,22 @@ struct EngineServer::Impl {
       }
     }
     for (uint64_t id : gone) forget(id);
+  }
+
+  // Adapter slots being unloaded go free once nothing names them: no sequence here, and no
+  // request a frontend is filling, has queued or the engine runs (the broker's table).
+  // Admissions check the slot in this same thread, so none is admitted after the free.
+  void release_adapters() {
+    adapters.release_unloaded([this](int32_t slot, uint64_t id) {
+      if (driver->uses_adapter(slot)) return true;
+      for (uint32_t i = 0; i < broker->n_slots(); ++i) {
+        const SlotHeader& s = broker->slot(i);
+        const auto state = static_cast<SlotState>(s.state.load(std::memory_order_acquire));
+        if (state != SlotState::kFilling && state != SlotState::kQueued && state != SlotState::kRunning) continue;
+        if (s.adapter == slot && s.adapter_id == id) return true;
+      }
+      return false;
+    });
   }
 
   // Slots the engine is not running whose frontend is gone go back to FREE, so a dead
@@ -556,6 +583,8 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
     return make_error(ErrorCode::kInvalidArgument, "slots and block size must be positive");
   }
   if (options.spec.method == SpecMethod::kDraft) HEARTH_RETURN_IF_ERROR(impl->attach_draft(dir));
+  HEARTH_ASSIGN_OR_RETURN(impl->adapters, ResidentAdapters::attach(segment_path(dir, options.instance, "lora"),
+                                                                  impl->weights.header->fingerprint));
   int32_t blocks = options.kv_blocks;
   if (blocks <= 0) {
     const int32_t per_seq = (impl->context + options.block_size - 1) / options.block_size;
@@ -594,7 +623,9 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
   HEARTH_RETURN_IF_ERROR(impl->open_cache(kv, dir));
   HEARTH_ASSIGN_OR_RETURN(impl->model, Model::create(c, impl->weights.tensors(0), *impl->backend, max_tokens,
                                                           {.layout = impl->weights.layout,
-                                                           .comm = &impl->group->communicator()}));
+                                                           .comm = &impl->group->communicator(),
+                                                           .max_adapters = impl->adapters.slots(),
+                                                           .max_lora_rank = impl->adapters.max_rank()}));
   impl->runner = std::make_unique<ModelRunner>(*impl->model, *impl->cache,
                                                options.tp > 1 ? impl->group.get() : nullptr);
   if (options.spec.method == SpecMethod::kDraft) HEARTH_RETURN_IF_ERROR(impl->open_draft(blocks, max_tokens));
@@ -686,6 +717,7 @@ Status EngineServer::run(const std::function<void()>& on_serving) {
       m.last_scan_ns = now;
     }
     m.reap();
+    m.release_adapters();
     if (!group.check_members().is_ok()) continue;  // the top of the loop waits for the group again
     bool ran = false;
     if (Status st = m.step(ran); !st.is_ok()) {

@@ -173,7 +173,8 @@ Status KvAdoption::verify(ModelRunner& runner, const VerifyBatch& batch, const s
       const AdoptCandidate& c = pending[i];
       if (c.kv.blocks.empty()) continue;
       HEARTH_RETURN_IF_ERROR(input.add_sequence(
-          std::span(c.request.tokens).subspan(static_cast<size_t>(c.check_pos), 1), c.check_pos, c.kv.blocks, true));
+          std::span(c.request.tokens).subspan(static_cast<size_t>(c.check_pos), 1), c.check_pos, c.kv.blocks, true,
+          c.request.spec.adapter));
       rows.push_back(i);
     }
     if (rows.empty()) continue;

@@ -9,6 +9,7 @@
 #include "engine/core/model.h"
 #include "engine/core/model_runner.h"
 #include "engine/serve/loader_slab.h"
+#include "engine/serve/resident_adapters.h"
 #include "engine/serve/resident_cache.h"
 #include "engine/tp/tp_group.h"
 #include "ipc/broker.h"
@@ -27,6 +28,7 @@ struct ShardServer::Impl {
   std::unique_ptr<Backend> backend;
   std::vector<std::unique_ptr<FdStore>> stores;  // a CUDA backend's resident KV cache gives them its device memory
   std::filesystem::path tp_path;
+  std::filesystem::path lora_path;  // the instance's resident adapters
   std::filesystem::path kv_path;        // this rank's resident KV segment
   std::optional<KvSegment> kv_segment;  // while the cache lives in it
   std::shared_ptr<void> device_kv;      // K and V on the GPU, while the cache lives in them
@@ -132,9 +134,15 @@ struct ShardServer::Impl {
                                        .cuda_device = tp_group_cuda_device(options.backend)});
     group.note_cpus(start.cpus.mask64(), static_cast<uint32_t>(start.cpus.cpus.size()),
                     static_cast<uint32_t>(backend->threads()));
+    HEARTH_ASSIGN_OR_RETURN(ResidentAdapters adapters,
+                            ResidentAdapters::attach(lora_path,
+                                                     start.weights.header->fingerprint));
     HEARTH_ASSIGN_OR_RETURN(auto model, Model::create(c, start.weights.tensors(rank), *backend,
                                                            g.max_batch_tokens,
-                                                           {.layout = start.weights.layout, .comm = &group.communicator()}));
+                                                           {.layout = start.weights.layout,
+                                                            .comm = &group.communicator(),
+                                                            .max_adapters = adapters.slots(),
+                                                            .max_lora_rank = adapters.max_rank()}));
     ModelRunner runner(*model, cache);
     HEARTH_LOG_INFO("rank {} of {}: {} KV blocks of {} ({}, {} MiB), steps of up to {} tokens", rank, options.tp,
                     g.kv_blocks, g.block_size, kernels::kv_dtype_name(dtype), cache.bytes() >> 20, g.max_batch_tokens);
@@ -158,7 +166,9 @@ struct ShardServer::Impl {
         continue;  // the epoch is over: join the next one
       }
       if (!*got) continue;
-      if (Status st = runner.run_shard(input); !st.is_ok()) {
+      Status st = adapters.sync(*model, input);  // the adapters rank 0 runs this step with
+      if (st.is_ok()) st = runner.run_shard(input);
+      if (!st.is_ok()) {
         if (group.epoch() != 0) {  // not the group's failure: this rank cannot follow rank 0
           HEARTH_LOG_ERROR("rank {}: step failed: {}", rank, st.to_string());
           group.leave(TpBreak::kNone);
@@ -185,6 +195,7 @@ Result<std::unique_ptr<ShardServer>> ShardServer::create(const EngineOptions& op
   HEARTH_RETURN_IF_ERROR(
       backend_use_loader_slab(*impl->backend, impl->start.weights, options.rank, dir, options.instance));
   impl->tp_path = segment_path(dir, options.instance, "tp");
+  impl->lora_path = segment_path(dir, options.instance, "lora");
   impl->kv_path = segment_path(dir, options.instance, fmt::format("kv-rank{}", options.rank));
   std::unique_ptr<ShardServer> server(new ShardServer());
   server->impl_ = std::move(impl);
