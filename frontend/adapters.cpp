@@ -107,7 +107,6 @@ Result<LoraSlotInfo> FrontendAdapters::load(const Loader& loader, const std::str
 
 Result<LoraSlotInfo> FrontendAdapters::unload(const std::string& name, const UnloadHooks& hooks) {
   if (!segment_) return no_segment();
-  std::lock_guard lock(admin_mu_);
   std::optional<LoraSlotInfo> found;
   for (const LoraSlotInfo& a : segment_->list()) {
     if (a.name == name) found = a;

@@ -70,7 +70,7 @@ class FrontendAdapters {
 
  private:
   std::optional<LoraSegment> segment_;
-  std::mutex admin_mu_;  // one load or unload at a time in this frontend
+  std::mutex admin_mu_;  // one load at a time from this frontend (an unload waits without it)
   mutable std::mutex unloading_mu_;  // guards `unloading_`
   std::vector<std::string> unloading_;  // adapters this frontend takes no new requests for
 };

@@ -2,6 +2,7 @@
 // sit inside other files, into DIR:
 //   broker.seed     a broker segment (4 slots of 32 tokens) with requests in every state
 //   weights.seed    the stories260K weights segment as hearth-loader publishes it
+//   lora.seed       an adapter segment for it, with a rank-4 adapter loaded
 //   templates/N.jinja  every chat template of ../shared/tokenizers/chat_templates
 // CTest runs it before the replays; for a libFuzzer run, run it once and give the
 // fuzzer DIR (or a copy) as its corpus. Seeds whose sources are absent are left out.
@@ -17,6 +18,8 @@
 
 #include "common/mapped_file.h"
 #include "ipc/broker.h"
+#include "loader/lora.h"
+#include "loader/lora_resident.h"
 #include "loader/resident.h"
 #include "tests/test_util.h"
 
@@ -71,6 +74,24 @@ int write_weights(const std::filesystem::path& dir) {
   o.instance = "seed";
   if (!resident_publish(o).is_ok()) return 0;
   return copy_segment(segment_path(tmp.path(), "seed", "weights"), dir / "weights.seed") ? 1 : 0;
+}
+
+int write_lora(const std::filesystem::path& dir) {
+  const auto model = testing::shared_path("models/stories260K/stories260K.gguf");
+  if (!std::filesystem::exists(model)) return 0;
+  testing::TempDir tmp;
+  ResidentOptions o;
+  o.model = model;
+  o.shm_dir = tmp.path();
+  o.instance = "seed";
+  auto base_model = model_open(model);
+  if (!resident_publish(o).is_ok() || !base_model.is_ok()) return 0;
+  auto base = weights_attach(segment_path(tmp.path(), "seed", "weights"));
+  if (!base.is_ok() || !lora_synth_write(*base_model, {.rank = 4}, tmp.path() / "adapter").is_ok()) return 0;
+  const auto path = segment_path(tmp.path(), "seed", "lora");
+  auto segment = lora_segment_open(*base, {.path = path, .max_loras = 2, .max_rank = 4});
+  if (!segment.is_ok() || !lora_segment_load(segment->segment, *base, "seed", tmp.path() / "adapter").is_ok()) return 0;
+  return copy_segment(path, dir / "lora.seed") ? 1 : 0;
 }
 
 int write_templates(const std::filesystem::path& dir) {
@@ -128,8 +149,9 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const int broker = hearth::write_broker(dir);
   const int weights = hearth::write_weights(dir);
+  const int lora = hearth::write_lora(dir);
   const int templates = hearth::write_templates(dir);
-  std::printf("fuzz_seeds: %d broker, %d weights, %d chat template seeds in %s\n", broker, weights, templates,
-              dir.string().c_str());
+  std::printf("fuzz_seeds: %d broker, %d weights, %d adapter, %d chat template seeds in %s\n", broker, weights, lora,
+              templates, dir.string().c_str());
   return broker == 1 ? 0 : 1;
 }

@@ -1,6 +1,7 @@
-# Segments other processes write (the broker: frontends; the weights: the loader), and
+# Segments other processes write (the broker: frontends; the weights and adapters: the
+# loader), and
 # what clients send the frontend (HTTP requests, chat templates shipped with models).
-# The broker, weights and template seeds are written by fuzz_seeds, a CTest fixture.
+# The broker, weights, adapter and template seeds are written by fuzz_seeds, a CTest fixture.
 set(hearth_fuzz_seed_dir ${CMAKE_BINARY_DIR}/fuzz-seeds)
 if(NOT HEARTH_FUZZ)
   add_executable(fuzz_seeds fuzz_seeds.cpp)
@@ -12,6 +13,8 @@ hearth_add_fuzz(fuzz_broker SOURCE fuzz_broker.cpp LIBS hearth_ipc
   SEEDS ${hearth_fuzz_seed_dir}/broker.seed)
 hearth_add_fuzz(fuzz_weights SOURCE fuzz_weights.cpp LIBS hearth_ipc
   SEEDS ${hearth_fuzz_seed_dir}/weights.seed)
+hearth_add_fuzz(fuzz_lora SOURCE fuzz_lora.cpp LIBS hearth_ipc
+  SEEDS ${hearth_fuzz_seed_dir}/lora.seed)
 hearth_add_fuzz(fuzz_http_request SOURCE fuzz_http_request.cpp LIBS hearth_frontend
   SEEDS ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/completion.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/chat_chunked.txt
         ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/token_prompt.txt ${CMAKE_CURRENT_SOURCE_DIR}/corpus/http/get.txt
@@ -20,7 +23,7 @@ hearth_add_fuzz(fuzz_http_request SOURCE fuzz_http_request.cpp LIBS hearth_front
 hearth_add_fuzz(fuzz_chat_template SOURCE fuzz_chat_template.cpp LIBS hearth_chat
   SEEDS --rounds 200 ${hearth_fuzz_seed_dir}/templates)
 if(NOT HEARTH_FUZZ)
-  foreach(t fuzz_broker fuzz_weights fuzz_chat_template)
+  foreach(t fuzz_broker fuzz_weights fuzz_lora fuzz_chat_template)
     set_tests_properties(${t}_replay PROPERTIES FIXTURES_REQUIRED fuzz_seeds)
   endforeach()
 endif()
