@@ -61,6 +61,11 @@ void FrontendAdapters::list_models(boost::json::array& data, const std::string& 
 
 namespace {
 
+Status engine_without_segment() {
+  return make_error(ErrorCode::kUnavailable, "the engine serving this instance started without its adapter segment "
+                    "(or with one since replaced): restart hearth-engine");
+}
+
 Status no_segment() {
   return make_error(ErrorCode::kUnsupported,
                     "this instance keeps no adapters: start hearth-loader with --max-loras N (hearth serve --max-loras N)");
@@ -75,7 +80,10 @@ Result<LoraSlotInfo> FrontendAdapters::load(const Loader& loader, const std::str
   if (std::find(reserved.begin(), reserved.end(), name) != reserved.end()) {
     return make_error(ErrorCode::kInvalidArgument, "lora_name: \"{}\" is the base model's name", name);
   }
-  std::lock_guard lock(admin_mu_);
+  std::unique_lock lock(admin_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return make_error(ErrorCode::kResourceExhausted, "another adapter is being loaded through this frontend; try again");
+  }
   const ProcessResult run = run_process({loader.program, "--instance", loader.instance, "--shm-dir", loader.shm_dir,
                                          "--load-lora", name + "=" + path, "--log-level", "warn"});
   // Its one JSON line is the last of its output.
@@ -113,9 +121,16 @@ Result<LoraSlotInfo> FrontendAdapters::unload(const std::string& name, const Unl
   }
   if (!found) return make_error(ErrorCode::kNotFound, "lora_name: no adapter named \"{}\" is loaded", name);
   const LoraSlotInfo info = *found;
+  if (!hooks.engine_serves_segment()) return engine_without_segment();
   const AdapterRef ref{static_cast<int32_t>(info.slot), info.id, info.name};
+  const auto deadline = std::chrono::steady_clock::now() + hooks.timeout;
   auto wait = [&](const std::function<bool()>& done) -> Status {
     for (int64_t polls = 0; !done(); ++polls) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        return make_error(ErrorCode::kUnavailable, "adapter \"{}\" is still in use after {} s: it takes no new "
+                          "requests and is unloaded once those it runs have finished (asking again waits for that)",
+                          name, std::chrono::duration_cast<std::chrono::seconds>(hooks.timeout).count());
+      }
       if (hooks.stopping()) {
         return make_error(ErrorCode::kUnavailable, "adapter \"{}\" was not unloaded: this frontend is stopping", name);
       }
@@ -135,7 +150,7 @@ Result<LoraSlotInfo> FrontendAdapters::unload(const std::string& name, const Unl
     HEARTH_LOG_INFO("unloading adapter {} (slot {}): new requests for it are refused; those it runs finish first", name,
                     info.slot);
     Status drained = wait([&] { return !hooks.queued_here(info.slot, info.id); });
-    if (drained.is_ok()) drained = segment_->begin_unload(name).status();
+    if (drained.is_ok()) drained = segment_->begin_unload(info.slot, info.id);
     {
       std::lock_guard names(unloading_mu_);
       std::erase(unloading_, name);
@@ -143,7 +158,8 @@ Result<LoraSlotInfo> FrontendAdapters::unload(const std::string& name, const Unl
     HEARTH_RETURN_IF_ERROR(drained);
   }
   Status freed = wait([&] { return !holds(ref); });
-  if (!freed.is_ok() && hooks.stopping()) (void)segment_->cancel_unload(info.slot, info.id);
+  // Stopped before the engine freed it: READY again, unless the unload was another's.
+  if (!freed.is_ok() && hooks.stopping() && !info.unloading) (void)segment_->cancel_unload(info.slot, info.id);
   HEARTH_RETURN_IF_ERROR(freed);
   LoraSlotInfo out = info;
   out.unloading = false;

@@ -5,6 +5,7 @@
 // and unloads of all of them go through its writers' lock.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -34,6 +35,7 @@ class FrontendAdapters {
   Status attach(const std::filesystem::path& path, const Fingerprint& base);
   bool present() const { return segment_.has_value(); }
   uint32_t capacity() const { return segment_ ? segment_->n_slots() : 0; }
+  uint64_t nonce() const { return segment_ ? segment_->nonce() : 0; }
 
   // The READY adapter named `model`, if any.
   std::optional<AdapterRef> find(std::string_view model) const;
@@ -59,12 +61,16 @@ class FrontendAdapters {
   // and waits until none of those it queued is still waiting for a broker slot; then the
   // adapter turns UNLOADING (no frontend takes new requests for it) and the engine frees
   // its slot once the requests in the broker that name it have finished. Returns when the
-  // slot is free; kUnavailable (the adapter stays UNLOADING, to be freed by the next
-  // engine) when no engine serves, or, when this frontend stops, with it READY again.
+  // slot is free; kUnavailable when no engine serves or the requests still run after
+  // `timeout` (the adapter stays UNLOADING, freed by the engine once nothing names it),
+  // when the engine does not serve this segment (nothing changed), or when this frontend
+  // stops (READY again, if this unload began it).
   struct UnloadHooks {
     std::function<bool(uint32_t slot, uint64_t id)> queued_here;  // a request here waits for a slot with it
     std::function<bool()> engine_down;
+    std::function<bool()> engine_serves_segment;  // the engine attached this segment (it frees slots)
     std::function<bool()> stopping;
+    std::chrono::milliseconds timeout{600000};  // then kUnavailable, the adapter left UNLOADING
   };
   Result<LoraSlotInfo> unload(const std::string& name, const UnloadHooks& hooks);
 

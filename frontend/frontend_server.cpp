@@ -88,6 +88,10 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
                     loaded.empty() ? "" : fmt::format(" ({})", fmt::join(loaded, ", ")),
                     o.allow_runtime_lora ? "allowed" : "off (--allow-runtime-lora)");
   }
+  if (o.allow_runtime_lora && o.api_keys.empty()) {
+    HEARTH_LOG_WARN("--allow-runtime-lora without --api-key: anyone who reaches this port may make the loader read "
+                    "adapters from any path it can read; give keys, or keep the port private");
+  }
   engine_up.store(probe_engine());
   weights.emplace(std::move(w));
   HEARTH_RETURN_IF_ERROR(listen(o));
@@ -98,7 +102,14 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
 Result<AdapterRef> FrontendServer::Impl::resolve_model(const ApiRequest& request) const {
   Status base = admit_model(request, facts);
   if (base.is_ok()) return AdapterRef{};
-  if (auto adapter = adapters.find(request.model)) return *std::move(adapter);
+  if (auto adapter = adapters.find(request.model)) {
+    if (!engine_serves_adapters()) {
+      return make_error(ErrorCode::kUnavailable, "model: adapter \"{}\" is loaded, but the engine serving this "
+                        "instance started without the adapter segment (or with one since replaced): restart "
+                        "hearth-engine", request.model);
+    }
+    return *std::move(adapter);
+  }
   std::vector<std::string> names;
   for (const LoraSlotInfo& a : adapters.list()) {
     if (!a.unloading) names.push_back(a.name);
@@ -260,7 +271,10 @@ Status FrontendServer::run() {
   m.stopping.store(true);
   if (m.pump.joinable()) m.pump.join();
   m.client->leave();  // at once, whatever happens below
-  m.release_handlers();
+  // Adapter loads and unloads see `stopping` within 20 ms; a load's hearth-loader child
+  // within its own time limit. Their answers go nowhere now.
+  for (int i = 0; i < 13000 && m.admin_workers.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  m.release_handlers();  // and what they posted
   return Status::ok();
 }
 

@@ -49,6 +49,10 @@ double seconds_since(std::chrono::steady_clock::time_point t);
 
 class Session;
 
+// Counts a load or unload thread for the server's lifetime (FrontendServer::run waits
+// until none is left).
+struct AdminWorker;
+
 // One HTTP request being generated: its choices (one broker slot each) and what has been
 // sent. Only the pump thread touches it after submission, except `client_gone`.
 struct Generation {
@@ -128,6 +132,7 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   ModelFacts facts;  // what admission checks requests against (frontend/admission.h)
   FrontendAdapters adapters;  // the instance's resident LoRA adapters (frontend/adapters.h)
   std::filesystem::path shm_dir;  // where the instance's segments are
+  std::atomic<int> admin_workers{0};  // load/unload threads running (run() waits for them)
   std::mutex adapter_counts_mu;  // guards `adapter_requests`
   std::map<std::string, uint64_t> adapter_requests;  // adapter name -> requests admitted
   std::string model_id;
@@ -181,6 +186,11 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   // The model a request names: the base model (slot -1) or a loaded adapter; kNotFound
   // naming what is served otherwise.
   Result<AdapterRef> resolve_model(const ApiRequest& request) const;
+  // Whether the engine serves the adapter segment this frontend reads (it published its
+  // nonce in the broker when it started).
+  bool engine_serves_adapters() const {
+    return client->broker().header().engine_lora_nonce.load(std::memory_order_acquire) == adapters.nonce();
+  }
   // Whether a request that names adapter slot `slot` under load id `id` waits in this
   // frontend's queue for a broker slot.
   bool adapter_queued(uint32_t slot, uint64_t id);
@@ -258,6 +268,14 @@ struct FrontendServer::Impl : std::enable_shared_from_this<FrontendServer::Impl>
   void begin_drain(std::chrono::milliseconds timeout);
   void watch_drain();
   void release_handlers();
+};
+
+struct AdminWorker {
+  explicit AdminWorker(FrontendServer::Impl& s) : server(s) { server.admin_workers.fetch_add(1); }
+  ~AdminWorker() { server.admin_workers.fetch_sub(1); }
+  AdminWorker(const AdminWorker&) = delete;
+  AdminWorker& operator=(const AdminWorker&) = delete;
+  FrontendServer::Impl& server;
 };
 
 }  // namespace hearth

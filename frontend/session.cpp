@@ -457,7 +457,11 @@ void Session::handle_lora_admin(bool load) {
     return error(make_error(ErrorCode::kUnsupported, "this instance keeps no adapters: start hearth-loader with "
                             "--max-loras N (hearth serve --max-loras N)"));
   }
+  // The answer may come long after the read timeout (an unload waits for the adapter's
+  // requests): the connection's timer must not close it meanwhile.
+  stream_.expires_never();
   std::thread([self = shared_from_this(), server = server_, load, r = std::move(parsed).value()]() {
+    const AdminWorker worker(*server);
     Result<LoraSlotInfo> done =
         load ? server->adapters.load({.program = server->options.loader_program,
                                       .instance = server->options.instance,
@@ -466,7 +470,9 @@ void Session::handle_lora_admin(bool load) {
              : server->adapters.unload(
                    r.name, {.queued_here = [&](uint32_t slot, uint64_t id) { return server->adapter_queued(slot, id); },
                             .engine_down = [&] { return server->engine_known_down(); },
-                            .stopping = [&] { return server->stopping.load(std::memory_order_acquire); }});
+                            .engine_serves_segment = [&] { return server->engine_serves_adapters(); },
+                            .stopping = [&] { return server->stopping.load(std::memory_order_acquire) ||
+                                                     server->draining.load(std::memory_order_acquire); }});
     if (!done.is_ok()) {
       HEARTH_LOG_WARN("{} adapter {}: {}", load ? "loading" : "unloading", r.name, done.status().to_string());
       return self->post_response(api_status_of(done.status()), dialect_error_body(self->error_shape_, done.status()));

@@ -100,6 +100,9 @@ struct BrokerHeader {
   std::atomic<uint64_t> stat_spec_draft_tokens;
   std::atomic<uint64_t> stat_spec_accepted;
   std::atomic<uint64_t> stat_spec_accepted_at[kSpecPositions];
+  // The adapter segment the engine serves (LoraHeader::nonce; 0: none), set at its start:
+  // a frontend whose segment differs names adapters the engine cannot run.
+  std::atomic<uint64_t> engine_lora_nonce;
   FrontendEntry frontends[kMaxFrontends];
 };
 static_assert(sizeof(BrokerHeader) <= kBrokerHeaderBytes);

@@ -1,6 +1,7 @@
 #include "ipc/lora_segment.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -67,9 +68,10 @@ Status lora_name_check(std::string_view name) {
                       name.size());
   }
   for (const char c : name) {
-    if (c <= 0x20 || c >= 0x7F || c == '"' || c == '\'' || c == '\\') {
+    if (c <= 0x20 || c >= 0x7F || c == '"' || c == '\'' || c == '\\' || c == '=' || c == ',') {
       return make_error(ErrorCode::kInvalidArgument,
-                        "adapter name \"{}\": printable ASCII without spaces, quotes or backslashes only", name);
+                        "adapter name \"{}\": printable ASCII without spaces, quotes, backslashes, '=' or ',' only",
+                        name);
     }
   }
   return Status::ok();
@@ -128,32 +130,58 @@ Result<LoraSegment> LoraSegment::create(const std::filesystem::path& path, const
   h->slot_bytes = c.slot_bytes;
   h->slots_offset = kLoraHeaderBytes;
   h->created_unix_ms = unix_ms_now();
+  std::random_device random;
+  while (h->nonce == 0) h->nonce = (uint64_t{random()} << 32) | random();
   segment.publish();
+  return adopt(std::move(segment));
+}
+
+Result<LoraSegment> LoraSegment::adopt(ShmSegment segment) {
+  const auto* h = reinterpret_cast<const LoraHeader*>(segment.data());
+  const uint32_t n_slots = h->n_slots;
+  const int32_t max_rank = h->max_rank;
+  const uint64_t slot_bytes = h->slot_bytes;
+  if (n_slots < 1 || n_slots > static_cast<uint32_t>(kMaxLoraSlots) || max_rank < 1 || max_rank > 1024 ||
+      slot_bytes % 64 != 0 || h->slots_offset != kLoraHeaderBytes || h->nonce == 0 ||
+      slot_bytes > (segment.size() - kLoraHeaderBytes) / n_slots) {
+    return make_error(ErrorCode::kFormat, "{}: the adapter segment's header is inconsistent ({} slots of {} bytes, "
+                      "ranks up to {})", segment.path().string(), n_slots, slot_bytes, max_rank);
+  }
+  struct stat st {};
   LoraSegment out;
+  out.inode_ = ::stat(segment.path().c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+  out.n_slots_ = n_slots;
+  out.max_rank_ = max_rank;
+  out.slot_bytes_ = slot_bytes;
+  out.nonce_ = h->nonce;
   out.segment_ = std::move(segment);
   return out;
+}
+
+bool LoraSegment::replaced() const {
+  struct stat st {};
+  return ::stat(path().c_str(), &st) != 0 || static_cast<uint64_t>(st.st_ino) != inode_;
 }
 
 Result<LoraSegment> LoraSegment::attach(const std::filesystem::path& path, bool writable) {
   HEARTH_ASSIGN_OR_RETURN(ShmSegment segment, ShmSegment::attach(path, writable));
   const auto* h = reinterpret_cast<const LoraHeader*>(segment.data());
   HEARTH_RETURN_IF_ERROR(segment_prologue_check(h->prologue, kLoraSegment, segment.size(), path));
-  if (h->n_slots < 1 || h->n_slots > static_cast<uint32_t>(kMaxLoraSlots) || h->max_rank < 1 ||
-      h->slot_bytes % 64 != 0 || h->slots_offset != kLoraHeaderBytes ||
-      h->slot_bytes > (segment.size() - kLoraHeaderBytes) / h->n_slots) {
-    return make_error(ErrorCode::kFormat, "{}: the adapter segment's header is inconsistent ({} slots of {} bytes)",
-                      path.string(), h->n_slots, h->slot_bytes);
-  }
-  LoraSegment out;
-  out.segment_ = std::move(segment);
-  return out;
+  return adopt(std::move(segment));
 }
 
 std::optional<LoraSlotInfo> LoraSegment::find(std::string_view name) const {
   for (uint32_t i = 0; i < n_slots(); ++i) {
     const LoraSlotHeader& s = slot(i);
+    // The id first, then state and name, then the id again: a slot freed and loaded again
+    // meanwhile (under a new id) is not taken for the adapter named.
+    const uint64_t id = s.id.load(std::memory_order_acquire);
     if (s.state.load(std::memory_order_acquire) != static_cast<uint32_t>(LoraSlotState::kReady)) continue;
-    if (fixed(s.name, sizeof(s.name)) == name) return info_of(i, s);
+    if (fixed(s.name, sizeof(s.name)) != name) continue;
+    LoraSlotInfo info = info_of(i, s);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (s.id.load(std::memory_order_relaxed) != id || info.id != id) continue;
+    return info;
   }
   return std::nullopt;
 }
@@ -174,12 +202,11 @@ Result<LoraAdapter> LoraSegment::read(uint32_t index, uint64_t id) const {
     return make_error(ErrorCode::kNotFound, "adapter slot {} no longer holds the adapter the request named (it was "
                       "unloaded)", index);
   }
-  const LoraHeader& h = header();
-  const std::byte* base = segment_.data() + h.slots_offset + h.slot_bytes * index;
+  const std::byte* base = segment_.data() + kLoraHeaderBytes + slot_bytes_ * index;
   const uint64_t bytes = s.data_bytes;
-  if (bytes > h.slot_bytes || s.n_matrices == 0) {
+  if (bytes > slot_bytes_ || s.n_matrices == 0) {
     return make_error(ErrorCode::kFormat, "{}: adapter slot {} says {} bytes of {}", path().string(), index, bytes,
-                      h.slot_bytes);
+                      slot_bytes_);
   }
   LoraAdapter out;
   out.name = fixed(s.name, sizeof(s.name));
@@ -188,7 +215,7 @@ Result<LoraAdapter> LoraSegment::read(uint32_t index, uint64_t id) const {
     LoraRecord r;
     if (bytes - at < sizeof r) return make_error(ErrorCode::kFormat, "{}: adapter slot {} is truncated", path().string(), index);
     std::memcpy(&r, base + at, sizeof r);
-    if (r.rank < 1 || r.rank > h.max_rank || r.target >= static_cast<uint32_t>(kLoraTargets) || r.layer < 0 ||
+    if (r.rank < 1 || r.rank > max_rank_ || r.target >= static_cast<uint32_t>(kLoraTargets) || r.layer < 0 ||
         r.rows < 1 || r.cols < 1 || r.rows > (int64_t{1} << 24) || r.cols > (int64_t{1} << 24) ||
         lora_record_bytes(r.rank, r.rows, r.cols) > bytes - at) {
       return make_error(ErrorCode::kFormat, "{}: adapter slot {} has a malformed matrix record", path().string(), index);
@@ -205,6 +232,7 @@ Result<LoraAdapter> LoraSegment::read(uint32_t index, uint64_t id) const {
   }
   // The writer does not reuse a slot while it is READY or UNLOADING: still the same id
   // means nothing changed under the copy.
+  std::atomic_thread_fence(std::memory_order_acquire);
   if (s.id.load(std::memory_order_acquire) != id || !holds_adapter(s.state.load(std::memory_order_acquire))) {
     return make_error(ErrorCode::kNotFound, "adapter slot {} was unloaded while it was read", index);
   }
@@ -213,12 +241,11 @@ Result<LoraAdapter> LoraSegment::read(uint32_t index, uint64_t id) const {
 
 Result<LoraSlotInfo> LoraSegment::write(const LoraAdapter& adapter, std::string_view name, std::string_view source) {
   HEARTH_RETURN_IF_ERROR(lora_name_check(name));
-  LoraHeader& h = header();
   uint64_t bytes = 0;
   for (const LoraMatrix& m : adapter.matrices) {
-    if (m.rank > h.max_rank) {
+    if (m.rank > max_rank_) {
       return make_error(ErrorCode::kOutOfRange, "adapter \"{}\" has rank {}; this instance holds ranks up to {} "
-                        "(hearth-loader --max-lora-rank)", name, m.rank, h.max_rank);
+                        "(hearth-loader --max-lora-rank)", name, m.rank, max_rank_);
     }
     if (m.a.size() != static_cast<size_t>(m.rank * m.cols) || m.b.size() != static_cast<size_t>(m.rows * m.rank)) {
       return make_error(ErrorCode::kInternal, "adapter \"{}\": factor sizes disagree with their shapes", name);
@@ -226,9 +253,9 @@ Result<LoraSlotInfo> LoraSegment::write(const LoraAdapter& adapter, std::string_
     bytes += lora_record_bytes(m.rank, m.rows, m.cols);
   }
   if (adapter.matrices.empty()) return make_error(ErrorCode::kInvalidArgument, "adapter \"{}\" adapts nothing", name);
-  if (bytes > h.slot_bytes) {
+  if (bytes > slot_bytes_) {
     return make_error(ErrorCode::kOutOfRange, "adapter \"{}\" takes {}; a slot holds {}", name, human_bytes(bytes),
-                      human_bytes(h.slot_bytes));
+                      human_bytes(slot_bytes_));
   }
   HEARTH_ASSIGN_OR_RETURN(WriterLock lock, lock_writers());
   std::optional<uint32_t> free_slot;
@@ -246,7 +273,8 @@ Result<LoraSlotInfo> LoraSegment::write(const LoraAdapter& adapter, std::string_
   }
   LoraSlotHeader& s = slot(*free_slot);
   s.state.store(static_cast<uint32_t>(LoraSlotState::kWriting), std::memory_order_release);
-  std::byte* base = segment_.data() + h.slots_offset + h.slot_bytes * *free_slot;
+  std::atomic_thread_fence(std::memory_order_release);
+  std::byte* base = segment_.data() + kLoraHeaderBytes + slot_bytes_ * *free_slot;
   uint64_t at = 0;
   for (const LoraMatrix& m : adapter.matrices) {
     const LoraRecord r{m.layer, static_cast<uint32_t>(m.target), m.rank, m.scale, m.rows, m.cols};
@@ -269,16 +297,17 @@ Result<LoraSlotInfo> LoraSegment::write(const LoraAdapter& adapter, std::string_
   return info_of(*free_slot, s);
 }
 
-Result<LoraSlotInfo> LoraSegment::begin_unload(std::string_view name) {
+Status LoraSegment::begin_unload(uint32_t index, uint64_t id) {
   HEARTH_ASSIGN_OR_RETURN(WriterLock lock, lock_writers());
-  for (uint32_t i = 0; i < n_slots(); ++i) {
-    LoraSlotHeader& s = slot(i);
-    const uint32_t state = s.state.load(std::memory_order_acquire);
-    if (!holds_adapter(state) || fixed(s.name, sizeof(s.name)) != name) continue;
-    s.state.store(static_cast<uint32_t>(LoraSlotState::kUnloading), std::memory_order_release);
-    return info_of(i, s);
+  if (index >= n_slots()) return make_error(ErrorCode::kOutOfRange, "adapter slot {} of {}", index, n_slots());
+  LoraSlotHeader& s = slot(index);
+  uint32_t ready = static_cast<uint32_t>(LoraSlotState::kReady);
+  if (s.id.load(std::memory_order_acquire) == id &&
+      (s.state.compare_exchange_strong(ready, static_cast<uint32_t>(LoraSlotState::kUnloading)) ||
+       ready == static_cast<uint32_t>(LoraSlotState::kUnloading))) {
+    return Status::ok();
   }
-  return make_error(ErrorCode::kNotFound, "no adapter named \"{}\" is loaded", name);
+  return make_error(ErrorCode::kNotFound, "adapter slot {} no longer holds the adapter to unload", index);
 }
 
 bool LoraSegment::free_unloaded(uint32_t index, uint64_t id) {

@@ -34,7 +34,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kLoraMagic = 0x41524f4c52525448ull;  // "HTRRLORA" little-endian
-inline constexpr uint32_t kLoraLayoutVersion = 1;
+inline constexpr uint32_t kLoraLayoutVersion = 2;  // 2: nonce
 inline constexpr uint32_t kLoraHeaderBytes = 65536;
 inline constexpr SegmentKind kLoraSegment{"LoRA adapter", kLoraMagic, kLoraLayoutVersion, kLoraHeaderBytes,
                                           "restart hearth-loader from this build"};
@@ -59,6 +59,7 @@ struct alignas(64) LoraSlotHeader {
 struct LoraHeader {
   SegmentPrologue prologue;  // ipc/segment_prologue.h
   Fingerprint base;          // the weights segment's fingerprint: the model the adapters adapt
+  uint64_t nonce;            // random at creation: tells this segment from one that replaced it
   uint32_t n_slots;
   int32_t max_rank;
   uint64_t slot_bytes;
@@ -82,7 +83,7 @@ static_assert(sizeof(LoraRecord) == 32);
 // The bytes one matrix of `rank` takes in a slot (record and factors, 64-byte aligned).
 uint64_t lora_record_bytes(int64_t rank, int64_t rows, int64_t cols);
 
-// Adapter names: 1..63 printable ASCII bytes without spaces, quotes or backslashes.
+// Adapter names: 1..63 printable ASCII bytes without spaces, quotes, backslashes, '=' or ','.
 Status lora_name_check(std::string_view name);
 
 // A READY (or UNLOADING) adapter, as the frontend lists it.
@@ -119,7 +120,13 @@ class LoraSegment {
   LoraHeader& header() { return *reinterpret_cast<LoraHeader*>(segment_.data()); }
   LoraSlotHeader& slot(uint32_t i) { return header().slots[i]; }
   const LoraSlotHeader& slot(uint32_t i) const { return header().slots[i]; }
-  uint32_t n_slots() const { return header().n_slots; }
+  // The geometry as attach() checked it (never read again from the shared header).
+  uint32_t n_slots() const { return n_slots_; }
+  int32_t max_rank() const { return max_rank_; }
+  uint64_t nonce() const { return nonce_; }
+  // Whether the file at path() is no longer the one mapped (removed, or replaced by a
+  // loader that created another).
+  bool replaced() const;
   const std::filesystem::path& path() const { return segment_.path(); }
   uint64_t size() const { return segment_.size(); }
 
@@ -136,9 +143,9 @@ class LoraSegment {
   // adapter of that name is loaded, kOutOfRange when no slot is free or
   // when it exceeds the segment's rank or a slot's bytes.
   Result<LoraSlotInfo> write(const LoraAdapter& adapter, std::string_view name, std::string_view source);
-  // Marks the READY adapter `name` UNLOADING (no new request takes it); one already
-  // UNLOADING is returned as it is. kNotFound if none.
-  Result<LoraSlotInfo> begin_unload(std::string_view name);
+  // Marks the adapter loaded in `slot` under `id` UNLOADING (no new request takes it);
+  // one already UNLOADING stays so. kNotFound if the slot holds it no more.
+  Status begin_unload(uint32_t slot, uint64_t id);
   // The engine's part: frees slot `slot` if it is still UNLOADING under `id`. It does so
   // once no request names it, in the same thread that admits requests, so that no request
   // is admitted for an adapter after its slot was freed. False when it was not UNLOADING
@@ -150,7 +157,13 @@ class LoraSegment {
  private:
   class WriterLock;
   Result<WriterLock> lock_writers();
+  static Result<LoraSegment> adopt(ShmSegment segment);
   ShmSegment segment_;
+  uint32_t n_slots_ = 0;
+  int32_t max_rank_ = 0;
+  uint64_t slot_bytes_ = 0;
+  uint64_t nonce_ = 0;
+  uint64_t inode_ = 0;
 };
 
 }  // namespace hearth

@@ -22,7 +22,7 @@
 namespace hearth {
 
 inline constexpr uint64_t kTpMagic = 0x5052475054525448ull;  // "HTRTPGRP" little-endian
-inline constexpr uint32_t kTpLayoutVersion = 2;
+inline constexpr uint32_t kTpLayoutVersion = 3;  // 3: lora_nonce
 inline constexpr uint32_t kTpHeaderBytes = 16384;
 inline constexpr SegmentKind kTpSegment{"tp", kTpMagic, kTpLayoutVersion, kTpHeaderBytes,
                                        "restart the engine group (rank 0) from this build"};
@@ -107,6 +107,9 @@ struct TpHeader {
   std::atomic<int32_t> broken_rank;   // the rank it was about (-1: none)
   std::atomic<uint64_t> formed;       // groups formed in this segment
   std::atomic<uint64_t> restarts;     // groups formed after a break
+  // The adapter segment rank 0 serves (LoraHeader::nonce; 0: none), written when it
+  // starts: a rank that attached another one does not join its epochs.
+  std::atomic<uint64_t> lora_nonce;
   // The NCCL unique id of `epoch`, written by rank 0 before it publishes the epoch.
   unsigned char nccl_id[kNcclIdBytes];
   // Step channel: rank 0 writes step_bytes bytes at step_offset, then bumps step_seq.

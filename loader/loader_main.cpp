@@ -3,6 +3,9 @@
 // valid segment of the same model without reading the model again.
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <pthread.h>
 
 #include <cstdio>
 #include <optional>
@@ -14,6 +17,7 @@
 #include "common/args.h"
 #include "common/daemon.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/program.h"
 #include "loader/device_slabs.h"
 #include "loader/lora_resident.h"
@@ -119,6 +123,12 @@ int main(int argc, char** argv) {
   }
   if (auto exit = handle_program_flags(*args, "hearth-loader", logging)) return *exit;
   if (auto flag = args->get("load-lora")) {
+    // A path that never answers (a FIFO, a hung mount) must not hold the frontend's
+    // request forever: two minutes, then SIGALRM ends this process.
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_UNBLOCK, &all, nullptr);
+    ::alarm(120);
     return load_lora(*flag, args->get("instance").value_or("default"), args->get("shm-dir").value_or(""));
   }
   ResidentOptions o;
@@ -232,9 +242,21 @@ int main(int argc, char** argv) {
       }
       const std::string name = flag.substr(0, eq);
       const std::filesystem::path path = flag.substr(eq + 1);
-      if (auto held = lora->segment.find(name)) {
-        HEARTH_LOG_INFO("adapter {} stays resident as it was loaded (from {}, {} matrices of rank up to {})", name,
-                        held->source, held->n_matrices, held->max_rank);
+      std::optional<LoraSlotInfo> held;  // READY, or UNLOADING (an unload waiting for an engine)
+      for (const LoraSlotInfo& a : lora->segment.list()) {
+        if (a.name == name) held = a;
+      }
+      if (held) {
+        std::error_code ec;
+        const auto wanted = std::filesystem::absolute(path, ec);
+        if (held->source != (ec ? path : wanted).string()) {
+          HEARTH_LOG_WARN("adapter {} stays resident as it was loaded, from {}, not from {}: unload it "
+                          "(POST /v1/unload_lora_adapter) and load the other under that name to replace it",
+                          name, held->source, path.string());
+        } else {
+          HEARTH_LOG_INFO("adapter {} stays resident{} (from {}, {} matrices of rank up to {})", name,
+                          held->unloading ? ", being unloaded" : "", held->source, held->n_matrices, held->max_rank);
+        }
         continue;
       }
       auto loaded = lora_segment_load(lora->segment, *base, name, path);
@@ -246,11 +268,18 @@ int main(int argc, char** argv) {
                       loaded->n_matrices, loaded->max_rank);
     }
     HEARTH_LOG_INFO("{} {}: {} adapter slots of rank up to {} ({})", lora->adopted ? "adopted" : "created",
-                    lora_path.string(), lora->segment.n_slots(), lora->segment.header().max_rank,
+                    lora_path.string(), lora->segment.n_slots(), lora->segment.max_rank(),
                     human_bytes(lora->segment.size()));
   } else {
-    std::error_code ec;  // adapters an earlier loader kept were checked against its model, not this one's
-    if (std::filesystem::remove(lora_path, ec)) HEARTH_LOG_INFO("removed {}: this loader keeps no adapters", lora_path.string());
+    // Adapters an earlier loader kept go with it, unless engines or frontends use them.
+    std::vector<int> users = processes_mapping(lora_path);
+    std::error_code ec;
+    if (!users.empty()) {
+      HEARTH_LOG_WARN("kept {}: processes {} use its adapters (it goes once they stop and a loader without --lora "
+                      "or --max-loras starts, or with hearth clean)", lora_path.string(), fmt::join(users, ", "));
+    } else if (std::filesystem::remove(lora_path, ec)) {
+      HEARTH_LOG_INFO("removed {}: this loader keeps no adapters", lora_path.string());
+    }
   }
   std::unique_ptr<DeviceSlabs> slabs;
   if (device) {

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <system_error>
 
+#include <unistd.h>
+
+#include "common/process.h"
+
 #include "loader/lora.h"
 
 namespace hearth {
@@ -57,6 +61,15 @@ Result<OpenedLoraSegment> lora_segment_open(const AttachedWeights& base, const L
       if (!(h.base == base.header->fingerprint)) {
         out.why_new = fmt::format("it holds adapters of another model ({})", h.base.hex());
       } else if (h.n_slots != o.max_loras || h.max_rank != o.max_rank || h.slot_bytes != slot_bytes) {
+        // Engines and frontends hold its slots by number: it cannot change under them.
+        std::vector<int> users = processes_mapping(o.path);
+        std::erase(users, static_cast<int>(::getpid()));
+        if (!users.empty()) {
+          return make_error(ErrorCode::kUnavailable,
+                            "{} holds {} adapter slots of rank up to {} and processes {} use it: start the loader with "
+                            "--max-loras {} --max-lora-rank {} as before, or stop them first",
+                            o.path.string(), h.n_slots, h.max_rank, fmt::join(users, ", "), h.n_slots, h.max_rank);
+        }
         out.why_new = fmt::format("its capacity differs ({} adapters of rank up to {}; now {} of rank up to {})",
                                   h.n_slots, h.max_rank, o.max_loras, o.max_rank);
       } else {

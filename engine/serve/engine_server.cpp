@@ -604,6 +604,7 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
   HEARTH_RETURN_IF_ERROR(tp_group_check_backend(options.backend, options.tp));
   HEARTH_ASSIGN_OR_RETURN(TpSegment segment, TpSegment::open_or_create(segment_path(dir, options.instance, "tp"), tp));
   HEARTH_RETURN_IF_ERROR(segment.register_rank(0));
+  segment.header().lora_nonce.store(impl->adapters.nonce(), std::memory_order_release);
   impl->group = std::make_unique<TpGroup>(std::move(segment), TpGroupOptions{
                                                                   .rank = 0,
                                                                   .collective_timeout = std::chrono::milliseconds(options.collective_timeout_ms),
@@ -695,6 +696,7 @@ Status EngineServer::run(const std::function<void()>& on_serving) {
         continue;
       }
       waiting_since = 0;
+      m.broker->header().engine_lora_nonce.store(m.adapters.nonce(), std::memory_order_release);
       m.epoch = m.broker->engine_start();
       m.reconcile_ranks();
       m.scan_slots(/*resume_running=*/true);  // requests a previous engine or epoch left in flight
@@ -711,6 +713,14 @@ Status EngineServer::run(const std::function<void()>& on_serving) {
     now = monotonic_ns();
     m.take_new_requests(now);
     if (now - m.last_scan_ns > 200000000ull) {
+      if (m.adapters.replaced()) {
+        // Its slots are numbered in the old file; the new one may hold other adapters there.
+        m.broker->engine_stop();
+        group.leave(TpBreak::kStopped);
+        return make_error(ErrorCode::kUnavailable,
+                          "the adapter segment was replaced or removed (a loader started with other --max-loras, "
+                          "--max-lora-rank or model): exiting, so that a new engine attaches the one there now");
+      }
       m.scan_slots(/*resume_running=*/false);
       m.sweep_orphans(now);
       m.age_ring_holes(now);

@@ -30,7 +30,10 @@ class ResidentAdapters {
   bool present() const { return segment_.has_value(); }
   // What Model::create needs: slots and the largest rank (0, 0 without a segment).
   int32_t slots() const { return segment_ ? static_cast<int32_t>(segment_->n_slots()) : 0; }
-  int32_t max_rank() const { return segment_ ? segment_->header().max_rank : 0; }
+  int32_t max_rank() const { return segment_ ? segment_->max_rank() : 0; }
+  // The segment's nonce (0: none), and whether its file was replaced or removed since.
+  uint64_t nonce() const { return segment_ ? segment_->nonce() : 0; }
+  bool replaced() const { return segment_ && segment_->replaced(); }
 
   // Makes `model`'s slot `slot` hold the adapter loaded there under `id`: kNotFound when
   // the segment holds it no more (unloaded), kUnsupported without a segment.

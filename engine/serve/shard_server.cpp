@@ -1,5 +1,8 @@
 #include "engine/serve/shard_server.h"
 
+#include <chrono>
+#include <thread>
+
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -156,6 +159,15 @@ struct ShardServer::Impl {
           return Status::ok();
         }
         if (!*joined) continue;
+        if (group.segment().header().lora_nonce.load(std::memory_order_acquire) != adapters.nonce()) {
+          // Rank 0 serves another adapter segment than the one this rank attached (a loader
+          // replaced it in between): its steps would name other adapters' slots.
+          HEARTH_LOG_WARN("rank {}: rank 0 serves another adapter segment than {}; attaching again", rank,
+                          lora_path.string());
+          group.leave(TpBreak::kNone);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          return Status::ok();
+        }
         HEARTH_LOG_INFO("rank {} joined group epoch {}", rank, group.epoch());
         last_wait.clear();
       }

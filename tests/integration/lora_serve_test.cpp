@@ -211,7 +211,7 @@ TEST(LoraServeTest, UnloadingUnderLoadLetsTheAdaptersStreamsFinishAndFailsNone) 
   ASSERT_FALSE(HasFailure());
   const auto s = serve("loraunload", model,
                        {"--lora", "a=" + a.string(), "--lora", "b=" + b.string(), "--max-loras", "2"},
-                       {"--allow-runtime-lora", "--engine-wait", "60000"});
+                       {"--allow-runtime-lora", "--engine-wait", "60000", "--read-timeout", "100"});
   ASSERT_TRUE(s->frontend);
 
   std::vector<Case> cases = long_streams(12, 300);
@@ -230,8 +230,11 @@ TEST(LoraServeTest, UnloadingUnderLoadLetsTheAdaptersStreamsFinishAndFailsNone) 
   {
     ConcurrentStreams streams(s->port, cases);
     ASSERT_TRUE(streams.all_midway(300, 30s)) << "the streams did not start";
+    const auto asked = std::chrono::steady_clock::now();
     const auto r = admin(s->port, "/v1/unload_lora_adapter", {{"lora_name", "a"}});
-    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.status, 200) << r.body;  // also past the frontend's 100 ms --read-timeout
+    std::printf("[lora] the unload waited %.0f ms for adapter a's streams\n",
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - asked).count());
     // a's slot, the only free one, takes another adapter at once, which runs at once: had
     // the unload not waited for a's streams, they would go on with c's factors.
     const auto loaded = admin(s->port, "/v1/load_lora_adapter", {{"lora_name", "c"}, {"lora_path", c.string()}});
@@ -271,6 +274,34 @@ TEST(LoraServeTest, UnloadingUnderLoadLetsTheAdaptersStreamsFinishAndFailsNone) 
   }
   EXPECT_GE(metric_at(s->port, "hearth_kv_adopted_total") - adopted0, 6);
   EXPECT_EQ(metric_at(s->port, "hearth_kv_adopt_rejected_total") - rejected0, 0);
+}
+
+// An engine that started before the loader made the adapter segment runs no adapter: a
+// request naming one is told to restart the engine (503), and so is an unload; the
+// restarted engine serves it.
+TEST(LoraServeTest, AnEngineStartedBeforeTheAdaptersIsToldToRestart) {
+  const auto model = shared_path("models/stories260K/stories260K.gguf");
+  HEARTH_REQUIRE_SHARED(model);
+  TempDir dir;
+  synth_adapter(model, dir.path() / "a", 8, 1);
+  ASSERT_FALSE(HasFailure());
+  const auto s = serve("loralate", model, {});
+  ASSERT_TRUE(s->frontend);
+  ASSERT_EQ(s->inst.load(model, {"--lora", "a=" + (dir.path() / "a").string()}), "");
+  uint16_t port = 0;
+  std::string failure;
+  auto frontend = s->inst.frontend(port, {"--allow-runtime-lora"}, {}, &failure);
+  ASSERT_TRUE(frontend) << failure;
+  auto r = http_request(port, "POST", "/v1/completions", R"({"model":"a","prompt":"Once upon a time","max_tokens":4})");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_NE(r.body.find("restart hearth-engine"), std::string::npos) << r.body;
+  r = admin(port, "/v1/unload_lora_adapter", {{"lora_name", "a"}});
+  EXPECT_EQ(r.status, 503) << r.body;
+  s->engine->signal(SIGTERM);
+  s->engine->wait(30s);
+  s->engine = s->inst.engine(kEngineFlags, {}, &failure);
+  ASSERT_TRUE(s->engine) << failure;
+  EXPECT_FALSE(greedy(port, "a", "Once upon a time", 4).empty());
 }
 
 // hearth serve --tp 2 --lora: both ranks hold the adapter, each its share (B's rows of

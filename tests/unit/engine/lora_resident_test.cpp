@@ -160,8 +160,9 @@ TEST_F(LoraResidentTest, AnUnloadedSlotIsFreedOnlyUnderItsIdAndItsAdapterIsGone)
   LoraSegment seg = open(2, 8);
   auto first = lora_segment_load(seg, weights_, "first", dir_.path() / "a0");
   ASSERT_TRUE(first.is_ok());
-  auto unloading = seg.begin_unload("first");
-  ASSERT_TRUE(unloading.is_ok());
+  ASSERT_TRUE(seg.begin_unload(0, first->id + 1).code() == ErrorCode::kNotFound) << "another load's id";
+  ASSERT_TRUE(seg.begin_unload(0, first->id).is_ok());
+  ASSERT_TRUE(seg.begin_unload(0, first->id).is_ok()) << "asked again: it stays UNLOADING";
   EXPECT_FALSE(seg.find("first").has_value()) << "no new request takes it";
   ASSERT_EQ(seg.list().size(), 1u);
   EXPECT_TRUE(seg.list()[0].unloading);
@@ -172,14 +173,14 @@ TEST_F(LoraResidentTest, AnUnloadedSlotIsFreedOnlyUnderItsIdAndItsAdapterIsGone)
   EXPECT_FALSE(seg.free_unloaded(0, first->id));
   EXPECT_EQ(seg.read(0, first->id).status().code(), ErrorCode::kNotFound);
   EXPECT_TRUE(seg.list().empty());
-  EXPECT_EQ(seg.begin_unload("first").status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(seg.begin_unload(0, first->id).code(), ErrorCode::kNotFound) << "freed: not made UNLOADING again";
   // Loaded again: the slot, under a new id.
   auto again = lora_segment_load(seg, weights_, "first", dir_.path() / "a0");
   ASSERT_TRUE(again.is_ok());
   EXPECT_EQ(again->slot, 0u);
   EXPECT_NE(again->id, first->id);
   // An unload given up on makes it READY again.
-  ASSERT_TRUE(seg.begin_unload("first").is_ok());
+  ASSERT_TRUE(seg.begin_unload(0, again->id).is_ok());
   ASSERT_TRUE(seg.cancel_unload(0, again->id).is_ok());
   EXPECT_TRUE(seg.find("first").has_value());
 }
@@ -259,7 +260,7 @@ TEST_F(LoraResidentTest, TheEngineTakesTheAdapterARequestNamesAndRefusesAnUnload
   EXPECT_TRUE(m.adapter_loaded(1));
   // Unloaded: no request is admitted with it any more; the engine frees it once nothing
   // names it.
-  ASSERT_TRUE(seg.begin_unload("first").is_ok());
+  ASSERT_TRUE(seg.begin_unload(0, first->id).is_ok());
   EXPECT_TRUE(adapters->use(m, 0, first->id).is_ok()) << "admitted before the unload began";
   std::vector<std::pair<int32_t, uint64_t>> asked;
   adapters->release_unloaded([&](int32_t slot, uint64_t id) {
