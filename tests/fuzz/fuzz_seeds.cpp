@@ -64,28 +64,29 @@ int write_broker(const std::filesystem::path& dir) {
   return copy_segment(tmp.path() / "b", dir / "broker.seed") ? 1 : 0;
 }
 
-int write_weights(const std::filesystem::path& dir) {
-  const auto model = testing::shared_path("models/stories260K/stories260K.gguf");
-  if (!std::filesystem::exists(model)) return 0;
-  testing::TempDir tmp;
+std::filesystem::path seed_model() { return testing::shared_path("models/stories260K/stories260K.gguf"); }
+
+// Publishes stories260K as instance "seed" in `shm`; false when it is absent or fails.
+bool publish_seed(const std::filesystem::path& shm) {
+  if (!std::filesystem::exists(seed_model())) return false;
   ResidentOptions o;
-  o.model = model;
-  o.shm_dir = tmp.path();
+  o.model = seed_model();
+  o.shm_dir = shm;
   o.instance = "seed";
-  if (!resident_publish(o).is_ok()) return 0;
+  return resident_publish(o).is_ok();
+}
+
+int write_weights(const std::filesystem::path& dir) {
+  testing::TempDir tmp;
+  if (!publish_seed(tmp.path())) return 0;
   return copy_segment(segment_path(tmp.path(), "seed", "weights"), dir / "weights.seed") ? 1 : 0;
 }
 
 int write_lora(const std::filesystem::path& dir) {
-  const auto model = testing::shared_path("models/stories260K/stories260K.gguf");
-  if (!std::filesystem::exists(model)) return 0;
   testing::TempDir tmp;
-  ResidentOptions o;
-  o.model = model;
-  o.shm_dir = tmp.path();
-  o.instance = "seed";
-  auto base_model = model_open(model);
-  if (!resident_publish(o).is_ok() || !base_model.is_ok()) return 0;
+  if (!publish_seed(tmp.path())) return 0;
+  auto base_model = model_open(seed_model());
+  if (!base_model.is_ok()) return 0;
   auto base = weights_attach(segment_path(tmp.path(), "seed", "weights"));
   if (!base.is_ok() || !lora_synth_write(*base_model, {.rank = 4}, tmp.path() / "adapter").is_ok()) return 0;
   const auto path = segment_path(tmp.path(), "seed", "lora");

@@ -44,6 +44,14 @@ void synth_adapter(const std::filesystem::path& base, const std::filesystem::pat
   ASSERT_EQ(merge.wait(60s), 0) << merge.err();
 }
 
+// Adapters a (rank 8) and b (rank 16) in `dir`, with merged_a.gguf and merged_b.gguf.
+std::pair<std::filesystem::path, std::filesystem::path> two_adapters(const std::filesystem::path& base,
+                                                                     const std::filesystem::path& dir) {
+  synth_adapter(base, dir / "a", 8, 1, dir / "merged_a.gguf");
+  synth_adapter(base, dir / "b", 16, 2, dir / "merged_b.gguf");
+  return {dir / "a", dir / "b"};
+}
+
 std::string greedy(uint16_t port, const std::string& model, const std::string& prompt, int tokens = 80) {
   json::object body{{"prompt", prompt}, {"max_tokens", tokens}, {"temperature", 0}};
   if (!model.empty()) body["model"] = model;
@@ -97,9 +105,7 @@ TEST(LoraServeTest, AnAdapterNamedAsTheModelAnswersWhatTheMergedModelAnswers) {
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
   TempDir dir;
-  const auto a = dir.path() / "a", b = dir.path() / "b";
-  synth_adapter(model, a, 8, 1, dir.path() / "merged_a.gguf");
-  synth_adapter(model, b, 16, 2, dir.path() / "merged_b.gguf");
+  const auto [a, b] = two_adapters(model, dir.path());
   ASSERT_FALSE(HasFailure());
   const auto base = serve("loraserve", model, {"--lora", "a=" + a.string(), "--max-loras", "2"},
                           {"--allow-runtime-lora", "--log-level", "info"});
@@ -311,9 +317,7 @@ TEST(LoraServeTest, HearthServeAtTwoRanksServesResidentAndRunTimeAdapters) {
   const auto model = shared_path("models/stories260K/stories260K.gguf");
   HEARTH_REQUIRE_SHARED(model);
   TempDir dir;
-  const auto a = dir.path() / "a", b = dir.path() / "b";
-  synth_adapter(model, a, 8, 1, dir.path() / "merged_a.gguf");
-  synth_adapter(model, b, 16, 2, dir.path() / "merged_b.gguf");
+  const auto [a, b] = two_adapters(model, dir.path());
   ASSERT_FALSE(HasFailure());
   const auto merged_a = serve("loratpma", dir.path() / "merged_a.gguf", {});
   const auto merged_b = serve("loratpmb", dir.path() / "merged_b.gguf", {});
