@@ -1,5 +1,7 @@
 #include "frontend/adapters.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <system_error>
@@ -92,13 +94,19 @@ Result<LoraSlotInfo> FrontendAdapters::load(const Loader& loader, const std::str
   out = out.substr(out.rfind('\n') == std::string_view::npos ? 0 : out.rfind('\n') + 1);
   auto doc = json_parse(out, "hearth-loader's answer", 4);
   if (!doc.is_ok() || !doc->is_object() || !doc->as_object().contains("event")) {
+    if (run.exit_code == 128 + SIGALRM) {
+      return make_error(ErrorCode::kUnavailable, "lora_path: reading the adapter took longer than 120 s (a path that "
+                        "does not answer?); nothing was loaded");
+    }
     return make_error(ErrorCode::kInternal, "{} --load-lora exited with status {}: {}", loader.program, run.exit_code,
                       run.err.substr(0, 2000));
   }
   const boost::json::object& o = doc->as_object();
   try {
     if (o.at("event").as_string() != "lora_loaded") {
-      return make_error(error_code_from_name(o.at("code").as_string()), "{}", std::string_view(o.at("message").as_string()));
+      ErrorCode code = error_code_from_name(o.at("code").as_string());
+      if (code == ErrorCode::kIo) code = ErrorCode::kInvalidArgument;  // the path the client gave cannot be read
+      return make_error(code, "{}", std::string_view(o.at("message").as_string()));
     }
     LoraSlotInfo info;
     info.name = std::string(o.at("name").as_string());
@@ -124,19 +132,23 @@ Result<LoraSlotInfo> FrontendAdapters::unload(const std::string& name, const Unl
   if (!hooks.engine_serves_segment()) return engine_without_segment();
   const AdapterRef ref{static_cast<int32_t>(info.slot), info.id, info.name};
   const auto deadline = std::chrono::steady_clock::now() + hooks.timeout;
+  bool marked = info.unloading;  // UNLOADING in the segment (else READY: this frontend alone refuses it)
   auto wait = [&](const std::function<bool()>& done) -> Status {
     for (int64_t polls = 0; !done(); ++polls) {
+      const std::string after = marked ? "it takes no new requests and is unloaded once those it runs have finished"
+                                       : "it stays loaded";
       if (std::chrono::steady_clock::now() > deadline) {
-        return make_error(ErrorCode::kUnavailable, "adapter \"{}\" is still in use after {} s: it takes no new "
-                          "requests and is unloaded once those it runs have finished (asking again waits for that)",
-                          name, std::chrono::duration_cast<std::chrono::seconds>(hooks.timeout).count());
+        return make_error(ErrorCode::kUnavailable, "adapter \"{}\" is still in use after {} s: {} (asking again "
+                          "waits for that)", name, std::chrono::duration_cast<std::chrono::seconds>(hooks.timeout).count(),
+                          after);
       }
       if (hooks.stopping()) {
         return make_error(ErrorCode::kUnavailable, "adapter \"{}\" was not unloaded: this frontend is stopping", name);
       }
       if (hooks.engine_down()) {
-        return make_error(ErrorCode::kUnavailable, "no engine serves this instance: adapter \"{}\" takes no new "
-                          "requests and is unloaded once an engine runs again", name);
+        return make_error(ErrorCode::kUnavailable, "no engine serves this instance: adapter \"{}\" was not unloaded; "
+                          "{}", name, marked ? "it takes no new requests and is unloaded once an engine runs again"
+                                             : "it stays loaded");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(polls < 100 ? 2 : 20));
     }
@@ -151,9 +163,10 @@ Result<LoraSlotInfo> FrontendAdapters::unload(const std::string& name, const Unl
                     info.slot);
     Status drained = wait([&] { return !hooks.queued_here(info.slot, info.id); });
     if (drained.is_ok()) drained = segment_->begin_unload(info.slot, info.id);
+    marked = drained.is_ok();
     {
       std::lock_guard names(unloading_mu_);
-      std::erase(unloading_, name);
+      unloading_.erase(std::find(unloading_.begin(), unloading_.end(), name));  // this unload's entry
     }
     HEARTH_RETURN_IF_ERROR(drained);
   }

@@ -83,7 +83,14 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   HEARTH_RETURN_IF_ERROR(adapters.attach(segment_path(dir, o.instance, "lora"), w.header->fingerprint));
   if (adapters.present()) {
     std::vector<std::string> loaded;
-    for (const LoraSlotInfo& a : adapters.list()) loaded.push_back(a.name);
+    for (const LoraSlotInfo& a : adapters.list()) {
+      loaded.push_back(a.name);
+      if (std::find(model_names.begin(), model_names.end(), a.name) != model_names.end()) {
+        HEARTH_LOG_WARN("adapter {} has a name this frontend serves the base model under: requests naming it get "
+                        "the base model (unload it and load it under another name, or change --served-model-name)",
+                        a.name);
+      }
+    }
     HEARTH_LOG_INFO("LoRA adapters: {} of {} slots loaded{}; run-time loading {}", loaded.size(), adapters.capacity(),
                     loaded.empty() ? "" : fmt::format(" ({})", fmt::join(loaded, ", ")),
                     o.allow_runtime_lora ? "allowed" : "off (--allow-runtime-lora)");

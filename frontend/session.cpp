@@ -460,8 +460,8 @@ void Session::handle_lora_admin(bool load) {
   // The answer may come long after the read timeout (an unload waits for the adapter's
   // requests): the connection's timer must not close it meanwhile.
   stream_.expires_never();
-  std::thread([self = shared_from_this(), server = server_, load, r = std::move(parsed).value()]() {
-    const AdminWorker worker(*server);
+  auto worker = std::make_shared<AdminWorker>(s);  // counted before the thread exists (run() waits for it)
+  std::thread([self = shared_from_this(), server = server_, worker, load, r = std::move(parsed).value()]() {
     Result<LoraSlotInfo> done =
         load ? server->adapters.load({.program = server->options.loader_program,
                                       .instance = server->options.instance,
@@ -475,7 +475,10 @@ void Session::handle_lora_admin(bool load) {
                                                      server->draining.load(std::memory_order_acquire); }});
     if (!done.is_ok()) {
       HEARTH_LOG_WARN("{} adapter {}: {}", load ? "loading" : "unloading", r.name, done.status().to_string());
-      return self->post_response(api_status_of(done.status()), dialect_error_body(self->error_shape_, done.status()));
+      const ErrorCode code = done.status().code();
+      const bool again = code == ErrorCode::kResourceExhausted || code == ErrorCode::kUnavailable;
+      return self->post_response(api_status_of(done.status()), dialect_error_body(self->error_shape_, done.status()),
+                                 again ? "1" : "");
     }
     HEARTH_LOG_INFO("{} adapter {} (slot {}{})", load ? "loaded" : "unloaded", r.name, done->slot,
                     load ? fmt::format(", {} matrices of rank up to {}, from {}", done->n_matrices, done->max_rank,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <system_error>
@@ -215,7 +216,7 @@ Result<LoraAdapter> LoraSegment::read(uint32_t index, uint64_t id) const {
     LoraRecord r;
     if (bytes - at < sizeof r) return make_error(ErrorCode::kFormat, "{}: adapter slot {} is truncated", path().string(), index);
     std::memcpy(&r, base + at, sizeof r);
-    if (r.rank < 1 || r.rank > max_rank_ || r.target >= static_cast<uint32_t>(kLoraTargets) || r.layer < 0 ||
+    if (r.rank < 1 || r.rank > max_rank_ || !std::isfinite(r.scale) || r.target >= static_cast<uint32_t>(kLoraTargets) || r.layer < 0 ||
         r.rows < 1 || r.cols < 1 || r.rows > (int64_t{1} << 24) || r.cols > (int64_t{1} << 24) ||
         lora_record_bytes(r.rank, r.rows, r.cols) > bytes - at) {
       return make_error(ErrorCode::kFormat, "{}: adapter slot {} has a malformed matrix record", path().string(), index);
@@ -320,6 +321,7 @@ bool LoraSegment::free_unloaded(uint32_t index, uint64_t id) {
 }
 
 Status LoraSegment::cancel_unload(uint32_t index, uint64_t id) {
+  if (index >= n_slots()) return make_error(ErrorCode::kOutOfRange, "adapter slot {} of {}", index, n_slots());
   HEARTH_ASSIGN_OR_RETURN(WriterLock lock, lock_writers());
   LoraSlotHeader& s = slot(index);
   uint32_t unloading = static_cast<uint32_t>(LoraSlotState::kUnloading);

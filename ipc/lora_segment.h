@@ -123,6 +123,7 @@ class LoraSegment {
   // The geometry as attach() checked it (never read again from the shared header).
   uint32_t n_slots() const { return n_slots_; }
   int32_t max_rank() const { return max_rank_; }
+  uint64_t slot_bytes() const { return slot_bytes_; }
   uint64_t nonce() const { return nonce_; }
   // Whether the file at path() is no longer the one mapped (removed, or replaced by a
   // loader that created another).

@@ -259,7 +259,18 @@ int main(int argc, char** argv) {
         }
         continue;
       }
+      if (name == o.instance || name == base->model_name) {
+        return usage_error(fmt::format("--lora {}: \"{}\" is the {}'s name, which requests use for the base model",
+                                       flag, name, name == o.instance ? "instance" : "model"));
+      }
       auto loaded = lora_segment_load(lora->segment, *base, name, path);
+      if (!loaded.is_ok() && lora->adopted) {
+        // The adopted segment holds what was loaded and unloaded at run time since: a
+        // restart must not fail on it (the slots may be taken, the path gone).
+        HEARTH_LOG_WARN("--lora {}: not loaded ({}); the adopted {} keeps its {} adapter(s)", flag,
+                        loaded.status().to_string(), lora_path.string(), lora->segment.list().size());
+        continue;
+      }
       if (!loaded.is_ok()) {
         std::fprintf(stderr, "hearth-loader: --lora %s: %s\n", flag.c_str(), loaded.status().to_string().c_str());
         return 1;

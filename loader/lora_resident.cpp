@@ -57,10 +57,11 @@ Result<OpenedLoraSegment> lora_segment_open(const AttachedWeights& base, const L
     if (!existing.is_ok()) {
       out.why_new = existing.status().message();
     } else {
-      const LoraHeader& h = existing->header();
-      if (!(h.base == base.header->fingerprint)) {
-        out.why_new = fmt::format("it holds adapters of another model ({})", h.base.hex());
-      } else if (h.n_slots != o.max_loras || h.max_rank != o.max_rank || h.slot_bytes != slot_bytes) {
+      const LoraSegment& e = *existing;
+      const Fingerprint adapted = e.header().base;
+      if (!(adapted == base.header->fingerprint)) {
+        out.why_new = fmt::format("it holds adapters of another model ({})", adapted.hex());
+      } else if (e.n_slots() != o.max_loras || e.max_rank() != o.max_rank || e.slot_bytes() != slot_bytes) {
         // Engines and frontends hold its slots by number: it cannot change under them.
         std::vector<int> users = processes_mapping(o.path);
         std::erase(users, static_cast<int>(::getpid()));
@@ -68,10 +69,11 @@ Result<OpenedLoraSegment> lora_segment_open(const AttachedWeights& base, const L
           return make_error(ErrorCode::kUnavailable,
                             "{} holds {} adapter slots of rank up to {} and processes {} use it: start the loader with "
                             "--max-loras {} --max-lora-rank {} as before, or stop them first",
-                            o.path.string(), h.n_slots, h.max_rank, fmt::join(users, ", "), h.n_slots, h.max_rank);
+                            o.path.string(), e.n_slots(), e.max_rank(), fmt::join(users, ", "), e.n_slots(),
+                            e.max_rank());
         }
         out.why_new = fmt::format("its capacity differs ({} adapters of rank up to {}; now {} of rank up to {})",
-                                  h.n_slots, h.max_rank, o.max_loras, o.max_rank);
+                                  e.n_slots(), e.max_rank(), o.max_loras, o.max_rank);
       } else {
         out.segment = std::move(existing).value();
         out.adopted = true;

@@ -166,8 +166,8 @@ boost::json::object describe_lora(const std::filesystem::path& path, boost::json
   }
   const LoraHeader& h = seg->header();
   o["base_fingerprint"] = h.base.hex();
-  o["max_loras"] = h.n_slots;
-  o["max_lora_rank"] = h.max_rank;
+  o["max_loras"] = seg->n_slots();
+  o["max_lora_rank"] = seg->max_rank();
   boost::json::array adapters;
   for (const LoraSlotInfo& a : seg->list()) {
     adapters.push_back(boost::json::object{{"name", a.name},

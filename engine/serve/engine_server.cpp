@@ -620,6 +620,8 @@ Result<std::unique_ptr<EngineServer>> EngineServer::create(const EngineOptions& 
                                                                 {options.slots, static_cast<uint32_t>(impl->context),
                                                                  options.grammar_bytes}));
   impl->broker.emplace(std::move(broker));
+  // Before frontends can see this engine: the adapter segment requests may name.
+  impl->broker->header().engine_lora_nonce.store(impl->adapters.nonce(), std::memory_order_release);
   const KvCacheConfig kv{c.n_layers, c.kv_dim() / options.tp, options.block_size, blocks, options.kv_dtype};
   HEARTH_RETURN_IF_ERROR(impl->open_cache(kv, dir));
   HEARTH_ASSIGN_OR_RETURN(impl->model, Model::create(c, impl->weights.tensors(0), *impl->backend, max_tokens,

@@ -159,11 +159,12 @@ struct ShardServer::Impl {
           return Status::ok();
         }
         if (!*joined) continue;
-        if (group.segment().header().lora_nonce.load(std::memory_order_acquire) != adapters.nonce()) {
+        const uint64_t rank0_lora = group.segment().header().lora_nonce.load(std::memory_order_acquire);
+        if (rank0_lora != 0 && rank0_lora != adapters.nonce()) {  // 0: rank 0 runs no adapter
           // Rank 0 serves another adapter segment than the one this rank attached (a loader
           // replaced it in between): its steps would name other adapters' slots.
-          HEARTH_LOG_WARN("rank {}: rank 0 serves another adapter segment than {}; attaching again", rank,
-                          lora_path.string());
+          HEARTH_LOG_WARN("rank {}: rank 0 serves another adapter segment than {} (a loader replaced it; rank 0 "
+                          "restarts to attach the new one); attaching again", rank, lora_path.string());
           group.leave(TpBreak::kNone);
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
           return Status::ok();
