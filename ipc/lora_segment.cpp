@@ -31,6 +31,14 @@ uint64_t unix_ms_now() {
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
+// A random id other than 0 (which means none).
+uint64_t random_nonzero_id() {
+  std::random_device random;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{random()} << 32) | random();
+  return id;
+}
+
 LoraSlotInfo info_of(uint32_t index, const LoraSlotHeader& s) {
   return {.slot = index,
           .id = s.id.load(std::memory_order_acquire),
@@ -131,8 +139,7 @@ Result<LoraSegment> LoraSegment::create(const std::filesystem::path& path, const
   h->slot_bytes = c.slot_bytes;
   h->slots_offset = kLoraHeaderBytes;
   h->created_unix_ms = unix_ms_now();
-  std::random_device random;
-  while (h->nonce == 0) h->nonce = (uint64_t{random()} << 32) | random();
+  h->nonce = random_nonzero_id();
   segment.publish();
   return adopt(std::move(segment));
 }
@@ -284,9 +291,7 @@ Result<LoraSlotInfo> LoraSegment::write(const LoraAdapter& adapter, std::string_
     std::memcpy(base + at + sizeof r + m.a.size() * sizeof(float), m.b.data(), m.b.size() * sizeof(float));
     at += lora_record_bytes(m.rank, m.rows, m.cols);
   }
-  std::random_device random;
-  uint64_t id = 0;
-  while (id == 0) id = (uint64_t{random()} << 32) | random();
+  const uint64_t id = random_nonzero_id();
   s.max_rank = adapter.max_rank;
   s.data_bytes = bytes;
   s.n_matrices = static_cast<uint32_t>(adapter.matrices.size());

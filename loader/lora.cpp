@@ -241,6 +241,15 @@ Result<LoraAdapter> gguf_lora_open(const std::filesystem::path& path, const Mode
 
 }  // namespace
 
+std::vector<std::array<int64_t, 2>> lora_adaptable_shapes(const ModelConfig& base_config,
+                                                          std::span<const TensorView> base_tensors) {
+  std::vector<std::array<int64_t, 2>> out;
+  for (const auto& [name, m] : adaptable_matrices(base_config, base_tensors, /*canonical=*/true)) {
+    out.push_back({m.base->shape[0], m.base->shape[1]});
+  }
+  return out;
+}
+
 Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfig& base_config,
                               std::span<const TensorView> base_tensors, const std::string& name) {
   auto opened = [&]() -> Result<LoraAdapter> {

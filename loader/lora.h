@@ -21,6 +21,7 @@
 // forward pass is checked against).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <span>
@@ -38,6 +39,11 @@ namespace hearth {
 // the directory's name, or the file's without its extension).
 Result<LoraAdapter> lora_open(const std::filesystem::path& dir, const ModelConfig& base_config,
                               std::span<const TensorView> base_tensors, const std::string& name = "");
+
+// The shape ({rows, cols}) of each matrix of the base an adapter may adapt (q, k, v, o,
+// gate, up, down of every layer that has them), tensors under canonical names.
+std::vector<std::array<int64_t, 2>> lora_adaptable_shapes(const ModelConfig& base_config,
+                                                          std::span<const TensorView> base_tensors);
 
 struct LoraSynthOptions {
   int32_t rank = 8;

@@ -30,14 +30,8 @@ std::vector<TensorView> lora_base_tensors(const AttachedWeights& base) {
 
 uint64_t lora_slot_bytes(const AttachedWeights& base, int32_t max_rank) {
   uint64_t bytes = 0;
-  const std::vector<TensorView> tensors = lora_base_tensors(base);
-  for (int32_t layer = 0; layer < base.config.n_layers; ++layer) {
-    for (int t = 0; t < kLoraTargets; ++t) {
-      const std::string name = fmt::format("blk.{}.{}.weight", layer, lora_target_name(static_cast<LoraTarget>(t)));
-      const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const TensorView& v) { return v.name == name; });
-      if (it == tensors.end() || it->n_dims != 2) continue;
-      bytes += lora_record_bytes(max_rank, it->shape[0], it->shape[1]);
-    }
+  for (const auto& [rows, cols] : lora_adaptable_shapes(base.config, lora_base_tensors(base))) {
+    bytes += lora_record_bytes(max_rank, rows, cols);
   }
   return std::max<uint64_t>(bytes, 64);
 }
