@@ -41,6 +41,14 @@ HEARTH_HD bool sampling_before(float logit_a, int32_t id_a, float logit_b, int32
   return logit_a > logit_b || (logit_a == logit_b && id_a < id_b);
 }
 
+// A float's bits as an unsigned integer in the same order (larger float, larger value;
+// -0 below +0): what the device's radix selection compares a byte at a time. NaN is
+// not a candidate and has no place in the order.
+HEARTH_HD uint32_t sampling_order_bits(float v) {
+  const uint32_t bits = hd_float_bits(v);
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+
 // Whether min-p keeps a candidate of scaled logit `logit` when the top one's is `max`:
 // its probability is at least min_p times the top's. `log_min_p` = log(min_p).
 HEARTH_HD bool sampling_min_p_keeps(float logit, float max, double log_min_p) {

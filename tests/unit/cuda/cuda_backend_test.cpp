@@ -533,6 +533,62 @@ TEST_F(CudaBackendTest, SamplingMatchesTheHostSamplerRowForRow) {
   }
 }
 
+// The device finds the host's cuts without sorting (radix selection): top-k from 1 to past
+// the candidates, top-p from 0 to near 1, min-p, their combinations, and logits on a
+// coarse grid so that many candidates tie at every cut and at the draw (ties go to the
+// lower id), a row with one candidate, one whose keys overflow to -inf over a small
+// temperature, and rows with nothing but -inf; every row drawn at many points of its
+// stream, so the draw lands all over the distribution.
+TEST_F(CudaBackendTest, SamplingCutsMatchTheHostOnTiesAndEdges) {
+  ASSERT_TRUE(gpu_->samples());
+  const int32_t top_ks[] = {0, 1, 2, 3, 17, 40, 999, 1000, 1001, 5000, 1 << 20};
+  const float top_ps[] = {1.0f, 0.0f, 1e-6f, 0.1f, 0.5f, 0.9f, 0.999f, 0.99999f};
+  const float min_ps[] = {0.0f, 0.0f, 0.0f, 0.001f, 0.05f, 0.5f, 1.0f};
+  for (const int64_t vocab : {int64_t{1000}, int64_t{5000}}) {
+    constexpr int kRows = 64;
+    std::vector<float> logits(static_cast<size_t>(kRows * vocab));
+    std::uniform_int_distribution<int> grid(-40, 40);
+    for (float& l : logits) l = 0.25f * static_cast<float>(grid(rng_));  // 81 values: ties everywhere
+    std::vector<SampleRow> rows(kRows);
+    for (int r = 0; r < kRows; ++r) {
+      float* row = logits.data() + r * vocab;
+      if (r == 1) std::fill(row, row + vocab, -INFINITY);  // nothing to draw
+      if (r == 2) {  // one candidate
+        std::fill(row, row + vocab, -INFINITY);
+        row[vocab / 2] = 3.0f;
+      }
+      if (r == 3) {  // a few candidates, all equal
+        std::fill(row, row + vocab, -INFINITY);
+        for (int64_t i = 7; i < vocab; i += vocab / 5) row[i] = -1.5f;
+      }
+      SampleRow& sr = rows[static_cast<size_t>(r)];
+      sr.sampling = {.temperature = r == 4 ? 1e-37f : 0.3f + 0.05f * static_cast<float>(r % 30),
+                     .top_p = top_ps[static_cast<size_t>(r) % std::size(top_ps)],
+                     .min_p = min_ps[static_cast<size_t>(r / 3) % std::size(min_ps)],
+                     .top_k = top_ks[static_cast<size_t>(r / 2) % std::size(top_ks)],
+                     .seed = rng_()};
+      sr.top_logprobs = r % 3;
+    }
+    BackendBuffer dev = upload(*gpu_, logits);
+    SampleScratch scratch;
+    std::vector<SampledRow> got(kRows);
+    for (uint64_t draw = 0; draw < 4; ++draw) {
+      for (int r = 0; r < kRows; ++r) rows[static_cast<size_t>(r)].draw = draw * 101 + static_cast<uint64_t>(r);
+      gpu_->sample(dev.f32(), vocab, rows, got);
+      for (int r = 0; r < kRows; ++r) {
+        const SampleRow& sr = rows[static_cast<size_t>(r)];
+        Sampler sampler(sr.sampling, static_cast<int32_t>(vocab));
+        sampler.set_position(sr.draw);
+        const SampledRow want = sample_row(sampler, std::span(logits.data() + r * vocab, static_cast<size_t>(vocab)),
+                                           sr.top_logprobs, sr.prompt, sr.output, scratch);
+        ASSERT_EQ(got[static_cast<size_t>(r)].id, want.id)
+            << "vocab " << vocab << " row " << r << " draw " << sr.draw << " top_k " << sr.sampling.top_k << " top_p "
+            << sr.sampling.top_p << " min_p " << sr.sampling.min_p << " temperature " << sr.sampling.temperature;
+      }
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, OutOfMemoryIsAnErrorThatSaysWhatIsFree) {
   const auto huge = gpu_->alloc(size_t{1} << 50);
   ASSERT_FALSE(huge.is_ok());

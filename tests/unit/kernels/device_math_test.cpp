@@ -514,5 +514,29 @@ TEST(DeviceMathTest, SamplingStreamAndPenaltiesAreTheSamplersDefinitions) {
   EXPECT_FALSE(dev::sampling_min_p_keeps(-2.0f, 0.0f, std::log(0.3)));
 }
 
+// The radix selection's order bits sort floats as the floats sort: random values of
+// every magnitude and sign, infinities, both zeros (-0 below +0) and denormals.
+TEST(DeviceMathTest, SamplingOrderBitsSortAsTheFloatsDo) {
+  std::mt19937 rng(7);
+  std::vector<float> v = {-INFINITY, INFINITY, -0.0f, 0.0f, 1e-45f, -1e-45f, 3.4e38f, -3.4e38f, 1.0f, -1.0f};
+  std::uniform_int_distribution<uint32_t> bits;
+  while (v.size() < 4000) {
+    const float f = hd_bits_float(bits(rng));
+    if (!std::isnan(f)) v.push_back(f);
+  }
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (size_t j = i % 97; j < v.size(); j += 97) {
+      const uint32_t a = dev::sampling_order_bits(v[i]), b = dev::sampling_order_bits(v[j]);
+      if (v[i] < v[j]) {
+        ASSERT_LT(a, b) << v[i] << " " << v[j];
+      } else if (v[i] > v[j]) {
+        ASSERT_GT(a, b) << v[i] << " " << v[j];
+      }
+    }
+  }
+  EXPECT_LT(dev::sampling_order_bits(-0.0f), dev::sampling_order_bits(0.0f));
+  EXPECT_EQ(dev::sampling_order_bits(1.0f), dev::sampling_order_bits(1.0f));
+}
+
 }  // namespace
 }  // namespace hearth::kernels
