@@ -24,7 +24,8 @@ for src in kernels/cuda/*.cu; do
   # ptxas prints, per entry function: its name, then the stack/spill line, then the
   # registers/shared line.
   while IFS='|' read -r name stack stores loads regs smem; do
-    pretty=$(echo "$name" | c++filt | sed -E 's/^void //; s/hearth::kernels::cuda::(\(anonymous namespace\)::)?//; s/\(.*//')
+    pretty=$(echo "$name" | c++filt | perl -pe 's/^void //; s/hearth::kernels::cuda::(\(anonymous namespace\)::)?//g;
+      s/(\((?:[^()]++|(?1))*\))$//; s/\(hearth::DType\)0/F32/; s/\(hearth::DType\)1/F16/; s/\(hearth::DType\)2/BF16/; s/hearth::Block/Block/')
     echo "| \`$pretty\` ($(basename "$src")) | $regs | $smem | $stack | $stores / $loads |"
     [ "$stores" = 0 ] && [ "$loads" = 0 ] || spills=$((spills + 1))
   done < <(awk '

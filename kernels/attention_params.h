@@ -76,6 +76,7 @@ struct AttentionStep {
   float softcap = 0.0f;              // > 0: each score s becomes softcap * tanh(s / softcap)
   int32_t sliding_window = 0;        // 0: every earlier position
   KvDType kv_dtype = KvDType::kF32;
+  int32_t max_keys = 0;              // the most keys a query attends (its position + 1), for split attention; 0: unknown
 };
 
 // Sequence s of a step as one AttentionParams.
@@ -134,6 +135,20 @@ HEARTH_HD int64_t kv_value_index(int64_t block, int32_t kv_head, int32_t offset,
 // The first key position query position `pos` attends to.
 HEARTH_HD int32_t attention_first_key(int32_t pos, int32_t sliding_window) {
   return (sliding_window > 0 && pos >= sliding_window) ? pos - sliding_window + 1 : 0;
+}
+
+// Split attention: range `split` of `splits` of the keys [first, pos] a query attends,
+// as [begin, end): consecutive ranges of equal length rounded up to a multiple of
+// `granule` (a kernel's tile of keys), so the ranges cover the keys once, in order, and
+// the last ones may be short or empty (begin == end).
+HEARTH_HD void attention_split_range(int32_t first, int32_t pos, int32_t splits, int32_t split, int32_t granule,
+                                     int32_t& begin, int32_t& end) {
+  const int32_t n = pos - first + 1;
+  int32_t chunk = (n + splits - 1) / splits;
+  chunk = (chunk + granule - 1) / granule * granule;
+  const int64_t b = first + static_cast<int64_t>(split) * chunk;
+  begin = b > pos + 1 ? pos + 1 : static_cast<int32_t>(b);
+  end = begin + chunk > pos + 1 ? pos + 1 : begin + chunk;
 }
 
 }  // namespace hearth::kernels

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "common/dtype.h"
 #include "common/half.h"
@@ -291,6 +292,77 @@ HEARTH_HD float layer_norm_inv(float sum_sq_dev, int64_t dim, float eps) {
 HEARTH_HD float layer_norm_value(float x, float mean, float inv, const float* weight, const float* bias, int64_t i) {
   const float y = (x - mean) * inv * weight[i];
   return bias != nullptr ? y + bias[i] : y;
+}
+
+// ---- Packed int8 products (the quantized matrix products' weight-streaming path) ------
+
+// a . b over four signed bytes packed in each word, plus c: CUDA's __dp4a on the device,
+// the same sum on the host (exact in int32 for int8 inputs).
+HEARTH_HD int32_t dot4_i8(uint32_t a, uint32_t b, int32_t c) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(static_cast<int>(a), static_cast<int>(b), c);
+#else
+  for (int k = 0; k < 4; ++k) {
+    c += static_cast<int32_t>(static_cast<int8_t>(a >> (8 * k))) * static_cast<int32_t>(static_cast<int8_t>(b >> (8 * k)));
+  }
+  return c;
+#endif
+}
+
+// Four bytes of a block's qs at byte offset `at` (even: the blocks are 2-byte aligned),
+// little-endian, read as two 16-bit halves.
+HEARTH_HD uint32_t qs_word(const uint8_t* qs, int at) {
+#if defined(__CUDA_ARCH__)
+  const auto* h = reinterpret_cast<const uint16_t*>(qs + at);
+  return static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
+#else
+  uint32_t w;
+  std::memcpy(&w, qs + at, sizeof w);
+  return w;
+#endif
+}
+
+// Values 4i..4i+3 (i in 0..7) of a block as packed signed bytes: q8_0_int / q4_0_int of
+// each, four at a time.
+HEARTH_HD uint32_t q8_0_word(const BlockQ8_0& b, int i) {
+  return qs_word(reinterpret_cast<const uint8_t*>(b.qs), 4 * i);
+}
+HEARTH_HD uint32_t q4_0_word(const BlockQ4_0& b, int i) {
+  const uint32_t u = qs_word(b.qs, 4 * (i & 3));
+  const uint32_t nibbles = (i < 4 ? u : u >> 4) & 0x0f0f0f0fu;
+  // Each byte minus 8 without a borrow between bytes: +128, -8, then back by 128.
+  return ((nibbles | 0x80808080u) - 0x08080808u) ^ 0x80808080u;
+}
+
+// 16 bytes read at once (one 128-bit load on the device); `p` 16-byte aligned.
+struct alignas(16) Bytes16 {
+  uint32_t w[4];
+};
+HEARTH_HD Bytes16 load16(const void* p) {
+#if defined(__CUDA_ARCH__)
+  return *static_cast<const Bytes16*>(p);
+#else
+  // A misaligned 128-bit load faults on a GPU: here too (the emulated device's kernels
+  // and the host tests run this path).
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) __builtin_trap();
+  Bytes16 b;
+  std::memcpy(&b, p, sizeof b);
+  return b;
+#endif
+}
+
+// The values of 16 bytes of a float row (F32: 4, F16 and BF16: 8), as float_row_value
+// reads each.
+HEARTH_HD void float_values16(DType type, const Bytes16& raw, float* out) {
+  for (int i = 0; i < 4; ++i) {
+    if (type == DType::kF32) {
+      out[i] = hd_bits_float(raw.w[i]);
+    } else {
+      const auto lo = static_cast<uint16_t>(raw.w[i] & 0xffffu), hi = static_cast<uint16_t>(raw.w[i] >> 16);
+      out[2 * i] = type == DType::kF16 ? fp16_to_f32(lo) : bf16_to_f32(lo);
+      out[2 * i + 1] = type == DType::kF16 ? fp16_to_f32(hi) : bf16_to_f32(hi);
+    }
+  }
 }
 
 }  // namespace hearth::kernels::dev

@@ -105,6 +105,7 @@ struct StepInput {
   int32_t n_logit_rows = 0;
   int32_t n_hidden_rows = 0;
   int32_t block_size = 0;
+  int32_t max_keys = 0;  // the most keys a row attends (ModelInput::max_keys)
 };
 
 // Weights as a backend reads them, owned by the backend: views whose `data` is an

@@ -611,7 +611,8 @@ void Model::attention_block(int32_t li, const StepInput& step, KvCache& cache) {
                                                   : 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                 .softcap = c.attn_softcap,
                 .sliding_window = windowed ? c.sliding_window : 0,
-                .kv_dtype = kc.dtype});
+                .kv_dtype = kc.dtype,
+                .max_keys = step.max_keys});
 }
 
 void Model::moe_block(int32_t li, const float* in, int64_t n, float* out) {

@@ -76,6 +76,12 @@ Status ModelInput::add_sequence(std::span<const TokenId> seq_tokens, int32_t fir
   return Status::ok();
 }
 
+int32_t ModelInput::max_keys() const {
+  int32_t most = 0;
+  for (int32_t p : positions) most = std::max(most, p + 1);
+  return most;
+}
+
 bool ModelInput::has_adapters() const {
   return std::any_of(adapters.begin(), adapters.end(), [](int32_t a) { return a >= 0; });
 }

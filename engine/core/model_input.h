@@ -55,6 +55,8 @@ struct ModelInput {
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_seqs() const { return query_start.empty() ? 0 : static_cast<int32_t>(query_start.size()) - 1; }
+  // The most keys a row attends: its position + 1 (0 for an empty input).
+  int32_t max_keys() const;
 
   // The bytes another rank rebuilds this input from (little-endian, versioned).
   void serialize(std::vector<std::byte>& out) const;

@@ -98,7 +98,8 @@ class CpuBackend final : public Backend {
             .n_seqs = in.n_seqs(),
             .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
             .n_hidden_rows = static_cast<int32_t>(in.hidden_rows.size()),
-            .block_size = in.block_size};
+            .block_size = in.block_size,
+            .max_keys = in.max_keys()};
   }
 
   Result<BackendBuffer> alloc(size_t bytes) override {

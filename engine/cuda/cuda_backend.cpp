@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "engine/cuda/cuda_handles.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
 #include "ipc/device_memory.h"
 
@@ -80,7 +81,12 @@ class CudaBackend final : public Backend {
     if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
       return cuda_status(e, fmt::format("cannot use CUDA device {}", device));
     }
+    cudaDeviceProp prop{};
+    if (const cudaError_t e = cudaGetDeviceProperties(&prop, device); e != cudaSuccess) {
+      return cuda_status(e, fmt::format("cannot read CUDA device {}'s properties", device));
+    }
     std::unique_ptr<CudaBackend> b(new CudaBackend(fmt::format("cuda:{}", device)));
+    b->sm_count_ = prop.multiProcessorCount;
     HEARTH_ASSIGN_OR_RETURN(b->stream_, cuda_stream_create());
     HEARTH_ASSIGN_OR_RETURN(b->uploaded_, cuda_event_create());
     HEARTH_ASSIGN_OR_RETURN(b->lt_, cublaslt_create());
@@ -189,7 +195,8 @@ class CudaBackend final : public Backend {
             .n_seqs = in.n_seqs(),
             .n_logit_rows = static_cast<int32_t>(in.logit_rows.size()),
             .n_hidden_rows = static_cast<int32_t>(in.hidden_rows.size()),
-            .block_size = in.block_size};
+            .block_size = in.block_size,
+            .max_keys = in.max_keys()};
   }
 
   Result<BackendBuffer> alloc(size_t bytes) override {
@@ -321,8 +328,16 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::kv_store(p, stream_.get()), "kv_store");
   }
 
+  // Split over the keys (flash-decoding) where the step's (token, head) pairs alone
+  // leave SMs idle: decode of few sequences over long contexts.
   void attention(const kernels::AttentionStep& p) override {
-    check_cuda(kernels::cuda::attention(p, stream_.get()), "attention");
+    kernels::cuda::AttentionSplit split;
+    split.splits = kernels::cuda::attention_splits(p.n_tokens, p.n_heads, p.max_keys, sm_count_);
+    if (split.splits > 1) {
+      split.scratch_bytes = kernels::cuda::attention_scratch_bytes(p.n_tokens, p.n_heads, p.head_dim, split.splits);
+      split.scratch = static_cast<float*>(scratch(attention_scratch_, split.scratch_bytes, "split attention"));
+    }
+    check_cuda(kernels::cuda::attention(p, split, stream_.get()), "attention");
   }
 
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
@@ -464,6 +479,8 @@ class CudaBackend final : public Backend {
   DeviceBuffer staging_host_, staging_dev_;
   DeviceBuffer scratch_, act16_;
   DeviceBuffer sample_in_, sample_scratch_;
+  DeviceBuffer attention_scratch_;
+  int32_t sm_count_ = 0;
   std::vector<kernels::cuda::SampleRowParams> sample_params_;
   std::vector<int32_t> sample_tokens_;
   std::vector<kernels::cuda::SampleRowResult> sample_results_;

@@ -58,11 +58,11 @@ LaunchShape rows_launch(int64_t n_rows) {
   return s;
 }
 
-LaunchShape matvec_launch(int64_t rows, int64_t n_tokens) {
+LaunchShape matvec_launch(int64_t rows, int64_t n_tokens, int32_t tokens_per_warp) {
   LaunchShape s;
   s.block.x = 32 * kMatvecWarps;
   s.grid.x = clamp_u32((rows + kMatvecWarps - 1) / kMatvecWarps, 0x7fffffffu);
-  s.grid.y = clamp_u32(n_tokens, kMaxGridY);
+  s.grid.y = clamp_u32((n_tokens + tokens_per_warp - 1) / tokens_per_warp, kMaxGridY);
   return s;
 }
 
@@ -87,12 +87,35 @@ uint32_t attention_shared_bytes(int32_t head_dim) {
   return static_cast<uint32_t>((head_dim + kAttentionBlock + 32) * sizeof(float));
 }
 
-LaunchShape attention_launch(int64_t n_tokens, int32_t n_heads, int32_t head_dim) {
+LaunchShape attention_launch(int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t splits) {
   LaunchShape s;
   s.block.x = kAttentionBlock;
   s.grid.x = clamp_u32(n_tokens, 0x7fffffffu);
   s.grid.y = clamp_u32(n_heads, kMaxGridY);
+  s.grid.z = clamp_u32(splits, kAttentionMaxSplits);
   s.shared_bytes = attention_shared_bytes(head_dim);
+  return s;
+}
+
+int32_t attention_splits(int64_t n_tokens, int32_t n_heads, int32_t max_keys, int32_t sm_count) {
+  const int64_t blocks = n_tokens * n_heads;
+  const int64_t want = 2 * static_cast<int64_t>(sm_count);
+  if (blocks <= 0 || blocks >= want || max_keys < 2 * kAttentionSplitMinKeys) return 1;
+  const int64_t by_blocks = (want + blocks - 1) / blocks;
+  const int64_t by_keys = max_keys / kAttentionSplitMinKeys;
+  return static_cast<int32_t>(std::min<int64_t>({by_blocks, by_keys, kAttentionMaxSplits}));
+}
+
+size_t attention_scratch_bytes(int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t splits) {
+  return static_cast<size_t>(n_tokens) * static_cast<size_t>(n_heads) * static_cast<size_t>(splits) *
+         (static_cast<size_t>(head_dim) + 2) * sizeof(float);
+}
+
+LaunchShape attention_merge_launch(int64_t n_tokens, int32_t n_heads, int32_t head_dim) {
+  LaunchShape s;
+  s.block.x = clamp_u32((head_dim + 31) / 32 * 32, 1024);
+  s.grid.x = clamp_u32(n_tokens, 0x7fffffffu);
+  s.grid.y = clamp_u32(n_heads, kMaxGridY);
   return s;
 }
 

@@ -7,6 +7,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace hearth::kernels::cuda {
@@ -47,8 +48,11 @@ inline constexpr uint32_t kElementwiseBlock = 256;
 inline constexpr uint32_t kElementwiseMaxBlocks = 65535;
 inline constexpr uint32_t kRowBlock = 256;       // rms_norm: one block per row
 inline constexpr uint32_t kMatvecWarps = 4;      // matmul: one warp per output row
+inline constexpr int32_t kMatvecTokens = 8;      // and group of up to this many tokens
 inline constexpr uint32_t kAttentionBlock = 128;  // attention: one block per (token, head), keys a tile at a time
 inline constexpr int32_t kAttentionMaxHeadDim = 256;
+inline constexpr uint32_t kAttentionMaxSplits = 64;       // split attention: key ranges per (token, head), grid.z
+inline constexpr int32_t kAttentionSplitMinKeys = 512;    // the fewest keys of the longest context a range gets
 inline constexpr uint32_t kGroupQuantBlock = 128;      // group-quantized products: a thread per output row
 inline constexpr uint32_t kGroupQuantTokens = 8;       // tokens one thread accumulates at once
 inline constexpr uint32_t kGroupQuantTileCols = 256;   // activation columns staged in shared memory
@@ -58,8 +62,8 @@ LaunchShape elementwise_launch(int64_t n);
 // One block per row of [n_rows, dim] (norms, embedding lookups, row gathers).
 LaunchShape rows_launch(int64_t n_rows);
 // y[n_tokens, rows]: a warp per output row, blocks of kMatvecWarps rows, grid.y over
-// tokens (capped at kMaxGridY).
-LaunchShape matvec_launch(int64_t rows, int64_t n_tokens);
+// groups of `tokens_per_warp` tokens (capped at kMaxGridY).
+LaunchShape matvec_launch(int64_t rows, int64_t n_tokens, int32_t tokens_per_warp = 1);
 // y[n_tokens, rows] of a group-quantized (GPTQ-layout) matrix: a thread per output row
 // (consecutive rows are consecutive words of qweight, so reads coalesce), blocks of
 // kGroupQuantBlock rows, grid.y over groups of kGroupQuantTokens tokens (capped at
@@ -68,9 +72,22 @@ LaunchShape group_quant_launch(int64_t rows, int64_t n_tokens);
 
 // The activations of a Q8_0/Q4_0 product quantized a block of 32 per warp.
 LaunchShape act_quant_launch(int64_t n_tokens, int64_t cols);
-// Attention of a step: grid (n_tokens, n_heads), shared memory for the query, a tile of
-// scores and the block reduction.
-LaunchShape attention_launch(int64_t n_tokens, int32_t n_heads, int32_t head_dim);
+// Attention of a step: grid (n_tokens, n_heads, splits), shared memory for the query, a
+// tile of scores and the block reduction.
+LaunchShape attention_launch(int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t splits = 1);
 uint32_t attention_shared_bytes(int32_t head_dim);
+
+// Split attention (flash-decoding): into how many key ranges each (token, head) of a
+// step is cut. Where n_tokens * n_heads blocks would leave the device's `sm_count` SMs
+// short of two blocks each, enough ranges to reach that, each of at least
+// kAttentionSplitMinKeys keys of the longest context (`max_keys`), at most
+// kAttentionMaxSplits; else 1 (one block per (token, head) has the keys to itself).
+int32_t attention_splits(int64_t n_tokens, int32_t n_heads, int32_t max_keys, int32_t sm_count);
+// Scratch of a split attention: per (token, head, range) its partial output and softmax
+// state (head_dim + 2 floats).
+size_t attention_scratch_bytes(int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t splits);
+// The merge of a split attention's ranges: a block per (token, head), a thread per
+// output dimension.
+LaunchShape attention_merge_launch(int64_t n_tokens, int32_t n_heads, int32_t head_dim);
 
 }  // namespace hearth::kernels::cuda

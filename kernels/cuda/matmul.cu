@@ -1,8 +1,13 @@
-// Matrix products y = x w^T: one warp per output row and token, the weights dequantized
-// in registers as they are read (dev:: functions). Q8_0/Q4_0 take int8 activations, a
-// block of 32 values per scale, quantized once per call into the scratch buffer, and
-// sum integer products per block as reference::matmul does.
+// Matrix products y = x w^T for decode-sized batches, streaming the weights: one warp per
+// output row and group of up to kMatvecTokens tokens, so a row's weights are read once per
+// group and dequantized in registers (dev:: functions). Float rows are read 16 bytes per
+// lane at a time where the row and activations are aligned to it. Q8_0/Q4_0 take int8
+// activations, a block of 32 values per scale, quantized once per call into the scratch
+// buffer: a block's weights are unpacked into eight words of four int8 each, multiplied
+// with dev::dot4_i8 (__dp4a) and summed per block as reference::matmul does.
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/ops.h"
@@ -24,18 +29,47 @@ ActView act_view(void* scratch, int64_t n_tokens, int64_t cols) {
   return {base, reinterpret_cast<float*>(base + q_bytes)};
 }
 
-__global__ void float_matvec_kernel(DType type, const std::byte* w, int64_t row_bytes, int64_t rows, int64_t cols,
+// Each lane sums its columns in order, for each token of the group; the warp adds the
+// lanes' sums. `vec`: the row and the activations are 16-byte aligned and the columns a
+// multiple of a 16-byte load's values, so a lane reads 16 bytes of weights at a time.
+template <DType kType>
+__global__ void float_matvec_kernel(const std::byte* w, int64_t row_bytes, int64_t rows, int64_t cols, bool vec,
                                     const float* x, int64_t n_tokens, float* y) {
+  constexpr int kPer = kType == DType::kF32 ? 4 : 8;  // values per 16-byte load
+  constexpr int kBytes = kType == DType::kF32 ? 4 : 2;
   const int lane = threadIdx.x % 32;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kMatvecWarps) + threadIdx.x / 32;
   if (r >= rows) return;
   const std::byte* row = w + r * row_bytes;
-  for (int64_t t = blockIdx.y; t < n_tokens; t += gridDim.y) {
-    const float* xt = x + t * cols;
-    float sum = 0.0f;
-    for (int64_t c = lane; c < cols; c += 32) sum += dev::float_row_value(type, row, c) * xt[c];
-    sum = warp_sum(sum);
-    if (lane == 0) y[t * rows + r] = sum;
+  for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kMatvecTokens); t0 < n_tokens;
+       t0 += gridDim.y * static_cast<int64_t>(kMatvecTokens)) {
+    const int tokens = static_cast<int>(n_tokens - t0 < kMatvecTokens ? n_tokens - t0 : kMatvecTokens);
+    const float* xg = x + t0 * cols;
+    float sum[kMatvecTokens];
+    for (float& s : sum) s = 0.0f;
+    if (vec) {
+      for (int64_t c = lane * static_cast<int64_t>(kPer); c < cols; c += 32 * kPer) {
+        float v[8];
+        dev::float_values16(kType, dev::load16(row + c * kBytes), v);
+        for (int k = 0; k < kMatvecTokens && k < tokens; ++k) {
+          float xv[8];
+          for (int h = 0; h < kPer / 4; ++h) {
+            const dev::Bytes16 xr = dev::load16(xg + k * cols + c + 4 * h);
+            for (int i = 0; i < 4; ++i) xv[4 * h + i] = hd_bits_float(xr.w[i]);
+          }
+          for (int i = 0; i < kPer; ++i) sum[k] += v[i] * xv[i];
+        }
+      }
+    } else {
+      for (int64_t c = lane; c < cols; c += 32) {
+        const float v = dev::float_row_value(kType, row, c);
+        for (int k = 0; k < kMatvecTokens && k < tokens; ++k) sum[k] += v * xg[k * cols + c];
+      }
+    }
+    for (int k = 0; k < kMatvecTokens && k < tokens; ++k) {
+      const float s = warp_sum(sum[k]);
+      if (lane == 0) y[(t0 + k) * rows + r] = s;
+    }
   }
 }
 
@@ -51,8 +85,10 @@ __global__ void act_quant_kernel(const float* x, int64_t n_blocks, ActView out) 
   if (lane == 0) out.d[b] = d;
 }
 
-// Each lane sums whole blocks of 32 (integer products, then d_w * d_x in float), the
-// warp adds the lanes' sums.
+// Each lane takes whole blocks of 32: the block's weights unpacked once into eight
+// words of packed int8, then for each token of the group the integer sum of their
+// products with its activations (dot4_i8), scaled by d_w * d_x in float; the warp adds
+// the lanes' sums.
 template <typename Block>
 __global__ void quant_matvec_kernel(const Block* w, int64_t rows, int64_t cols, ActView xq, int64_t n_tokens,
                                     float* y) {
@@ -61,25 +97,36 @@ __global__ void quant_matvec_kernel(const Block* w, int64_t rows, int64_t cols, 
   if (r >= rows) return;
   const int64_t blocks = cols / 32;
   const Block* row = w + r * blocks;
-  for (int64_t t = blockIdx.y; t < n_tokens; t += gridDim.y) {
-    const int8_t* qt = xq.q + t * cols;
-    const float* dt = xq.d + t * blocks;
-    float sum = 0.0f;
+  for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kMatvecTokens); t0 < n_tokens;
+       t0 += gridDim.y * static_cast<int64_t>(kMatvecTokens)) {
+    const int tokens = static_cast<int>(n_tokens - t0 < kMatvecTokens ? n_tokens - t0 : kMatvecTokens);
+    float sum[kMatvecTokens];
+    for (float& s : sum) s = 0.0f;
     for (int64_t b = lane; b < blocks; b += 32) {
-      int32_t isum = 0;
-      for (int j = 0; j < 32; ++j) {
-        int32_t wq;
+      uint32_t wq[8];
+      for (int i = 0; i < 8; ++i) {
         if constexpr (sizeof(Block) == sizeof(BlockQ8_0)) {
-          wq = dev::q8_0_int(row[b], j);
+          wq[i] = dev::q8_0_word(row[b], i);
         } else {
-          wq = dev::q4_0_int(row[b], j);
+          wq[i] = dev::q4_0_word(row[b], i);
         }
-        isum += wq * static_cast<int32_t>(qt[b * 32 + j]);
       }
-      sum += (fp16_to_f32(row[b].d) * dt[b]) * static_cast<float>(isum);
+      const float dw = fp16_to_f32(row[b].d);
+      for (int k = 0; k < kMatvecTokens && k < tokens; ++k) {
+        const int64_t t = t0 + k;
+        const int8_t* xb = xq.q + t * cols + b * 32;  // 16-byte aligned: cols % 32 == 0
+        int32_t isum = 0;
+        for (int h = 0; h < 2; ++h) {
+          const dev::Bytes16 xr = dev::load16(xb + 16 * h);
+          for (int i = 0; i < 4; ++i) isum = dev::dot4_i8(wq[4 * h + i], xr.w[i], isum);
+        }
+        sum[k] += (dw * xq.d[t * blocks + b]) * static_cast<float>(isum);
+      }
     }
-    sum = warp_sum(sum);
-    if (lane == 0) y[t * rows + r] = sum;
+    for (int k = 0; k < kMatvecTokens && k < tokens; ++k) {
+      const float s = warp_sum(sum[k]);
+      if (lane == 0) y[(t0 + k) * rows + r] = s;
+    }
   }
 }
 
@@ -136,14 +183,25 @@ __global__ void group_quant_matvec_kernel(dev::GroupQuantView w, const float* x,
 
 cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.n_tokens <= 0) return cudaSuccess;
-  const LaunchShape s = matvec_launch(p.rows, p.n_tokens);
+  const LaunchShape s = matvec_launch(p.rows, p.n_tokens, kMatvecTokens);
   switch (p.type) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16: {
       const int64_t row_bytes = p.cols * (p.type == DType::kF32 ? 4 : 2);
-      HEARTH_LAUNCH(float_matvec_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
-          p.type, static_cast<const std::byte*>(p.w), row_bytes, p.rows, p.cols, p.x, p.n_tokens, p.y);
+      const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.cols % 4 == 0;
+      const auto* w = static_cast<const std::byte*>(p.w);
+      if (p.type == DType::kF32) {
+        HEARTH_LAUNCH(float_matvec_kernel<DType::kF32>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+            w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, p.y);
+      } else if (p.type == DType::kF16) {
+        HEARTH_LAUNCH(float_matvec_kernel<DType::kF16>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+            w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, p.y);
+      } else {
+        HEARTH_LAUNCH(float_matvec_kernel<DType::kBF16>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+            w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, p.y);
+      }
       return launched();
     }
     case DType::kQ8_0:

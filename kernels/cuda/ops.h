@@ -106,6 +106,16 @@ cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream);
 // sequence s are rows [query_start[s], query_start[s + 1]) of q, its blocks
 // pages[page_start[s]..]; all arrays in device memory.
 cudaError_t attention(const AttentionStep& p, cudaStream_t stream);
+// The same with each (token, head)'s keys cut into `splits` ranges (flash-decoding; the
+// count from attention_splits()), run in parallel and merged: `scratch` holds
+// attention_scratch_bytes() of device memory. The result differs from one range's by
+// float rounding only.
+struct AttentionSplit {
+  int32_t splits = 1;
+  float* scratch = nullptr;
+  size_t scratch_bytes = 0;
+};
+cudaError_t attention(const AttentionStep& p, const AttentionSplit& split, cudaStream_t stream);
 
 // Float activations to fp16 or bf16 (`type`), rounded to nearest even, for the cuBLASLt
 // products.

@@ -22,6 +22,8 @@
 #include "engine/core/driver.h"
 #include "engine/core/sampler.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/launch.h"
+#include "kernels/cuda/ops.h"
 #include "loader/lora.h"
 #include "loader/model.h"
 #include "loader/synth.h"
@@ -125,7 +127,7 @@ TensorView matrix_view(const std::vector<std::byte>& bytes, DType type, int64_t 
 TEST_F(CudaBackendTest, MatmulOfEveryWeightTypeMatchesTheCpu) {
   const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
   for (DType type : types) {
-    for (int64_t n : {1, 3, 9, 33}) {  // 9 and 33 take cuBLASLt for 16-bit weights
+    for (int64_t n : {1, 3, 8, 9, 17, 33}) {  // 8 or more take cuBLASLt for 16-bit weights
       const int64_t rows = 1 + static_cast<int64_t>(rng_() % 300), cols = 32 * (1 + static_cast<int64_t>(rng_() % 40));
       const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
       const TensorView host = matrix_view(bytes, type, rows, cols);
@@ -144,6 +146,44 @@ TEST_F(CudaBackendTest, MatmulOfEveryWeightTypeMatchesTheCpu) {
       const float tol = rounded ? (type == DType::kF16 ? 2e-3f : 1.6e-2f) * std::sqrt(static_cast<float>(cols)) : 1e-4f;
       expect_near(download(*gpu_, yd, want.size()), want, tol,
                   fmt::format("{} [{}, {}] x {} tokens", dtype_name(type), rows, cols, n));
+    }
+  }
+}
+
+// The weight-streaming products at every token count around their groups of
+// kMatvecTokens, called directly (the backend hands 16-bit weights over 8+ tokens to
+// cuBLASLt): each float type with 16-byte-aligned activations (16-byte reads) and with
+// activations one float off (element reads), and Q8_0/Q4_0, against the CPU.
+TEST_F(CudaBackendTest, WeightStreamingProductsMatchTheCpuAtEveryTokenCount) {
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+  for (DType type : types) {
+    const int64_t rows = 1 + static_cast<int64_t>(rng_() % 70), cols = 32 * (1 + static_cast<int64_t>(rng_() % 24));
+    const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
+    const TensorView host = matrix_view(bytes, type, rows, cols);
+    auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
+    ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+    const TensorView& dev = (*bound)->tensors()[0];
+    for (const int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 20}) {
+      const auto x = random_floats(static_cast<size_t>(n * cols), rng_, 2.0f);
+      std::vector<float> want(static_cast<size_t>(n * rows));
+      cpu_->matmul(host, x.data(), n, want.data());
+      const bool quantized = type == DType::kQ8_0 || type == DType::kQ4_0;
+      for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+        if (quantized && offset == 1) continue;  // the activations are requantized into aligned scratch
+        std::vector<float> shifted(static_cast<size_t>(offset));
+        shifted.insert(shifted.end(), x.begin(), x.end());
+        const BackendBuffer xd = upload(*gpu_, shifted);
+        const BackendBuffer yd = poisoned(*gpu_, want.size());
+        const size_t scratch_bytes = kernels::cuda::matmul_scratch_bytes(type, n, cols);
+        const BackendBuffer scratch = poisoned(*gpu_, scratch_bytes / sizeof(float) + 1);
+        const kernels::cuda::MatmulParams p{.type = type, .w = dev.data, .rows = rows, .cols = cols,
+                                            .x = xd.f32() + offset, .n_tokens = n, .y = yd.f32(),
+                                            .scratch = scratch.f32(), .scratch_bytes = scratch_bytes};
+        ASSERT_EQ(kernels::cuda::matmul(p, static_cast<cudaStream_t>(gpu_->queue().handle)), cudaSuccess);
+        expect_near(download(*gpu_, yd, want.size()), want, 1e-4f,
+                    fmt::format("{} [{}, {}] x {} tokens, activations {} floats off 16 bytes", dtype_name(type), rows,
+                                cols, n, offset));
+      }
     }
   }
 }
@@ -478,6 +518,85 @@ TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
                               kernels::kv_dtype_name(dtype), n_heads, n_kv_heads, head_dim, window, cap));
     }
   }
+}
+
+// Split attention (flash-decoding): decode rows over contexts of 1 to 2900 keys, with a
+// sliding window or soft-capped scores in some, cut into 1 to 64 key ranges by hand and
+// as the backend cuts them (from the device's SM count), against the CPU.
+TEST_F(CudaBackendTest, SplitAttentionOverLongContextsMatchesTheCpu) {
+  const int32_t block_size = 16, n_kv_heads = 2, n_heads = 4, head_dim = 64;
+  const int32_t contexts[] = {1, 130, 1100, 2900};
+  ModelInput in, fill;
+  in.clear(block_size);
+  fill.clear(block_size);
+  int32_t n_blocks = 0;
+  for (const int32_t ctx : contexts) {
+    std::vector<int32_t> table(static_cast<size_t>((ctx + block_size - 1) / block_size));
+    std::iota(table.begin(), table.end(), n_blocks);
+    n_blocks += static_cast<int32_t>(table.size());
+    ASSERT_TRUE(in.add_sequence(std::vector<TokenId>{1}, ctx - 1, table, 1).is_ok());
+    ASSERT_TRUE(fill.add_sequence(std::vector<TokenId>(static_cast<size_t>(ctx), 1), 0, table, 0).is_ok());
+  }
+  const int32_t n = in.n_tokens();
+  const int64_t kv_dim = static_cast<int64_t>(n_kv_heads) * head_dim;
+  const StepInput cfill = cpu_->upload(fill), gfill = gpu_->upload(fill);
+  const StepInput cstep = cpu_->upload(in), gstep = gpu_->upload(in);
+  ASSERT_EQ(gstep.max_keys, 2900);
+  const int32_t backend_splits = kernels::cuda::attention_splits(n, n_heads, gstep.max_keys, 132);
+  ASSERT_GT(backend_splits, 1) << "the emulated device's 132 SMs: the backend splits this step";
+  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16}) {
+    const size_t cache_bytes = static_cast<size_t>(n_blocks) * block_size * kv_dim * kernels::kv_dtype_bytes(dtype);
+    auto ck = cpu_->alloc(cache_bytes), cv = cpu_->alloc(cache_bytes);
+    auto gk = gpu_->alloc(cache_bytes), gv = gpu_->alloc(cache_bytes);
+    ASSERT_TRUE(ck.is_ok() && cv.is_ok() && gk.is_ok() && gv.is_ok());
+    const auto k = random_floats(static_cast<size_t>(fill.n_tokens() * kv_dim), rng_);
+    const auto v = random_floats(k.size(), rng_);
+    auto store = [&](const StepInput& st, const float* kr, const float* vr, void* kc, void* vc) {
+      return kernels::KvStoreParams{.k = kr, .v = vr, .k_cache = kc, .v_cache = vc, .slots = st.slots,
+                                    .n_tokens = st.n_tokens, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                                    .block_size = st.block_size, .kv_dtype = dtype};
+    };
+    cpu_->kv_store(store(cfill, k.data(), v.data(), ck->data(), cv->data()));
+    const BackendBuffer kd = upload(*gpu_, k), vd = upload(*gpu_, v);
+    gpu_->kv_store(store(gfill, kd.f32(), vd.f32(), gk->data(), gv->data()));
+    for (const auto& [window, cap] : {std::pair{0, 0.0f}, std::pair{1000, 0.0f}, std::pair{0, 2.0f}}) {
+      const auto q = random_floats(static_cast<size_t>(n) * n_heads * head_dim, rng_, 2.0f);
+      auto attend = [&](const StepInput& st, const float* qr, float* o, const void* kc, const void* vc) {
+        return kernels::AttentionStep{.q = qr, .out = o, .k_cache = kc, .v_cache = vc, .positions = st.positions,
+                                      .query_start = st.query_start, .page_start = st.page_start, .pages = st.pages,
+                                      .n_tokens = st.n_tokens, .n_seqs = st.n_seqs, .block_size = st.block_size,
+                                      .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
+                                      .scale = 0.125f, .softcap = cap, .sliding_window = window, .kv_dtype = dtype,
+                                      .max_keys = st.max_keys};
+      };
+      std::vector<float> want(q.size());
+      cpu_->attention(attend(cstep, q.data(), want.data(), ck->data(), cv->data()));
+      const BackendBuffer qd = upload(*gpu_, q);
+      const std::string what = fmt::format("{} window {} softcap {}", kernels::kv_dtype_name(dtype), window, cap);
+      {
+        const BackendBuffer out = poisoned(*gpu_, q.size());
+        gpu_->attention(attend(gstep, qd.f32(), out.f32(), gk->data(), gv->data()));
+        expect_near(download(*gpu_, out, q.size()), want, 1e-4f,
+                    fmt::format("attention {}, split {} ways by the backend", what, backend_splits));
+      }
+      for (const int32_t splits : {1, 2, 3, 7, 64}) {
+        const BackendBuffer out = poisoned(*gpu_, q.size());
+        const size_t bytes = kernels::cuda::attention_scratch_bytes(n, n_heads, head_dim, splits);
+        const BackendBuffer scratch = poisoned(*gpu_, bytes / sizeof(float));
+        const kernels::cuda::AttentionSplit split{.splits = splits, .scratch = scratch.f32(),
+                                                  .scratch_bytes = bytes};
+        ASSERT_EQ(kernels::cuda::attention(attend(gstep, qd.f32(), out.f32(), gk->data(), gv->data()), split,
+                                           static_cast<cudaStream_t>(gpu_->queue().handle)),
+                  cudaSuccess);
+        expect_near(download(*gpu_, out, q.size()), want, 1e-4f, fmt::format("attention {}, {} ranges", what, splits));
+      }
+    }
+  }
+  // Refused: a split count out of range, or too little scratch.
+  const kernels::AttentionStep empty{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim};
+  EXPECT_EQ(kernels::cuda::attention(empty, {.splits = 0}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::cuda::attention(empty, {.splits = 65}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(kernels::cuda::attention(empty, {.splits = 2}, nullptr), cudaErrorInvalidValue);
 }
 
 // Sampling on the device against the host's sample_row: every parameter, penalties over

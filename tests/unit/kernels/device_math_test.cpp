@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "kernels/attention_params.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/device_math.h"
 #include "kernels/reference/reference.h"
@@ -512,6 +513,88 @@ TEST(DeviceMathTest, SamplingStreamAndPenaltiesAreTheSamplersDefinitions) {
   EXPECT_FALSE(dev::sampling_before(1.0f, 5, 1.0f, 1));
   EXPECT_TRUE(dev::sampling_min_p_keeps(-1.0f, 0.0f, std::log(0.3)));
   EXPECT_FALSE(dev::sampling_min_p_keeps(-2.0f, 0.0f, std::log(0.3)));
+}
+
+// The weight-streaming products' packed arithmetic: dot4_i8 is the sum of four signed
+// byte products; q8_0_word / q4_0_word pack q8_0_int / q4_0_int four at a time; a 16-byte
+// read of a float row gives float_row_value's values.
+TEST(DeviceMathTest, PackedWeightWordsAndDotsMatchTheElementwiseReads) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<uint32_t> word;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const uint32_t a = word(rng), b = word(rng);
+    const auto c = static_cast<int32_t>(word(rng) % 2000001) - 1000000;
+    int32_t want = c;
+    for (int k = 0; k < 4; ++k) {
+      want += static_cast<int8_t>(a >> (8 * k)) * static_cast<int8_t>(b >> (8 * k));
+    }
+    ASSERT_EQ(dev::dot4_i8(a, b, c), want);
+  }
+  EXPECT_EQ(dev::dot4_i8(0x80808080u, 0x80808080u, 0), 4 * 128 * 128) << "-128 * -128, four times";
+  EXPECT_EQ(dev::dot4_i8(0x7f7f7f7fu, 0x80808080u, 0), -4 * 127 * 128);
+  for (int trial = 0; trial < 2000; ++trial) {
+    BlockQ8_0 q8;
+    BlockQ4_0 q4;
+    q8.d = q4.d = static_cast<uint16_t>(word(rng));
+    for (int8_t& v : q8.qs) v = static_cast<int8_t>(word(rng));
+    for (uint8_t& v : q4.qs) v = static_cast<uint8_t>(word(rng));
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t w8 = dev::q8_0_word(q8, i), w4 = dev::q4_0_word(q4, i);
+      for (int k = 0; k < 4; ++k) {
+        ASSERT_EQ(static_cast<int8_t>(w8 >> (8 * k)), dev::q8_0_int(q8, 4 * i + k)) << "q8_0 value " << 4 * i + k;
+        ASSERT_EQ(static_cast<int8_t>(w4 >> (8 * k)), dev::q4_0_int(q4, 4 * i + k)) << "q4_0 value " << 4 * i + k;
+      }
+    }
+  }
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  std::vector<float> f32(16);
+  std::vector<uint16_t> f16(16), bf16(16);
+  for (size_t i = 0; i < 16; ++i) {
+    f32[i] = value(rng);
+    f16[i] = f32_to_fp16(f32[i]);
+    bf16[i] = f32_to_bf16(f32[i]);
+  }
+  float got[8];
+  for (int at = 0; at < 2; ++at) {
+    dev::float_values16(DType::kF32, dev::load16(f32.data() + 4 * at), got);
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(got[i], dev::float_row_value(DType::kF32, f32.data(), 4 * at + i));
+    dev::float_values16(DType::kF16, dev::load16(f16.data() + 8 * at), got);
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(got[i], dev::float_row_value(DType::kF16, f16.data(), 8 * at + i));
+    dev::float_values16(DType::kBF16, dev::load16(bf16.data() + 8 * at), got);
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(got[i], dev::float_row_value(DType::kBF16, bf16.data(), 8 * at + i));
+  }
+}
+
+// Split attention's key ranges cover a query's keys once and in order, each (but the
+// last non-empty one) a whole number of tiles, for every split count, window and tile.
+TEST(DeviceMathTest, AttentionSplitRangesCoverTheKeysOnceInOrder) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int32_t pos = static_cast<int32_t>(rng() % 20000);
+    const int32_t window = trial % 3 == 0 ? static_cast<int32_t>(1 + rng() % 3000) : 0;
+    const int32_t first = attention_first_key(pos, window);
+    const int32_t splits = static_cast<int32_t>(1 + rng() % 64);
+    const int32_t granule = trial % 2 == 0 ? 128 : static_cast<int32_t>(1 + rng() % 200);
+    int32_t next = first;
+    for (int32_t z = 0; z < splits; ++z) {
+      int32_t begin, end;
+      attention_split_range(first, pos, splits, z, granule, begin, end);
+      ASSERT_EQ(begin, next) << "pos " << pos << " split " << z << " of " << splits;
+      ASSERT_LE(begin, end);
+      ASSERT_LE(end, pos + 1);
+      if (end < pos + 1) {
+        ASSERT_EQ((end - begin) % granule, 0) << "a range ends on a tile boundary";
+      }
+      next = end;
+    }
+    ASSERT_EQ(next, pos + 1) << "pos " << pos << " first " << first << " splits " << splits;
+  }
+  int32_t begin, end;
+  attention_split_range(0, 0, 8, 0, 128, begin, end);  // one key: the first range has it
+  EXPECT_EQ(begin, 0);
+  EXPECT_EQ(end, 1);
+  attention_split_range(0, 0, 8, 7, 128, begin, end);
+  EXPECT_EQ(begin, end);
 }
 
 // The radix selection's order bits sort floats as the floats sort: random values of

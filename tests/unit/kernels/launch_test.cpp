@@ -67,6 +67,11 @@ TEST(LaunchTest, EveryShapeGetsALaunchThatFits) {
       EXPECT_EQ(m.block.x, 32 * kMatvecWarps);
       EXPECT_GE(static_cast<int64_t>(m.grid.x) * kMatvecWarps, std::min<int64_t>(n, 0x7fffffffLL)) << "a warp per row";
       EXPECT_EQ(m.grid.y, static_cast<uint32_t>(std::min<int64_t>(tokens, kMaxGridY)));
+      const LaunchShape grouped = matvec_launch(n, tokens, kMatvecTokens);
+      expect_fits(grouped, "matvec of token groups", n);
+      EXPECT_EQ(grouped.grid.x, m.grid.x);
+      EXPECT_EQ(grouped.grid.y,
+                static_cast<uint32_t>(std::min<int64_t>((tokens + kMatvecTokens - 1) / kMatvecTokens, kMaxGridY)));
       expect_fits(act_quant_launch(tokens, 32 * (n % 4096 + 1)), "act_quant", n);
       const LaunchShape g = group_quant_launch(n, tokens);
       expect_fits(g, "group_quant", n);
@@ -89,6 +94,50 @@ TEST(LaunchTest, AttentionFitsEveryHeadDimWithoutOptingIn) {
   }
   EXPECT_EQ(kAttentionBlock % 32, 0u) << "block reductions need whole warps";
   EXPECT_EQ(kRowBlock % 32, 0u);
+}
+
+// Split attention (flash-decoding): splits only where (token, head) pairs leave an H100's
+// 132 SMs short of two blocks each and the context has the keys, as many ranges as fill
+// them, never ranges under kAttentionSplitMinKeys keys or more than kAttentionMaxSplits;
+// every split launch and its merge fit.
+TEST(LaunchTest, AttentionSplitsOnlyWhereTheDeviceWouldIdle) {
+  constexpr int32_t kSms = 132;
+  EXPECT_EQ(attention_splits(1, 32, 100000, kSms), 9) << "batch 1, 32 heads: 264 blocks wanted";
+  EXPECT_EQ(attention_splits(1, 8, 100000, kSms), 33);
+  EXPECT_EQ(attention_splits(1, 1, 1 << 30, kSms), static_cast<int32_t>(kAttentionMaxSplits));
+  EXPECT_EQ(attention_splits(1, 8, 4 * kAttentionSplitMinKeys, kSms), 4) << "no range under the minimum";
+  EXPECT_EQ(attention_splits(1, 32, 2 * kAttentionSplitMinKeys - 1, kSms), 1) << "a short context";
+  EXPECT_EQ(attention_splits(64, 32, 100000, kSms), 1) << "batch 64 fills the device";
+  EXPECT_EQ(attention_splits(9, 32, 100000, kSms), 1);
+  EXPECT_EQ(attention_splits(8, 32, 100000, kSms), 2);
+  EXPECT_EQ(attention_splits(4, 32, 0, kSms), 1) << "an unknown context";
+  EXPECT_EQ(attention_splits(0, 32, 100000, kSms), 1);
+  EXPECT_EQ(attention_splits(1, 32, 100000, 0), 1) << "an unknown SM count";
+  for (int32_t sms : {1, 14, 108, 132, 170}) {
+    for (int64_t tokens : {1, 2, 5, 64, 4097}) {
+      for (int32_t heads : {1, 8, 32, 64}) {
+        for (int32_t keys : {0, 1, 700, 1024, 5000, 131072}) {
+          const int32_t splits = attention_splits(tokens, heads, keys, sms);
+          ASSERT_GE(splits, 1);
+          ASSERT_LE(splits, static_cast<int32_t>(kAttentionMaxSplits));
+          if (splits > 1) {
+            ASSERT_GE(keys / splits, kAttentionSplitMinKeys) << keys << " keys in " << splits;
+            ASSERT_LT(tokens * heads * (splits - 1), 2 * sms) << "one range fewer would still fill the device";
+          }
+          expect_fits(attention_launch(tokens, heads, 128, splits), "split attention", splits);
+          const LaunchShape m = attention_merge_launch(tokens, heads, 128);
+          expect_fits(m, "attention merge", tokens);
+          ASSERT_GE(m.block.x, 128u) << "a thread per output dimension";
+          ASSERT_EQ(attention_scratch_bytes(tokens, heads, 128, splits),
+                    static_cast<size_t>(tokens * heads * splits) * 130 * sizeof(float));
+        }
+      }
+    }
+  }
+  for (int32_t head_dim = 2; head_dim <= kAttentionMaxHeadDim; head_dim += 2) {
+    expect_fits(attention_merge_launch(3, 70000, head_dim), "attention merge", head_dim);
+    EXPECT_GE(attention_merge_launch(3, 7, head_dim).block.x, static_cast<uint32_t>(head_dim));
+  }
 }
 
 }  // namespace
