@@ -10,6 +10,7 @@ check=0
 arch=${1:-90}
 nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [ -x "$nvcc" ] || { echo "ptxas_report: no nvcc (set NVCC or put it on PATH)" >&2; exit 2; }
+command -v c++filt >/dev/null || c++filt() { cat; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "| kernel (sm_$arch) | registers | shared bytes | stack bytes | spill stores / loads |"

@@ -2,8 +2,9 @@
 // in, an op enqueued on `stream` out, a cudaError_t back (cudaErrorNotSupported for a
 // dtype or shape a kernel does not handle, checked before anything is launched). Every
 // per-element computation is a kernels/device_math.h function, tested on the host; the
-// launch geometry is kernels/cuda/launch.h's. Correct, not tuned: one warp per output
-// row for matrix products, one block per (token, head) for attention.
+// launch geometry is kernels/cuda/launch.h's. Decode-shaped: one warp per output row
+// and group of 8 tokens for matrix products (weights streamed once per group), one
+// block per (token, head, key range) for attention; no tensor cores of their own.
 // No engine, Boost or spdlog headers (kernels/README.md). Thread-safe; the kernels keep
 // no state.
 #pragma once
