@@ -316,6 +316,7 @@ HEARTH_HD uint32_t qs_word(const uint8_t* qs, int at) {
   const auto* h = reinterpret_cast<const uint16_t*>(qs + at);
   return static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
 #else
+  if (reinterpret_cast<uintptr_t>(qs + at) % 2 != 0) __builtin_trap();  // as the device's 16-bit loads would fault
   uint32_t w;
   std::memcpy(&w, qs + at, sizeof w);
   return w;

@@ -49,6 +49,17 @@ HEARTH_HD uint32_t sampling_order_bits(float v) {
   return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
 }
 
+// A candidate's key: its logit over the temperature, -0 made +0 (the host orders them as
+// equal, the order bits would not). Rounded as on the host: nvcc would contract the
+// product and the add into one FMA, which keeps an underflowing product's -0.
+HEARTH_HD float sampling_scaled_key(float logit, float inv_t) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(__fmul_rn(logit, inv_t), 0.0f);
+#else
+  return logit * inv_t + 0.0f;
+#endif
+}
+
 // Whether min-p keeps a candidate of scaled logit `logit` when the top one's is `max`:
 // its probability is at least min_p times the top's. `log_min_p` = log(min_p).
 HEARTH_HD bool sampling_min_p_keeps(float logit, float max, double log_min_p) {

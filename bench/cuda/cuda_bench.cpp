@@ -76,8 +76,9 @@ ModelConfig shape_config(const Shape& s, int32_t context) {
   return c;
 }
 
-// Seeded bytes for a tensor of `type`: float values in [-0.03, 0.03]; Q8_0/Q4_0 blocks with
-// random values and a small scale. One random 4 MiB pattern, repeated (speed, not
+// Seeded bytes for a tensor of `type`: fp16 values in [-0.03, 0.03] (read as bf16, the
+// same bits are tiny values, which is as good for timing); Q8_0/Q4_0 blocks with random
+// values and a small scale. One random 4 MiB pattern, repeated (speed, not
 // statistics, is what the bytes are for).
 class WeightBytes {
  public:
@@ -111,6 +112,7 @@ struct HostModel {
   std::vector<std::vector<std::byte>> storage;
   std::vector<TensorView> tensors;
   uint64_t step_bytes = 0;  // what a decode step reads of the weights (all but the embedding table)
+  uint64_t head_bytes = 0;  // of which the LM head (run for the logit rows alone)
 
   void add(const std::string& name, DType type, int64_t rows, int64_t cols, std::vector<std::byte> bytes) {
     storage.push_back(std::move(bytes));
@@ -123,6 +125,7 @@ struct HostModel {
     t.bytes = storage.back().size();
     tensors.push_back(t);
     if (name != "token_embd.weight") step_bytes += t.bytes;
+    if (name == "output.weight") head_bytes = t.bytes;
   }
   void add_norm(const std::string& name, int64_t dim) {
     std::vector<std::byte> bytes(static_cast<size_t>(dim) * 4);
@@ -155,12 +158,17 @@ HostModel host_model(const ModelConfig& c, DType type, const WeightBytes& w) {
   return m;
 }
 
-std::vector<int64_t> int_list(const std::string& s) {
+// "1,8,64": each in [1, 4096]; empty on anything else.
+std::vector<int64_t> batch_list(const std::string& s) {
   std::vector<int64_t> out;
   size_t at = 0;
   while (at <= s.size()) {
     const size_t comma = std::min(s.find(',', at), s.size());
-    out.push_back(std::stoll(s.substr(at, comma - at)));
+    const std::string item = s.substr(at, comma - at);
+    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos) return {};
+    const int64_t v = std::stoll(item);
+    if (v < 1 || v > 4096) return {};
+    out.push_back(v);
     at = comma + 1;
   }
   return out;
@@ -226,7 +234,8 @@ Status run_model(Backend& be, const Shape& shape, DType type, const Run& run, co
   HostModel host = host_model(config, type, bytes);
   const int32_t max_tokens = static_cast<int32_t>(std::max<int64_t>(max_batch, run.prefill));
   HEARTH_ASSIGN_OR_RETURN(auto model, Model::create(config, host.tensors, be, max_tokens));
-  host = HostModel{.storage = {}, .tensors = {}, .step_bytes = host.step_bytes};  // the device has its copy
+  host.storage = {};  // the device has its copy
+  host.tensors = {};
   constexpr int32_t kBlock = 16;
   const int32_t blocks_per_seq = (context + kBlock - 1) / kBlock;
   HEARTH_ASSIGN_OR_RETURN(auto cache, KvCache::create(be, {config.n_layers, config.kv_dim(), kBlock,
@@ -240,9 +249,18 @@ Status run_model(Backend& be, const Shape& shape, DType type, const Run& run, co
   for (KvSequence& s : seqs) HEARTH_RETURN_IF_ERROR(kv_sequence_reserve(cache, s, context));
   const uint64_t kv_token_bytes = 2ull * static_cast<uint64_t>(config.n_layers) * config.kv_dim() * 2;  // f16 K and V
 
-  for (const int64_t batch : run.batches) {
+  // Each batch greedy, then the largest again sampling (temperature, top-k, top-p): the
+  // device sampler's selections over the vocabulary.
+  std::vector<std::pair<int64_t, bool>> decodes;
+  for (const int64_t batch : run.batches) decodes.emplace_back(batch, false);
+  decodes.emplace_back(max_batch, true);
+  for (const auto& [batch, sampled] : decodes) {
     std::vector<SampleRow> rows(static_cast<size_t>(batch));
-    for (SampleRow& r : rows) r.sampling.temperature = 0.0f;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      rows[i].sampling = sampled ? SamplingParams{.temperature = 0.8f, .top_p = 0.95f, .top_k = 50, .seed = i}
+                                 : SamplingParams{.temperature = 0.0f};
+      rows[i].draw = 0;
+    }
     std::vector<SampledRow> out(static_cast<size_t>(batch));
     ModelInput in;
     std::vector<double> times;
@@ -264,7 +282,8 @@ Status run_model(Backend& be, const Shape& shape, DType type, const Run& run, co
     char est[160];
     std::snprintf(est, sizeof est, "%.2f ms/step, %.0f tok/s at the copy bandwidth; reached %.0f%% of it",
                   floor_s * 1e3, static_cast<double>(batch) / floor_s, 100.0 * floor_s / step_s);
-    row(label + ": decode, batch " + std::to_string(batch) + ", context " + std::to_string(run.ctx),
+    row(label + ": decode, batch " + std::to_string(batch) + ", context " + std::to_string(run.ctx) +
+            (sampled ? ", sampled (temperature 0.8, top-k 50, top-p 0.95)" : ", greedy"),
         fmt_num(static_cast<double>(batch) / step_s, "tok/s") + " (" + fmt_num(step_s * 1e3, "ms/step") + ")", est);
   }
 
@@ -284,11 +303,14 @@ Status run_model(Backend& be, const Shape& shape, DType type, const Run& run, co
       if (r > 0) times.push_back(now() - t);
     }
     const double s = median(times);
-    // 2 flops per weight per token: what the step's products do (attention aside).
-    const double params = static_cast<double>(host.step_bytes) /
-                          (static_cast<double>(dtype_block_bytes(type)) / dtype_block_elems(type));
+    // 2 flops per weight per token in the layers' products, and the LM head's for the
+    // one row whose logits are wanted (attention aside).
+    const double bytes_per_param = static_cast<double>(dtype_block_bytes(type)) / dtype_block_elems(type);
+    const double layer_params = static_cast<double>(host.step_bytes - host.head_bytes) / bytes_per_param;
+    const double flops = 2.0 * (layer_params * static_cast<double>(run.prefill) +
+                                static_cast<double>(host.head_bytes) / bytes_per_param);
     char est[128];
-    std::snprintf(est, sizeof est, "%.1f TFLOP/s in the matrix products", 2.0 * params * run.prefill / s / 1e12);
+    std::snprintf(est, sizeof est, "%.1f TFLOP/s in the matrix products", flops / s / 1e12);
     row(label + ": prefill of " + std::to_string(run.prefill) + " tokens",
         fmt_num(static_cast<double>(run.prefill) / s, "tok/s") + " (" + fmt_num(s * 1e3, "ms") + ")", est);
   }
@@ -318,9 +340,11 @@ Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n
   for (int r = 0; r < reps; ++r) be.matmul(dev, x.f32(), n, y.f32());
   be.synchronize();
   const double s = (now() - t0) / reps;
-  char what[128];
-  std::snprintf(what, sizeof what, "matmul %s [%lld, %lld] x %lld tokens", std::string(dtype_name(type)).c_str(),
-                static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n));
+  char what[160];
+  const bool cublas = (type == DType::kF16 || type == DType::kBF16) && n >= 8;  // as the backend chooses
+  std::snprintf(what, sizeof what, "matmul %s [%lld, %lld] x %lld tokens (%s)", std::string(dtype_name(type)).c_str(),
+                static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n),
+                cublas ? "cuBLASLt" : "hearth's kernel");
   row(what, fmt_num(static_cast<double>(w.size()) / s / 1e9, "GB/s of weights") + " (" + fmt_num(s * 1e6, "us") + ")",
       fmt_num(2.0 * static_cast<double>(rows * cols * n) / s / 1e12, "TFLOP/s"));
   return Status::ok();
@@ -334,8 +358,9 @@ Status run_attention(Backend& be, int32_t sm_count, int64_t n, int32_t ctx, int 
   const size_t cache_bytes = static_cast<size_t>(n * blocks_per_seq) * kBlock * kKvHeads * kHeadDim * 2;
   HEARTH_ASSIGN_OR_RETURN(BackendBuffer k, be.alloc(cache_bytes));
   HEARTH_ASSIGN_OR_RETURN(BackendBuffer v, be.alloc(cache_bytes));
-  check_cuda(cudaMemset(k.data(), 0, cache_bytes), "clearing K");
-  check_cuda(cudaMemset(v.data(), 0, cache_bytes), "clearing V");
+  auto* stream = static_cast<cudaStream_t>(be.queue().handle);
+  check_cuda(cudaMemsetAsync(k.data(), 0, cache_bytes, stream), "clearing K");
+  check_cuda(cudaMemsetAsync(v.data(), 0, cache_bytes, stream), "clearing V");
   ModelInput in;
   in.clear(kBlock);
   std::vector<int32_t> table(static_cast<size_t>(blocks_per_seq));
@@ -359,7 +384,6 @@ Status run_attention(Backend& be, int32_t sm_count, int64_t n, int32_t ctx, int 
   const int32_t splits = kernels::cuda::attention_splits(p.n_tokens, kHeads, p.max_keys, sm_count);
   HEARTH_ASSIGN_OR_RETURN(BackendBuffer scratch,
                           be.alloc(kernels::cuda::attention_scratch_bytes(p.n_tokens, kHeads, kHeadDim, 64)));
-  auto* stream = static_cast<cudaStream_t>(be.queue().handle);
   for (const int32_t ways : {splits, 1}) {
     const kernels::cuda::AttentionSplit split{.splits = ways, .scratch = scratch.f32(),
                                               .scratch_bytes = scratch.bytes()};
@@ -398,7 +422,10 @@ int main_impl(int argc, char** argv) {
   run.steps = steps->value_or(16);
   run.prefill = prefill->value_or(512);
   run.reps = reps->value_or(20);
-  run.batches = int_list(args->get("batches").value_or("1,8,64"));
+  run.batches = batch_list(args->get("batches").value_or("1,8,64"));
+  if (run.batches.empty()) {
+    return fail(make_error(ErrorCode::kInvalidArgument, "--batches takes a list of 1..4096 such as 1,8,64"));
+  }
   const std::vector<std::string> shapes = name_list(args->get("shapes").value_or("1b,8b"));
   const std::vector<std::string> types = name_list(args->get("types").value_or("f16,q4_0"));
 

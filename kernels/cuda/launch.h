@@ -79,9 +79,10 @@ uint32_t attention_shared_bytes(int32_t head_dim);
 
 // Split attention (flash-decoding): into how many key ranges each (token, head) of a
 // step is cut. Where n_tokens * n_heads blocks would leave the device's `sm_count` SMs
-// short of two blocks each, enough ranges to reach that, each of at least
-// kAttentionSplitMinKeys keys of the longest context (`max_keys`), at most
-// kAttentionMaxSplits; else 1 (one block per (token, head) has the keys to itself).
+// short of two blocks each, enough ranges to reach that, as long as the longest context
+// (`max_keys`) gives each at least kAttentionSplitMinKeys keys (a query's last range, and
+// a shorter query's, may have fewer), at most kAttentionMaxSplits; else 1 (one block per
+// (token, head) has the keys to itself).
 int32_t attention_splits(int64_t n_tokens, int32_t n_heads, int32_t max_keys, int32_t sm_count);
 // Scratch of a split attention: per (token, head, range) its partial output and softmax
 // state (head_dim + 2 floats).

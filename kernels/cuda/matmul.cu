@@ -210,6 +210,10 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
       if (p.scratch == nullptr || p.scratch_bytes < matmul_scratch_bytes(p.type, p.n_tokens, p.cols)) {
         return cudaErrorInvalidValue;
       }
+      // The blocks' 16-bit reads and the activations' 16-byte ones.
+      if (reinterpret_cast<uintptr_t>(p.w) % 2 != 0 || reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0) {
+        return cudaErrorInvalidValue;
+      }
       const ActView xq = act_view(p.scratch, p.n_tokens, p.cols);
       const int64_t n_blocks = p.n_tokens * (p.cols / 32);
       const LaunchShape q = act_quant_launch(p.n_tokens, p.cols);

@@ -158,6 +158,13 @@ __device__ Reach radix_reaching(int64_t n, Member member, Bits bits_of, Weight w
       }
       int first = any && reaches(r.carry + through, target, inclusive) ? lane : 32;
       for (int o = 16; o > 0; o >>= 1) first = min(first, __shfl_xor_sync(0xffffffffu, first, o));
+      if (first == 32 && mask != 0) {
+        // The first pass found the crossing inside this prefix; summed in another order
+        // the members fall short of it by rounding: the last of them, as the host's walk
+        // would end there.
+        first = any ? lane : -1;
+        for (int o = 16; o > 0; o >>= 1) first = max(first, __shfl_xor_sync(0xffffffffu, first, o));
+      }
       if (lane == first) {
         double run = r.carry + (through - own), before = run;
         int digit = -1;
@@ -170,7 +177,7 @@ __device__ Reach radix_reaching(int64_t n, Member member, Bits bits_of, Weight w
         }
         sh.digit = digit;
         sh.carry = before;
-      } else if (lane == 0 && first == 32) {
+      } else if (lane == 0 && (first == 32 || first < 0)) {
         sh.digit = -1;
       }
     }
@@ -225,6 +232,7 @@ __device__ Best select_reaching(const float* keys, int64_t n, Member member, Wei
     const Reach rank = radix_reaching(
         n, tie, [](int64_t i) { return ~static_cast<uint32_t>(i); }, [](int64_t) { return 1.0; },
         static_cast<double>(j), true, sh);
+    if (!rank.found) return Best{0.0f, -1};  // counts are exact: not reached
     id = static_cast<int32_t>(~rank.bits);
   }
   return Best{keys[id], id};
@@ -389,7 +397,7 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(SampleParams p, Sa
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     const float v = keys[i];
     const bool ok = v != -INFINITY && !isnan(v);
-    keys[i] = ok ? v * inv_t + 0.0f : none;
+    keys[i] = ok ? dev::sampling_scaled_key(v, inv_t) : none;
     valid += ok ? 1 : 0;
   }
   const auto n_valid = static_cast<int64_t>(block_sum(static_cast<float>(valid), fscratch));  // after a barrier

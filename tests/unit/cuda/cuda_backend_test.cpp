@@ -157,32 +157,42 @@ TEST_F(CudaBackendTest, MatmulOfEveryWeightTypeMatchesTheCpu) {
 TEST_F(CudaBackendTest, WeightStreamingProductsMatchTheCpuAtEveryTokenCount) {
   const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
   for (DType type : types) {
-    const int64_t rows = 1 + static_cast<int64_t>(rng_() % 70), cols = 32 * (1 + static_cast<int64_t>(rng_() % 24));
-    const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
-    const TensorView host = matrix_view(bytes, type, rows, cols);
-    auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
-    ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
-    const TensorView& dev = (*bound)->tensors()[0];
-    for (const int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 20}) {
-      const auto x = random_floats(static_cast<size_t>(n * cols), rng_, 2.0f);
-      std::vector<float> want(static_cast<size_t>(n * rows));
-      cpu_->matmul(host, x.data(), n, want.data());
-      const bool quantized = type == DType::kQ8_0 || type == DType::kQ4_0;
-      for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
-        if (quantized && offset == 1) continue;  // the activations are requantized into aligned scratch
-        std::vector<float> shifted(static_cast<size_t>(offset));
-        shifted.insert(shifted.end(), x.begin(), x.end());
-        const BackendBuffer xd = upload(*gpu_, shifted);
-        const BackendBuffer yd = poisoned(*gpu_, want.size());
-        const size_t scratch_bytes = kernels::cuda::matmul_scratch_bytes(type, n, cols);
-        const BackendBuffer scratch = poisoned(*gpu_, scratch_bytes / sizeof(float) + 1);
-        const kernels::cuda::MatmulParams p{.type = type, .w = dev.data, .rows = rows, .cols = cols,
-                                            .x = xd.f32() + offset, .n_tokens = n, .y = yd.f32(),
-                                            .scratch = scratch.f32(), .scratch_bytes = scratch_bytes};
-        ASSERT_EQ(kernels::cuda::matmul(p, static_cast<cudaStream_t>(gpu_->queue().handle)), cudaSuccess);
-        expect_near(download(*gpu_, yd, want.size()), want, 1e-4f,
-                    fmt::format("{} [{}, {}] x {} tokens, activations {} floats off 16 bytes", dtype_name(type), rows,
-                                cols, n, offset));
+    const bool quantized = type == DType::kQ8_0 || type == DType::kQ4_0;
+    // 36 columns of a 16-bit type are rows of 72 bytes: element reads even when aligned.
+    for (const int64_t cols : {32 * (1 + static_cast<int64_t>(rng_() % 24)), int64_t{36}}) {
+      if (quantized && cols % 32 != 0) continue;
+      const int64_t rows = 1 + static_cast<int64_t>(rng_() % 70);
+      const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
+      const TensorView host = matrix_view(bytes, type, rows, cols);
+      auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
+      ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+      const TensorView& dev = (*bound)->tensors()[0];
+      for (const int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 20}) {
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng_, 2.0f);
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        cpu_->matmul(host, x.data(), n, want.data());
+        for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+          if (quantized && offset == 1) continue;  // the activations are requantized into aligned scratch
+          std::vector<float> shifted(static_cast<size_t>(offset));
+          shifted.insert(shifted.end(), x.begin(), x.end());
+          const BackendBuffer xd = upload(*gpu_, shifted);
+          const BackendBuffer yd = poisoned(*gpu_, want.size());
+          const size_t scratch_bytes = kernels::cuda::matmul_scratch_bytes(type, n, cols);
+          const BackendBuffer scratch = poisoned(*gpu_, scratch_bytes / sizeof(float) + 1);
+          const kernels::cuda::MatmulParams p{.type = type,
+                                              .w = dev.data,
+                                              .rows = rows,
+                                              .cols = cols,
+                                              .x = xd.f32() + offset,
+                                              .n_tokens = n,
+                                              .y = yd.f32(),
+                                              .scratch = scratch.f32(),
+                                              .scratch_bytes = scratch_bytes};
+          ASSERT_EQ(kernels::cuda::matmul(p, static_cast<cudaStream_t>(gpu_->queue().handle)), cudaSuccess);
+          expect_near(download(*gpu_, yd, want.size()), want, 1e-4f,
+                      fmt::format("{} [{}, {}] x {} tokens, activations {} floats off 16 bytes", dtype_name(type), rows,
+                                  cols, n, offset));
+        }
       }
     }
   }
@@ -524,7 +534,7 @@ TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
 // sliding window or soft-capped scores in some, cut into 1 to 64 key ranges by hand and
 // as the backend cuts them (from the device's SM count), against the CPU.
 TEST_F(CudaBackendTest, SplitAttentionOverLongContextsMatchesTheCpu) {
-  const int32_t block_size = 16, n_kv_heads = 2, n_heads = 4, head_dim = 64;
+  const int32_t block_size = 16, n_kv_heads = 2, n_heads = 4;
   const int32_t contexts[] = {1, 130, 1100, 2900};
   ModelInput in, fill;
   in.clear(block_size);
@@ -538,13 +548,14 @@ TEST_F(CudaBackendTest, SplitAttentionOverLongContextsMatchesTheCpu) {
     ASSERT_TRUE(fill.add_sequence(std::vector<TokenId>(static_cast<size_t>(ctx), 1), 0, table, 0).is_ok());
   }
   const int32_t n = in.n_tokens();
-  const int64_t kv_dim = static_cast<int64_t>(n_kv_heads) * head_dim;
-  const StepInput cfill = cpu_->upload(fill), gfill = gpu_->upload(fill);
-  const StepInput cstep = cpu_->upload(in), gstep = gpu_->upload(in);
-  ASSERT_EQ(gstep.max_keys, 2900);
-  const int32_t backend_splits = kernels::cuda::attention_splits(n, n_heads, gstep.max_keys, 132);
+  ASSERT_EQ(in.max_keys(), 2900);
+  const int32_t backend_splits = kernels::cuda::attention_splits(n, n_heads, in.max_keys(), 132);
   ASSERT_GT(backend_splits, 1) << "the emulated device's 132 SMs: the backend splits this step";
-  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16}) {
+  const StepInput cfill = cpu_->upload(fill), cstep = cpu_->upload(in);
+  // head_dim 80: not a multiple of a warp; 256: two dimensions a thread.
+  for (const auto& [dtype, head_dim] : {std::pair{KvDType::kF32, 64}, std::pair{KvDType::kBF16, 80},
+                                        std::pair{KvDType::kF16, 256}}) {
+    const int64_t kv_dim = static_cast<int64_t>(n_kv_heads) * head_dim;
     const size_t cache_bytes = static_cast<size_t>(n_blocks) * block_size * kv_dim * kernels::kv_dtype_bytes(dtype);
     auto ck = cpu_->alloc(cache_bytes), cv = cpu_->alloc(cache_bytes);
     auto gk = gpu_->alloc(cache_bytes), gv = gpu_->alloc(cache_bytes);
@@ -558,7 +569,9 @@ TEST_F(CudaBackendTest, SplitAttentionOverLongContextsMatchesTheCpu) {
     };
     cpu_->kv_store(store(cfill, k.data(), v.data(), ck->data(), cv->data()));
     const BackendBuffer kd = upload(*gpu_, k), vd = upload(*gpu_, v);
-    gpu_->kv_store(store(gfill, kd.f32(), vd.f32(), gk->data(), gv->data()));
+    // The backend stages one step's input at a time: the fill's, stored, then the step's.
+    gpu_->kv_store(store(gpu_->upload(fill), kd.f32(), vd.f32(), gk->data(), gv->data()));
+    const StepInput gstep = gpu_->upload(in);
     for (const auto& [window, cap] : {std::pair{0, 0.0f}, std::pair{1000, 0.0f}, std::pair{0, 2.0f}}) {
       const auto q = random_floats(static_cast<size_t>(n) * n_heads * head_dim, rng_, 2.0f);
       auto attend = [&](const StepInput& st, const float* qr, float* o, const void* kc, const void* vc) {
@@ -566,13 +579,15 @@ TEST_F(CudaBackendTest, SplitAttentionOverLongContextsMatchesTheCpu) {
                                       .query_start = st.query_start, .page_start = st.page_start, .pages = st.pages,
                                       .n_tokens = st.n_tokens, .n_seqs = st.n_seqs, .block_size = st.block_size,
                                       .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim,
-                                      .scale = 0.125f, .softcap = cap, .sliding_window = window, .kv_dtype = dtype,
+                                      .scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), .softcap = cap,
+                                      .sliding_window = window, .kv_dtype = dtype,
                                       .max_keys = st.max_keys};
       };
       std::vector<float> want(q.size());
       cpu_->attention(attend(cstep, q.data(), want.data(), ck->data(), cv->data()));
       const BackendBuffer qd = upload(*gpu_, q);
-      const std::string what = fmt::format("{} window {} softcap {}", kernels::kv_dtype_name(dtype), window, cap);
+      const std::string what = fmt::format("{} head_dim {} window {} softcap {}", kernels::kv_dtype_name(dtype),
+                                           head_dim, window, cap);
       {
         const BackendBuffer out = poisoned(*gpu_, q.size());
         gpu_->attention(attend(gstep, qd.f32(), out.f32(), gk->data(), gv->data()));
@@ -593,7 +608,7 @@ TEST_F(CudaBackendTest, SplitAttentionOverLongContextsMatchesTheCpu) {
     }
   }
   // Refused: a split count out of range, or too little scratch.
-  const kernels::AttentionStep empty{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim};
+  const kernels::AttentionStep empty{.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = 64};
   EXPECT_EQ(kernels::cuda::attention(empty, {.splits = 0}, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(kernels::cuda::attention(empty, {.splits = 65}, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(kernels::cuda::attention(empty, {.splits = 2}, nullptr), cudaErrorInvalidValue);
@@ -681,7 +696,7 @@ TEST_F(CudaBackendTest, SamplingCutsMatchTheHostOnTiesAndEdges) {
         for (int64_t i = 7; i < vocab; i += vocab / 5) row[i] = -1.5f;
       }
       SampleRow& sr = rows[static_cast<size_t>(r)];
-      sr.sampling = {.temperature = r == 4 ? 1e-37f : 0.3f + 0.05f * static_cast<float>(r % 30),
+      sr.sampling = {.temperature = r == 4 ? 1e-38f : 0.3f + 0.05f * static_cast<float>(r % 30),
                      .top_p = top_ps[static_cast<size_t>(r) % std::size(top_ps)],
                      .min_p = min_ps[static_cast<size_t>(r / 3) % std::size(min_ps)],
                      .top_k = top_ks[static_cast<size_t>(r / 2) % std::size(top_ks)],

@@ -618,6 +618,11 @@ TEST(DeviceMathTest, SamplingOrderBitsSortAsTheFloatsDo) {
     }
   }
   EXPECT_LT(dev::sampling_order_bits(-0.0f), dev::sampling_order_bits(0.0f));
+  // Keys never hold -0: an underflowing product of a negative logit is +0, equal in
+  // order to every other zero.
+  EXPECT_FALSE(std::signbit(dev::sampling_scaled_key(-1e-30f, 1e-20f)));
+  EXPECT_FALSE(std::signbit(dev::sampling_scaled_key(-0.0f, 2.0f)));
+  EXPECT_EQ(dev::sampling_scaled_key(-3.0f, 0.5f), -1.5f);
   EXPECT_EQ(dev::sampling_order_bits(1.0f), dev::sampling_order_bits(1.0f));
 }
 
