@@ -20,6 +20,8 @@ logs=${OUT:-/tmp/hearth-device-check}
 mkdir -p "$logs"
 build=build-device
 start=$SECONDS
+deadline=480  # seconds: every stage after the tests fits in what is left of it
+left() { echo $((deadline - (SECONDS - start))); }
 row() { printf '| %s | %s |\n' "$1" "$2" >>"$logs/table.md"; }
 : >"$logs/table.md"
 
@@ -59,7 +61,7 @@ else
 fi
 
 # ptxas's registers and spills for this architecture, on the CPU while the GPU tests run.
-(bench/ptxas_report.sh "$arch" >"$logs/ptxas.md" 2>"$logs/ptxas.log"; echo $? >"$logs/ptxas.rc") &
+(timeout 300 bench/ptxas_report.sh "$arch" >"$logs/ptxas.md" 2>"$logs/ptxas.log"; echo $? >"$logs/ptxas.rc") &
 ptxas=$!
 
 t=$SECONDS
@@ -70,7 +72,7 @@ rc=$?
 row "cuda_test" "exit $rc in $((SECONDS - t)) s"
 
 t=$SECONDS
-if [ $((SECONDS - start)) -lt 360 ]; then
+if [ "$(left)" -ge 150 ]; then
   timeout 120 "$build/bin/cuda_resident_test" --gtest_color=no >"$logs/cuda_resident_test.log" 2>&1
   row "resident slab across a loader SIGKILL (cuda_resident_test)" "exit $? in $((SECONDS - t)) s"
 else
@@ -85,9 +87,9 @@ grep -E '^loader ready: ' "$logs/cuda_resident_test.log" | head -2 |
 models=/tmp/hearth-device-models
 mkdir -p "$models"
 for type in f16 q4_0; do
-  [ $((SECONDS - start)) -lt 390 ] || { row "1B $type" "skipped: out of time"; continue; }
+  [ "$(left)" -ge 120 ] || { row "1B $type" "skipped: out of time"; continue; }
   model=$models/1b-$type.gguf
-  [ -f "$model" ] || "$build/bin/hearth" synth --preset 1b --type "$type" --gguf "$model" >"$logs/synth-$type.log" 2>&1
+  [ -f "$model" ] || timeout 90 "$build/bin/hearth" synth --preset 1b --type "$type" --gguf "$model" >"$logs/synth-$type.log" 2>&1
   inst=devcheck-$type
   ready=$logs/loader-$type.out
   "$build/bin/hearth-loader" --model "$model" --instance "$inst" --device cuda --remove-on-exit \
@@ -114,10 +116,10 @@ done
 # bandwidth floors, each product path's and attention's GB/s, in the time left of the
 # eight minutes (at most 200 s). Its table is printed last.
 t=$SECONDS
-left=$((500 - (SECONDS - start)))
-[ $left -gt 200 ] && left=200
-if [ $left -ge 45 ]; then
-  timeout $left "$build/bin/cuda_bench" --shapes 1b,8b --types f16,q4_0 --batches 1,8,64 --ctx 512 --steps 16 \
+left=$(left)
+[ "$left" -gt 200 ] && left=200
+if [ "$left" -ge 45 ]; then
+  timeout "$left" "$build/bin/cuda_bench" --shapes 1b,8b --types f16,q4_0 --batches 1,8,64 --ctx 512 --steps 16 \
     --prefill 512 --reps 20 >"$logs/cuda_bench.md" 2>"$logs/cuda_bench.log"
   row "cuda_bench" "exit $? in $((SECONDS - t)) s (limit $left s): the figures are the last table"
 else
@@ -131,11 +133,11 @@ row "ptxas (sm_$arch)" "exit $(cat "$logs/ptxas.rc" 2>/dev/null || echo '?'): $(
 # then one row a test: the GPU's result and, beside it, the emulated device's.
 t=$SECONDS
 : >"$logs/cuda_test_emu.log"
-if [ $((SECONDS - start)) -lt 420 ] &&
-  cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=EMU -DHEARTH_BUILD_BENCH=OFF \
-    "${dep_args[@]}" >"$logs/configure-emu.log" 2>&1 &&
-  cmake --build build-emu -j"$(nproc)" --target cuda_test >"$logs/build-emu.log" 2>&1; then
-  timeout 180 build-emu/bin/cuda_test --gtest_color=no >"$logs/cuda_test_emu.log" 2>&1
+if [ "$(left)" -ge 240 ] &&
+  timeout $(($(left) - 60)) cmake -S . -B build-emu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEARTH_CUDA=EMU \
+    -DHEARTH_BUILD_BENCH=OFF "${dep_args[@]}" >"$logs/configure-emu.log" 2>&1 &&
+  timeout $(($(left) - 60)) cmake --build build-emu -j"$(nproc)" --target cuda_test >"$logs/build-emu.log" 2>&1; then
+  timeout "$(left)" build-emu/bin/cuda_test --gtest_color=no >"$logs/cuda_test_emu.log" 2>&1
   row "cuda_test on the emulated device" "built and run in $((SECONDS - t)) s"
 else
   row "cuda_test on the emulated device" "not run: out of time or the emulated build failed (configure-emu.log, build-emu.log)"

@@ -188,7 +188,16 @@ TEST_F(CudaBackendTest, WeightStreamingProductsMatchTheCpuAtEveryTokenCount) {
                                               .y = yd.f32(),
                                               .scratch = scratch.f32(),
                                               .scratch_bytes = scratch_bytes};
-          ASSERT_EQ(kernels::cuda::matmul(p, static_cast<cudaStream_t>(gpu_->queue().handle)), cudaSuccess);
+          const auto stream = static_cast<cudaStream_t>(gpu_->queue().handle);
+          if (quantized) {  // blocks at an odd address, or scratch off 16 bytes: refused, nothing launched
+            kernels::cuda::MatmulParams odd = p;
+            odd.w = static_cast<const std::byte*>(dev.data) + 1;
+            EXPECT_EQ(kernels::cuda::matmul(odd, stream), cudaErrorInvalidValue);
+            odd = p;
+            odd.scratch = scratch.f32() + 1;
+            EXPECT_EQ(kernels::cuda::matmul(odd, stream), cudaErrorInvalidValue);
+          }
+          ASSERT_EQ(kernels::cuda::matmul(p, stream), cudaSuccess);
           expect_near(download(*gpu_, yd, want.size()), want, 1e-4f,
                       fmt::format("{} [{}, {}] x {} tokens, activations {} floats off 16 bytes", dtype_name(type), rows,
                                   cols, n, offset));
