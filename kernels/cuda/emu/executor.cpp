@@ -61,7 +61,15 @@ constexpr size_t kSharedPerBlock = 48u << 10;
 class StackPool {
  public:
   ~StackPool() {
-    for (void* m : maps_) munmap(m, kStackBytes + page());
+    for (void* m : maps_) {
+#if HEARTH_EMU_ASAN
+      // Fibers that ended by switching away left their frames' redzones poisoned; the
+      // shadow outlives the mapping, and a later mapping at the same address (device
+      // memory) would read as a stack buffer.
+      ASAN_UNPOISON_MEMORY_REGION(static_cast<char*>(m) + page(), kStackBytes);
+#endif
+      munmap(m, kStackBytes + page());
+    }
   }
   // The top of stack i.
   void* top(size_t i) {
