@@ -158,22 +158,6 @@ HostModel host_model(const ModelConfig& c, DType type, const WeightBytes& w) {
   return m;
 }
 
-// "1,8,64": each in [1, 4096]; empty on anything else.
-std::vector<int64_t> batch_list(const std::string& s) {
-  std::vector<int64_t> out;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t comma = std::min(s.find(',', at), s.size());
-    const std::string item = s.substr(at, comma - at);
-    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos) return {};
-    const int64_t v = std::stoll(item);
-    if (v < 1 || v > 4096) return {};
-    out.push_back(v);
-    at = comma + 1;
-  }
-  return out;
-}
-
 std::vector<std::string> name_list(const std::string& s) {
   std::vector<std::string> out;
   size_t at = 0;
@@ -181,6 +165,18 @@ std::vector<std::string> name_list(const std::string& s) {
     const size_t comma = std::min(s.find(',', at), s.size());
     out.push_back(s.substr(at, comma - at));
     at = comma + 1;
+  }
+  return out;
+}
+
+// "1,8,64": each in [1, 4096]; empty on anything else.
+std::vector<int64_t> batch_list(const std::string& s) {
+  std::vector<int64_t> out;
+  for (const std::string& item : name_list(s)) {
+    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos) return {};
+    const int64_t v = std::stoll(item);
+    if (v < 1 || v > 4096) return {};
+    out.push_back(v);
   }
   return out;
 }
@@ -320,15 +316,10 @@ Status run_model(Backend& be, const Shape& shape, DType type, const Run& run, co
 
 // One matrix product path alone: [rows, cols] of `type` at n tokens, GB/s of its weights.
 Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n, int reps, const WeightBytes& bytes) {
-  std::vector<std::byte> w = bytes.make(type, rows, cols);
-  TensorView t;
-  t.name = "w";
-  t.dtype = type;
-  t.n_dims = 2;
-  t.shape = {rows, cols, 0, 0};
-  t.data = w.data();
-  t.bytes = w.size();
-  HEARTH_ASSIGN_OR_RETURN(auto bound, be.bind_weights(std::span(&t, 1), kLayoutPlain));
+  HostModel host;
+  host.add("w", type, rows, cols, bytes.make(type, rows, cols));
+  const uint64_t w_bytes = host.tensors[0].bytes;
+  HEARTH_ASSIGN_OR_RETURN(auto bound, be.bind_weights(host.tensors, kLayoutPlain));
   const TensorView& dev = bound->tensors()[0];
   HEARTH_ASSIGN_OR_RETURN(BackendBuffer x, be.alloc(static_cast<size_t>(n * cols) * 4));
   HEARTH_ASSIGN_OR_RETURN(BackendBuffer y, be.alloc(static_cast<size_t>(n * rows) * 4));
@@ -345,7 +336,7 @@ Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n
   std::snprintf(what, sizeof what, "matmul %s [%lld, %lld] x %lld tokens (%s)", std::string(dtype_name(type)).c_str(),
                 static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n),
                 cublas ? "cuBLASLt" : "hearth's kernel");
-  row(what, fmt_num(static_cast<double>(w.size()) / s / 1e9, "GB/s of weights") + " (" + fmt_num(s * 1e6, "us") + ")",
+  row(what, fmt_num(static_cast<double>(w_bytes) / s / 1e9, "GB/s of weights") + " (" + fmt_num(s * 1e6, "us") + ")",
       fmt_num(2.0 * static_cast<double>(rows * cols * n) / s / 1e12, "TFLOP/s"));
   return Status::ok();
 }

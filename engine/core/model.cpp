@@ -612,8 +612,7 @@ void Model::attention_block(int32_t li, const StepInput& step, KvCache& cache) {
                 .softcap = c.attn_softcap,
                 .sliding_window = windowed ? c.sliding_window : 0,
                 .kv_dtype = kc.dtype,
-                .max_keys = windowed && c.sliding_window > 0 ? std::min(step.max_keys, c.sliding_window)
-                                                             : step.max_keys});
+                .max_keys = windowed ? std::min(step.max_keys, c.sliding_window) : step.max_keys});
 }
 
 void Model::moe_block(int32_t li, const float* in, int64_t n, float* out) {
