@@ -1,8 +1,10 @@
 // The GPU's figures, in one run of a few minutes, for bench/device_check.sh: the device's
 // copy bandwidth; then per model shape and weight type, decode tok/s at each batch (the
 // whole step: forward and device sampling, greedy) and prefill tok/s, each beside its
-// model estimate (bytes a step reads over the copy bandwidth); and kernel-level GB/s of
-// each matrix-product path and of attention, split (flash-decoding) and not.
+// model estimate (bytes a step reads over the copy bandwidth); kernel-level GB/s of each
+// matrix-product path and of attention, split (flash-decoding) and not; and Q8_0/Q4_0
+// products on both their paths (weight streaming, int8 tensor cores) at token counts
+// around the choice between them.
 //
 // The weights are made in memory (seeded bytes, small values), never read from disk, so
 // an 8B shape costs seconds: figures of speed, not of a model's output. On the emulated
@@ -332,12 +334,57 @@ Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n
   be.synchronize();
   const double s = (now() - t0) / reps;
   char what[160];
-  const bool cublas = (type == DType::kF16 || type == DType::kBF16) && n >= 8;  // as the backend chooses
+  // As the backend and kernels::cuda::matmul choose.
+  const bool cublas = (type == DType::kF16 || type == DType::kBF16) && n >= 8;
+  const bool mma = (type == DType::kQ8_0 || type == DType::kQ4_0) && n >= kernels::cuda::kQuantMmaMinTokens;
   std::snprintf(what, sizeof what, "matmul %s [%lld, %lld] x %lld tokens (%s)", std::string(dtype_name(type)).c_str(),
                 static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n),
-                cublas ? "cuBLASLt" : "hearth's kernel");
+                cublas ? "cuBLASLt" : mma ? "hearth's int8 mma" : "hearth's streaming kernel");
   row(what, fmt_num(static_cast<double>(w_bytes) / s / 1e9, "GB/s of weights") + " (" + fmt_num(s * 1e6, "us") + ")",
       fmt_num(2.0 * static_cast<double>(rows * cols * n) / s / 1e12, "TFLOP/s"));
+  return Status::ok();
+}
+
+// A Q8_0/Q4_0 product on each of its two paths, weight streaming and int8 tensor cores,
+// at token counts around the choice between them (kQuantMmaMinTokens), so that a device's
+// run shows where the crossover is.
+Status run_quant_paths(Backend& be, DType type, int64_t rows, int64_t cols, int reps, const WeightBytes& bytes) {
+  using kernels::cuda::MatmulPath;
+  HostModel host;
+  host.add("w", type, rows, cols, bytes.make(type, rows, cols));
+  HEARTH_ASSIGN_OR_RETURN(auto bound, be.bind_weights(host.tensors, kLayoutPlain));
+  const TensorView& dev = bound->tensors()[0];
+  const auto stream = static_cast<cudaStream_t>(be.queue().handle);
+  for (const int64_t n : {int64_t{8}, int64_t{16}, int64_t{32}, int64_t{64}, int64_t{512}}) {
+    HEARTH_ASSIGN_OR_RETURN(BackendBuffer x, be.alloc(static_cast<size_t>(n * cols) * 4));
+    HEARTH_ASSIGN_OR_RETURN(BackendBuffer y, be.alloc(static_cast<size_t>(n * rows) * 4));
+    const size_t scratch_bytes = kernels::cuda::matmul_scratch_bytes(type, n, cols);
+    HEARTH_ASSIGN_OR_RETURN(BackendBuffer scratch, be.alloc(scratch_bytes));
+    std::vector<float> xs(static_cast<size_t>(n * cols), 0.01f);
+    be.write(x, 0, xs.data(), xs.size() * 4);
+    double us[2] = {0, 0};
+    for (const MatmulPath path : {MatmulPath::kStreaming, MatmulPath::kTensorCores}) {
+      const kernels::cuda::MatmulParams p{.type = type, .w = dev.data, .rows = rows, .cols = cols, .x = x.f32(),
+                                          .n_tokens = n, .y = y.f32(), .scratch = scratch.data(),
+                                          .scratch_bytes = scratch_bytes, .path = path};
+      if (const cudaError_t e = kernels::cuda::matmul(p, stream); e != cudaSuccess) {
+        return make_error(ErrorCode::kInternal, "matmul on the {} path: {}",
+                          path == MatmulPath::kStreaming ? "streaming" : "tensor-core", cudaGetErrorString(e));
+      }
+      be.synchronize();
+      const double t0 = now();
+      for (int r = 0; r < reps; ++r) (void)kernels::cuda::matmul(p, stream);
+      be.synchronize();
+      us[path == MatmulPath::kStreaming ? 0 : 1] = (now() - t0) / reps * 1e6;
+    }
+    char what[160], tail[96];
+    std::snprintf(what, sizeof what, "%s [%lld, %lld] x %lld tokens: streaming / int8 mma",
+                  std::string(dtype_name(type)).c_str(), static_cast<long long>(rows), static_cast<long long>(cols),
+                  static_cast<long long>(n));
+    std::snprintf(tail, sizeof tail, "mma %.2fx; the backend takes %s", us[0] / us[1],
+                  n >= kernels::cuda::kQuantMmaMinTokens ? "mma" : "streaming");
+    row(what, fmt_num(us[0], "us") + " / " + fmt_num(us[1], "us"), tail);
+  }
   return Status::ok();
 }
 
@@ -452,6 +499,11 @@ int main_impl(int argc, char** argv) {
       if (const Status s = run_matmul(*be, type, rows, cols, n, static_cast<int>(run.reps), bytes); !s.is_ok()) {
         return fail(s);
       }
+    }
+  }
+  for (const DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    if (const Status s = run_quant_paths(*be, type, rows, cols, static_cast<int>(run.reps), bytes); !s.is_ok()) {
+      return fail(s);
     }
   }
   for (const int64_t n : {int64_t{1}, int64_t{16}}) {

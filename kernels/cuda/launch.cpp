@@ -75,6 +75,14 @@ LaunchShape group_quant_launch(int64_t rows, int64_t n_tokens) {
   return s;
 }
 
+LaunchShape quant_mma_launch(int64_t rows, int64_t n_tokens) {
+  LaunchShape s;
+  s.block.x = 32 * kQuantMmaWarps;
+  s.grid.x = clamp_u32((rows + kQuantMmaRows - 1) / kQuantMmaRows, 0x7fffffffu);
+  s.grid.y = clamp_u32((n_tokens + kQuantMmaTokens - 1) / kQuantMmaTokens, kMaxGridY);
+  return s;
+}
+
 LaunchShape act_quant_launch(int64_t n_tokens, int64_t cols) {
   LaunchShape s;
   s.block.x = 32 * kMatvecWarps;  // a warp per block of 32 values

@@ -53,6 +53,16 @@ inline constexpr uint32_t kAttentionBlock = 128;  // attention: one block per (t
 inline constexpr int32_t kAttentionMaxHeadDim = 256;
 inline constexpr uint32_t kAttentionMaxSplits = 64;       // split attention: key ranges per (token, head), grid.z
 inline constexpr int32_t kAttentionSplitMinKeys = 512;    // the fewest keys of the longest context a range gets
+// Q8_0/Q4_0 products over many tokens on tensor cores (int8 mma.sync): a block of
+// kQuantMmaWarps warps per tile of kQuantMmaRows rows by kQuantMmaTokens tokens,
+// kQuantMmaStageBlocks blocks of 32 columns staged in shared memory at a time. From
+// kQuantMmaMinTokens tokens on, the product takes this path instead of the matvec
+// kernel (an estimate until a device measures the crossover: cuda_bench prints both).
+inline constexpr uint32_t kQuantMmaWarps = 4;
+inline constexpr int32_t kQuantMmaRows = 64;
+inline constexpr int32_t kQuantMmaTokens = 64;
+inline constexpr int32_t kQuantMmaStageBlocks = 4;
+inline constexpr int64_t kQuantMmaMinTokens = 16;
 inline constexpr uint32_t kGroupQuantBlock = 128;      // group-quantized products: a thread per output row
 inline constexpr uint32_t kGroupQuantTokens = 8;       // tokens one thread accumulates at once
 inline constexpr uint32_t kGroupQuantTileCols = 256;   // activation columns staged in shared memory
@@ -69,6 +79,10 @@ LaunchShape matvec_launch(int64_t rows, int64_t n_tokens, int32_t tokens_per_war
 // kGroupQuantBlock rows, grid.y over groups of kGroupQuantTokens tokens (capped at
 // kMaxGridY), and shared memory for a tile of those tokens' activations.
 LaunchShape group_quant_launch(int64_t rows, int64_t n_tokens);
+
+// y[n_tokens, rows] of a Q8_0/Q4_0 matrix on tensor cores: a block per tile of
+// kQuantMmaRows rows (grid.x) by kQuantMmaTokens tokens (grid.y, capped at kMaxGridY).
+LaunchShape quant_mma_launch(int64_t rows, int64_t n_tokens);
 
 // The activations of a Q8_0/Q4_0 product quantized a block of 32 per warp.
 LaunchShape act_quant_launch(int64_t n_tokens, int64_t cols);

@@ -4,12 +4,15 @@
 // lane at a time where the row and activations are aligned to it. Q8_0/Q4_0 take int8
 // activations, a block of 32 values per scale, quantized once per call into the scratch
 // buffer: a block's weights are unpacked into eight words of four int8 each, multiplied
-// with dev::dot4_i8 (__dp4a) and summed per block as reference::matmul does.
+// with dev::dot4_i8 (__dp4a) and summed per block as reference::matmul does. Over
+// kQuantMmaMinTokens tokens or more, Q8_0/Q4_0 products run on tensor cores instead
+// (quant_mma_kernel): the same integer sums per block, by int8 mma.sync.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/cuda/launch.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/device_math.h"
@@ -130,6 +133,108 @@ __global__ void quant_matvec_kernel(const Block* w, int64_t rows, int64_t cols, 
   }
 }
 
+// Q8_0/Q4_0 products over many tokens on tensor cores. A block computes a tile of
+// kQuantMmaRows rows by kQuantMmaTokens tokens. Per stage it copies kQuantMmaStageBlocks
+// blocks of 32 columns into shared memory: its rows' weights unpacked to int8 words
+// (dev::q8_0_word / q4_0_word), its tokens' quantized activations, and both scales (zeros
+// past the last row, token or block). Each warp then takes 32 rows by 32 tokens of the
+// tile and, block by block, gets the exact integer sums of a 16 x 8 piece at a time from
+// one mma_s8_m16n8k32 and adds (d_w * d_x) * sum to its float accumulators, in block order
+// as reference::matmul does.
+template <typename Block>
+__global__ void __launch_bounds__(32 * kQuantMmaWarps)
+    quant_mma_kernel(const Block* w, int64_t rows, int64_t cols, ActView xq, int64_t n_tokens, float* y) {
+  constexpr int kStage = kQuantMmaStageBlocks;
+  // Words per staged row: 8 per block of 32 int8, and 4 more so that the eight rows a
+  // fragment reads start on different banks (row g, word t: bank 4g + t).
+  constexpr int kStride = 8 * kStage + 4;
+  __shared__ uint32_t ws[kQuantMmaRows * kStride];
+  __shared__ uint32_t xs[kQuantMmaTokens * kStride];
+  __shared__ float wd[kQuantMmaRows * kStage];
+  __shared__ float xd[kQuantMmaTokens * kStage];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int group = lane / 4, in_group = lane % 4;
+  const int wm = (warp % 2) * 32, wn = (warp / 2) * 32;  // the warp's rows and tokens in the tile
+  const int64_t blocks = cols / 32;
+  for (int64_t r0 = blockIdx.x * static_cast<int64_t>(kQuantMmaRows); r0 < rows;
+       r0 += gridDim.x * static_cast<int64_t>(kQuantMmaRows)) {
+    for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kQuantMmaTokens); t0 < n_tokens;
+         t0 += gridDim.y * static_cast<int64_t>(kQuantMmaTokens)) {
+      float acc[2][4][4];
+      for (auto& m : acc) {
+        for (auto& n : m) {
+          for (float& v : n) v = 0.0f;
+        }
+      }
+      for (int64_t b0 = 0; b0 < blocks; b0 += kStage) {
+        const int stage = static_cast<int>(blocks - b0 < kStage ? blocks - b0 : kStage);
+        __syncthreads();  // the previous stage is read
+        for (int i = tid; i < kQuantMmaRows * kStage * 8; i += static_cast<int>(blockDim.x)) {
+          const int r = i / (kStage * 8), kb = i / 8 % kStage, word = i % 8;
+          uint32_t v = 0;
+          if (r0 + r < rows && kb < stage) {
+            const Block& blk = w[(r0 + r) * blocks + b0 + kb];
+            if constexpr (sizeof(Block) == sizeof(BlockQ8_0)) {
+              v = dev::q8_0_word(blk, word);
+            } else {
+              v = dev::q4_0_word(blk, word);
+            }
+          }
+          ws[r * kStride + kb * 8 + word] = v;
+        }
+        for (int i = tid; i < kQuantMmaTokens * kStage * 8; i += static_cast<int>(blockDim.x)) {
+          const int t = i / (kStage * 8), kb = i / 8 % kStage, word = i % 8;
+          uint32_t v = 0;
+          if (t0 + t < n_tokens && kb < stage) {
+            v = *reinterpret_cast<const uint32_t*>(xq.q + (t0 + t) * cols + (b0 + kb) * 32 + word * 4);
+          }
+          xs[t * kStride + kb * 8 + word] = v;
+        }
+        for (int i = tid; i < kQuantMmaRows * kStage; i += static_cast<int>(blockDim.x)) {
+          const int r = i / kStage, kb = i % kStage;
+          wd[i] = r0 + r < rows && kb < stage ? fp16_to_f32(w[(r0 + r) * blocks + b0 + kb].d) : 0.0f;
+        }
+        for (int i = tid; i < kQuantMmaTokens * kStage; i += static_cast<int>(blockDim.x)) {
+          const int t = i / kStage, kb = i % kStage;
+          xd[i] = t0 + t < n_tokens && kb < stage ? xq.d[(t0 + t) * blocks + b0 + kb] : 0.0f;
+        }
+        __syncthreads();
+        for (int kb = 0; kb < stage; ++kb) {
+          uint32_t a[2][4];
+          for (int mt = 0; mt < 2; ++mt) {
+            const uint32_t* p = ws + (wm + 16 * mt + group) * kStride + kb * 8 + in_group;
+            a[mt][0] = p[0];
+            a[mt][1] = p[8 * kStride];
+            a[mt][2] = p[4];
+            a[mt][3] = p[8 * kStride + 4];
+          }
+          for (int nt = 0; nt < 4; ++nt) {
+            const uint32_t* q = xs + (wn + 8 * nt + group) * kStride + kb * 8 + in_group;
+            const uint32_t b[2] = {q[0], q[4]};
+            for (int mt = 0; mt < 2; ++mt) {
+              int32_t d[4] = {0, 0, 0, 0};
+              mma_s8_m16n8k32(d, a[mt], b);
+              for (int i = 0; i < 4; ++i) {
+                const int row = wm + 16 * mt + group + (i >= 2 ? 8 : 0), tok = wn + 8 * nt + 2 * in_group + (i & 1);
+                acc[mt][nt][i] += (wd[row * kStage + kb] * xd[tok * kStage + kb]) * static_cast<float>(d[i]);
+              }
+            }
+          }
+        }
+      }
+      for (int mt = 0; mt < 2; ++mt) {
+        for (int nt = 0; nt < 4; ++nt) {
+          for (int i = 0; i < 4; ++i) {
+            const int64_t r = r0 + wm + 16 * mt + group + (i >= 2 ? 8 : 0);
+            const int64_t t = t0 + wn + 8 * nt + 2 * in_group + (i & 1);
+            if (r < rows && t < n_tokens) y[t * rows + r] = acc[mt][nt][i];
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols) {
@@ -219,6 +324,19 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
       const LaunchShape q = act_quant_launch(p.n_tokens, p.cols);
       HEARTH_LAUNCH(act_quant_kernel, to_dim3(q.grid), to_dim3(q.block), 0, stream)(p.x, n_blocks, xq);
       if (const cudaError_t e = launched(); e != cudaSuccess) return e;
+      const bool mma = p.path == MatmulPath::kTensorCores ||
+                       (p.path == MatmulPath::kAuto && p.n_tokens >= kQuantMmaMinTokens);
+      if (mma) {
+        const LaunchShape m = quant_mma_launch(p.rows, p.n_tokens);
+        if (p.type == DType::kQ8_0) {
+          HEARTH_LAUNCH(quant_mma_kernel<BlockQ8_0>, to_dim3(m.grid), to_dim3(m.block), 0, stream)(
+              static_cast<const BlockQ8_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
+        } else {
+          HEARTH_LAUNCH(quant_mma_kernel<BlockQ4_0>, to_dim3(m.grid), to_dim3(m.block), 0, stream)(
+              static_cast<const BlockQ4_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
+        }
+        return launched();
+      }
       if (p.type == DType::kQ8_0) {
         HEARTH_LAUNCH(quant_matvec_kernel<BlockQ8_0>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
             static_cast<const BlockQ8_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);

@@ -26,6 +26,11 @@ namespace hearth::kernels::cuda {
 // Q4_0; the CPU's row-interleaved layouts are refused); x: [n_tokens, cols];
 // y: [n_tokens, rows]. Q8_0/Q4_0 quantize x per 32 values into `scratch` first
 // (matmul_scratch_bytes), as reference::matmul defines the product.
+// Which kernel a Q8_0/Q4_0 product runs: chosen by the token count (kAuto: tensor cores
+// from kQuantMmaMinTokens on), or one forced, for the benchmark and the tests. Float types
+// always stream.
+enum class MatmulPath { kAuto, kStreaming, kTensorCores };
+
 struct MatmulParams {
   DType type = DType::kF32;
   const void* w = nullptr;
@@ -36,6 +41,7 @@ struct MatmulParams {
   float* y = nullptr;
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  MatmulPath path = MatmulPath::kAuto;
 };
 
 // y[t, r] = sum_c w[r, c] * x[t, c] for a group-quantized matrix in the GPTQ layout

@@ -55,6 +55,11 @@ enum class Shuffle : int { kIndex, kUp, kDown, kXor };
 // `kind` and `param` name out (this lane's own where CUDA defines it so).
 uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int param, int width);
 
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32: d = a * b + c over the warp's
+// fragments (laid out across the lanes as the PTX ISA gives them); every lane of a full
+// warp must reach it.
+void mma_m16n8k32_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4]);
+
 // The kernel body of one launch, run by every thread of every block.
 using KernelBody = std::function<void()>;
 // Checks the geometry as the driver would (returning its error, not sticky) and enqueues

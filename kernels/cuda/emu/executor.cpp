@@ -97,6 +97,7 @@ struct Thread {
   int warp = 0, lane = 0;
   State state = State::kRunnable;
   uint64_t shuffled = 0;  // what its last warp collective gave it
+  int32_t mma_d[4] = {};  // what its last mma.sync gave it
   void* fake_stack = nullptr;
 };
 
@@ -112,8 +113,50 @@ struct Warp {
   uint64_t values[kWarpSize] = {};
   int params[kWarpSize] = {};
   int widths[kWarpSize] = {};
+  // The operands each lane brings to an mma.sync.
+  uint32_t mma_a[kWarpSize][4] = {};
+  uint32_t mma_b[kWarpSize][2] = {};
+  int32_t mma_c[kWarpSize][4] = {};
   std::vector<int> ready;  // its threads that can run
 };
+
+// The collective kind of an mma.sync (the Shuffle kinds are 0 and up, __syncwarp -1).
+constexpr int kMmaKind = -2;
+
+// mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 over a whole warp's operands, as the
+// PTX ISA's "Matrix Fragments for mma.m16n8k32" lays them out across the lanes (groupID =
+// lane / 4, threadID_in_group = lane % 4; element i of a register is its byte i, lowest
+// first): A (16 x 32, row-major) in four registers a lane, rows groupID and groupID + 8,
+// columns 4 * threadID_in_group + byte and 16 more; B (32 x 8, column-major) in two,
+// column groupID, rows 4 * threadID_in_group + byte and 16 more; C and D (16 x 8, s32) in
+// four, rows groupID and groupID + 8, columns 2 * threadID_in_group and the next. Each
+// lane's part of D into d[lane].
+void mma_m16n8k32_s8(const Warp& w, int32_t d[kWarpSize][4]) {
+  int8_t a[16][32], b[32][8];
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int group = l / 4, in_group = l % 4;
+    for (int r = 0; r < 4; ++r) {
+      for (int byte = 0; byte < 4; ++byte) {
+        const int row = group + ((r & 1) != 0 ? 8 : 0), col = 4 * in_group + byte + ((r & 2) != 0 ? 16 : 0);
+        a[row][col] = static_cast<int8_t>(w.mma_a[l][r] >> (8 * byte));
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int byte = 0; byte < 4; ++byte) {
+        b[4 * in_group + byte + 16 * r][group] = static_cast<int8_t>(w.mma_b[l][r] >> (8 * byte));
+      }
+    }
+  }
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int group = l / 4, in_group = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = group + (i >= 2 ? 8 : 0), col = 2 * in_group + (i & 1);
+      uint32_t sum = static_cast<uint32_t>(w.mma_c[l][i]);  // s32 wraps
+      for (int k = 0; k < 32; ++k) sum += static_cast<uint32_t>(static_cast<int32_t>(a[row][k]) * b[k][col]);
+      d[l][i] = static_cast<int32_t>(sum);
+    }
+  }
+}
 
 // Thrown in a fiber at a fault; its entry catches it, so no exception crosses a switch.
 struct Fault {};
@@ -124,6 +167,7 @@ const char* collective_name(int kind) {
     case static_cast<int>(Shuffle::kUp): return "__shfl_up_sync";
     case static_cast<int>(Shuffle::kDown): return "__shfl_down_sync";
     case static_cast<int>(Shuffle::kXor): return "__shfl_xor_sync";
+    case kMmaKind: return "mma.sync.m16n8k32.s8";
     default: return "__syncwarp";
   }
 }
@@ -252,6 +296,23 @@ class Block {
     return t.shuffled;
   }
 
+  // An mma.sync: every lane of the warp brings its fragments, and each gets its part of D
+  // when the last arrives (a warp of fewer than 32 threads, or one with a lane that has
+  // exited, is a fault: the instruction is .aligned, for all 32 lanes).
+  void mma(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4]) {
+    Thread& t = *running_;
+    Warp& w = warps_[static_cast<size_t>(t.warp)];
+    if (w.lanes != 0xffffffffu) {
+      fail(t, fmt("mma.sync in warp %d, which has lanes 0x%08x, not all 32 (%u threads per block)", t.warp, w.lanes,
+                  n_));
+    }
+    std::memcpy(w.mma_a[t.lane], a, sizeof w.mma_a[0]);
+    std::memcpy(w.mma_b[t.lane], b, sizeof w.mma_b[0]);
+    std::memcpy(w.mma_c[t.lane], c, sizeof w.mma_c[0]);
+    collective(0xffffffffu, 0, kMmaKind, 0, kWarpSize);
+    std::memcpy(d, t.mma_d, sizeof t.mma_d);
+  }
+
  private:
   static void entry(ctx::transfer_t from) {
     Block& b = *current_block;
@@ -320,6 +381,14 @@ class Block {
   // the source lane its own operand and width name.
   void complete(Warp& w, int warp) {
     const unsigned present = w.mask & ~w.exited;
+    if (w.kind == kMmaKind && w.exited != 0) {
+      fault_ = fmt("kernel %s: lanes 0x%08x of warp %d reach an mma.sync that lanes 0x%08x have exited before "
+                   "(undefined on a GPU: the instruction is for the whole warp)",
+                   g_.name, w.arrived, warp, w.exited);
+      return;
+    }
+    int32_t mma_d[kWarpSize][4];
+    if (w.kind == kMmaKind) mma_m16n8k32_s8(w, mma_d);
     for (int lane = 0; lane < kWarpSize; ++lane) {
       if ((present & (1u << lane)) == 0) continue;
       Thread& t = threads_[static_cast<size_t>(warp * kWarpSize + lane)];
@@ -340,6 +409,8 @@ class Block {
           return;
         }
         t.shuffled = w.values[src];
+      } else if (w.kind == kMmaKind) {
+        std::memcpy(t.mma_d, mma_d[lane], sizeof t.mma_d);
       }
       release(t);
     }
@@ -415,6 +486,10 @@ thread_local Block* Block::current_block = nullptr;
 void sync_threads() { Block::current("__syncthreads").sync_threads(); }
 
 void sync_warp(unsigned mask) { Block::current("__syncwarp").collective(mask, 0, -1, 0, kWarpSize); }
+
+void mma_m16n8k32_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4]) {
+  Block::current("mma.sync").mma(d, a, b, c);
+}
 
 uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int param, int width) {
   return Block::current("a warp shuffle").collective(mask, bits, static_cast<int>(kind), param, width);

@@ -187,7 +187,8 @@ TEST_F(CudaBackendTest, WeightStreamingProductsMatchTheCpuAtEveryTokenCount) {
                                               .n_tokens = n,
                                               .y = yd.f32(),
                                               .scratch = scratch.f32(),
-                                              .scratch_bytes = scratch_bytes};
+                                              .scratch_bytes = scratch_bytes,
+                                              .path = kernels::cuda::MatmulPath::kStreaming};
           const auto stream = static_cast<cudaStream_t>(gpu_->queue().handle);
           if (quantized) {  // blocks at an odd address, or scratch off 16 bytes: refused, nothing launched
             kernels::cuda::MatmulParams odd = p;
@@ -201,6 +202,55 @@ TEST_F(CudaBackendTest, WeightStreamingProductsMatchTheCpuAtEveryTokenCount) {
           expect_near(download(*gpu_, yd, want.size()), want, 1e-4f,
                       fmt::format("{} [{}, {}] x {} tokens, activations {} floats off 16 bytes", dtype_name(type), rows,
                                   cols, n, offset));
+        }
+      }
+    }
+  }
+}
+
+// The tensor-core products of Q8_0/Q4_0 (int8 mma.sync) at the edges of their tiles of
+// kQuantMmaRows rows by kQuantMmaTokens tokens and of their stages of
+// kQuantMmaStageBlocks blocks: rows, tokens and blocks short of, at and past a multiple,
+// forced onto tensor cores from one token, and chosen by the token count (kAuto) at the
+// counts where the choice changes, against the CPU.
+TEST_F(CudaBackendTest, TensorCoreProductsMatchTheCpuAtEveryTileEdge) {
+  using kernels::cuda::MatmulPath;
+  struct Shape {
+    int64_t rows, cols;
+  };
+  const Shape shapes[] = {{1, 32}, {16, 96}, {64, 128}, {70, 160}, {130, 544}};
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    for (const Shape& shape : shapes) {
+      const int64_t rows = shape.rows, cols = shape.cols;
+      const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
+      const TensorView host = matrix_view(bytes, type, rows, cols);
+      auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
+      ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+      const TensorView& dev = (*bound)->tensors()[0];
+      for (const int64_t n : {int64_t{1}, int64_t{9}, kernels::cuda::kQuantMmaMinTokens - 1,
+                              kernels::cuda::kQuantMmaMinTokens, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{130}}) {
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng_, 2.0f);
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        cpu_->matmul(host, x.data(), n, want.data());
+        for (const MatmulPath path : {MatmulPath::kTensorCores, MatmulPath::kAuto}) {
+          const BackendBuffer xd = upload(*gpu_, x);
+          const BackendBuffer yd = poisoned(*gpu_, want.size());
+          const size_t scratch_bytes = kernels::cuda::matmul_scratch_bytes(type, n, cols);
+          const BackendBuffer scratch = poisoned(*gpu_, scratch_bytes / sizeof(float) + 1);
+          const kernels::cuda::MatmulParams p{.type = type,
+                                              .w = dev.data,
+                                              .rows = rows,
+                                              .cols = cols,
+                                              .x = xd.f32(),
+                                              .n_tokens = n,
+                                              .y = yd.f32(),
+                                              .scratch = scratch.f32(),
+                                              .scratch_bytes = scratch_bytes,
+                                              .path = path};
+          ASSERT_EQ(kernels::cuda::matmul(p, static_cast<cudaStream_t>(gpu_->queue().handle)), cudaSuccess);
+          expect_near(download(*gpu_, yd, want.size()), want, 1e-4f,
+                      fmt::format("{} [{}, {}] x {} tokens, {}", dtype_name(type), rows, cols, n,
+                                  path == MatmulPath::kAuto ? "path by token count" : "tensor cores"));
         }
       }
     }

@@ -1,15 +1,18 @@
 // The emulated device's execution model itself (kernels/cuda/emu), with small kernels of
 // its own: launch limits refused as the driver refuses them, warp shuffles of every kind
 // and width giving CUDA's source lanes, a race between threads showing under the shuffled
-// order and gone with the barrier, atomics across blocks, and a divergent barrier or a
-// bad warp mask reported as a fault that sticks to the device. Built into cuda_test in an
+// order and gone with the barrier, atomics across blocks, the int8 mma.sync against a
+// plain product, and a divergent barrier, a bad warp mask or an mma.sync without its whole
+// warp reported as a fault that sticks to the device. Built into cuda_test in an
 // emulated build only.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace hearth {
@@ -89,6 +92,38 @@ __global__ void count_kernel(int* counter, float* sum) {
 __global__ void divergent_barrier_kernel() {
   if (threadIdx.x == 3) return;
   __syncthreads();
+}
+
+// Each warp w of the block multiplies its own A (16 x 32, row-major, at a + 512 w) by its
+// own B (32 x 8, b[k * 8 + n], at b + 256 w) onto C, its fragments gathered by the PTX
+// ISA's table for mma.m16n8k32 (written out here apart from the emulator's), and
+// scatters D the same way.
+__global__ void mma_kernel(const int8_t* a, const int8_t* b, const int32_t* c, int32_t* d) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  a += 512 * warp;
+  b += 256 * warp;
+  c += 128 * warp;
+  d += 128 * warp;
+  auto pack = [](const int8_t* p, int step) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i * step])) << (8 * i);
+    return v;
+  };
+  const uint32_t fa[4] = {pack(a + g * 32 + 4 * t, 1), pack(a + (g + 8) * 32 + 4 * t, 1),
+                          pack(a + g * 32 + 4 * t + 16, 1), pack(a + (g + 8) * 32 + 4 * t + 16, 1)};
+  const uint32_t fb[2] = {pack(b + (4 * t) * 8 + g, 8), pack(b + (4 * t + 16) * 8 + g, 8)};
+  int32_t acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = c[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)];
+  hearth::kernels::cuda::mma_s8_m16n8k32(acc, fa, fb);
+  for (int i = 0; i < 4; ++i) d[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = acc[i];
+}
+
+__global__ void mma_after_exit_kernel() {
+  if (threadIdx.x == 3) return;
+  int32_t d[4] = {};
+  const uint32_t a[4] = {}, b[2] = {};
+  hearth::kernels::cuda::mma_s8_m16n8k32(d, a, b);
 }
 
 __global__ void bad_mask_kernel(float* out) { out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, 1.0f, 1); }
@@ -189,6 +224,39 @@ TEST(EmulatedDeviceTest, AtomicsAddUpAcrossBlocks) {
   cudaFree(sum);
 }
 
+TEST(EmulatedDeviceTest, Int8MmaIsTheExactProductOfThePtxFragments) {
+  std::mt19937 rng(7);
+  constexpr int kWarps = 3;
+  std::vector<int8_t> a(512 * kWarps), b(256 * kWarps);
+  std::vector<int32_t> c(128 * kWarps);
+  for (auto& v : a) v = static_cast<int8_t>(rng() % 256);
+  for (auto& v : b) v = static_cast<int8_t>(rng() % 256);
+  for (auto& v : c) v = static_cast<int32_t>(rng() % 2000001) - 1000000;
+  a[0] = b[0] = -128;  // the extremes
+  a[1] = b[8] = 127;
+  int8_t* da = device_copy(a);
+  int8_t* db = device_copy(b);
+  int32_t* dc = device_copy(c);
+  int32_t* dd = device_copy(std::vector<int32_t>(c.size(), 0x7fffffff));
+  HEARTH_LAUNCH(mma_kernel, dim3(1), dim3(32 * kWarps), 0, nullptr)(da, db, dc, dd);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<int32_t> d = host_copy(dd, c.size());
+  for (int w = 0; w < kWarps; ++w) {
+    for (int m = 0; m < 16; ++m) {
+      for (int n = 0; n < 8; ++n) {
+        int32_t want = c[static_cast<size_t>(128 * w + m * 8 + n)];
+        for (int k = 0; k < 32; ++k) {
+          want += a[static_cast<size_t>(512 * w + m * 32 + k)] * b[static_cast<size_t>(256 * w + k * 8 + n)];
+        }
+        EXPECT_EQ(d[static_cast<size_t>(128 * w + m * 8 + n)], want) << "warp " << w << ", D[" << m << "][" << n << "]";
+      }
+    }
+  }
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(dd)}) {
+    cudaFree(p);
+  }
+}
+
 // A fault sticks to the device, so these run in a child process of their own.
 TEST(EmulatedDeviceDeathTest, ADivergentBarrierIsReportedAsTheHangItWouldBe) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
@@ -213,6 +281,22 @@ TEST(EmulatedDeviceDeathTest, AWarpMaskThatLeavesOutItsCallerIsAFault) {
         std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "__shfl_xor_sync with mask 0x0000ffff, which leaves out the calling lane");
+}
+
+TEST(EmulatedDeviceDeathTest, AnMmaWithoutItsWholeWarpIsAFault) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        HEARTH_LAUNCH(mma_after_exit_kernel, dim3(1), dim3(16), 0, nullptr)();
+        std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "mma.sync in warp 0, which has lanes 0x0000ffff, not all 32");
+  EXPECT_EXIT(
+      {
+        HEARTH_LAUNCH(mma_after_exit_kernel, dim3(1), dim3(32), 0, nullptr)();
+        std::exit(cudaDeviceSynchronize() == cudaErrorLaunchFailure ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "reach an mma.sync that lanes 0x00000008 have exited before");
 }
 
 }  // namespace

@@ -73,6 +73,12 @@ TEST(LaunchTest, EveryShapeGetsALaunchThatFits) {
       EXPECT_EQ(grouped.grid.y,
                 static_cast<uint32_t>(std::min<int64_t>((tokens + kMatvecTokens - 1) / kMatvecTokens, kMaxGridY)));
       expect_fits(act_quant_launch(tokens, 32 * (n % 4096 + 1)), "act_quant", n);
+      const LaunchShape q = quant_mma_launch(n, tokens);
+      expect_fits(q, "quant_mma", n);
+      EXPECT_EQ(q.block.x, 32 * kQuantMmaWarps);
+      EXPECT_GE(static_cast<int64_t>(q.grid.x) * kQuantMmaRows, std::min<int64_t>(n, 0x7fffffffLL)) << "a tile per 64 rows";
+      EXPECT_EQ(q.grid.y, static_cast<uint32_t>(std::min<int64_t>((tokens + kQuantMmaTokens - 1) / kQuantMmaTokens,
+                                                                  kMaxGridY)));
       const LaunchShape g = group_quant_launch(n, tokens);
       expect_fits(g, "group_quant", n);
       EXPECT_GE(static_cast<int64_t>(g.grid.x) * g.block.x, std::min<int64_t>(n, 0x7fffffffLL)) << "a thread per row";
