@@ -189,6 +189,15 @@ class Backend {
   virtual void rope(float* x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t rotary_dim,
                     const int32_t* positions, const float* inv_freq, RopeStyle style) = 0;
   virtual void kv_store(const kernels::KvStoreParams& p) = 0;
+  // rope of q ([p.n_tokens, n_heads, p.head_dim]) and of k ([p.n_tokens, p.n_kv_heads,
+  // p.head_dim], p.k == k) in place, then kv_store(p): one call, so that a backend can do
+  // it in one pass (the CUDA backend: one launch for the three).
+  virtual void rope_kv_store(float* q, float* k, int64_t n_heads, int64_t rotary_dim, const int32_t* positions,
+                             const float* inv_freq, RopeStyle style, const kernels::KvStoreParams& p) {
+    rope(q, p.n_tokens, n_heads, p.head_dim, rotary_dim, positions, inv_freq, style);
+    rope(k, p.n_tokens, p.n_kv_heads, p.head_dim, rotary_dim, positions, inv_freq, style);
+    kv_store(p);
+  }
   virtual void attention(const kernels::AttentionStep& p) = 0;
   // out = silu(gate) * up over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;

@@ -580,18 +580,17 @@ void Model::attention_block(int32_t li, const StepInput& step, KvCache& cache) {
   const bool windowed = c.windowed(li);
   const float* inv_freq = windowed && local_inv_freq_buf_.data() != nullptr ? local_inv_freq_buf_.f32()
                                                                             : inv_freq_buf_.f32();
-  be.rope(q, n, c.n_heads, c.head_dim, c.rotary(), step.positions, inv_freq, c.rope_style);
-  be.rope(k, n, c.n_kv_heads, c.head_dim, c.rotary(), step.positions, inv_freq, c.rope_style);
-  be.kv_store({.k = k,
-               .v = v,
-               .k_cache = cache.k(li),
-               .v_cache = cache.v(li),
-               .slots = step.slots,
-               .n_tokens = step.n_tokens,
-               .n_kv_heads = c.n_kv_heads,
-               .head_dim = c.head_dim,
-               .block_size = step.block_size,
-               .kv_dtype = kc.dtype});
+  be.rope_kv_store(q, k, c.n_heads, c.rotary(), step.positions, inv_freq, c.rope_style,
+                   {.k = k,
+                    .v = v,
+                    .k_cache = cache.k(li),
+                    .v_cache = cache.v(li),
+                    .slots = step.slots,
+                    .n_tokens = step.n_tokens,
+                    .n_kv_heads = c.n_kv_heads,
+                    .head_dim = c.head_dim,
+                    .block_size = step.block_size,
+                    .kv_dtype = kc.dtype});
   if (li == c.n_layers / 2) HEARTH_TEST_POINT("engine.kv.store");  // half the layers' K/V of this step written
   be.attention({.q = q,
                 .out = att_.f32(),

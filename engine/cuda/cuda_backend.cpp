@@ -328,6 +328,13 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::kv_store(p, stream_.get()), "kv_store");
   }
 
+  void rope_kv_store(float* q, float* k, int64_t n_heads, int64_t rotary_dim, const int32_t* positions,
+                     const float* inv_freq, RopeStyle style, const kernels::KvStoreParams& p) override {
+    check_cuda(kernels::cuda::rope_kv_store(q, k, n_heads, rotary_dim, positions, inv_freq,
+                                            style == RopeStyle::kInterleaved, p, stream_.get()),
+               "rope_kv_store");
+  }
+
   // Split over the keys (flash-decoding) where the step's (token, head) pairs alone
   // leave SMs idle: decode of few sequences over long contexts.
   void attention(const kernels::AttentionStep& p) override {

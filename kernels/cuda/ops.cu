@@ -208,6 +208,56 @@ __global__ void kv_store_kernel(KvStoreParams p) {
   }
 }
 
+__global__ void rope_kv_store_kernel(float* q, float* k, int64_t n_heads, int64_t rotary_dim,
+                                     const int32_t* positions, const float* inv_freq, bool interleaved,
+                                     KvStoreParams p) {
+  const int64_t half = rotary_dim / 2, head_dim = p.head_dim;
+  const int64_t k_per_head = half + (head_dim - rotary_dim);  // its rotated pairs, then the dimensions past them
+  const int64_t q_part = p.n_tokens * n_heads * half;
+  const int64_t k_part = p.n_tokens * p.n_kv_heads * k_per_head;
+  const int64_t total = q_part + k_part + p.n_tokens * p.n_kv_heads * head_dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (i < q_part) {
+      const int64_t pair = i % half, head = i / half;  // head: t * n_heads + h
+      int32_t a, b;
+      dev::rope_pair(static_cast<int32_t>(pair), static_cast<int32_t>(rotary_dim), interleaved, a, b);
+      float* x = q + head * head_dim;
+      dev::rope_rotate(x[a], x[b], positions[head / n_heads], inv_freq[pair]);
+      continue;
+    }
+    const bool is_k = i < q_part + k_part;
+    const int64_t j = is_k ? i - q_part : i - q_part - k_part;
+    const int64_t per_head = is_k ? k_per_head : head_dim;
+    const int64_t head = j / per_head, e = j % per_head;  // head: t * n_kv_heads + h
+    const int64_t t = head / p.n_kv_heads;
+    const auto h = static_cast<int32_t>(head % p.n_kv_heads);
+    const int64_t block = dev::kv_slot_block(p.slots[t], p.block_size);
+    const int32_t offset = dev::kv_slot_offset(p.slots[t], p.block_size);
+    if (!is_k) {
+      const auto d = static_cast<int32_t>(e);
+      dev::kv_element_store(p.v_cache, p.kv_dtype,
+                            kv_value_index(block, h, offset, p.n_kv_heads, p.head_dim, p.block_size) + d,
+                            p.v[head * head_dim + d]);
+      continue;
+    }
+    float* x = k + head * head_dim;
+    int32_t a, b = -1;
+    if (e < half) {
+      dev::rope_pair(static_cast<int32_t>(e), static_cast<int32_t>(rotary_dim), interleaved, a, b);
+      dev::rope_rotate(x[a], x[b], positions[t], inv_freq[e]);
+    } else {
+      a = static_cast<int32_t>(rotary_dim + (e - half));
+    }
+    dev::kv_element_store(p.k_cache, p.kv_dtype,
+                          kv_key_index(block, h, a, offset, p.n_kv_heads, p.head_dim, p.block_size), x[a]);
+    if (b >= 0) {
+      dev::kv_element_store(p.k_cache, p.kv_dtype,
+                            kv_key_index(block, h, b, offset, p.n_kv_heads, p.head_dim, p.block_size), x[b]);
+    }
+  }
+}
+
 __global__ void convert_kernel(const float* x, int64_t n, bool bf16, uint16_t* out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -377,6 +427,20 @@ cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream) {
   if (p.n_tokens <= 0) return cudaSuccess;
   const LaunchShape s = elementwise_launch(p.n_tokens * p.n_kv_heads * p.head_dim);
   HEARTH_LAUNCH(kv_store_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(p);
+  return launched();
+}
+
+cudaError_t rope_kv_store(float* q, float* k, int64_t n_heads, int64_t rotary_dim, const int32_t* positions,
+                          const float* inv_freq, bool interleaved, const KvStoreParams& p, cudaStream_t stream) {
+  if (rotary_dim % 2 != 0 || rotary_dim < 2 || rotary_dim > p.head_dim) return cudaErrorNotSupported;
+  if (kv_dtype_bytes(p.kv_dtype) == 0) return cudaErrorNotSupported;
+  if (p.k != k) return cudaErrorInvalidValue;
+  if (p.n_tokens <= 0) return cudaSuccess;
+  const int64_t per_token = n_heads * (rotary_dim / 2) + p.n_kv_heads * (rotary_dim / 2 + p.head_dim - rotary_dim) +
+                            static_cast<int64_t>(p.n_kv_heads) * p.head_dim;
+  const LaunchShape s = elementwise_launch(p.n_tokens * per_token);
+  HEARTH_LAUNCH(rope_kv_store_kernel, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+      q, k, n_heads, rotary_dim, positions, inv_freq, interleaved, p);
   return launched();
 }
 

@@ -108,6 +108,12 @@ cudaError_t sigmoid_gate_rows(float* x, const float* gate, int64_t n, int64_t di
 // Token t's K and V rows to cache slot p.slots[t], converted to p.kv_dtype (the
 // reference's kv_store, bit for bit).
 cudaError_t kv_store(const KvStoreParams& p, cudaStream_t stream);
+// rope of q ([p.n_tokens, n_heads, p.head_dim]) and of k (p.k's rows) in place, and
+// kv_store(p) of the rotated k and p.v, in one launch: a thread per rotated pair of q, per
+// rotated pair or further dimension of k (stored as it is rotated), per element of v.
+// The same arithmetic as rope then kv_store, bit for bit.
+cudaError_t rope_kv_store(float* q, float* k, int64_t n_heads, int64_t rotary_dim, const int32_t* positions,
+                          const float* inv_freq, bool interleaved, const KvStoreParams& p, cudaStream_t stream);
 
 // Causal attention of every sequence of a step over the paged cache: the queries of
 // sequence s are rows [query_start[s], query_start[s + 1]) of q, its blocks

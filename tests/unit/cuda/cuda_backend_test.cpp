@@ -518,6 +518,78 @@ TEST_F(CudaBackendTest, LoraProductsOfMixedAdaptersMatchTheCpu) {
   }
 }
 
+// rope_kv_store is rope of q, rope of k and kv_store in one launch: the same q, k and
+// caches as the three ops it replaces on the same device, bit for bit (those are checked
+// against the CPU above and below), for each KV dtype, both pairings, a whole and a
+// partial rotary dimension and grouped heads.
+TEST_F(CudaBackendTest, FusedRopeAndKvStoreIsTheThreeOpsBitForBit) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
+    for (RopeStyle style : {RopeStyle::kInterleaved, RopeStyle::kHalf}) {
+      for (const bool partial : {false, true}) {
+        const int32_t block_size = 16;
+        const int32_t n_kv_heads = 1 + static_cast<int32_t>(rng_() % 4);
+        const int32_t n_heads = n_kv_heads * (1 + static_cast<int32_t>(rng_() % 4));
+        const int32_t head_dim = 2 * (4 + static_cast<int32_t>(rng_() % 61));
+        const int64_t rotary = partial ? 2 * (1 + static_cast<int64_t>(rng_() % (head_dim / 2 - 1))) : head_dim;
+        const RaggedStep step = ragged_step(rng_, block_size);
+        const int32_t n = step.input.n_tokens();
+        const int64_t kv_dim = static_cast<int64_t>(n_kv_heads) * head_dim;
+        const size_t cache_bytes =
+            static_cast<size_t>(step.n_blocks) * block_size * kv_dim * kernels::kv_dtype_bytes(dtype);
+        const auto q = random_floats(static_cast<size_t>(n) * n_heads * head_dim, rng_, 2.0f);
+        const auto k = random_floats(static_cast<size_t>(n * kv_dim), rng_, 2.0f);
+        const auto v = random_floats(k.size(), rng_);
+        std::vector<float> inv_freq(static_cast<size_t>(rotary / 2));
+        for (size_t i = 0; i < inv_freq.size(); ++i) {
+          inv_freq[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(rotary));
+        }
+        const BackendBuffer fd = upload(*gpu_, inv_freq), vd = upload(*gpu_, v);
+        const StepInput st = gpu_->upload(step.input);
+        struct Out {
+          std::vector<float> q, k;
+          std::vector<std::byte> k_cache, v_cache;
+        };
+        auto run = [&](bool fused) {
+          const BackendBuffer qd = upload(*gpu_, q), kd = upload(*gpu_, k);
+          auto kc = gpu_->alloc(cache_bytes), vc = gpu_->alloc(cache_bytes);
+          EXPECT_TRUE(kc.is_ok() && vc.is_ok());
+          std::vector<std::byte> zeros(cache_bytes);
+          gpu_->write(*kc, 0, zeros.data(), cache_bytes);
+          gpu_->write(*vc, 0, zeros.data(), cache_bytes);
+          const kernels::KvStoreParams p{.k = kd.f32(), .v = vd.f32(), .k_cache = kc->data(), .v_cache = vc->data(),
+                                         .slots = st.slots, .n_tokens = n, .n_kv_heads = n_kv_heads,
+                                         .head_dim = head_dim, .block_size = block_size, .kv_dtype = dtype};
+          if (fused) {
+            gpu_->rope_kv_store(qd.f32(), kd.f32(), n_heads, rotary, st.positions, fd.f32(), style, p);
+          } else {
+            gpu_->rope(qd.f32(), n, n_heads, head_dim, rotary, st.positions, fd.f32(), style);
+            gpu_->rope(kd.f32(), n, n_kv_heads, head_dim, rotary, st.positions, fd.f32(), style);
+            gpu_->kv_store(p);
+          }
+          Out o{download(*gpu_, qd, q.size()), download(*gpu_, kd, k.size()), std::vector<std::byte>(cache_bytes),
+                std::vector<std::byte>(cache_bytes)};
+          gpu_->read(*kc, 0, o.k_cache.data(), cache_bytes);
+          gpu_->read(*vc, 0, o.v_cache.data(), cache_bytes);
+          return o;
+        };
+        const Out fused = run(true), plain = run(false);
+        const std::string what = fmt::format("{}, {}, head_dim {}, rotary {}, {} of {} heads",
+                                             kernels::kv_dtype_name(dtype),
+                                             style == RopeStyle::kHalf ? "halves" : "interleaved", head_dim, rotary,
+                                             n_kv_heads, n_heads);
+        ASSERT_EQ(std::memcmp(fused.q.data(), plain.q.data(), q.size() * 4), 0) << "q, " << what;
+        ASSERT_EQ(std::memcmp(fused.k.data(), plain.k.data(), k.size() * 4), 0) << "k, " << what;
+        ASSERT_EQ(fused.k_cache, plain.k_cache) << "key cache, " << what;
+        ASSERT_EQ(fused.v_cache, plain.v_cache) << "value cache, " << what;
+      }
+    }
+  }
+  // A k other than the store's is refused, nothing launched.
+  const kernels::KvStoreParams p{.k = nullptr, .n_tokens = 1, .n_kv_heads = 1, .head_dim = 8, .block_size = 16};
+  float x = 0.0f;
+  EXPECT_EQ(kernels::cuda::rope_kv_store(&x, &x, 1, 8, nullptr, nullptr, false, p, nullptr), cudaErrorInvalidValue);
+}
+
 TEST_F(CudaBackendTest, KvStoreAndPagedAttentionMatchTheCpuInEveryKvDtype) {
   for (KvDType dtype : {KvDType::kF32, KvDType::kF16, KvDType::kBF16}) {
     for (int trial = 0; trial < 3; ++trial) {
