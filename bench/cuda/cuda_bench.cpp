@@ -3,8 +3,8 @@
 // whole step: forward and device sampling, greedy) and prefill tok/s, each beside its
 // model estimate (bytes a step reads over the copy bandwidth); kernel-level GB/s of each
 // matrix-product path and of attention, split (flash-decoding) and not; and Q8_0/Q4_0
-// products on both their paths (weight streaming, int8 tensor cores) at token counts
-// around the choice between them.
+// and GPTQ int4 products on both their paths (weight streaming, tensor cores) at token
+// counts around the choice between them.
 //
 // The weights are made in memory (seeded bytes, small values), never read from disk, so
 // an 8B shape costs seconds: figures of speed, not of a model's output. On the emulated
@@ -388,6 +388,64 @@ Status run_quant_paths(Backend& be, DType type, int64_t rows, int64_t cols, int 
   return Status::ok();
 }
 
+// A 4-bit group-quantized (GPTQ-layout, groups of 128, no act-order) product on each of
+// its two paths, weight streaming and f16 tensor cores, at the same token counts.
+Status run_group_quant_paths(Backend& be, int64_t rows, int64_t cols, int reps) {
+  using kernels::cuda::MatmulPath;
+  constexpr int32_t kBits = 4, kGroup = 128, kPack = 32 / kBits;
+  const int64_t groups = cols / kGroup;
+  std::vector<int32_t> qweight(static_cast<size_t>(cols / kPack * rows)), qzeros(static_cast<size_t>(groups * rows / kPack));
+  std::vector<uint16_t> scales(static_cast<size_t>(groups * rows), f32_to_fp16(2e-3f));
+  uint64_t bits = 0x2545F4914F6CDD1Dull;
+  for (int32_t& w : qweight) {
+    bits ^= bits << 13, bits ^= bits >> 7, bits ^= bits << 17;
+    w = static_cast<int32_t>(bits);
+  }
+  for (int32_t& z : qzeros) z = static_cast<int32_t>(0x77777777u);
+  auto upload = [&](const void* src, size_t bytes) -> Result<BackendBuffer> {
+    HEARTH_ASSIGN_OR_RETURN(BackendBuffer b, be.alloc(bytes));
+    be.write(b, 0, src, bytes);
+    return b;
+  };
+  HEARTH_ASSIGN_OR_RETURN(BackendBuffer qw, upload(qweight.data(), qweight.size() * 4));
+  HEARTH_ASSIGN_OR_RETURN(BackendBuffer qz, upload(qzeros.data(), qzeros.size() * 4));
+  HEARTH_ASSIGN_OR_RETURN(BackendBuffer sc, upload(scales.data(), scales.size() * 2));
+  kernels::dev::GroupQuantView w;
+  w.qweight = static_cast<const int32_t*>(qw.data());
+  w.qzeros = static_cast<const int32_t*>(qz.data());
+  w.scales = static_cast<const uint16_t*>(sc.data());
+  w.rows = rows;
+  w.cols = cols;
+  w.bits = kBits;
+  w.group_size = kGroup;
+  const auto stream = static_cast<cudaStream_t>(be.queue().handle);
+  for (const int64_t n : {int64_t{8}, int64_t{16}, int64_t{32}, int64_t{64}, int64_t{512}}) {
+    HEARTH_ASSIGN_OR_RETURN(BackendBuffer x, be.alloc(static_cast<size_t>(n * cols) * 4));
+    HEARTH_ASSIGN_OR_RETURN(BackendBuffer y, be.alloc(static_cast<size_t>(n * rows) * 4));
+    std::vector<float> xs(static_cast<size_t>(n * cols), 0.01f);
+    be.write(x, 0, xs.data(), xs.size() * 4);
+    double us[2] = {0, 0};
+    for (const MatmulPath path : {MatmulPath::kStreaming, MatmulPath::kTensorCores}) {
+      if (const cudaError_t e = kernels::cuda::matmul_group_quant(w, x.f32(), n, y.f32(), stream, path);
+          e != cudaSuccess) {
+        return make_error(ErrorCode::kInternal, "group-quantized matmul: {}", cudaGetErrorString(e));
+      }
+      be.synchronize();
+      const double t0 = now();
+      for (int r = 0; r < reps; ++r) (void)kernels::cuda::matmul_group_quant(w, x.f32(), n, y.f32(), stream, path);
+      be.synchronize();
+      us[path == MatmulPath::kStreaming ? 0 : 1] = (now() - t0) / reps * 1e6;
+    }
+    char what[160], tail[96];
+    std::snprintf(what, sizeof what, "gptq int4 g128 [%lld, %lld] x %lld tokens: streaming / f16 mma",
+                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n));
+    std::snprintf(tail, sizeof tail, "mma %.2fx; the backend takes %s", us[0] / us[1],
+                  n >= kernels::cuda::kGroupQuantMmaMinTokens ? "mma" : "streaming");
+    row(what, fmt_num(us[0], "us") + " / " + fmt_num(us[1], "us"), tail);
+  }
+  return Status::ok();
+}
+
 // Attention alone over an f16 cache: n sequences decoding at context ctx, split as the
 // backend splits it and in one range; GB/s of the KV read.
 Status run_attention(Backend& be, int32_t sm_count, int64_t n, int32_t ctx, int reps) {
@@ -505,6 +563,9 @@ int main_impl(int argc, char** argv) {
     if (const Status s = run_quant_paths(*be, type, rows, cols, static_cast<int>(run.reps), bytes); !s.is_ok()) {
       return fail(s);
     }
+  }
+  if (const Status s = run_group_quant_paths(*be, rows, cols, static_cast<int>(run.reps)); !s.is_ok()) {
+    return fail(s);
   }
   for (const int64_t n : {int64_t{1}, int64_t{16}}) {
     const int32_t attn_ctx = tiny ? 1100 : 8192;

@@ -63,6 +63,11 @@ inline constexpr int32_t kQuantMmaRows = 64;
 inline constexpr int32_t kQuantMmaTokens = 64;
 inline constexpr int32_t kQuantMmaStageBlocks = 4;
 inline constexpr int64_t kQuantMmaMinTokens = 16;
+// Group-quantized (GPTQ) products take the same tiles on tensor cores (f16 mma.sync),
+// kGroupQuantMmaCols columns a stage, from kGroupQuantMmaMinTokens tokens on (an estimate
+// too).
+inline constexpr int32_t kGroupQuantMmaCols = 32;
+inline constexpr int64_t kGroupQuantMmaMinTokens = 16;
 inline constexpr uint32_t kGroupQuantBlock = 128;      // group-quantized products: a thread per output row
 inline constexpr uint32_t kGroupQuantTokens = 8;       // tokens one thread accumulates at once
 inline constexpr uint32_t kGroupQuantTileCols = 256;   // activation columns staged in shared memory
@@ -80,7 +85,7 @@ LaunchShape matvec_launch(int64_t rows, int64_t n_tokens, int32_t tokens_per_war
 // kMaxGridY), and shared memory for a tile of those tokens' activations.
 LaunchShape group_quant_launch(int64_t rows, int64_t n_tokens);
 
-// y[n_tokens, rows] of a Q8_0/Q4_0 matrix on tensor cores: a block per tile of
+// y[n_tokens, rows] of a Q8_0/Q4_0 or group-quantized matrix on tensor cores: a block per tile of
 // kQuantMmaRows rows (grid.x) by kQuantMmaTokens tokens (grid.y, capped at kMaxGridY).
 LaunchShape quant_mma_launch(int64_t rows, int64_t n_tokens);
 

@@ -286,6 +286,88 @@ __global__ void group_quant_matvec_kernel(dev::GroupQuantView w, const float* x,
   }
 }
 
+// Group-quantized (GPTQ-layout) products over many tokens on tensor cores, in the tiles
+// of quant_mma_kernel, kGroupQuantMmaCols columns a stage: the block's rows' weights
+// dequantized as dev::group_quant_value does and its tokens' activations, both rounded to
+// f16, into shared memory (zeros past the last row, token or column); each warp takes 32
+// rows by 32 tokens of the tile and accumulates in f32 with mma_f16_m16n8k16, 16 columns
+// at a time.
+__global__ void __launch_bounds__(32 * kQuantMmaWarps)
+    group_quant_mma_kernel(dev::GroupQuantView w, const float* x, int64_t n_tokens, float* y) {
+  constexpr int kPairs = kGroupQuantMmaCols / 2;
+  // Words (f16 pairs) per staged row, and 4 more so that the eight rows a fragment reads
+  // start on different banks (row g, word t: bank 20g + t mod 32).
+  constexpr int kStride = kPairs + 4;
+  __shared__ uint32_t ws[kQuantMmaRows * kStride];
+  __shared__ uint32_t xs[kQuantMmaTokens * kStride];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int group = lane / 4, in_group = lane % 4;
+  const int wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+  for (int64_t r0 = blockIdx.x * static_cast<int64_t>(kQuantMmaRows); r0 < w.rows;
+       r0 += gridDim.x * static_cast<int64_t>(kQuantMmaRows)) {
+    for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kQuantMmaTokens); t0 < n_tokens;
+         t0 += gridDim.y * static_cast<int64_t>(kQuantMmaTokens)) {
+      float acc[2][4][4];
+      for (auto& m : acc) {
+        for (auto& n : m) {
+          for (float& v : n) v = 0.0f;
+        }
+      }
+      for (int64_t c0 = 0; c0 < w.cols; c0 += kGroupQuantMmaCols) {
+        __syncthreads();  // the previous stage is read
+        // Consecutive threads take consecutive rows, so qweight's words ([cols / pack,
+        // rows]) are read together.
+        for (int i = tid; i < kQuantMmaRows * kPairs; i += static_cast<int>(blockDim.x)) {
+          const int r = i % kQuantMmaRows, pair = i / kQuantMmaRows;
+          const int64_t c = c0 + 2 * pair;
+          uint32_t v = 0;
+          if (r0 + r < w.rows) {
+            if (c < w.cols) v = f32_to_fp16(dev::group_quant_value(w, r0 + r, c));
+            if (c + 1 < w.cols) v |= static_cast<uint32_t>(f32_to_fp16(dev::group_quant_value(w, r0 + r, c + 1))) << 16;
+          }
+          ws[r * kStride + pair] = v;
+        }
+        for (int i = tid; i < kQuantMmaTokens * kPairs; i += static_cast<int>(blockDim.x)) {
+          const int t = i / kPairs, pair = i % kPairs;
+          const int64_t c = c0 + 2 * pair;
+          uint32_t v = 0;
+          if (t0 + t < n_tokens) {
+            const float* xr = x + (t0 + t) * w.cols;
+            if (c < w.cols) v = f32_to_fp16(xr[c]);
+            if (c + 1 < w.cols) v |= static_cast<uint32_t>(f32_to_fp16(xr[c + 1])) << 16;
+          }
+          xs[t * kStride + pair] = v;
+        }
+        __syncthreads();
+        for (int k = 0; k < kPairs; k += 8) {  // 16 columns: 8 words
+          uint32_t a[2][4];
+          for (int mt = 0; mt < 2; ++mt) {
+            const uint32_t* p = ws + (wm + 16 * mt + group) * kStride + k + in_group;
+            a[mt][0] = p[0];
+            a[mt][1] = p[8 * kStride];
+            a[mt][2] = p[4];
+            a[mt][3] = p[8 * kStride + 4];
+          }
+          for (int nt = 0; nt < 4; ++nt) {
+            const uint32_t* q = xs + (wn + 8 * nt + group) * kStride + k + in_group;
+            const uint32_t b[2] = {q[0], q[4]};
+            for (int mt = 0; mt < 2; ++mt) mma_f16_m16n8k16(acc[mt][nt], a[mt], b);
+          }
+        }
+      }
+      for (int mt = 0; mt < 2; ++mt) {
+        for (int nt = 0; nt < 4; ++nt) {
+          for (int i = 0; i < 4; ++i) {
+            const int64_t r = r0 + wm + 16 * mt + group + (i >= 2 ? 8 : 0);
+            const int64_t t = t0 + wn + 8 * nt + 2 * in_group + (i & 1);
+            if (r < w.rows && t < n_tokens) y[t * w.rows + r] = acc[mt][nt][i];
+          }
+        }
+      }
+    }
+  }
+}
+
 cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.n_tokens <= 0) return cudaSuccess;
   const LaunchShape s = matvec_launch(p.rows, p.n_tokens, kMatvecTokens);
@@ -356,12 +438,17 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
 }
 
 cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int64_t n_tokens, float* y,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, MatmulPath path) {
   if (w.rows <= 0 || n_tokens <= 0) return cudaSuccess;
   if (w.bits != 4 && w.bits != 8) return cudaErrorNotSupported;
   const int32_t pack = dev::group_quant_pack(w.bits);
   if (w.cols % pack != 0 || w.rows % pack != 0 || kGroupQuantTileCols % pack != 0) return cudaErrorInvalidValue;
   if (w.g_idx == nullptr && w.group_size <= 0) return cudaErrorInvalidValue;
+  if (path == MatmulPath::kTensorCores || (path == MatmulPath::kAuto && n_tokens >= kGroupQuantMmaMinTokens)) {
+    const LaunchShape m = quant_mma_launch(w.rows, n_tokens);
+    HEARTH_LAUNCH(group_quant_mma_kernel, to_dim3(m.grid), to_dim3(m.block), 0, stream)(w, x, n_tokens, y);
+    return launched();
+  }
   const LaunchShape s = group_quant_launch(w.rows, n_tokens);
   HEARTH_LAUNCH(group_quant_matvec_kernel, to_dim3(s.grid), to_dim3(s.block), s.shared_bytes, stream)(
       w, x, n_tokens, y);

@@ -48,8 +48,13 @@ struct MatmulParams {
 // (dev::GroupQuantView: int4 or int8 values, fp16 scales, zeros, optional act-order
 // g_idx), dequantized in registers as dev::group_quant_value defines. cols must be a
 // multiple of the pack (32 / bits) and rows of it too (the zeros are packed by row).
+// From kGroupQuantMmaMinTokens tokens on (or forced by `path`) it runs on tensor cores:
+// the weights, dequantized so, and the activations rounded to f16 tile by tile, products
+// summed in f32 (so each term is within 2^-10 of the float one; a weight or activation
+// past f16's 65504 would not be, which GPTQ checkpoints' scales and LLM activations stay
+// well inside).
 cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int64_t n_tokens, float* y,
-                               cudaStream_t stream);
+                               cudaStream_t stream, MatmulPath path = MatmulPath::kAuto);
 
 // Scratch a matmul of `type` over [n_tokens, cols] activations needs (0 for float types).
 size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols);

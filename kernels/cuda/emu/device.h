@@ -59,6 +59,9 @@ uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int param, int
 // fragments (laid out across the lanes as the PTX ISA gives them); every lane of a full
 // warp must reach it.
 void mma_m16n8k32_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4]);
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32: the same for f16 A and B (two values
+// a register, lowest first) onto f32 C.
+void mma_m16n8k16_f16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]);
 
 // The kernel body of one launch, run by every thread of every block.
 using KernelBody = std::function<void()>;

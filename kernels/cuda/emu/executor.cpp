@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/half.h"
 #include "kernels/cuda/emu/device.h"
 #include "kernels/cuda/emu/internal.h"
 
@@ -97,7 +98,7 @@ struct Thread {
   int warp = 0, lane = 0;
   State state = State::kRunnable;
   uint64_t shuffled = 0;  // what its last warp collective gave it
-  int32_t mma_d[4] = {};  // what its last mma.sync gave it
+  uint32_t mma_d[4] = {};  // what its last mma.sync gave it (s32 or f32 bits)
   void* fake_stack = nullptr;
 };
 
@@ -116,12 +117,14 @@ struct Warp {
   // The operands each lane brings to an mma.sync.
   uint32_t mma_a[kWarpSize][4] = {};
   uint32_t mma_b[kWarpSize][2] = {};
-  int32_t mma_c[kWarpSize][4] = {};
+  uint32_t mma_c[kWarpSize][4] = {};  // s32 or f32 bits
   std::vector<int> ready;  // its threads that can run
 };
 
-// The collective kind of an mma.sync (the Shuffle kinds are 0 and up, __syncwarp -1).
-constexpr int kMmaKind = -2;
+// The collective kinds of the mma.sync shapes (the Shuffle kinds are 0 and up,
+// __syncwarp -1).
+constexpr int kMmaS8Kind = -2;   // m16n8k32, s8 inputs, s32 accumulators
+constexpr int kMmaF16Kind = -3;  // m16n8k16, f16 inputs, f32 accumulators
 
 // mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 over a whole warp's operands, as the
 // PTX ISA's "Matrix Fragments for mma.m16n8k32" lays them out across the lanes (groupID =
@@ -131,7 +134,7 @@ constexpr int kMmaKind = -2;
 // column groupID, rows 4 * threadID_in_group + byte and 16 more; C and D (16 x 8, s32) in
 // four, rows groupID and groupID + 8, columns 2 * threadID_in_group and the next. Each
 // lane's part of D into d[lane].
-void mma_m16n8k32_s8(const Warp& w, int32_t d[kWarpSize][4]) {
+void mma_m16n8k32_s8(const Warp& w, uint32_t d[kWarpSize][4]) {
   int8_t a[16][32], b[32][8];
   for (int l = 0; l < kWarpSize; ++l) {
     const int group = l / 4, in_group = l % 4;
@@ -151,9 +154,45 @@ void mma_m16n8k32_s8(const Warp& w, int32_t d[kWarpSize][4]) {
     const int group = l / 4, in_group = l % 4;
     for (int i = 0; i < 4; ++i) {
       const int row = group + (i >= 2 ? 8 : 0), col = 2 * in_group + (i & 1);
-      uint32_t sum = static_cast<uint32_t>(w.mma_c[l][i]);  // s32 wraps
+      uint32_t sum = w.mma_c[l][i];  // s32 wraps
       for (int k = 0; k < 32; ++k) sum += static_cast<uint32_t>(static_cast<int32_t>(a[row][k]) * b[k][col]);
-      d[l][i] = static_cast<int32_t>(sum);
+      d[l][i] = sum;
+    }
+  }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 over a whole warp's operands, from
+// the PTX ISA's "Matrix Fragments for mma.m16n8k16 with floating point type" (element i of
+// a register is its half i, lowest first): A (16 x 16, row-major) in four registers a
+// lane, rows groupID (registers 0 and 2) and groupID + 8 (1 and 3), columns
+// 2 * threadID_in_group + half (registers 0 and 1) and 8 more (2 and 3); B (16 x 8,
+// column-major) in two, column groupID, rows 2 * threadID_in_group + half and 8 more; C
+// and D as for m16n8k32, in f32. The products of f16 values are exact in f32; they are
+// added in column order onto C (a GPU's order within the instruction is its own).
+void mma_m16n8k16_f16(const Warp& w, uint32_t d[kWarpSize][4]) {
+  float a[16][16], b[16][8];
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int group = l / 4, in_group = l % 4;
+    for (int r = 0; r < 4; ++r) {
+      for (int half = 0; half < 2; ++half) {
+        const int row = group + ((r & 1) != 0 ? 8 : 0), col = 2 * in_group + half + ((r & 2) != 0 ? 8 : 0);
+        a[row][col] = fp16_to_f32(static_cast<uint16_t>(w.mma_a[l][r] >> (16 * half)));
+      }
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int half = 0; half < 2; ++half) {
+        b[2 * in_group + half + 8 * r][group] = fp16_to_f32(static_cast<uint16_t>(w.mma_b[l][r] >> (16 * half)));
+      }
+    }
+  }
+  for (int l = 0; l < kWarpSize; ++l) {
+    const int group = l / 4, in_group = l % 4;
+    for (int i = 0; i < 4; ++i) {
+      const int row = group + (i >= 2 ? 8 : 0), col = 2 * in_group + (i & 1);
+      float sum;
+      std::memcpy(&sum, &w.mma_c[l][i], 4);
+      for (int k = 0; k < 16; ++k) sum += a[row][k] * b[k][col];
+      std::memcpy(&d[l][i], &sum, 4);
     }
   }
 }
@@ -167,7 +206,8 @@ const char* collective_name(int kind) {
     case static_cast<int>(Shuffle::kUp): return "__shfl_up_sync";
     case static_cast<int>(Shuffle::kDown): return "__shfl_down_sync";
     case static_cast<int>(Shuffle::kXor): return "__shfl_xor_sync";
-    case kMmaKind: return "mma.sync.m16n8k32.s8";
+    case kMmaS8Kind: return "mma.sync.m16n8k32.s8";
+    case kMmaF16Kind: return "mma.sync.m16n8k16.f16";
     default: return "__syncwarp";
   }
 }
@@ -299,7 +339,7 @@ class Block {
   // An mma.sync: every lane of the warp brings its fragments, and each gets its part of D
   // when the last arrives (a warp of fewer than 32 threads, or one with a lane that has
   // exited, is a fault: the instruction is .aligned, for all 32 lanes).
-  void mma(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4]) {
+  void mma(int kind, uint32_t d[4], const uint32_t a[4], const uint32_t b[2], const uint32_t c[4]) {
     Thread& t = *running_;
     Warp& w = warps_[static_cast<size_t>(t.warp)];
     if (w.lanes != 0xffffffffu) {
@@ -309,7 +349,7 @@ class Block {
     std::memcpy(w.mma_a[t.lane], a, sizeof w.mma_a[0]);
     std::memcpy(w.mma_b[t.lane], b, sizeof w.mma_b[0]);
     std::memcpy(w.mma_c[t.lane], c, sizeof w.mma_c[0]);
-    collective(0xffffffffu, 0, kMmaKind, 0, kWarpSize);
+    collective(0xffffffffu, 0, kind, 0, kWarpSize);
     std::memcpy(d, t.mma_d, sizeof t.mma_d);
   }
 
@@ -381,14 +421,16 @@ class Block {
   // the source lane its own operand and width name.
   void complete(Warp& w, int warp) {
     const unsigned present = w.mask & ~w.exited;
-    if (w.kind == kMmaKind && w.exited != 0) {
+    const bool mma = w.kind == kMmaS8Kind || w.kind == kMmaF16Kind;
+    if (mma && w.exited != 0) {
       fault_ = fmt("kernel %s: lanes 0x%08x of warp %d reach an mma.sync that lanes 0x%08x have exited before "
                    "(undefined on a GPU: the instruction is for the whole warp)",
                    g_.name, w.arrived, warp, w.exited);
       return;
     }
-    int32_t mma_d[kWarpSize][4];
-    if (w.kind == kMmaKind) mma_m16n8k32_s8(w, mma_d);
+    uint32_t mma_d[kWarpSize][4];
+    if (w.kind == kMmaS8Kind) mma_m16n8k32_s8(w, mma_d);
+    if (w.kind == kMmaF16Kind) mma_m16n8k16_f16(w, mma_d);
     for (int lane = 0; lane < kWarpSize; ++lane) {
       if ((present & (1u << lane)) == 0) continue;
       Thread& t = threads_[static_cast<size_t>(warp * kWarpSize + lane)];
@@ -409,7 +451,7 @@ class Block {
           return;
         }
         t.shuffled = w.values[src];
-      } else if (w.kind == kMmaKind) {
+      } else if (mma) {
         std::memcpy(t.mma_d, mma_d[lane], sizeof t.mma_d);
       }
       release(t);
@@ -488,7 +530,17 @@ void sync_threads() { Block::current("__syncthreads").sync_threads(); }
 void sync_warp(unsigned mask) { Block::current("__syncwarp").collective(mask, 0, -1, 0, kWarpSize); }
 
 void mma_m16n8k32_s8(int32_t d[4], const uint32_t a[4], const uint32_t b[2], const int32_t c[4]) {
-  Block::current("mma.sync").mma(d, a, b, c);
+  uint32_t cb[4], db[4];
+  std::memcpy(cb, c, sizeof cb);
+  Block::current("mma.sync").mma(kMmaS8Kind, db, a, b, cb);
+  std::memcpy(d, db, sizeof db);
+}
+
+void mma_m16n8k16_f16(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4]) {
+  uint32_t cb[4], db[4];
+  std::memcpy(cb, c, sizeof cb);
+  Block::current("mma.sync").mma(kMmaF16Kind, db, a, b, cb);
+  std::memcpy(d, db, sizeof db);
 }
 
 uint64_t warp_shuffle(unsigned mask, uint64_t bits, Shuffle kind, int param, int width) {

@@ -1,8 +1,8 @@
 // The emulated device's execution model itself (kernels/cuda/emu), with small kernels of
 // its own: launch limits refused as the driver refuses them, warp shuffles of every kind
 // and width giving CUDA's source lanes, a race between threads showing under the shuffled
-// order and gone with the barrier, atomics across blocks, the int8 mma.sync against a
-// plain product, and a divergent barrier, a bad warp mask or an mma.sync without its whole
+// order and gone with the barrier, atomics across blocks, the int8 and f16 mma.sync
+// against plain products, and a divergent barrier, a bad warp mask or an mma.sync without its whole
 // warp reported as a fault that sticks to the device. Built into cuda_test in an
 // emulated build only.
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "common/half.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/reduce.cuh"
 
@@ -116,6 +117,25 @@ __global__ void mma_kernel(const int8_t* a, const int8_t* b, const int32_t* c, i
   int32_t acc[4];
   for (int i = 0; i < 4; ++i) acc[i] = c[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)];
   hearth::kernels::cuda::mma_s8_m16n8k32(acc, fa, fb);
+  for (int i = 0; i < 4; ++i) d[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = acc[i];
+}
+
+// The same for f16: A 16 x 16 at a + 256 w, B 16 x 8 (b[k * 8 + n]) at b + 128 w, f32 C
+// and D, by the PTX ISA's table for mma.m16n8k16.
+__global__ void mma_f16_kernel(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  a += 256 * warp;
+  b += 128 * warp;
+  c += 128 * warp;
+  d += 128 * warp;
+  auto pack = [](const uint16_t* p, int step) { return p[0] | static_cast<uint32_t>(p[step]) << 16; };
+  const uint32_t fa[4] = {pack(a + g * 16 + 2 * t, 1), pack(a + (g + 8) * 16 + 2 * t, 1),
+                          pack(a + g * 16 + 2 * t + 8, 1), pack(a + (g + 8) * 16 + 2 * t + 8, 1)};
+  const uint32_t fb[2] = {pack(b + (2 * t) * 8 + g, 8), pack(b + (2 * t + 8) * 8 + g, 8)};
+  float acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = c[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)];
+  hearth::kernels::cuda::mma_f16_m16n8k16(acc, fa, fb);
   for (int i = 0; i < 4; ++i) d[(g + (i >= 2 ? 8 : 0)) * 8 + 2 * t + (i & 1)] = acc[i];
 }
 
@@ -249,6 +269,42 @@ TEST(EmulatedDeviceTest, Int8MmaIsTheExactProductOfThePtxFragments) {
           want += a[static_cast<size_t>(512 * w + m * 32 + k)] * b[static_cast<size_t>(256 * w + k * 8 + n)];
         }
         EXPECT_EQ(d[static_cast<size_t>(128 * w + m * 8 + n)], want) << "warp " << w << ", D[" << m << "][" << n << "]";
+      }
+    }
+  }
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(dd)}) {
+    cudaFree(p);
+  }
+}
+
+TEST(EmulatedDeviceTest, F16MmaIsTheProductOfThePtxFragments) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  constexpr int kWarps = 2;
+  std::vector<uint16_t> a(256 * kWarps), b(128 * kWarps);
+  std::vector<float> c(128 * kWarps);
+  for (auto& v : a) v = f32_to_fp16(dist(rng));
+  for (auto& v : b) v = f32_to_fp16(dist(rng));
+  for (auto& v : c) v = dist(rng);
+  uint16_t* da = device_copy(a);
+  uint16_t* db = device_copy(b);
+  float* dc = device_copy(c);
+  float* dd = device_copy(std::vector<float>(c.size(), NAN));
+  HEARTH_LAUNCH(mma_f16_kernel, dim3(1), dim3(32 * kWarps), 0, nullptr)(da, db, dc, dd);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  const std::vector<float> d = host_copy(dd, c.size());
+  for (int w = 0; w < kWarps; ++w) {
+    for (int m = 0; m < 16; ++m) {
+      for (int n = 0; n < 8; ++n) {
+        double want = c[static_cast<size_t>(128 * w + m * 8 + n)], magnitude = std::fabs(want);
+        for (int k = 0; k < 16; ++k) {
+          const double p = static_cast<double>(fp16_to_f32(a[static_cast<size_t>(256 * w + m * 16 + k)])) *
+                           fp16_to_f32(b[static_cast<size_t>(128 * w + k * 8 + n)]);
+          want += p;
+          magnitude += std::fabs(p);
+        }
+        EXPECT_NEAR(d[static_cast<size_t>(128 * w + m * 8 + n)], want, 1e-6 * magnitude)
+            << "warp " << w << ", D[" << m << "][" << n << "]";
       }
     }
   }
