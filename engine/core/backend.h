@@ -201,6 +201,13 @@ class Backend {
   virtual void attention(const kernels::AttentionStep& p) = 0;
   // out = silu(gate) * up over n values.
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // out = (silu(gate) * up) w^T over [n, w.cols()] activations, leaving gate holding
+  // silu(gate) * up (a down adapter reads it): one call, so that a backend can compute the
+  // activation as it prepares the product's input.
+  virtual void swiglu_matmul(const TensorView& w, float* gate, const float* up, int64_t n, float* out) {
+    swiglu(gate, up, n * w.cols(), gate);
+    matmul(w, gate, n, out);
+  }
   // out = gelu(x) (* up when up is given: GeGLU) over n values, exact or tanh form.
   virtual void gelu(const float* x, const float* up, int64_t n, bool tanh_form, float* out) = 0;
   // y += x over n values.

@@ -706,7 +706,12 @@ void Model::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
     adapt(li, LoraTarget::kUp, in, c.dim, up, ffn, n);
     if (l.gate_bias != nullptr) be.add_bias(gate, l.gate_bias, n, ffn);
     if (l.up_bias != nullptr) be.add_bias(up, l.up_bias, n, ffn);
-    gated_activation(gate, up, n * ffn);
+    if (c.activation == Activation::kSilu) {
+      be.swiglu_matmul(*l.ffn_down, gate, up, n, out);  // [n, dim], this rank's partial sum
+    } else {
+      gated_activation(gate, up, n * ffn);
+      be.matmul(*l.ffn_down, gate, n, out);
+    }
   } else {
     const MatmulTarget up_only[] = {{l.ffn_up, gate}};  // [n, ffn]
     const int32_t* const up_perms[] = {l.up_perm};
@@ -714,8 +719,8 @@ void Model::ffn_block(int32_t li, const float* in, int64_t n, float* out) {
     adapt(li, LoraTarget::kUp, in, c.dim, gate, ffn, n);
     if (l.up_bias != nullptr) be.add_bias(gate, l.up_bias, n, ffn);
     be.gelu(gate, nullptr, n * ffn, c.activation == Activation::kGeluTanh, gate);
+    be.matmul(*l.ffn_down, gate, n, out);
   }
-  be.matmul(*l.ffn_down, gate, n, out);  // [n, dim], this rank's partial sum
   adapt(li, LoraTarget::kDown, gate, ffn, out, c.dim, n);
 }
 

@@ -308,6 +308,18 @@ class CudaBackend final : public Backend {
     check_cuda(kernels::cuda::matmul(p, stream_.get()), "matmul");
   }
 
+  void swiglu_matmul(const TensorView& w, float* gate, const float* up, int64_t n, float* out) override {
+    if (w.dtype != DType::kQ8_0 && w.dtype != DType::kQ4_0) {  // 16-bit weights may take cuBLASLt
+      Backend::swiglu_matmul(w, gate, up, n, out);
+      return;
+    }
+    kernels::cuda::MatmulParams p{.type = w.dtype, .w = w.data, .rows = w.rows(), .cols = w.cols(), .x = gate,
+                                  .n_tokens = n, .y = out};
+    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(w.dtype, n, w.cols());
+    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations");
+    check_cuda(kernels::cuda::swiglu_matmul(p, gate, up, stream_.get()), "swiglu_matmul");
+  }
+
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
     check_cuda(kernels::cuda::rms_norm(x, weight, n, dim, eps, out, stream_.get()), "rms_norm");
   }

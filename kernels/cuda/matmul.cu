@@ -76,12 +76,17 @@ __global__ void float_matvec_kernel(const std::byte* w, int64_t row_bytes, int64
   }
 }
 
-// A warp per block of 32 activations: d = max|x| / 127, q = rint(x / d).
-__global__ void act_quant_kernel(const float* x, int64_t n_blocks, ActView out) {
+// A warp per block of 32 activations: d = max|x| / 127, q = rint(x / d). With `up`, the
+// activation is silu(x) * up, computed as swiglu does and written to `gated` too.
+__global__ void act_quant_kernel(const float* x, const float* up, float* gated, int64_t n_blocks, ActView out) {
   const int lane = threadIdx.x % 32;
   const int64_t b = blockIdx.x * static_cast<int64_t>(kMatvecWarps) + threadIdx.x / 32;
   if (b >= n_blocks) return;
-  const float v = x[b * 32 + lane];
+  float v = x[b * 32 + lane];
+  if (up != nullptr) {
+    v = dev::silu_mul(v, up[b * 32 + lane]);
+    gated[b * 32 + lane] = v;
+  }
   const float amax = warp_max(fabsf(v));
   const float d = dev::act_block_scale(amax);
   out.q[b * 32 + lane] = static_cast<int8_t>(dev::act_quantize(v, d));
@@ -368,7 +373,11 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps)
   }
 }
 
-cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
+namespace {
+
+// matmul, and swiglu_matmul's quantized products: with `up`, the activations are
+// silu(p.x) * up, written back to `gated` (== p.x) as they are quantized.
+cudaError_t product(const MatmulParams& p, const float* up, float* gated, cudaStream_t stream) {
   if (p.rows <= 0 || p.n_tokens <= 0) return cudaSuccess;
   const LaunchShape s = matvec_launch(p.rows, p.n_tokens, kMatvecTokens);
   switch (p.type) {
@@ -404,7 +413,7 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
       const ActView xq = act_view(p.scratch, p.n_tokens, p.cols);
       const int64_t n_blocks = p.n_tokens * (p.cols / 32);
       const LaunchShape q = act_quant_launch(p.n_tokens, p.cols);
-      HEARTH_LAUNCH(act_quant_kernel, to_dim3(q.grid), to_dim3(q.block), 0, stream)(p.x, n_blocks, xq);
+      HEARTH_LAUNCH(act_quant_kernel, to_dim3(q.grid), to_dim3(q.block), 0, stream)(p.x, up, gated, n_blocks, xq);
       if (const cudaError_t e = launched(); e != cudaSuccess) return e;
       const bool mma = p.path == MatmulPath::kTensorCores ||
                        (p.path == MatmulPath::kAuto && p.n_tokens >= kQuantMmaMinTokens);
@@ -435,6 +444,18 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) {
       return cudaErrorNotSupported;  // the CPU's interleaved rows: the loader writes plain ones with --layout plain
   }
   return cudaErrorNotSupported;
+}
+
+}  // namespace
+
+cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) { return product(p, nullptr, nullptr, stream); }
+
+cudaError_t swiglu_matmul(const MatmulParams& p, float* gate, const float* up, cudaStream_t stream) {
+  if (p.x != gate || up == nullptr) return cudaErrorInvalidValue;
+  if (p.type == DType::kQ8_0 || p.type == DType::kQ4_0) return product(p, up, gate, stream);
+  if (p.rows <= 0 || p.n_tokens <= 0) return cudaSuccess;
+  if (const cudaError_t e = swiglu(gate, up, p.n_tokens * p.cols, gate, stream); e != cudaSuccess) return e;
+  return matmul(p, stream);
 }
 
 cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int64_t n_tokens, float* y,

@@ -59,6 +59,11 @@ cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int
 // Scratch a matmul of `type` over [n_tokens, cols] activations needs (0 for float types).
 size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols);
 cudaError_t matmul(const MatmulParams& p, cudaStream_t stream);
+// The product of silu(gate) * up ([n_tokens, cols], p.x == gate): gate is overwritten with
+// the activation, as swiglu writes it, and y = it w^T as matmul computes it. A Q8_0/Q4_0
+// product computes the activation as it quantizes it (a launch and a pass over the
+// activations fewer); other types run swiglu, then matmul.
+cudaError_t swiglu_matmul(const MatmulParams& p, float* gate, const float* up, cudaStream_t stream);
 
 // out[t] = table[ids[t]] as float. table: [vocab, dim] of `type` (not row-interleaved).
 cudaError_t embedding(DType type, const void* table, int64_t dim, const int32_t* ids, int64_t n, float* out,
