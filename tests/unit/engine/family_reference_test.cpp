@@ -435,7 +435,7 @@ TEST_P(FamilyReferenceTest, AGptqCheckpointStaysWithinItsKlBound) {
 INSTANTIATE_TEST_SUITE_P(Families, FamilyReferenceTest,
                          ::testing::Values("llama", "qwen3", "gptneox", "gptj", "qwen3moe", "qwen2moe", "glm4moe",
                                            "mixtral", "gemma2", "gemma3"),
-                         [](const auto& info) { return info.param; });
+                         [](const auto& param_info) { return param_info.param; });
 
 }  // namespace
 }  // namespace hearth
