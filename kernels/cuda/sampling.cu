@@ -134,13 +134,29 @@ __device__ Reach radix_reaching(int64_t n, Member member, Bits bits_of, Weight w
       sh.count[b] = 0;
     }
     __syncthreads();
+    // Each thread sums a run of its members that fall in one bucket before adding it to
+    // the shared one: in the first pass a row's keys share a few top bytes, and an atomic
+    // per member would have the block's threads queue on those few buckets.
+    int run_bucket = -1, run_count = 0;
+    double run_weight = 0.0;
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       if (!member(i)) continue;
       const uint32_t bits = bits_of(i);
       if ((bits & mask) != r.bits) continue;
       const int bucket = 255 - static_cast<int>((bits >> shift) & 255u);
-      atomicAdd(&sh.weight[bucket], weight(i));
-      atomicAdd(&sh.count[bucket], 1);
+      if (bucket != run_bucket) {
+        if (run_count > 0) {
+          atomicAdd(&sh.weight[run_bucket], run_weight);
+          atomicAdd(&sh.count[run_bucket], run_count);
+        }
+        run_bucket = bucket, run_weight = 0.0, run_count = 0;
+      }
+      run_weight += weight(i);
+      ++run_count;
+    }
+    if (run_count > 0) {
+      atomicAdd(&sh.weight[run_bucket], run_weight);
+      atomicAdd(&sh.count[run_bucket], run_count);
     }
     __syncthreads();
     if (threadIdx.x < 32) {  // each lane 8 buckets; a scan over the lanes finds the crossing
