@@ -317,7 +317,8 @@ Status run_model(Backend& be, const Shape& shape, DType type, const Run& run, co
 }
 
 // One matrix product path alone: [rows, cols] of `type` at n tokens, GB/s of its weights.
-Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n, int reps, const WeightBytes& bytes) {
+Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n, int reps, const WeightBytes& bytes,
+                  int32_t sm_count) {
   HostModel host;
   host.add("w", type, rows, cols, bytes.make(type, rows, cols));
   const uint64_t w_bytes = host.tensors[0].bytes;
@@ -337,9 +338,13 @@ Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n
   // As the backend and kernels::cuda::matmul choose.
   const bool cublas = (type == DType::kF16 || type == DType::kBF16) && n >= 8;
   const bool mma = (type == DType::kQ8_0 || type == DType::kQ4_0) && n >= kernels::cuda::kQuantMmaMinTokens;
+  const int32_t splits = cublas || mma ? 1 : kernels::cuda::matvec_splits(rows, n, cols, sm_count);
+  char path[64];
+  std::snprintf(path, sizeof path, splits > 1 ? "hearth's streaming kernel, %d column ranges" : "hearth's streaming kernel",
+                splits);
   std::snprintf(what, sizeof what, "matmul %s [%lld, %lld] x %lld tokens (%s)", std::string(dtype_name(type)).c_str(),
                 static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n),
-                cublas ? "cuBLASLt" : mma ? "hearth's int8 mma" : "hearth's streaming kernel");
+                cublas ? "cuBLASLt" : mma ? "hearth's int8 mma" : path);
   row(what, fmt_num(static_cast<double>(w_bytes) / s / 1e9, "GB/s of weights") + " (" + fmt_num(s * 1e6, "us") + ")",
       fmt_num(2.0 * static_cast<double>(rows * cols * n) / s / 1e12, "TFLOP/s"));
   return Status::ok();
@@ -554,9 +559,19 @@ int main_impl(int argc, char** argv) {
   const int64_t rows = tiny ? 256 : 4096, cols = tiny ? 768 : 14336;
   for (const DType type : {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
     for (const int64_t n : run.batches) {
-      if (const Status s = run_matmul(*be, type, rows, cols, n, static_cast<int>(run.reps), bytes); !s.is_ok()) {
+      if (const Status s = run_matmul(*be, type, rows, cols, n, static_cast<int>(run.reps), bytes,
+                                      prop.multiProcessorCount);
+          !s.is_ok()) {
         return fail(s);
       }
+    }
+    // A short matrix (the 8B shape's K/V projection, the tiny shape's Q) at batch 1, where
+    // the rows are too few to fill the device and the streaming kernel splits the columns.
+    const int64_t short_rows = tiny ? 64 : 1024, short_cols = tiny ? 2048 : 4096;
+    if (const Status s = run_matmul(*be, type, short_rows, short_cols, 1, static_cast<int>(run.reps), bytes,
+                                    prop.multiProcessorCount);
+        !s.is_ok()) {
+      return fail(s);
     }
   }
   for (const DType type : {DType::kQ8_0, DType::kQ4_0}) {

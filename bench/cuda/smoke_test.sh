@@ -8,6 +8,6 @@ out=$("$1" --shapes tiny --types f16,q4_0 --batches 1,3 --ctx 40 --steps 2 --pre
 echo "$out"
 [ "$rc" = 0 ] || { echo "smoke_test: cuda_bench exited $rc" >&2; exit "$rc"; }
 for want in "device-to-device copy" "decode, batch 3, context 40, greedy" "sampled (temperature" "prefill of 16" \
-  "matmul q4_0" "x 512 tokens: streaming / int8 mma" "gptq int4 g128 [256, 768] x 512 tokens: streaming / f16 mma" "2 ranges (the backend's)" "CUDA graphs"; do
+  "matmul q4_0" "column ranges)" "x 512 tokens: streaming / int8 mma" "gptq int4 g128 [256, 768] x 512 tokens: streaming / f16 mma" "2 ranges (the backend's)" "CUDA graphs"; do
   grep -qF "$want" <<<"$out" || { echo "smoke_test: no row with \"$want\"" >&2; exit 1; }
 done

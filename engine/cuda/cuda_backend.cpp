@@ -302,9 +302,9 @@ class CudaBackend final : public Backend {
       return;
     }
     kernels::cuda::MatmulParams p{.type = w.dtype, .w = w.data, .rows = w.rows(), .cols = w.cols(), .x = x,
-                                  .n_tokens = n, .y = y};
-    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(w.dtype, n, w.cols());
-    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations");
+                                  .n_tokens = n, .y = y, .sm_count = sm_count_};
+    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(p);
+    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations and split sums");
     check_cuda(kernels::cuda::matmul(p, stream_.get()), "matmul");
   }
 
@@ -314,9 +314,9 @@ class CudaBackend final : public Backend {
       return;
     }
     kernels::cuda::MatmulParams p{.type = w.dtype, .w = w.data, .rows = w.rows(), .cols = w.cols(), .x = gate,
-                                  .n_tokens = n, .y = out};
-    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(w.dtype, n, w.cols());
-    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations");
+                                  .n_tokens = n, .y = out, .sm_count = sm_count_};
+    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(p);
+    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations and split sums");
     check_cuda(kernels::cuda::swiglu_matmul(p, gate, up, stream_.get()), "swiglu_matmul");
   }
 

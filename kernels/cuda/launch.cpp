@@ -75,6 +75,21 @@ LaunchShape group_quant_launch(int64_t rows, int64_t n_tokens) {
   return s;
 }
 
+int32_t matvec_splits(int64_t rows, int64_t n_tokens, int64_t cols, int32_t sm_count) {
+  if (sm_count <= 0 || rows <= 0 || n_tokens <= 0) return 1;
+  const int64_t blocks = (rows + kMatvecWarps - 1) / kMatvecWarps * ((n_tokens + kMatvecTokens - 1) / kMatvecTokens);
+  const int64_t want = static_cast<int64_t>(sm_count) * kMatvecBlocksPerSm;
+  if (2 * blocks >= want) return 1;
+  int64_t splits = (want + blocks - 1) / blocks;
+  splits = std::min<int64_t>({splits, cols / kMatvecSplitMinCols, kMatvecMaxSplits});
+  return splits < 2 ? 1 : static_cast<int32_t>(splits);
+}
+
+int64_t matvec_split_cols(int64_t cols, int32_t splits) {
+  const int64_t per = (cols + splits - 1) / splits;
+  return (per + 31) / 32 * 32;
+}
+
 LaunchShape quant_mma_launch(int64_t rows, int64_t n_tokens) {
   LaunchShape s;
   s.block.x = 32 * kQuantMmaWarps;

@@ -49,6 +49,12 @@ inline constexpr uint32_t kElementwiseMaxBlocks = 65535;
 inline constexpr uint32_t kRowBlock = 256;       // rms_norm: one block per row
 inline constexpr uint32_t kMatvecWarps = 4;      // matmul: one warp per output row
 inline constexpr int32_t kMatvecTokens = 8;      // and group of up to this many tokens
+// Split-K of a streaming product whose rows are too few to fill the device: ranges of at
+// least kMatvecSplitMinCols columns, at most kMatvecMaxSplits (grid.z), until each SM has
+// kMatvecBlocksPerSm blocks; only where it would have fewer than half that.
+inline constexpr int32_t kMatvecBlocksPerSm = 8;
+inline constexpr int64_t kMatvecSplitMinCols = 1024;
+inline constexpr int32_t kMatvecMaxSplits = 16;
 inline constexpr uint32_t kAttentionBlock = 128;  // attention: one block per (token, head), keys a tile at a time
 inline constexpr int32_t kAttentionMaxHeadDim = 256;
 inline constexpr uint32_t kAttentionMaxSplits = 64;       // split attention: key ranges per (token, head), grid.z
@@ -79,6 +85,15 @@ LaunchShape rows_launch(int64_t n_rows);
 // y[n_tokens, rows]: a warp per output row, blocks of kMatvecWarps rows, grid.y over
 // groups of `tokens_per_warp` tokens (capped at kMaxGridY).
 LaunchShape matvec_launch(int64_t rows, int64_t n_tokens, int32_t tokens_per_warp = 1);
+// Into how many column ranges a streaming product (a warp per row and group of
+// kMatvecTokens tokens, kMatvecWarps to a block) is split on a device of `sm_count` SMs:
+// where its blocks would give each SM fewer than kMatvecBlocksPerSm / 2, enough ranges to
+// give each kMatvecBlocksPerSm, as long as each range keeps kMatvecSplitMinCols columns,
+// at most kMatvecMaxSplits; else 1 (and 1 when sm_count is 0: not known).
+int32_t matvec_splits(int64_t rows, int64_t n_tokens, int64_t cols, int32_t sm_count);
+// The columns of each range of a split product: a multiple of 32 (whole Q8_0/Q4_0
+// blocks, 16-byte aligned starts), the last range taking what is left.
+int64_t matvec_split_cols(int64_t cols, int32_t splits);
 // y[n_tokens, rows] of a group-quantized (GPTQ-layout) matrix: a thread per output row
 // (consecutive rows are consecutive words of qweight, so reads coalesce), blocks of
 // kGroupQuantBlock rows, grid.y over groups of kGroupQuantTokens tokens (capped at

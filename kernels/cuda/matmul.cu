@@ -35,15 +35,20 @@ ActView act_view(void* scratch, int64_t n_tokens, int64_t cols) {
 // Each lane sums its columns in order, for each token of the group; the warp adds the
 // lanes' sums. `vec`: the row and the activations are 16-byte aligned and the columns a
 // multiple of a 16-byte load's values, so a lane reads 16 bytes of weights at a time.
+//
+// Split (grid.z > 1), block z takes columns [z * split_cols, + split_cols) and writes its
+// sums to y + z * n_tokens * rows, which split_sum_kernel adds up in order.
 template <DType kType>
 __global__ void float_matvec_kernel(const std::byte* w, int64_t row_bytes, int64_t rows, int64_t cols, bool vec,
-                                    const float* x, int64_t n_tokens, float* y) {
+                                    const float* x, int64_t n_tokens, int64_t split_cols, float* y) {
   constexpr int kPer = kType == DType::kF32 ? 4 : 8;  // values per 16-byte load
   constexpr int kBytes = kType == DType::kF32 ? 4 : 2;
   const int lane = threadIdx.x % 32;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kMatvecWarps) + threadIdx.x / 32;
   if (r >= rows) return;
   const std::byte* row = w + r * row_bytes;
+  const int64_t c0 = blockIdx.z * split_cols, c1 = cols < c0 + split_cols ? cols : c0 + split_cols;
+  y += blockIdx.z * n_tokens * rows;
   for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kMatvecTokens); t0 < n_tokens;
        t0 += gridDim.y * static_cast<int64_t>(kMatvecTokens)) {
     const int tokens = static_cast<int>(n_tokens - t0 < kMatvecTokens ? n_tokens - t0 : kMatvecTokens);
@@ -51,7 +56,7 @@ __global__ void float_matvec_kernel(const std::byte* w, int64_t row_bytes, int64
     float sum[kMatvecTokens];
     for (float& s : sum) s = 0.0f;
     if (vec) {
-      for (int64_t c = lane * static_cast<int64_t>(kPer); c < cols; c += 32 * kPer) {
+      for (int64_t c = c0 + lane * static_cast<int64_t>(kPer); c < c1; c += 32 * kPer) {
         float v[8];
         dev::float_values16(kType, dev::load16(row + c * kBytes), v);
         for (int k = 0; k < kMatvecTokens && k < tokens; ++k) {
@@ -64,7 +69,7 @@ __global__ void float_matvec_kernel(const std::byte* w, int64_t row_bytes, int64
         }
       }
     } else {
-      for (int64_t c = lane; c < cols; c += 32) {
+      for (int64_t c = c0 + lane; c < c1; c += 32) {
         const float v = dev::float_row_value(kType, row, c);
         for (int k = 0; k < kMatvecTokens && k < tokens; ++k) sum[k] += v * xg[k * cols + c];
       }
@@ -93,24 +98,38 @@ __global__ void act_quant_kernel(const float* x, const float* up, float* gated, 
   if (lane == 0) out.d[b] = d;
 }
 
+// y[i] = the split ranges' sums of output i, added in range order.
+__global__ void split_sum_kernel(const float* parts, int32_t splits, int64_t n, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float sum = parts[i];
+    for (int32_t s = 1; s < splits; ++s) sum += parts[s * n + i];
+    y[i] = sum;
+  }
+}
+
 // Each lane takes whole blocks of 32: the block's weights unpacked once into eight
 // words of packed int8, then for each token of the group the integer sum of their
 // products with its activations (dot4_i8), scaled by d_w * d_x in float; the warp adds
 // the lanes' sums.
+// Split as float_matvec_kernel is, in whole blocks.
 template <typename Block>
 __global__ void quant_matvec_kernel(const Block* w, int64_t rows, int64_t cols, ActView xq, int64_t n_tokens,
-                                    float* y) {
+                                    int64_t split_cols, float* y) {
   const int lane = threadIdx.x % 32;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kMatvecWarps) + threadIdx.x / 32;
   if (r >= rows) return;
   const int64_t blocks = cols / 32;
   const Block* row = w + r * blocks;
+  const int64_t b0 = blockIdx.z * split_cols / 32;
+  const int64_t b1 = blocks < b0 + split_cols / 32 ? blocks : b0 + split_cols / 32;
+  y += blockIdx.z * n_tokens * rows;
   for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kMatvecTokens); t0 < n_tokens;
        t0 += gridDim.y * static_cast<int64_t>(kMatvecTokens)) {
     const int tokens = static_cast<int>(n_tokens - t0 < kMatvecTokens ? n_tokens - t0 : kMatvecTokens);
     float sum[kMatvecTokens];
     for (float& s : sum) s = 0.0f;
-    for (int64_t b = lane; b < blocks; b += 32) {
+    for (int64_t b = b0 + lane; b < b1; b += 32) {
       uint32_t wq[8];
       for (int i = 0; i < 8; ++i) {
         if constexpr (sizeof(Block) == sizeof(BlockQ8_0)) {
@@ -248,6 +267,32 @@ size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols) {
   return q_bytes + static_cast<size_t>(n_tokens * (cols / 32)) * sizeof(float);
 }
 
+namespace {
+
+bool quantized(DType type) { return type == DType::kQ8_0 || type == DType::kQ4_0; }
+
+bool takes_mma(const MatmulParams& p) {
+  return quantized(p.type) && (p.path == MatmulPath::kTensorCores ||
+                               (p.path == MatmulPath::kAuto && p.n_tokens >= kQuantMmaMinTokens));
+}
+
+// How many column ranges p's streaming product is split into (1: none).
+int32_t product_splits(const MatmulParams& p) {
+  if (takes_mma(p) || p.sm_count <= 0) return 1;
+  return matvec_splits(p.rows, p.n_tokens, p.cols, p.sm_count);
+}
+
+// Where in the scratch the split ranges' sums start: after the quantized activations.
+size_t split_offset(const MatmulParams& p) { return (matmul_scratch_bytes(p.type, p.n_tokens, p.cols) + 15) / 16 * 16; }
+
+}  // namespace
+
+size_t matmul_scratch_bytes(const MatmulParams& p) {
+  const int32_t splits = product_splits(p);
+  if (splits == 1) return matmul_scratch_bytes(p.type, p.n_tokens, p.cols);
+  return split_offset(p) + static_cast<size_t>(splits) * static_cast<size_t>(p.n_tokens * p.rows) * sizeof(float);
+}
+
 // A thread per output row r: for each tile of columns, the block stages the tile of up to
 // kGroupQuantTokens tokens' activations in shared memory, then every thread walks the
 // tile's packed words of its row (coalesced across the block: qweight is [cols / pack,
@@ -379,71 +424,71 @@ namespace {
 // silu(p.x) * up, written back to `gated` (== p.x) as they are quantized.
 cudaError_t product(const MatmulParams& p, const float* up, float* gated, cudaStream_t stream) {
   if (p.rows <= 0 || p.n_tokens <= 0) return cudaSuccess;
-  const LaunchShape s = matvec_launch(p.rows, p.n_tokens, kMatvecTokens);
-  switch (p.type) {
-    case DType::kF32:
-    case DType::kF16:
-    case DType::kBF16: {
-      const int64_t row_bytes = p.cols * (p.type == DType::kF32 ? 4 : 2);
-      const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.cols % 4 == 0;
-      const auto* w = static_cast<const std::byte*>(p.w);
-      if (p.type == DType::kF32) {
-        HEARTH_LAUNCH(float_matvec_kernel<DType::kF32>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
-            w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, p.y);
-      } else if (p.type == DType::kF16) {
-        HEARTH_LAUNCH(float_matvec_kernel<DType::kF16>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
-            w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, p.y);
-      } else {
-        HEARTH_LAUNCH(float_matvec_kernel<DType::kBF16>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
-            w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, p.y);
-      }
-      return launched();
-    }
-    case DType::kQ8_0:
-    case DType::kQ4_0: {
-      if (p.cols % 32 != 0) return cudaErrorInvalidValue;
-      if (p.scratch == nullptr || p.scratch_bytes < matmul_scratch_bytes(p.type, p.n_tokens, p.cols)) {
-        return cudaErrorInvalidValue;
-      }
-      // The blocks' 16-bit reads and the activations' 16-byte ones.
-      if (reinterpret_cast<uintptr_t>(p.w) % 2 != 0 || reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0) {
-        return cudaErrorInvalidValue;
-      }
-      const ActView xq = act_view(p.scratch, p.n_tokens, p.cols);
-      const int64_t n_blocks = p.n_tokens * (p.cols / 32);
-      const LaunchShape q = act_quant_launch(p.n_tokens, p.cols);
-      HEARTH_LAUNCH(act_quant_kernel, to_dim3(q.grid), to_dim3(q.block), 0, stream)(p.x, up, gated, n_blocks, xq);
-      if (const cudaError_t e = launched(); e != cudaSuccess) return e;
-      const bool mma = p.path == MatmulPath::kTensorCores ||
-                       (p.path == MatmulPath::kAuto && p.n_tokens >= kQuantMmaMinTokens);
-      if (mma) {
-        const LaunchShape m = quant_mma_launch(p.rows, p.n_tokens);
-        if (p.type == DType::kQ8_0) {
-          HEARTH_LAUNCH(quant_mma_kernel<BlockQ8_0>, to_dim3(m.grid), to_dim3(m.block), 0, stream)(
-              static_cast<const BlockQ8_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
-        } else {
-          HEARTH_LAUNCH(quant_mma_kernel<BlockQ4_0>, to_dim3(m.grid), to_dim3(m.block), 0, stream)(
-              static_cast<const BlockQ4_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
-        }
-        return launched();
-      }
+  if (p.type == DType::kQ8_0R16 || p.type == DType::kQ4_0R16 || p.type == DType::kF16R16 ||
+      p.type == DType::kBF16R16) {
+    return cudaErrorNotSupported;  // the CPU's interleaved rows: the loader writes plain ones with --layout plain
+  }
+  if (!quantized(p.type) && p.type != DType::kF32 && p.type != DType::kF16 && p.type != DType::kBF16) {
+    return cudaErrorNotSupported;
+  }
+  if (quantized(p.type) && p.cols % 32 != 0) return cudaErrorInvalidValue;
+  // Split (where the rows are too few to fill the device), the ranges' sums go to the
+  // scratch after the quantized activations, 16-byte aligned.
+  const int32_t splits = product_splits(p);
+  if (p.scratch_bytes < matmul_scratch_bytes(p) || (p.scratch_bytes > 0 && p.scratch == nullptr) ||
+      reinterpret_cast<uintptr_t>(p.scratch) % 16 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  float* out = splits > 1 ? reinterpret_cast<float*>(static_cast<std::byte*>(p.scratch) + split_offset(p)) : p.y;
+  const int64_t split_cols = splits > 1 ? matvec_split_cols(p.cols, splits) : p.cols;
+  LaunchShape s = matvec_launch(p.rows, p.n_tokens, kMatvecTokens);
+  s.grid.z = static_cast<uint32_t>(splits);
+  if (quantized(p.type)) {
+    if (reinterpret_cast<uintptr_t>(p.w) % 2 != 0) return cudaErrorInvalidValue;  // the blocks' 16-bit reads
+    const ActView xq = act_view(p.scratch, p.n_tokens, p.cols);
+    const int64_t n_blocks = p.n_tokens * (p.cols / 32);
+    const LaunchShape q = act_quant_launch(p.n_tokens, p.cols);
+    HEARTH_LAUNCH(act_quant_kernel, to_dim3(q.grid), to_dim3(q.block), 0, stream)(p.x, up, gated, n_blocks, xq);
+    if (const cudaError_t e = launched(); e != cudaSuccess) return e;
+    if (takes_mma(p)) {
+      const LaunchShape m = quant_mma_launch(p.rows, p.n_tokens);
       if (p.type == DType::kQ8_0) {
-        HEARTH_LAUNCH(quant_matvec_kernel<BlockQ8_0>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+        HEARTH_LAUNCH(quant_mma_kernel<BlockQ8_0>, to_dim3(m.grid), to_dim3(m.block), 0, stream)(
             static_cast<const BlockQ8_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
       } else {
-        HEARTH_LAUNCH(quant_matvec_kernel<BlockQ4_0>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+        HEARTH_LAUNCH(quant_mma_kernel<BlockQ4_0>, to_dim3(m.grid), to_dim3(m.block), 0, stream)(
             static_cast<const BlockQ4_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, p.y);
       }
       return launched();
     }
-    case DType::kQ8_0R16:
-    case DType::kQ4_0R16:
-    case DType::kF16R16:
-    case DType::kBF16R16:
-      return cudaErrorNotSupported;  // the CPU's interleaved rows: the loader writes plain ones with --layout plain
+    if (p.type == DType::kQ8_0) {
+      HEARTH_LAUNCH(quant_matvec_kernel<BlockQ8_0>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+          static_cast<const BlockQ8_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, split_cols, out);
+    } else {
+      HEARTH_LAUNCH(quant_matvec_kernel<BlockQ4_0>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+          static_cast<const BlockQ4_0*>(p.w), p.rows, p.cols, xq, p.n_tokens, split_cols, out);
+    }
+  } else {
+    const int64_t row_bytes = p.cols * (p.type == DType::kF32 ? 4 : 2);
+    const bool vec = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.cols % 4 == 0;
+    const auto* w = static_cast<const std::byte*>(p.w);
+    if (p.type == DType::kF32) {
+      HEARTH_LAUNCH(float_matvec_kernel<DType::kF32>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+          w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, split_cols, out);
+    } else if (p.type == DType::kF16) {
+      HEARTH_LAUNCH(float_matvec_kernel<DType::kF16>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+          w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, split_cols, out);
+    } else {
+      HEARTH_LAUNCH(float_matvec_kernel<DType::kBF16>, to_dim3(s.grid), to_dim3(s.block), 0, stream)(
+          w, row_bytes, p.rows, p.cols, vec, p.x, p.n_tokens, split_cols, out);
+    }
   }
-  return cudaErrorNotSupported;
+  if (const cudaError_t e = launched(); e != cudaSuccess || splits == 1) return e;
+  const LaunchShape e = elementwise_launch(p.n_tokens * p.rows);
+  HEARTH_LAUNCH(split_sum_kernel, to_dim3(e.grid), to_dim3(e.block), 0, stream)(out, splits, p.n_tokens * p.rows,
+                                                                                 p.y);
+  return launched();
 }
 
 }  // namespace

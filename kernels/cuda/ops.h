@@ -42,6 +42,9 @@ struct MatmulParams {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   MatmulPath path = MatmulPath::kAuto;
+  // The device's SM count, for splitting a streaming product over its columns where its
+  // rows are too few to fill the SMs (matvec_splits); 0: never split.
+  int32_t sm_count = 0;
 };
 
 // y[t, r] = sum_c w[r, c] * x[t, c] for a group-quantized matrix in the GPTQ layout
@@ -58,6 +61,9 @@ cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int
 
 // Scratch a matmul of `type` over [n_tokens, cols] activations needs (0 for float types).
 size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols);
+// Scratch the product p describes needs (its scratch fields aside): the quantized
+// activations, and where it is split, its column ranges' sums.
+size_t matmul_scratch_bytes(const MatmulParams& p);
 cudaError_t matmul(const MatmulParams& p, cudaStream_t stream);
 // The product of silu(gate) * up ([n_tokens, cols], p.x == gate): gate is overwritten with
 // the activation, as swiglu writes it, and y = it w^T as matmul computes it. A Q8_0/Q4_0

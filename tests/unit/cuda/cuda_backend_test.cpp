@@ -208,6 +208,55 @@ TEST_F(CudaBackendTest, WeightStreamingProductsMatchTheCpuAtEveryTokenCount) {
   }
 }
 
+// The streaming products split over their columns (split-K) where their rows are too
+// few for the device's SMs: every type, a range count the device's 132 SMs give, ragged
+// last ranges, 16-byte and element reads, against the CPU; too little scratch for the
+// ranges' sums is refused.
+TEST_F(CudaBackendTest, SplitStreamingProductsMatchTheCpu) {
+  constexpr int32_t kSms = 132;
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+  for (DType type : types) {
+    const bool quantized = type == DType::kQ8_0 || type == DType::kQ4_0;
+    for (const int64_t cols : {int64_t{2048}, int64_t{3104}}) {
+      const int64_t rows = 1 + static_cast<int64_t>(rng_() % 40);
+      const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
+      const TensorView host = matrix_view(bytes, type, rows, cols);
+      auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
+      ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+      const TensorView& dev = (*bound)->tensors()[0];
+      for (const int64_t n : {1, 3, 9}) {
+        ASSERT_GT(kernels::cuda::matvec_splits(rows, n, cols, kSms), 1) << "the shape splits";
+        const auto x = random_floats(static_cast<size_t>(n * cols), rng_, 2.0f);
+        std::vector<float> want(static_cast<size_t>(n * rows));
+        cpu_->matmul(host, x.data(), n, want.data());
+        for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+          if (quantized && offset == 1) continue;
+          std::vector<float> shifted(static_cast<size_t>(offset));
+          shifted.insert(shifted.end(), x.begin(), x.end());
+          const BackendBuffer xd = upload(*gpu_, shifted);
+          const BackendBuffer yd = poisoned(*gpu_, want.size());
+          kernels::cuda::MatmulParams p{.type = type, .w = dev.data, .rows = rows, .cols = cols,
+                                        .x = xd.f32() + offset, .n_tokens = n, .y = yd.f32(),
+                                        .path = kernels::cuda::MatmulPath::kStreaming, .sm_count = kSms};
+          p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(p);
+          ASSERT_GT(p.scratch_bytes, kernels::cuda::matmul_scratch_bytes(type, n, cols)) << "room for the sums";
+          const BackendBuffer scratch = poisoned(*gpu_, p.scratch_bytes / sizeof(float) + 1);
+          p.scratch = scratch.f32();
+          const auto stream = static_cast<cudaStream_t>(gpu_->queue().handle);
+          kernels::cuda::MatmulParams short_scratch = p;
+          short_scratch.scratch_bytes = kernels::cuda::matmul_scratch_bytes(type, n, cols);
+          EXPECT_EQ(kernels::cuda::matmul(short_scratch, stream), cudaErrorInvalidValue);
+          ASSERT_EQ(kernels::cuda::matmul(p, stream), cudaSuccess);
+          expect_near(download(*gpu_, yd, want.size()), want, 1e-4f,
+                      fmt::format("{} [{}, {}] x {} tokens in {} ranges, activations {} floats off 16 bytes",
+                                  dtype_name(type), rows, cols, n, kernels::cuda::matvec_splits(rows, n, cols, kSms),
+                                  offset));
+        }
+      }
+    }
+  }
+}
+
 // The tensor-core products of Q8_0/Q4_0 (int8 mma.sync) at the edges of their tiles of
 // kQuantMmaRows rows by kQuantMmaTokens tokens and of their stages of
 // kQuantMmaStageBlocks blocks: rows, tokens and blocks short of, at and past a multiple,

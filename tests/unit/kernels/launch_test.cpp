@@ -88,6 +88,31 @@ TEST(LaunchTest, EveryShapeGetsALaunchThatFits) {
   }
 }
 
+TEST(LaunchTest, StreamingProductsSplitOnlyWhereTheirRowsLeaveTheDeviceIdle) {
+  EXPECT_EQ(matvec_splits(1024, 1, 4096, 0), 1) << "no SM count: no split";
+  EXPECT_EQ(matvec_splits(1024, 1, 4096, 132), 4) << "256 blocks on 132 SMs: four ranges of 1024 columns";
+  EXPECT_EQ(matvec_splits(512, 1, 2048, 132), 2);
+  EXPECT_EQ(matvec_splits(4096, 1, 4096, 132), 1) << "1024 blocks: nearly 8 an SM already";
+  EXPECT_EQ(matvec_splits(1024, 1, 1500, 132), 1) << "one range's worth of columns";
+  EXPECT_EQ(matvec_splits(1, 1, 1 << 20, 132), kMatvecMaxSplits);
+  EXPECT_EQ(matvec_splits(1024, 64, 4096, 132), 1) << "64 tokens: 8 groups of blocks";
+  for (int64_t rows : {int64_t{1}, int64_t{7}, int64_t{100}, int64_t{1024}}) {
+    for (int64_t cols : {int64_t{32}, int64_t{1024}, int64_t{2048}, int64_t{3104}, int64_t{14336}, int64_t{1} << 20}) {
+      for (int32_t sm : {1, 8, 132, 1000}) {
+        const int32_t splits = matvec_splits(rows, 1, cols, sm);
+        ASSERT_GE(splits, 1);
+        ASSERT_LE(splits, kMatvecMaxSplits);
+        if (splits == 1) continue;
+        const int64_t per = matvec_split_cols(cols, splits);
+        EXPECT_EQ(per % 32, 0);
+        EXPECT_GE(per * splits, cols) << "the ranges cover the columns";
+        EXPECT_LT(per * (splits - 1), cols) << "and none is empty";
+        EXPECT_GE(cols - per * (splits - 1), 1);
+      }
+    }
+  }
+}
+
 TEST(LaunchTest, AttentionFitsEveryHeadDimWithoutOptingIn) {
   for (int32_t head_dim = 2; head_dim <= kAttentionMaxHeadDim; head_dim += 2) {
     for (int32_t heads : {1, 7, 32, 128, 70000}) {
