@@ -56,6 +56,9 @@ __global__ void float_matvec_kernel(const std::byte* w, int64_t row_bytes, int64
     float sum[kMatvecTokens];
     for (float& s : sum) s = 0.0f;
     if (vec) {
+      // Unrolled so that a lane has several 16-byte weight loads in flight (the sums keep
+      // their order).
+      HEARTH_UNROLL(4)
       for (int64_t c = c0 + lane * static_cast<int64_t>(kPer); c < c1; c += 32 * kPer) {
         float v[8];
         dev::float_values16(kType, dev::load16(row + c * kBytes), v);
@@ -129,6 +132,7 @@ __global__ void quant_matvec_kernel(const Block* w, int64_t rows, int64_t cols, 
     const int tokens = static_cast<int>(n_tokens - t0 < kMatvecTokens ? n_tokens - t0 : kMatvecTokens);
     float sum[kMatvecTokens];
     for (float& s : sum) s = 0.0f;
+    HEARTH_UNROLL(2)
     for (int64_t b = b0 + lane; b < b1; b += 32) {
       uint32_t wq[8];
       for (int i = 0; i < 8; ++i) {

@@ -5,12 +5,20 @@
 
 #include "kernels/cuda/launch.h"
 
-// The two places where a kernel source cannot be plain C++: a launch, and dynamic shared
-// memory. Under nvcc they are CUDA's own syntax; in an emulated build
-// (kernels/cuda/emu/device.h) a launch enqueues the grid on the emulated stream, and
-// dynamic shared memory is an allocation of the launch's own, checked at its end.
+// Where a kernel source cannot be plain C++: a launch, dynamic shared memory, and an
+// unroll hint. Under nvcc they are CUDA's own syntax; in an emulated build
+// (kernels/cuda/emu/device.h) a launch enqueues the grid on the emulated stream, dynamic
+// shared memory is an allocation of the launch's own, checked at its end, and the hint is
+// GCC's.
 //   HEARTH_LAUNCH(kernel, grid, block, shared_bytes, stream)(args...)
 //   HEARTH_DYNAMIC_SHARED(float, name);  // extern __shared__ float name[];
+//   HEARTH_UNROLL(4) for (...)           // #pragma unroll 4
+#define HEARTH_PRAGMA(x) _Pragma(#x)
+#if defined(__CUDACC__)
+#define HEARTH_UNROLL(n) HEARTH_PRAGMA(unroll n)
+#else
+#define HEARTH_UNROLL(n) HEARTH_PRAGMA(GCC unroll n)
+#endif
 #if defined(__CUDACC__)
 #define HEARTH_LAUNCH(kernel, grid, block, shared_bytes, stream) kernel<<<grid, block, shared_bytes, stream>>>
 #define HEARTH_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
