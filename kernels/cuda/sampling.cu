@@ -331,20 +331,21 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(SampleParams p, Sa
   int k = rp.top_logprobs < 0 ? 0 : rp.top_logprobs;
   if (k > kMaxTopLogprobs) k = kMaxTopLogprobs;
   if (k > vocab) k = static_cast<int>(vocab);
-  __shared__ int32_t chosen[kMaxTopLogprobs];
   // At least one round: the top token is the row's fingerprint (SampleRowResult::top_id).
+  // Each round takes the best of those after the last round's in the candidates' order (a
+  // total order over (logit, id); NaN, a broken model's logit, has no place in it), so a
+  // round is one pass over the row.
   const int rounds = k > 0 ? k : 1;
+  Best prev{0.0f, -1};
   for (int round = 0; round < rounds; ++round) {
     Best b{0.0f, -1};
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      bool taken = false;
-      for (int j = 0; j < round; ++j) taken = taken || chosen[j] == i;
       const Best c{l[i], static_cast<int32_t>(i)};
-      if (!taken && better(c, b)) b = c;
+      if ((round == 0 || better(prev, c)) && better(c, b)) b = c;
     }
-    b = block_best(b, best_scratch);
+    b = block_best(b, best_scratch);  // every thread's; its scratch is not reused before the next round's barrier
+    prev = b;
     if (threadIdx.x == 0) {
-      chosen[round] = b.id;
       if (round == 0) {
         out.top_id = b.id;
         out.top_logit = b.v;
@@ -354,7 +355,6 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(SampleParams p, Sa
         out.top_logprobs[round] = b.v - log_z;
       }
     }
-    __syncthreads();
   }
 
   // Penalties, into a copy of the row (the raw logits stay for the logprobs).
