@@ -49,9 +49,11 @@ inline constexpr uint32_t kElementwiseMaxBlocks = 65535;
 inline constexpr uint32_t kRowBlock = 256;       // rms_norm: one block per row
 inline constexpr uint32_t kMatvecWarps = 4;      // matmul: one warp per output row
 inline constexpr int32_t kMatvecTokens = 8;      // and group of up to this many tokens
-// Split-K of a streaming product whose rows are too few to fill the device: ranges of at
-// least kMatvecSplitMinCols columns, at most kMatvecMaxSplits (grid.z), until each SM has
-// kMatvecBlocksPerSm blocks; only where it would have fewer than half that.
+// Split-K of a streaming product whose rows are too few to fill the device: ranges of
+// about cols / splits columns, no more ranges than kMatvecSplitMinCols columns each would
+// allow (the last range takes what is left, which may be fewer), at most kMatvecMaxSplits
+// (grid.z), until each SM has kMatvecBlocksPerSm blocks; only where it would have fewer
+// than half that.
 inline constexpr int32_t kMatvecBlocksPerSm = 8;
 inline constexpr int64_t kMatvecSplitMinCols = 1024;
 inline constexpr int32_t kMatvecMaxSplits = 16;
@@ -88,8 +90,8 @@ LaunchShape matvec_launch(int64_t rows, int64_t n_tokens, int32_t tokens_per_war
 // Into how many column ranges a streaming product (a warp per row and group of
 // kMatvecTokens tokens, kMatvecWarps to a block) is split on a device of `sm_count` SMs:
 // where its blocks would give each SM fewer than kMatvecBlocksPerSm / 2, enough ranges to
-// give each kMatvecBlocksPerSm, as long as each range keeps kMatvecSplitMinCols columns,
-// at most kMatvecMaxSplits; else 1 (and 1 when sm_count is 0: not known).
+// give each kMatvecBlocksPerSm, as long as cols / splits stays at kMatvecSplitMinCols or
+// more, at most kMatvecMaxSplits; else 1 (and 1 when sm_count is 0: not known).
 int32_t matvec_splits(int64_t rows, int64_t n_tokens, int64_t cols, int32_t sm_count);
 // The columns of each range of a split product: a multiple of 32 (whole Q8_0/Q4_0
 // blocks, 16-byte aligned starts), the last range taking what is left.

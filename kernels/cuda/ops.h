@@ -53,9 +53,10 @@ struct MatmulParams {
 // multiple of the pack (32 / bits) and rows of it too (the zeros are packed by row).
 // From kGroupQuantMmaMinTokens tokens on (or forced by `path`) it runs on tensor cores:
 // the weights, dequantized so, and the activations rounded to f16 tile by tile, products
-// summed in f32 (so each term is within 2^-10 of the float one; a weight or activation
-// past f16's 65504 would not be, which GPTQ checkpoints' scales and LLM activations stay
-// well inside).
+// summed in f32 (so each term is within 2^-10 of the float one, relatively, for values in
+// f16's normal range; below 6.1e-5 the rounding's error is absolute and smaller than
+// that; a weight or activation past f16's 65504 would not be, which GPTQ checkpoints'
+// scales and LLM activations stay well inside).
 cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int64_t n_tokens, float* y,
                                cudaStream_t stream, MatmulPath path = MatmulPath::kAuto);
 

@@ -337,6 +337,7 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(SampleParams p, Sa
   // round is one pass over the row.
   const int rounds = k > 0 ? k : 1;
   Best prev{0.0f, -1};
+  int n_top = 0;  // thread 0's count of the rounds, from the first, that found a token (a NaN row runs out)
   for (int round = 0; round < rounds; ++round) {
     Best b{0.0f, -1};
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
@@ -353,6 +354,7 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(SampleParams p, Sa
       if (round < k) {
         out.top_ids[round] = b.id;
         out.top_logprobs[round] = b.v - log_z;
+        if (b.id >= 0 && n_top == round) n_top = round + 1;
       }
     }
   }
@@ -400,7 +402,7 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(SampleParams p, Sa
       out.id = id;
       out.logprob = l[id] - log_z;
       out.log_z = log_z;
-      out.n_top = k;
+      out.n_top = n_top;
     }
     return;
   }
@@ -419,7 +421,7 @@ __global__ void __launch_bounds__(kSampleBlock) sample_kernel(SampleParams p, Sa
   const auto n_valid = static_cast<int64_t>(block_sum(static_cast<float>(valid), fscratch));  // after a barrier
   if (threadIdx.x == 0) {
     out.log_z = log_z;
-    out.n_top = k;
+    out.n_top = n_top;
   }
   if (n_valid == 0) {
     if (threadIdx.x == 0) {

@@ -251,6 +251,14 @@ TEST_F(CudaBackendTest, SplitStreamingProductsMatchTheCpu) {
                       fmt::format("{} [{}, {}] x {} tokens in {} ranges, activations {} floats off 16 bytes",
                                   dtype_name(type), rows, cols, n, kernels::cuda::matvec_splits(rows, n, cols, kSms),
                                   offset));
+          if (offset == 0 && (quantized || type == DType::kF32 || n < 8)) {
+            // And through the backend, which splits by its device's SMs (132 emulated) where
+            // cuBLASLt does not take the product.
+            const BackendBuffer yb = poisoned(*gpu_, want.size());
+            gpu_->matmul(dev, xd.f32(), n, yb.f32());
+            expect_near(download(*gpu_, yb, want.size()), want, 1e-4f,
+                        fmt::format("{} [{}, {}] x {} tokens through the backend", dtype_name(type), rows, cols, n));
+          }
         }
       }
     }
@@ -308,37 +316,54 @@ TEST_F(CudaBackendTest, TensorCoreProductsMatchTheCpuAtEveryTileEdge) {
 
 // swiglu_matmul is swiglu then matmul: on the same device, the same activation left in
 // gate and the same product, bit for bit, for the types it fuses (Q8_0/Q4_0, streaming
-// and tensor cores) and those it does not (F32, and F16 through cuBLASLt from 8 tokens);
-// a p.x other than gate is refused.
+// and tensor cores, split over the columns where the rows are few) and those it does not
+// (F32, and F16 through cuBLASLt from 8 tokens); a p.x other than gate, or a type no
+// product takes, is refused with gate untouched; with no rows, gate still becomes the
+// activation.
 TEST_F(CudaBackendTest, SwigluIntoTheProductIsSwigluThenMatmulBitForBit) {
-  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kF32, DType::kF16}) {
-    const int64_t rows = 1 + static_cast<int64_t>(rng_() % 100), cols = 32 * (1 + static_cast<int64_t>(rng_() % 12));
-    const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
-    const TensorView host = matrix_view(bytes, type, rows, cols);
-    auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
-    ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
-    const TensorView& dev = (*bound)->tensors()[0];
-    for (const int64_t n : {int64_t{1}, int64_t{9}, int64_t{17}, int64_t{70}}) {
-      const auto gate = random_floats(static_cast<size_t>(n * cols), rng_, 4.0f);
-      const auto up = random_floats(gate.size(), rng_, 2.0f);
-      const BackendBuffer ud = upload(*gpu_, up);
-      const BackendBuffer g1 = upload(*gpu_, gate), g2 = upload(*gpu_, gate);
-      const BackendBuffer y1 = poisoned(*gpu_, static_cast<size_t>(n * rows)),
-                          y2 = poisoned(*gpu_, static_cast<size_t>(n * rows));
-      gpu_->swiglu_matmul(dev, g1.f32(), ud.f32(), n, y1.f32());
-      gpu_->swiglu(g2.f32(), ud.f32(), n * cols, g2.f32());
-      gpu_->matmul(dev, g2.f32(), n, y2.f32());
-      const std::string what = fmt::format("{} [{}, {}] x {} tokens", dtype_name(type), rows, cols, n);
-      const auto a1 = download(*gpu_, g1, gate.size()), a2 = download(*gpu_, g2, gate.size());
-      ASSERT_EQ(std::memcmp(a1.data(), a2.data(), a1.size() * 4), 0) << "the activation, " << what;
-      const auto p1 = download(*gpu_, y1, static_cast<size_t>(n * rows)),
-                 p2 = download(*gpu_, y2, static_cast<size_t>(n * rows));
-      ASSERT_EQ(std::memcmp(p1.data(), p2.data(), p1.size() * 4), 0) << "the product, " << what;
+  for (const bool split : {false, true}) {
+    for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kF32, DType::kF16}) {
+      const int64_t rows = split ? 1 + static_cast<int64_t>(rng_() % 40) : 1 + static_cast<int64_t>(rng_() % 100);
+      const int64_t cols = split ? 2048 : 32 * (1 + static_cast<int64_t>(rng_() % 12));
+      const auto bytes = encode_matrix(type, random_floats(static_cast<size_t>(rows * cols), rng_));
+      const TensorView host = matrix_view(bytes, type, rows, cols);
+      auto bound = gpu_->bind_weights(std::span(&host, 1), kLayoutPlain);
+      ASSERT_TRUE(bound.is_ok()) << bound.status().to_string();
+      const TensorView& dev = (*bound)->tensors()[0];
+      for (const int64_t n : {int64_t{1}, int64_t{9}, int64_t{17}, int64_t{70}}) {
+        const auto gate = random_floats(static_cast<size_t>(n * cols), rng_, 4.0f);
+        const auto up = random_floats(gate.size(), rng_, 2.0f);
+        const BackendBuffer ud = upload(*gpu_, up);
+        const BackendBuffer g1 = upload(*gpu_, gate), g2 = upload(*gpu_, gate);
+        const BackendBuffer y1 = poisoned(*gpu_, static_cast<size_t>(n * rows)),
+                            y2 = poisoned(*gpu_, static_cast<size_t>(n * rows));
+        gpu_->swiglu_matmul(dev, g1.f32(), ud.f32(), n, y1.f32());
+        gpu_->swiglu(g2.f32(), ud.f32(), n * cols, g2.f32());
+        gpu_->matmul(dev, g2.f32(), n, y2.f32());
+        const std::string what = fmt::format("{} [{}, {}] x {} tokens", dtype_name(type), rows, cols, n);
+        const auto a1 = download(*gpu_, g1, gate.size()), a2 = download(*gpu_, g2, gate.size());
+        ASSERT_EQ(std::memcmp(a1.data(), a2.data(), a1.size() * 4), 0) << "the activation, " << what;
+        const auto p1 = download(*gpu_, y1, static_cast<size_t>(n * rows)),
+                   p2 = download(*gpu_, y2, static_cast<size_t>(n * rows));
+        ASSERT_EQ(std::memcmp(p1.data(), p2.data(), p1.size() * 4), 0) << "the product, " << what;
+      }
     }
   }
   float x = 0.0f, u = 0.0f;
   const kernels::cuda::MatmulParams p{.type = DType::kQ8_0, .rows = 1, .cols = 32, .x = &u, .n_tokens = 1};
   EXPECT_EQ(kernels::cuda::swiglu_matmul(p, &x, &u, nullptr), cudaErrorInvalidValue);
+  const auto gate = random_floats(64, rng_, 4.0f), up = random_floats(64, rng_, 2.0f);
+  std::vector<float> want = gate;
+  cpu_->swiglu(want.data(), up.data(), 64, want.data());
+  const BackendBuffer gd = upload(*gpu_, gate), ud = upload(*gpu_, up);
+  const auto stream = static_cast<cudaStream_t>(gpu_->queue().handle);
+  kernels::cuda::MatmulParams none{.type = DType::kQ4_0R16, .rows = 4, .cols = 32, .x = gd.f32(), .n_tokens = 2};
+  EXPECT_EQ(kernels::cuda::swiglu_matmul(none, gd.f32(), ud.f32(), stream), cudaErrorNotSupported);
+  ASSERT_EQ(download(*gpu_, gd, 64), gate) << "a refused product leaves gate as it was";
+  none.type = DType::kQ8_0;
+  none.rows = 0;
+  ASSERT_EQ(kernels::cuda::swiglu_matmul(none, gd.f32(), ud.f32(), stream), cudaSuccess);
+  expect_near(download(*gpu_, gd, 64), want, 1e-6f, "the activation of a product with no rows");
 }
 
 TEST_F(CudaBackendTest, TheCpuInterleavedLayoutIsRefusedNamingTheFlag) {
