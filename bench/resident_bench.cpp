@@ -20,10 +20,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include <boost/json.hpp>
+#include <fmt/format.h>
 
 #include "bench/bench_util.h"
 #include "common/args.h"
@@ -53,6 +55,22 @@ double field(const std::string& json, const char* key) {
   const auto v = boost::json::parse(json, ec);
   if (ec || !v.is_object() || !v.as_object().contains(key)) return -1.0;
   return v.as_object().at(key).to_number<double>();
+}
+
+// The stages of `hearth generate --json`'s ready_split_ms, in the order they run.
+const char* const kStages[] = {"start", "attach", "backend", "kv_cache", "model", "rest"};
+
+// Each stage's time in ms from a generate JSON line (-1 where absent).
+std::vector<double> split_of(const std::string& json) {
+  std::vector<double> out(std::size(kStages), -1.0);
+  boost::system::error_code ec;
+  const auto v = boost::json::parse(json, ec);
+  if (ec || !v.is_object() || !v.as_object().contains("ready_split_ms")) return out;
+  const auto& split = v.as_object().at("ready_split_ms").as_object();
+  for (size_t i = 0; i < std::size(kStages); ++i) {
+    if (split.contains(kStages[i])) out[i] = split.at(kStages[i]).to_number<double>();
+  }
+  return out;
 }
 
 // Spawns a hearth command with HEARTH_SPAWNED_AT set to now, returns its JSON line.
@@ -151,6 +169,7 @@ int main(int argc, char** argv) {
               args->get("threads").value_or("all").c_str(), reps, can_drop ? "dropped" : "NOT dropped (not root)");
   std::printf("| weights | segment MiB | cold load s | warm load s | attach ms | first token ms | in-process first "
               "token ms | cold load / attach |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::vector<std::string> split_rows;
   for (const std::string& type : types) {
     const auto model = model_of(type);
     const std::string instance = "bench-" + type;
@@ -166,11 +185,14 @@ int main(int argc, char** argv) {
     const double warm = field(timed_run(loader, env), "seconds");
     if (cold < 0) cold = warm;
     std::vector<double> attach, first, inproc;
+    std::vector<std::vector<double>> stages(std::size(kStages));
     for (int i = 0; i < reps; ++i) {
       const std::string out = timed_run({bin("hearth"), "generate", "--attach", instance, "--shm-dir", shm, "--prompt",
                                          "hello world", "--max-tokens", "1", "--ctx", "512", "--json"},
                                         env);
       attach.push_back(field(out, "ready_seconds") * 1e3);
+      const std::vector<double> split = split_of(out);
+      for (size_t s = 0; s < split.size(); ++s) stages[s].push_back(split[s]);
       first.push_back(field(out, "first_token_seconds") * 1e3);
       inproc.push_back(field(timed_run({bin("hearth"), "generate", "--model", model.string(), "--prompt", "hello world",
                                         "--max-tokens", "1", "--ctx", "512", "--json"},
@@ -182,9 +204,17 @@ int main(int argc, char** argv) {
     const double mib = static_cast<double>(std::filesystem::file_size(segment, ec)) / (1 << 20);
     std::printf("| %s | %.0f | %.2f | %.2f | %.1f | %.1f | %.1f | %.0fx |\n", type.c_str(), mib, cold, warm, median(attach),
                 median(first), median(inproc), cold * 1e3 / median(attach));
+    split_rows.push_back(type);
+    for (const auto& s : stages) split_rows.back() += fmt::format(" | {:.1f}", median(s));
     std::filesystem::remove(segment);
   }
   std::printf("\nattach: spawn of `hearth generate --attach` to ready to run (segment mapped and checked, tokenizer\n"
               "and model built, KV cache allocated); first token: spawn to the first generated token.\n");
+  // Where attach's time goes, medians per stage: start (spawn to the command's first line:
+  // exec, the dynamic loader, static constructors, logging), attach (the segment mapped
+  // and checked, the tokenizer built), backend, KV cache, model, the rest.
+  std::printf("\n| weights | attach split ms: start | attach | backend | kv_cache | model | rest |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const std::string& r : split_rows) std::printf("| %s |\n", r.c_str());
   return 0;
 }

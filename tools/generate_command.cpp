@@ -57,7 +57,8 @@ Runs a model in this process and prints the prompt followed by the generated tex
   --lora PATH             run with a LoRA adapter: a PEFT directory (adapter_config.json,
                           adapter_model.safetensors) or a GGUF LoRA file
   --no-special            do not add BOS/EOS to the prompt
-  --json                  print one JSON object (ids, text, finish reason, speeds) instead
+  --json                  print one JSON object (ids, text, finish reason, speeds, the time
+                          to ready and its stages in ready_split_ms) instead
 )";
 
 int fail(const Status& status) {
@@ -153,6 +154,16 @@ Result<Options> parse_options(const std::vector<std::string>& argv) {
 }  // namespace
 
 int generate_command(const std::vector<std::string>& argv, double started_at) {
+  // Where the time to ready goes (--json's ready_split_ms): exec and start-up to here, then
+  // each stage.
+  boost::json::object split;
+  double stage_at = monotonic_seconds();
+  split["start"] = (stage_at - started_at) * 1e3;
+  auto stage = [&](const char* name) {
+    const double now = monotonic_seconds();
+    split[name] = (now - stage_at) * 1e3;
+    stage_at = now;
+  };
   auto parsed = parse_options(argv);
   if (!parsed.is_ok()) {
     if (parsed.status().message() == "help") {
@@ -171,6 +182,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
   RunnableModel& model = source.value();
   const Tokenizer& tok = *model.tokenizer;
   HEARTH_LOG_INFO("{}: {}", model.name, model_config_summary(model.config));
+  stage(o.attach.empty() ? "open_files" : "attach");
 
   auto made = make_backend(o.backend, {});
   if (!made.is_ok()) return fail(made.status());
@@ -179,12 +191,14 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
     const std::filesystem::path dir = o.shm_dir.empty() ? shm_dir_default() : std::filesystem::path(o.shm_dir);
     if (Status st = backend_use_loader_slab(*backend, *model.attached, 0, dir, o.attach); !st.is_ok()) return fail(st);
   }
+  stage("backend");
   const ModelConfig& config = model.config;
   const int32_t context = std::min(config.max_context, o.context > 0 ? o.context : 4096);
   constexpr int32_t kBlockSize = 16;
   auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
                                           (context + kBlockSize - 1) / kBlockSize, o.kv_dtype});
   if (!cache.is_ok()) return fail(cache.status());
+  stage("kv_cache");
   std::optional<LoraAdapter> adapter;
   if (!o.lora.empty()) {
     auto opened = lora_open(o.lora, config, model.tensors);
@@ -196,6 +210,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
                               .max_adapters = adapter ? 1 : 0,
                               .max_lora_rank = adapter ? adapter->max_rank : 0});
   if (!llama.is_ok()) return fail(llama.status());
+  stage("model");
   if (adapter) {
     if (Status st = (*llama)->set_adapter(0, *adapter); !st.is_ok()) return fail(st);
     o.gen.adapter = 0;
@@ -234,6 +249,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
     o.gen.draft_cache = &*draft_cache;
     HEARTH_LOG_INFO("draft model {}: {}", draft_source->name, model_config_summary(dc));
   }
+  stage("rest");
   const double ready_seconds = monotonic_seconds() - started_at;
 
   auto prompt_ids = tok.encode(o.prompt, EncodeOptions{o.add_special, true});
@@ -281,6 +297,7 @@ int generate_command(const std::vector<std::string>& argv, double started_at) {
     out["prompt_tokens"] = result->prompt_tokens;
     out["generated_tokens"] = result->tokens.size();
     out["ready_seconds"] = ready_seconds;
+    out["ready_split_ms"] = split;
     out["first_token_seconds"] = first_token_seconds;
     out["prefill_tokens_per_second"] = prefill_tps;
     out["decode_tokens_per_second"] = decode_tps;

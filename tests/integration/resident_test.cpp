@@ -97,6 +97,20 @@ TEST_F(ResidentTest, EngineAttachesAndGeneratesTheGroundTruth) {
   EXPECT_EQ(seg.at("fingerprint").as_string(), ready.at("fingerprint").as_string());
   EXPECT_EQ(seg.at("huge_page_bytes").to_number<uint64_t>(), 0u) << "1.1 MiB holds no whole huge page";
 
+  // --json says where the time to ready went, stage by stage, and the stages add up to it.
+  const auto timed = run_process({hearth_bin("hearth"), "generate", "--attach", "it", "--shm-dir",
+                                  shm_.path().string(), "--prompt", "Once", "--max-tokens", "1", "--json"});
+  ASSERT_EQ(timed.exit_code, 0) << timed.err;
+  const auto out = boost::json::parse(timed.out).as_object();
+  const auto& split = out.at("ready_split_ms").as_object();
+  double sum = 0.0;
+  for (const char* stage : {"start", "attach", "backend", "kv_cache", "model", "rest"}) {
+    ASSERT_TRUE(split.contains(stage)) << stage << " in " << timed.out;
+    EXPECT_GE(split.at(stage).to_number<double>(), 0.0) << stage;
+    sum += split.at(stage).to_number<double>();
+  }
+  EXPECT_NEAR(sum, out.at("ready_seconds").to_number<double>() * 1e3, 0.5);
+
   // SIGTERM: the loader exits cleanly and the weights stay resident.
   loader->signal(SIGTERM);
   EXPECT_EQ(loader->wait(10s), 0);
