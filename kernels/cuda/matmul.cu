@@ -161,6 +161,41 @@ __global__ void quant_matvec_kernel(const Block* w, int64_t rows, int64_t cols, 
   }
 }
 
+// A warp's 32 rows by 32 tokens of a tensor-core tile (kQuantMmaWarps = 4 warps, two by
+// two): two 16-row by four 8-token accumulators, each element where the fragments' D puts
+// it (mma.cuh: rows groupID and groupID + 8, tokens 2 * threadID_in_group and the next).
+struct WarpTile {
+  int group, in_group;  // the lane's groupID and threadID_in_group
+  int wm, wn;           // the warp's first row and token in the tile
+  float acc[2][4][4];
+
+  __device__ WarpTile() {
+    const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+    group = lane / 4, in_group = lane % 4;
+    wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+    for (auto& m : acc) {
+      for (auto& n : m) {
+        for (float& v : n) v = 0.0f;
+      }
+    }
+  }
+  // The tile row of element i of a 16-row accumulator mt, and the token of element i of
+  // an 8-token one nt.
+  __device__ int row(int mt, int i) const { return wm + 16 * mt + group + (i >= 2 ? 8 : 0); }
+  __device__ int token(int nt, int i) const { return wn + 8 * nt + 2 * in_group + (i & 1); }
+  // y[t, r] of the tile at (r0, t0), the rows and tokens past the ends left out.
+  __device__ void store(int64_t r0, int64_t t0, int64_t rows, int64_t n_tokens, float* y) const {
+    for (int mt = 0; mt < 2; ++mt) {
+      for (int nt = 0; nt < 4; ++nt) {
+        for (int i = 0; i < 4; ++i) {
+          const int64_t r = r0 + row(mt, i), t = t0 + token(nt, i);
+          if (r < rows && t < n_tokens) y[t * rows + r] = acc[mt][nt][i];
+        }
+      }
+    }
+  }
+};
+
 // Q8_0/Q4_0 products over many tokens on tensor cores. A block computes a tile of
 // kQuantMmaRows rows by kQuantMmaTokens tokens. Per stage it copies kQuantMmaStageBlocks
 // blocks of 32 columns into shared memory: its rows' weights unpacked to int8 words
@@ -180,20 +215,13 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps)
   __shared__ uint32_t xs[kQuantMmaTokens * kStride];
   __shared__ float wd[kQuantMmaRows * kStage];
   __shared__ float xd[kQuantMmaTokens * kStage];
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const int group = lane / 4, in_group = lane % 4;
-  const int wm = (warp % 2) * 32, wn = (warp / 2) * 32;  // the warp's rows and tokens in the tile
+  const int tid = static_cast<int>(threadIdx.x);
   const int64_t blocks = cols / 32;
   for (int64_t r0 = blockIdx.x * static_cast<int64_t>(kQuantMmaRows); r0 < rows;
        r0 += gridDim.x * static_cast<int64_t>(kQuantMmaRows)) {
     for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kQuantMmaTokens); t0 < n_tokens;
          t0 += gridDim.y * static_cast<int64_t>(kQuantMmaTokens)) {
-      float acc[2][4][4];
-      for (auto& m : acc) {
-        for (auto& n : m) {
-          for (float& v : n) v = 0.0f;
-        }
-      }
+      WarpTile tile;
       for (int64_t b0 = 0; b0 < blocks; b0 += kStage) {
         const int stage = static_cast<int>(blocks - b0 < kStage ? blocks - b0 : kStage);
         __syncthreads();  // the previous stage is read
@@ -230,35 +258,27 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps)
         for (int kb = 0; kb < stage; ++kb) {
           uint32_t a[2][4];
           for (int mt = 0; mt < 2; ++mt) {
-            const uint32_t* p = ws + (wm + 16 * mt + group) * kStride + kb * 8 + in_group;
+            const uint32_t* p = ws + (tile.wm + 16 * mt + tile.group) * kStride + kb * 8 + tile.in_group;
             a[mt][0] = p[0];
             a[mt][1] = p[8 * kStride];
             a[mt][2] = p[4];
             a[mt][3] = p[8 * kStride + 4];
           }
           for (int nt = 0; nt < 4; ++nt) {
-            const uint32_t* q = xs + (wn + 8 * nt + group) * kStride + kb * 8 + in_group;
+            const uint32_t* q = xs + (tile.wn + 8 * nt + tile.group) * kStride + kb * 8 + tile.in_group;
             const uint32_t b[2] = {q[0], q[4]};
             for (int mt = 0; mt < 2; ++mt) {
               int32_t d[4] = {0, 0, 0, 0};
               mma_s8_m16n8k32(d, a[mt], b);
               for (int i = 0; i < 4; ++i) {
-                const int row = wm + 16 * mt + group + (i >= 2 ? 8 : 0), tok = wn + 8 * nt + 2 * in_group + (i & 1);
-                acc[mt][nt][i] += (wd[row * kStage + kb] * xd[tok * kStage + kb]) * static_cast<float>(d[i]);
+                const int row = tile.row(mt, i), tok = tile.token(nt, i);
+                tile.acc[mt][nt][i] += (wd[row * kStage + kb] * xd[tok * kStage + kb]) * static_cast<float>(d[i]);
               }
             }
           }
         }
       }
-      for (int mt = 0; mt < 2; ++mt) {
-        for (int nt = 0; nt < 4; ++nt) {
-          for (int i = 0; i < 4; ++i) {
-            const int64_t r = r0 + wm + 16 * mt + group + (i >= 2 ? 8 : 0);
-            const int64_t t = t0 + wn + 8 * nt + 2 * in_group + (i & 1);
-            if (r < rows && t < n_tokens) y[t * rows + r] = acc[mt][nt][i];
-          }
-        }
-      }
+      tile.store(r0, t0, rows, n_tokens, y);
     }
   }
 }
@@ -354,19 +374,12 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps)
   constexpr int kStride = kPairs + 4;
   __shared__ uint32_t ws[kQuantMmaRows * kStride];
   __shared__ uint32_t xs[kQuantMmaTokens * kStride];
-  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
-  const int group = lane / 4, in_group = lane % 4;
-  const int wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+  const int tid = static_cast<int>(threadIdx.x);
   for (int64_t r0 = blockIdx.x * static_cast<int64_t>(kQuantMmaRows); r0 < w.rows;
        r0 += gridDim.x * static_cast<int64_t>(kQuantMmaRows)) {
     for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kQuantMmaTokens); t0 < n_tokens;
          t0 += gridDim.y * static_cast<int64_t>(kQuantMmaTokens)) {
-      float acc[2][4][4];
-      for (auto& m : acc) {
-        for (auto& n : m) {
-          for (float& v : n) v = 0.0f;
-        }
-      }
+      WarpTile tile;
       for (int64_t c0 = 0; c0 < w.cols; c0 += kGroupQuantMmaCols) {
         __syncthreads();  // the previous stage is read
         // Consecutive threads take consecutive rows, so qweight's words ([cols / pack,
@@ -396,28 +409,20 @@ __global__ void __launch_bounds__(32 * kQuantMmaWarps)
         for (int k = 0; k < kPairs; k += 8) {  // 16 columns: 8 words
           uint32_t a[2][4];
           for (int mt = 0; mt < 2; ++mt) {
-            const uint32_t* p = ws + (wm + 16 * mt + group) * kStride + k + in_group;
+            const uint32_t* p = ws + (tile.wm + 16 * mt + tile.group) * kStride + k + tile.in_group;
             a[mt][0] = p[0];
             a[mt][1] = p[8 * kStride];
             a[mt][2] = p[4];
             a[mt][3] = p[8 * kStride + 4];
           }
           for (int nt = 0; nt < 4; ++nt) {
-            const uint32_t* q = xs + (wn + 8 * nt + group) * kStride + k + in_group;
+            const uint32_t* q = xs + (tile.wn + 8 * nt + tile.group) * kStride + k + tile.in_group;
             const uint32_t b[2] = {q[0], q[4]};
-            for (int mt = 0; mt < 2; ++mt) mma_f16_m16n8k16(acc[mt][nt], a[mt], b);
+            for (int mt = 0; mt < 2; ++mt) mma_f16_m16n8k16(tile.acc[mt][nt], a[mt], b);
           }
         }
       }
-      for (int mt = 0; mt < 2; ++mt) {
-        for (int nt = 0; nt < 4; ++nt) {
-          for (int i = 0; i < 4; ++i) {
-            const int64_t r = r0 + wm + 16 * mt + group + (i >= 2 ? 8 : 0);
-            const int64_t t = t0 + wn + 8 * nt + 2 * in_group + (i & 1);
-            if (r < w.rows && t < n_tokens) y[t * w.rows + r] = acc[mt][nt][i];
-          }
-        }
-      }
+      tile.store(r0, t0, w.rows, n_tokens, y);
     }
   }
 }
