@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -350,6 +351,34 @@ Status run_matmul(Backend& be, DType type, int64_t rows, int64_t cols, int64_t n
   return Status::ok();
 }
 
+// The token counts at which a product's two paths are timed side by side.
+constexpr int64_t kPathTokens[] = {8, 16, 32, 64, 512};
+
+// One product at n tokens on its streaming and its tensor-core path (`launch` enqueues it
+// once on a path), microseconds a call each, printed as a row under `what`; `min_tokens`
+// is where the backend switches to tensor cores.
+Status time_paths(Backend& be, int reps, const std::string& what, int64_t n, int64_t min_tokens,
+                  const std::function<cudaError_t(kernels::cuda::MatmulPath)>& launch) {
+  using kernels::cuda::MatmulPath;
+  double us[2] = {0, 0};
+  for (const MatmulPath path : {MatmulPath::kStreaming, MatmulPath::kTensorCores}) {
+    if (const cudaError_t e = launch(path); e != cudaSuccess) {
+      return make_error(ErrorCode::kInternal, "{} on the {} path: {}", what,
+                        path == MatmulPath::kStreaming ? "streaming" : "tensor-core", cudaGetErrorString(e));
+    }
+    be.synchronize();
+    const double t0 = now();
+    for (int r = 0; r < reps; ++r) (void)launch(path);
+    be.synchronize();
+    us[path == MatmulPath::kStreaming ? 0 : 1] = (now() - t0) / reps * 1e6;
+  }
+  char tail[96];
+  std::snprintf(tail, sizeof tail, "mma %.2fx; the backend takes %s", us[0] / us[1],
+                n >= min_tokens ? "mma" : "streaming");
+  row(what, fmt_num(us[0], "us") + " / " + fmt_num(us[1], "us"), tail);
+  return Status::ok();
+}
+
 // A Q8_0/Q4_0 product on each of its two paths, weight streaming and int8 tensor cores,
 // at token counts around the choice between them (kQuantMmaMinTokens), so that a device's
 // run shows where the crossover is.
@@ -360,35 +389,21 @@ Status run_quant_paths(Backend& be, DType type, int64_t rows, int64_t cols, int 
   HEARTH_ASSIGN_OR_RETURN(auto bound, be.bind_weights(host.tensors, kLayoutPlain));
   const TensorView& dev = bound->tensors()[0];
   const auto stream = static_cast<cudaStream_t>(be.queue().handle);
-  for (const int64_t n : {int64_t{8}, int64_t{16}, int64_t{32}, int64_t{64}, int64_t{512}}) {
+  for (const int64_t n : kPathTokens) {
     HEARTH_ASSIGN_OR_RETURN(BackendBuffer x, be.alloc(static_cast<size_t>(n * cols) * 4));
     HEARTH_ASSIGN_OR_RETURN(BackendBuffer y, be.alloc(static_cast<size_t>(n * rows) * 4));
     const size_t scratch_bytes = kernels::cuda::matmul_scratch_bytes(type, n, cols);
     HEARTH_ASSIGN_OR_RETURN(BackendBuffer scratch, be.alloc(scratch_bytes));
     std::vector<float> xs(static_cast<size_t>(n * cols), 0.01f);
     be.write(x, 0, xs.data(), xs.size() * 4);
-    double us[2] = {0, 0};
-    for (const MatmulPath path : {MatmulPath::kStreaming, MatmulPath::kTensorCores}) {
+    const std::string what = fmt::format("{} [{}, {}] x {} tokens: streaming / int8 mma", dtype_name(type), rows,
+                                         cols, n);
+    HEARTH_RETURN_IF_ERROR(time_paths(be, reps, what, n, kernels::cuda::kQuantMmaMinTokens, [&](MatmulPath path) {
       const kernels::cuda::MatmulParams p{.type = type, .w = dev.data, .rows = rows, .cols = cols, .x = x.f32(),
                                           .n_tokens = n, .y = y.f32(), .scratch = scratch.data(),
                                           .scratch_bytes = scratch_bytes, .path = path};
-      if (const cudaError_t e = kernels::cuda::matmul(p, stream); e != cudaSuccess) {
-        return make_error(ErrorCode::kInternal, "matmul on the {} path: {}",
-                          path == MatmulPath::kStreaming ? "streaming" : "tensor-core", cudaGetErrorString(e));
-      }
-      be.synchronize();
-      const double t0 = now();
-      for (int r = 0; r < reps; ++r) (void)kernels::cuda::matmul(p, stream);
-      be.synchronize();
-      us[path == MatmulPath::kStreaming ? 0 : 1] = (now() - t0) / reps * 1e6;
-    }
-    char what[160], tail[96];
-    std::snprintf(what, sizeof what, "%s [%lld, %lld] x %lld tokens: streaming / int8 mma",
-                  std::string(dtype_name(type)).c_str(), static_cast<long long>(rows), static_cast<long long>(cols),
-                  static_cast<long long>(n));
-    std::snprintf(tail, sizeof tail, "mma %.2fx; the backend takes %s", us[0] / us[1],
-                  n >= kernels::cuda::kQuantMmaMinTokens ? "mma" : "streaming");
-    row(what, fmt_num(us[0], "us") + " / " + fmt_num(us[1], "us"), tail);
+      return kernels::cuda::matmul(p, stream);
+    }));
   }
   return Status::ok();
 }
@@ -424,29 +439,15 @@ Status run_group_quant_paths(Backend& be, int64_t rows, int64_t cols, int reps) 
   w.bits = kBits;
   w.group_size = kGroup;
   const auto stream = static_cast<cudaStream_t>(be.queue().handle);
-  for (const int64_t n : {int64_t{8}, int64_t{16}, int64_t{32}, int64_t{64}, int64_t{512}}) {
+  for (const int64_t n : kPathTokens) {
     HEARTH_ASSIGN_OR_RETURN(BackendBuffer x, be.alloc(static_cast<size_t>(n * cols) * 4));
     HEARTH_ASSIGN_OR_RETURN(BackendBuffer y, be.alloc(static_cast<size_t>(n * rows) * 4));
     std::vector<float> xs(static_cast<size_t>(n * cols), 0.01f);
     be.write(x, 0, xs.data(), xs.size() * 4);
-    double us[2] = {0, 0};
-    for (const MatmulPath path : {MatmulPath::kStreaming, MatmulPath::kTensorCores}) {
-      if (const cudaError_t e = kernels::cuda::matmul_group_quant(w, x.f32(), n, y.f32(), stream, path);
-          e != cudaSuccess) {
-        return make_error(ErrorCode::kInternal, "group-quantized matmul: {}", cudaGetErrorString(e));
-      }
-      be.synchronize();
-      const double t0 = now();
-      for (int r = 0; r < reps; ++r) (void)kernels::cuda::matmul_group_quant(w, x.f32(), n, y.f32(), stream, path);
-      be.synchronize();
-      us[path == MatmulPath::kStreaming ? 0 : 1] = (now() - t0) / reps * 1e6;
-    }
-    char what[160], tail[96];
-    std::snprintf(what, sizeof what, "gptq int4 g128 [%lld, %lld] x %lld tokens: streaming / f16 mma",
-                  static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n));
-    std::snprintf(tail, sizeof tail, "mma %.2fx; the backend takes %s", us[0] / us[1],
-                  n >= kernels::cuda::kGroupQuantMmaMinTokens ? "mma" : "streaming");
-    row(what, fmt_num(us[0], "us") + " / " + fmt_num(us[1], "us"), tail);
+    const std::string what = fmt::format("gptq int4 g128 [{}, {}] x {} tokens: streaming / f16 mma", rows, cols, n);
+    HEARTH_RETURN_IF_ERROR(time_paths(be, reps, what, n, kernels::cuda::kGroupQuantMmaMinTokens, [&](MatmulPath path) {
+      return kernels::cuda::matmul_group_quant(w, x.f32(), n, y.f32(), stream, path);
+    }));
   }
   return Status::ok();
 }

@@ -301,11 +301,7 @@ class CudaBackend final : public Backend {
         lt_matmul(w, x, n, y)) {
       return;
     }
-    kernels::cuda::MatmulParams p{.type = w.dtype, .w = w.data, .rows = w.rows(), .cols = w.cols(), .x = x,
-                                  .n_tokens = n, .y = y, .sm_count = sm_count_};
-    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(p);
-    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations and split sums");
-    check_cuda(kernels::cuda::matmul(p, stream_.get()), "matmul");
+    check_cuda(kernels::cuda::matmul(product(w, x, n, y), stream_.get()), "matmul");
   }
 
   void swiglu_matmul(const TensorView& w, float* gate, const float* up, int64_t n, float* out) override {
@@ -313,11 +309,7 @@ class CudaBackend final : public Backend {
       Backend::swiglu_matmul(w, gate, up, n, out);
       return;
     }
-    kernels::cuda::MatmulParams p{.type = w.dtype, .w = w.data, .rows = w.rows(), .cols = w.cols(), .x = gate,
-                                  .n_tokens = n, .y = out, .sm_count = sm_count_};
-    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(p);
-    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations and split sums");
-    check_cuda(kernels::cuda::swiglu_matmul(p, gate, up, stream_.get()), "swiglu_matmul");
+    check_cuda(kernels::cuda::swiglu_matmul(product(w, gate, n, out), gate, up, stream_.get()), "swiglu_matmul");
   }
 
   void rms_norm(const float* x, const float* weight, int64_t n, int64_t dim, float eps, float* out) override {
@@ -424,6 +416,16 @@ class CudaBackend final : public Backend {
       buf = std::move(grown).value();
     }
     return buf.data();
+  }
+
+  // The kernels' description of y = x w^T on this device, with scratch for its quantized
+  // activations and split sums.
+  kernels::cuda::MatmulParams product(const TensorView& w, const float* x, int64_t n, float* y) {
+    kernels::cuda::MatmulParams p{.type = w.dtype, .w = w.data, .rows = w.rows(), .cols = w.cols(), .x = x,
+                                  .n_tokens = n, .y = y, .sm_count = sm_count_};
+    p.scratch_bytes = kernels::cuda::matmul_scratch_bytes(p);
+    p.scratch = scratch(scratch_, p.scratch_bytes, "quantized activations and split sums");
+    return p;
   }
 
   // y = x w^T through cuBLASLt, the activations rounded to w's 16-bit type first; false

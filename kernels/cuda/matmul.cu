@@ -506,14 +506,10 @@ cudaError_t matmul(const MatmulParams& p, cudaStream_t stream) { return product(
 
 cudaError_t swiglu_matmul(const MatmulParams& p, float* gate, const float* up, cudaStream_t stream) {
   if (p.x != gate || up == nullptr) return cudaErrorInvalidValue;
-  if (!quantized(p.type) && p.type != DType::kF32 && p.type != DType::kF16 && p.type != DType::kBF16) {
-    return cudaErrorNotSupported;  // refused before gate is touched
-  }
+  if (!quantized(p.type)) return cudaErrorNotSupported;  // refused before gate is touched
   if (p.n_tokens <= 0) return cudaSuccess;
-  if (quantized(p.type) && p.rows > 0) return product(p, up, gate, stream);
-  // Gate holds the activation afterwards even where there is no product to compute.
-  if (const cudaError_t e = swiglu(gate, up, p.n_tokens * p.cols, gate, stream); e != cudaSuccess) return e;
-  return matmul(p, stream);
+  if (p.rows > 0) return product(p, up, gate, stream);
+  return swiglu(gate, up, p.n_tokens * p.cols, gate, stream);  // gate holds the activation all the same
 }
 
 cudaError_t matmul_group_quant(const dev::GroupQuantView& w, const float* x, int64_t n_tokens, float* y,

@@ -66,10 +66,11 @@ size_t matmul_scratch_bytes(DType type, int64_t n_tokens, int64_t cols);
 // activations, and where it is split, its column ranges' sums.
 size_t matmul_scratch_bytes(const MatmulParams& p);
 cudaError_t matmul(const MatmulParams& p, cudaStream_t stream);
-// The product of silu(gate) * up ([n_tokens, cols], p.x == gate): gate is overwritten with
-// the activation, as swiglu writes it, and y = it w^T as matmul computes it. A Q8_0/Q4_0
-// product computes the activation as it quantizes it (a launch and a pass over the
-// activations fewer); other types run swiglu, then matmul.
+// The Q8_0/Q4_0 product of silu(gate) * up ([n_tokens, cols], p.x == gate): gate is
+// overwritten with the activation, as swiglu writes it (computed as it is quantized: a
+// launch and a pass over the activations fewer), and y = it w^T as matmul computes it.
+// Other types are refused (cudaErrorNotSupported, gate untouched): the backend runs
+// swiglu, then its own product (cuBLASLt for 16-bit weights over 8 tokens or more).
 cudaError_t swiglu_matmul(const MatmulParams& p, float* gate, const float* up, cudaStream_t stream);
 
 // out[t] = table[ids[t]] as float. table: [vocab, dim] of `type` (not row-interleaved).
