@@ -38,7 +38,7 @@ Status FrontendServer::Impl::load(const FrontendOptions& o) {
   }
   HEARTH_ASSIGN_OR_RETURN(AttachedWeights w, weights_attach(segment_path(dir, o.instance, "weights")));
   HEARTH_ASSIGN_OR_RETURN(TokenizerSource source, tokenizer_source_decode(w.tokenizer_blob));
-  HEARTH_ASSIGN_OR_RETURN(tokenizer, tokenizer_load(source));
+  HEARTH_ASSIGN_OR_RETURN(tokenizer, tokenizer_load(std::move(source)));
   HEARTH_ASSIGN_OR_RETURN(PromptBuilder pb, PromptBuilder::create(*tokenizer, w.chat_template,
                                                                    {o.chat_template, o.tool_call_parser}));
   prompts.emplace(std::move(pb));

@@ -91,12 +91,11 @@ Result<std::unique_ptr<Tokenizer>> finish(std::shared_ptr<TokenizerVocab> vocab,
   return make_pipeline_tokenizer(std::move(vocab), std::move(pipeline));
 }
 
-Result<std::unique_ptr<Tokenizer>> load_llama(const GgufVocab& g, const TokenizerSource& source) {
+Result<std::unique_ptr<Tokenizer>> load_llama(GgufVocab& g, const TokenizerSource& source) {
   const auto n = static_cast<int32_t>(g.tokens.size());
   auto vocab = std::make_shared<TokenizerVocab>();
-  vocab->pieces = g.tokens;
   HEARTH_ASSIGN_OR_RETURN(vocab->types, token_types(g, /*spm=*/true));
-  vocab->bytes.assign(g.tokens.size(), std::string());
+  vocab->pieces = std::move(g.tokens);  // g.tokens is not read again
   vocab_index(*vocab);
   const auto default_id = [n](TokenId id) { return id < n ? id : -1; };
   vocab->unk_id = g.unk_id.value_or(default_id(0));
@@ -107,21 +106,22 @@ Result<std::unique_ptr<Tokenizer>> load_llama(const GgufVocab& g, const Tokenize
     if (vocab->bos_id >= 0) vocab->types[static_cast<size_t>(vocab->bos_id)] = TokenType::kControl;
     if (vocab->eos_id >= 0) vocab->types[static_cast<size_t>(vocab->eos_id)] = TokenType::kControl;
   }
+  vocab->bytes.reserve(vocab->pieces.size());
   for (size_t i = 0; i < vocab->pieces.size(); ++i) {
-    vocab->bytes[i] = spm_piece_bytes(vocab->pieces[i], vocab->types[i]);
+    vocab->bytes.push_back(spm_piece_bytes(vocab->pieces[i], vocab->types[i]));
   }
 
   Pipeline pipeline;
   HEARTH_RETURN_IF_ERROR(add_specials(*vocab, pipeline.raw_specials));
   const bool add_space_prefix = g.add_space_prefix.value_or(true);
-  const bool collapse = g.remove_extra_whitespaces.value_or(vocabulary_collapses_spaces(g.tokens, kSpmSpace));
+  const bool collapse = g.remove_extra_whitespaces.value_or(vocabulary_collapses_spaces(vocab->pieces, kSpmSpace));
   if (collapse) pipeline.normalizer.add_collapse_spaces();
   if (add_space_prefix) pipeline.normalizer.add_prepend(std::string(kSpmSpace));
   HEARTH_ASSIGN_OR_RETURN(Regex space, Regex::compile(" ", /*literal=*/true));
   pipeline.normalizer.add_replace(std::move(space), std::string(kSpmSpace));
-  std::vector<float> scores = g.scores;
-  scores.resize(g.tokens.size(), 0.0f);
-  HEARTH_ASSIGN_OR_RETURN(SpmModel spm, SpmModel::build(vocab->pieces, vocab->types, scores, vocab->unk_id));
+  std::vector<float> scores = std::move(g.scores);
+  scores.resize(vocab->pieces.size(), 0.0f);
+  HEARTH_ASSIGN_OR_RETURN(SpmModel spm, SpmModel::build(vocab, std::move(scores)));
   pipeline.model = std::move(spm);
 
   vocab->strips_leading_space = add_space_prefix;
@@ -189,15 +189,23 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2(const GgufVocab& g, const Tokenizer
   return finish(std::move(vocab), std::move(pipeline), g, source);
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Tokenizer>> load_gguf_vocab(const TokenizerSource& source) {
-  const GgufVocab& g = source.gguf;
+Result<std::unique_ptr<Tokenizer>> load_gguf(GgufVocab g, const TokenizerSource& source) {
   HEARTH_RETURN_IF_ERROR(check_arrays(g));
   if (g.model == "llama") return load_llama(g, source);
   if (g.model == "gpt2") return load_gpt2(g, source);
   return make_error(ErrorCode::kUnsupported, "GGUF tokenizer model \"{}\" is not supported (llama and gpt2 are)",
                     g.model);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Tokenizer>> load_gguf_vocab(const TokenizerSource& source) {
+  return load_gguf(source.gguf, source);
+}
+
+Result<std::unique_ptr<Tokenizer>> load_gguf_vocab(TokenizerSource&& source) {
+  GgufVocab g = std::move(source.gguf);
+  return load_gguf(std::move(g), source);
 }
 
 }  // namespace hearth

@@ -104,7 +104,7 @@ Result<std::unique_ptr<Tokenizer>> load_llama2c(const TokenizerSource& source) {
   Pipeline pipeline;
   if (!vocabulary_has_double_space(vocab->pieces)) pipeline.normalizer.add_collapse_spaces();
   pipeline.normalizer.add_prepend(" ");
-  HEARTH_ASSIGN_OR_RETURN(SpmModel spm, SpmModel::build(vocab->pieces, vocab->types, scores, vocab->unk_id));
+  HEARTH_ASSIGN_OR_RETURN(SpmModel spm, SpmModel::build(vocab, std::move(scores)));
   pipeline.model = std::move(spm);
   HEARTH_RETURN_IF_ERROR(vocab_finalize(*vocab, source));
   return make_pipeline_tokenizer(std::move(vocab), std::move(pipeline));

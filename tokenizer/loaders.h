@@ -18,6 +18,8 @@ Result<std::unique_ptr<Tokenizer>> load_hf_json(const TokenizerSource& source);
 Result<std::unique_ptr<Tokenizer>> load_gpt2_files(const TokenizerSource& source);
 // A GGUF file's tokenizer.ggml.* metadata.
 Result<std::unique_ptr<Tokenizer>> load_gguf_vocab(const TokenizerSource& source);
+// The same, taking the vocabulary out of `source` instead of copying it.
+Result<std::unique_ptr<Tokenizer>> load_gguf_vocab(TokenizerSource&& source);
 // llama2.c tokenizer.bin.
 Result<std::unique_ptr<Tokenizer>> load_llama2c(const TokenizerSource& source);
 

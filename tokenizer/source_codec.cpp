@@ -121,10 +121,19 @@ Result<TokenizerSource> tokenizer_source_decode(std::string_view bytes) {
   GgufVocab& g = s.gguf;
   g.model = r.str();
   g.pre = r.str();
-  for (uint64_t n = r.count(8), i = 0; i < n && r.ok(); ++i) g.tokens.push_back(r.str());
-  for (uint64_t n = r.count(4), i = 0; i < n; ++i) g.scores.push_back(r.get<float>());
-  for (uint64_t n = r.count(4), i = 0; i < n; ++i) g.token_types.push_back(r.get<int32_t>());
-  for (uint64_t n = r.count(8), i = 0; i < n && r.ok(); ++i) g.merges.push_back(r.str());
+  // count() has checked each count against the bytes left, so reserving it is safe.
+  const uint64_t n_tokens = r.count(8);
+  g.tokens.reserve(n_tokens);
+  for (uint64_t i = 0; i < n_tokens && r.ok(); ++i) g.tokens.push_back(r.str());
+  const uint64_t n_scores = r.count(4);
+  g.scores.resize(n_scores);
+  for (float& f : g.scores) f = r.get<float>();
+  const uint64_t n_types = r.count(4);
+  g.token_types.resize(n_types);
+  for (int32_t& t : g.token_types) t = r.get<int32_t>();
+  const uint64_t n_merges = r.count(8);
+  g.merges.reserve(n_merges);
+  for (uint64_t i = 0; i < n_merges && r.ok(); ++i) g.merges.push_back(r.str());
   for (auto* id : {&g.bos_id, &g.eos_id, &g.unk_id, &g.pad_id, &g.eot_id, &g.eom_id}) *id = r.opt_id();
   for (auto* b : {&g.add_bos, &g.add_eos, &g.add_space_prefix, &g.remove_extra_whitespaces}) *b = r.opt_bool();
   g.chat_template = r.str();

@@ -28,28 +28,44 @@ struct Candidate {
 
 }  // namespace
 
-Result<SpmModel> SpmModel::build(const std::vector<std::string>& pieces, const std::vector<TokenType>& types,
-                                 const std::vector<float>& scores, TokenId unk_id) {
+namespace {
+
+bool mergeable(TokenType t) { return t == TokenType::kNormal || t == TokenType::kUserDefined; }
+
+}  // namespace
+
+Result<SpmModel> SpmModel::build(std::shared_ptr<const TokenizerVocab> vocab, std::vector<float> scores) {
+  const std::vector<std::string>& pieces = vocab->pieces;
+  const std::vector<TokenType>& types = vocab->types;
   if (types.size() != pieces.size() || scores.size() != pieces.size()) {
     return make_error(ErrorCode::kFormat, "{} pieces but {} types and {} scores", pieces.size(), types.size(),
                       scores.size());
   }
   SpmModel model;
-  model.scores_ = scores;
-  model.unk_id_ = unk_id;
+  model.unk_id_ = vocab->unk_id;
   model.byte_ids_.fill(-1);
-  model.vocab_.reserve(pieces.size());
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (std::isnan(scores[i])) return make_error(ErrorCode::kFormat, "the score of token {} is not a number", i);
+    if (types[i] != TokenType::kByte) continue;
     const auto id = static_cast<TokenId>(i);
-    if (types[i] == TokenType::kByte) {
-      if (const auto b = parse_byte_piece(pieces[i]); b && model.byte_ids_[*b] < 0) model.byte_ids_[*b] = id;
-      continue;
-    }
-    if (pieces[i].empty() || (types[i] != TokenType::kNormal && types[i] != TokenType::kUserDefined)) continue;
-    model.vocab_.emplace(pieces[i], id);
+    if (const auto b = parse_byte_piece(pieces[i]); b && model.byte_ids_[*b] < 0) model.byte_ids_[*b] = id;
   }
+  for (const TokenId d : vocab->duplicate_ids) {  // in id order: the first mergeable one stays
+    const std::string& piece = pieces[static_cast<size_t>(d)];
+    if (!mergeable(types[static_cast<size_t>(d)])) continue;
+    const std::optional<TokenId> lowest = vocab->find(piece);
+    if (lowest && !mergeable(types[static_cast<size_t>(*lowest)])) model.later_mergeable_.insert(pieces, d);
+  }
+  model.scores_ = std::move(scores);
+  model.vocab_ = std::move(vocab);
   return model;
+}
+
+std::optional<TokenId> SpmModel::find(std::string_view piece) const {
+  const std::optional<TokenId> id = vocab_->find(piece);
+  if (!id) return std::nullopt;
+  if (mergeable(vocab_->types[static_cast<size_t>(*id)])) return id;
+  return later_mergeable_.find(vocab_->pieces, piece);
 }
 
 void SpmModel::encode(std::string_view text, std::vector<TokenId>& out) const {
@@ -70,9 +86,9 @@ void SpmModel::encode(std::string_view text, std::vector<TokenId>& out) const {
     const Symbol& l = symbols[static_cast<size_t>(left)];
     if (l.next < 0) return;
     const Symbol& r = symbols[static_cast<size_t>(l.next)];
-    const auto it = vocab_.find(text.substr(l.begin, l.len + r.len));
-    if (it == vocab_.end()) return;
-    queue.push({scores_[static_cast<size_t>(it->second)], left, l.next, l.len + r.len, it->second});
+    const std::optional<TokenId> id = find(text.substr(l.begin, l.len + r.len));
+    if (!id) return;
+    queue.push({scores_[static_cast<size_t>(*id)], left, l.next, l.len + r.len, *id});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) consider(i);
   while (!queue.empty()) {
@@ -95,10 +111,7 @@ void SpmModel::encode(std::string_view text, std::vector<TokenId>& out) const {
   for (const Symbol& s : symbols) {
     if (s.len == 0) continue;
     TokenId id = s.id;
-    if (id < 0) {
-      const auto it = vocab_.find(text.substr(s.begin, s.len));
-      if (it != vocab_.end()) id = it->second;
-    }
+    if (id < 0) id = find(text.substr(s.begin, s.len)).value_or(-1);
     if (id >= 0) {
       out.push_back(id);
       last_was_unk = false;

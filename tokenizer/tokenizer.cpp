@@ -61,4 +61,9 @@ Result<std::unique_ptr<Tokenizer>> tokenizer_load(const TokenizerSource& source)
   return make_error(ErrorCode::kUnsupported, "unknown tokenizer source kind {}", static_cast<int>(source.kind));
 }
 
+Result<std::unique_ptr<Tokenizer>> tokenizer_load(TokenizerSource&& source) {
+  if (source.kind == TokenizerSource::Kind::kGguf) return load_gguf_vocab(std::move(source));
+  return tokenizer_load(static_cast<const TokenizerSource&>(source));
+}
+
 }  // namespace hearth

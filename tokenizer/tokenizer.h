@@ -129,6 +129,9 @@ class Tokenizer {
 
 // Loads any tokenizer format.
 Result<std::unique_ptr<Tokenizer>> tokenizer_load(const TokenizerSource& source);
+// The same, free to take what it needs out of `source` rather than copy it (a resident
+// attach's decoded blob, which nothing reads again).
+Result<std::unique_ptr<Tokenizer>> tokenizer_load(TokenizerSource&& source);
 
 // Builds a TokenizerSource from files: a SentencePiece .model, a tokenizer.json (with a
 // tokenizer_config.json beside it when present; "<name>.tokenizer_config.json" for a

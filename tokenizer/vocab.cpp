@@ -13,11 +13,13 @@ void vocab_resize(TokenizerVocab& vocab, int32_t n) {
 }
 
 void vocab_index(TokenizerVocab& vocab) {
-  vocab.piece_ids.clear();
+  vocab.piece_ids = PieceIndex();
   vocab.piece_ids.reserve(vocab.pieces.size());
+  vocab.duplicate_ids.clear();
   for (size_t i = 0; i < vocab.pieces.size(); ++i) {
     if (vocab.pieces[i].empty()) continue;
-    vocab.piece_ids.emplace(vocab.pieces[i], static_cast<TokenId>(i));  // keeps the first
+    const auto id = static_cast<TokenId>(i);
+    if (!vocab.piece_ids.insert(vocab.pieces, id)) vocab.duplicate_ids.push_back(id);  // the first stays
   }
 }
 
@@ -114,7 +116,22 @@ Status check_encode_input(std::string_view text) {
 std::string spm_piece_bytes(std::string_view piece, TokenType type) {
   switch (type) {
     case TokenType::kNormal:
-    case TokenType::kUserDefined: return replace_all(piece, kSpmSpace, " ");
+    case TokenType::kUserDefined: {
+      // replace_all(piece, kSpmSpace, " "), in one pass: a vocabulary's every piece goes
+      // through here when a tokenizer is built.
+      std::string out(piece.size(), '\0');
+      size_t n = 0;
+      for (size_t i = 0; i < piece.size();) {
+        if (piece.substr(i, kSpmSpace.size()) == kSpmSpace) {
+          out[n++] = ' ';
+          i += kSpmSpace.size();
+        } else {
+          out[n++] = piece[i++];
+        }
+      }
+      out.resize(n);
+      return out;
+    }
     case TokenType::kByte:
       if (const auto b = parse_byte_piece(piece)) return std::string(1, static_cast<char>(*b));
       return {};

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "tokenizer/piece_index.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth {
@@ -36,7 +37,8 @@ struct TokenizerVocab {
   std::vector<std::string> pieces;  // [vocab]
   std::vector<TokenType> types;     // [vocab]
   std::vector<std::string> bytes;   // [vocab] what each token adds to decoded text
-  PieceMap piece_ids;               // piece -> lowest id carrying it
+  PieceIndex piece_ids;             // piece -> lowest id carrying it
+  std::vector<TokenId> duplicate_ids;  // ids whose piece a lower id carries, in order
 
   TokenId bos_id = -1;
   TokenId eos_id = -1;
@@ -51,9 +53,7 @@ struct TokenizerVocab {
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }
   bool valid(TokenId id) const { return id >= 0 && id < size(); }
   std::optional<TokenId> find(std::string_view piece) const {
-    const auto it = piece_ids.find(piece);
-    if (it == piece_ids.end()) return std::nullopt;
-    return it->second;
+    return piece_ids.find(pieces, piece);
   }
 };
 
@@ -64,8 +64,8 @@ using TokenizerVocab = detail::TokenizerVocab;
 // Resizes the tables to `n` entries (empty pieces, kUnused) before a loader fills them.
 void vocab_resize(TokenizerVocab& vocab, int32_t n);
 
-// Rebuilds piece_ids from pieces (the lowest id wins for duplicates; empty pieces are
-// not indexed).
+// Rebuilds piece_ids and duplicate_ids from pieces (the lowest id wins for duplicates;
+// empty pieces are not indexed).
 void vocab_index(TokenizerVocab& vocab);
 
 // Applies the model config's overrides from `source` (BOS, extra stop ids), checks every

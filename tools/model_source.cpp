@@ -95,7 +95,7 @@ Result<RunnableModel> attach_instance(const std::string& instance, const std::fi
                       path.string(), w.header->tp_size);
   }
   HEARTH_ASSIGN_OR_RETURN(TokenizerSource source, tokenizer_source_decode(w.tokenizer_blob));
-  auto tok = tokenizer_load(source);
+  auto tok = tokenizer_load(std::move(source));  // the decoded blob is not read again
   if (!tok.is_ok()) return tok.status().with_context(path.string() + ": stored tokenizer");
   RunnableModel m;
   m.tokenizer = std::move(tok).value();

@@ -97,6 +97,13 @@ TEST(TokenizerVectors, StoriesGgufVocabFromModel) {
   ASSERT_TRUE(tokenizer.is_ok()) << tokenizer.status().to_string();
   EXPECT_TRUE((*tokenizer)->strips_leading_space());
   check_vectors(**tokenizer, testing::read_jsonl_vectors(vectors), "stories260K GGUF llama vocab");
+  // Loaded from an rvalue (a resident attach's decoded blob), which takes the vocabulary
+  // out of the source instead of copying it: the same tokenizer.
+  TokenizerSource taken = source;
+  auto moved = tokenizer_load(std::move(taken));
+  ASSERT_TRUE(moved.is_ok()) << moved.status().to_string();
+  EXPECT_EQ((*moved)->vocab_size(), (*tokenizer)->vocab_size());
+  check_vectors(**moved, testing::read_jsonl_vectors(vectors), "stories260K GGUF llama vocab, moved");
 }
 
 TEST(TokenizerVectors, Llama2SentencePieceModel) {
