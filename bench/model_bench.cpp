@@ -7,17 +7,31 @@
 //
 //   model_bench --model M.gguf [--threads N] [--prompt 128] [--gen 64] [--ctx 512] [--kv-dtype f16]
 //   model_bench --attach INSTANCE ...   (the resident weights of a running hearth-loader)
+//   model_bench ... --streams N          (N sequences batched, as hearth-engine runs them)
 //
 // prints {"model":..., "harness":"hearth", "threads":N, "kv_dtype":..., "prefill_tok_s":..., "decode_tok_s":...,
 // "weight_bytes_per_token":..., "kv_bytes_last_token":..., "load_s":..., "first_ids":[16 ids]}.
+//
+// --streams N measures what llama.cpp's llama-batched-bench does: N sequences of their own
+// prompts (id[0] = 1, then the ids above shifted by the stream's number, so that no two
+// share a prefix), then `gen` greedy tokens each, through the engine's driver (continuous
+// batching, chunked prefill of 512 tokens a step, all N sequences in one batch) after one
+// untimed single-sequence warm-up. It prints {"harness":"hearth","mode":"batched",
+// "streams":N, ..., "prefill_tok_s": N * prompt / (time until every stream has its first
+// token), "decode_tok_s": tokens after that / the time they took, "decode_ms_per_step"}.
+// Streams that finish prefill early decode while the others prefill; those tokens count
+// in neither figure.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "common/args.h"
+#include "engine/core/driver.h"
 #include "engine/core/generate.h"
+#include "engine/core/model_runner.h"
 #include "engine/core/model.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/cpu/thread_pool.h"
@@ -35,25 +49,87 @@ int fail(const hearth::Status& s) {
   return 1;
 }
 
+// The --streams run: see the header. Prints one JSON line.
+int run_streams(hearth::Model& model, hearth::KvCache& cache, int streams, const std::vector<hearth::TokenId>& prompt,
+                int gen, int vocab, const std::string& name, int threads, const char* kv_dtype) {
+  using namespace hearth;
+  ModelRunner runner(model, cache);
+  DriverConfig config{.scheduler = {.max_batch_size = streams, .max_batched_tokens = 512, .prefix_caching = false},
+                      .max_sequence_tokens = static_cast<int32_t>(prompt.size()) + gen + 1};
+  Driver driver(runner, config);
+  auto request = [&](int stream, int tokens) {
+    SequenceRequest r{.tokens = prompt, .n_prompt = static_cast<int32_t>(prompt.size())};
+    for (size_t i = 1; i < r.tokens.size(); ++i) {
+      r.tokens[i] = static_cast<TokenId>(3 + (r.tokens[i] - 3 + stream) % (vocab - 3));
+    }
+    r.spec.sampling.temperature = 0.0f;
+    r.spec.ignore_stop = true;
+    r.spec.max_tokens = tokens;
+    return r;
+  };
+  auto run = [&](std::function<void(const StepEvent&)> on_event) -> Status {
+    return driver.run_until_idle([&](const StepEvent& e) {
+      on_event(e);
+      return true;
+    });
+  };
+  // Warm-up: one sequence, the prompt and two steps.
+  if (auto added = driver.add(uint64_t(1) << 40, request(0, 3)); !added.is_ok()) return fail(added.status());
+  if (Status st = run([](const StepEvent&) {}); !st.is_ok()) return fail(st);
+
+  for (int i = 0; i < streams; ++i) {
+    if (auto added = driver.add(static_cast<uint64_t>(i), request(i, gen + 1)); !added.is_ok()) {
+      return fail(added.status());
+    }
+  }
+  int first = 0;
+  int64_t after = 0;  // tokens produced once every stream had its first
+  const double t0 = now();
+  double t_first = 0;
+  Status error;
+  const Status st = run([&](const StepEvent& e) {
+    if (e.finish == FinishReason::kError) error = e.error;
+    if (t_first > 0) {
+      ++after;
+    } else if (e.n_produced == 1 && ++first == streams) {
+      t_first = now();
+    }
+  });
+  const double t_end = now();
+  if (!st.is_ok()) return fail(st);
+  if (!error.is_ok()) return fail(error);
+  const double decode_s = t_end - t_first;
+  const double steps = static_cast<double>(after) / streams;
+  std::printf("{\"model\":\"%s\",\"harness\":\"hearth\",\"mode\":\"batched\",\"cpu\":\"%s\",\"isa\":\"%s\","
+              "\"threads\":%d,\"streams\":%d,\"n_prompt\":%zu,\"n_gen\":%d,\"kv_dtype\":\"%s\",\"prefill_tok_s\":%.2f,"
+              "\"decode_tok_s\":%.2f,\"decode_ms_per_step\":%.3f}\n",
+              name.c_str(), kernels::cpu::cpu_host_summary().c_str(),
+              std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(), threads, streams, prompt.size(),
+              gen, kv_dtype, streams * static_cast<double>(prompt.size()) / (t_first - t0), after / decode_s,
+              1e3 * decode_s / steps);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   using namespace hearth;
   std::vector<std::string> argv_strings(argv + 1, argv + argc);
-  auto args = Args::parse(argv_strings, {"model", "attach", "shm-dir", "threads", "prompt", "gen", "ctx", "kv-dtype"}, {});
+  auto args = Args::parse(argv_strings, {"model", "attach", "shm-dir", "threads", "prompt", "gen", "ctx", "kv-dtype", "streams"}, {});
   if (!args.is_ok()) return fail(args.status());
   const std::string model_path = args->get("model").value_or("");
   const std::string attach = args->get("attach").value_or("");
   if (model_path.empty() == attach.empty()) {
     std::fprintf(stderr, "usage: model_bench (--model PATH | --attach INSTANCE) [--threads N] [--prompt 128] "
-                         "[--gen 64] [--ctx 512] [--kv-dtype f32|f16|bf16]\n");
+                         "[--gen 64] [--ctx 512] [--kv-dtype f32|f16|bf16] [--streams N]\n");
     return 2;
   }
   auto threads = args->get_int("threads", 1, 256);
   auto n_prompt = args->get_int("prompt", 1, 1 << 16);
   auto n_gen = args->get_int("gen", 2, 1 << 16);
   auto ctx = args->get_int("ctx", 16, 1 << 20);
-  for (const auto* r : {&threads, &n_prompt, &n_gen, &ctx}) {
+  auto n_streams = args->get_int("streams", 1, 1024);
+  for (const auto* r : {&threads, &n_prompt, &n_gen, &ctx, &n_streams}) {
     if (!r->is_ok()) return fail(r->status());
   }
   auto kv_dtype = kv_dtype_from_name(args->get("kv-dtype").value_or("f16"));
@@ -77,16 +153,26 @@ int main(int argc, char** argv) {
   backend_options.threads = static_cast<int>(threads->value_or(0));
   auto backend = make_cpu_backend(backend_options);
   constexpr int32_t kBlockSize = 16;
-  auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize,
-                                          (context + kBlockSize - 1) / kBlockSize, *kv_dtype});
+  // --streams: room for every stream's whole sequence (and the warm-up's), 512-token steps.
+  const int streams = static_cast<int>(n_streams->value_or(0));
+  const int32_t blocks = streams > 0 ? (streams + 1) * ((prompt_len + gen + 1 + kBlockSize - 1) / kBlockSize)
+                                     : (context + kBlockSize - 1) / kBlockSize;
+  auto cache = KvCache::create(*backend, {config.n_layers, config.kv_dim(), kBlockSize, blocks, *kv_dtype});
   if (!cache.is_ok()) return fail(cache.status());
-  auto model = Model::create(config, source->tensors, *backend, prompt_len, {.layout = source->layout});
+  auto model = Model::create(config, source->tensors, *backend, streams > 0 ? 512 : prompt_len,
+                             {.layout = source->layout});
   if (!model.is_ok()) return fail(model.status());
 
   std::vector<TokenId> prompt(static_cast<size_t>(prompt_len));
   for (int i = 0; i < prompt_len; ++i) {
     prompt[static_cast<size_t>(i)] =
         i == 0 ? 1 : static_cast<TokenId>(3 + (static_cast<int64_t>(i) * 7919) % (config.vocab_size - 3));
+  }
+  if (streams > 0) {
+    std::string name = attach.empty() ? std::filesystem::path(model_path).filename().string() : attach;
+    return run_streams(**model, *cache, streams, prompt, gen, config.vocab_size, name,
+                       backend_options.threads == 0 ? default_thread_count() : backend_options.threads,
+                       kernels::kv_dtype_name(*kv_dtype));
   }
   GenerateOptions options;
   options.spec.sampling.temperature = 0.0f;  // greedy
