@@ -10,7 +10,8 @@
 # one batch, then GEN steps of one token per sequence. hearth: model_bench --streams on the
 # resident weights hearth-loader publishes: the same counts through the engine's driver
 # (continuous batching, all the streams in one batch, 512-token steps; decode counts the
-# steps after every stream has its first token). The models are the peer harness's
+# steps after every stream has its first token in which every stream decodes, as all of
+# llama.cpp's do). The models are the peer harness's
 # (make_model.py, seed 1234), made under $PEER_DIR/models if missing. Rounds interleave the
 # two engines, so host noise hits both alike; the table has medians, tokens per second of
 # all the streams together and ms per decode step, and goes to --out (default
@@ -51,7 +52,7 @@ for n in $STREAMS; do [ "$n" -gt "$MAXS" ] && MAXS=$n; done
 CTX=$(( MAXS * (PROMPT + GEN) ))
 NPL=$(echo $STREAMS | tr ' ' ',')
 
-M=$PEER/models RAW=${OUT%.md}.jsonl SHM=${HEARTH_SHM_DIR:-/dev/shm}
+M=$PEER/models RAW=${OUT%.md}.jsonl LOG=${OUT%.md}.llama.log SHM=${HEARTH_SHM_DIR:-/dev/shm}
 mkdir -p "$M" "$(dirname "$OUT")"
 : > "$RAW"
 instances=()
@@ -73,11 +74,12 @@ echo "== $REPS rounds; $THREADS threads; streams $STREAMS; prompt $PROMPT, $GEN 
 for rep in $(seq "$REPS"); do
     for t in $TYPES; do
         "$LB/bin/llama-batched-bench" -m "$M/$PRESET-$t.gguf" -c "$CTX" -b 2048 -ub 512 -npp "$PROMPT" -ntg "$GEN" \
-            -npl "$NPL" -t "$THREADS" -tb "$THREADS" --output-format jsonl 2>/dev/null |
-            grep '^{' | sed "s/^{/{\"harness\":\"llama.cpp\",\"model\":\"$PRESET-$t\",/" | tee -a "$RAW"
+            -npl "$NPL" -t "$THREADS" -tb "$THREADS" --output-format jsonl 2>"$LOG" >"$LOG.out" ||
+            { echo "batched_compare: llama-batched-bench failed; its log: $LOG" >&2; exit 1; }
+        grep '^{' "$LOG.out" | sed "s/^{/{\"harness\":\"llama.cpp\",\"model\":\"$PRESET-$t\",/" | tee -a "$RAW"
         for n in $STREAMS; do
             "$BIN/model_bench" --attach "batched-$PRESET-${t//_/}-$$" --threads "$THREADS" --streams "$n" \
-                --prompt "$PROMPT" --gen "$GEN" --kv-dtype f16 |
+                --prompt "$PROMPT" --gen "$GEN" --ctx $((PROMPT + GEN + 1)) --kv-dtype f16 |
                 sed "s/\"model\":\"[^\"]*\"/\"model\":\"$PRESET-$t\"/" | tee -a "$RAW"
         done
     done

@@ -18,13 +18,13 @@
 // batching, chunked prefill of 512 tokens a step, all N sequences in one batch) after one
 // untimed single-sequence warm-up. It prints {"harness":"hearth","mode":"batched",
 // "streams":N, ..., "prefill_tok_s": N * prompt / (time until every stream has its first
-// token), "decode_tok_s": tokens after that / the time they took, "decode_ms_per_step"}.
-// Streams that finish prefill early decode while the others prefill; those tokens count
-// in neither figure.
+// token), "decode_tok_s" and "decode_ms_per_step" over the steps after that in which every
+// stream decodes a token (up to the end of the stream that finished prefill first),
+// "decode_steps": how many}. Streams that finish prefill early decode while the others
+// prefill; those steps count in prefill's time.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -67,46 +67,60 @@ int run_streams(hearth::Model& model, hearth::KvCache& cache, int streams, const
     r.spec.max_tokens = tokens;
     return r;
   };
-  auto run = [&](std::function<void(const StepEvent&)> on_event) -> Status {
-    return driver.run_until_idle([&](const StepEvent& e) {
-      on_event(e);
-      return true;
-    });
-  };
   // Warm-up: one sequence, the prompt and two steps.
   if (auto added = driver.add(uint64_t(1) << 40, request(0, 3)); !added.is_ok()) return fail(added.status());
-  if (Status st = run([](const StepEvent&) {}); !st.is_ok()) return fail(st);
+  if (Status st = driver.run_until_idle([](const StepEvent&) { return true; }); !st.is_ok()) return fail(st);
 
   for (int i = 0; i < streams; ++i) {
     if (auto added = driver.add(static_cast<uint64_t>(i), request(i, gen + 1)); !added.is_ok()) {
       return fail(added.status());
     }
   }
-  int first = 0;
-  int64_t after = 0;  // tokens produced once every stream had its first
+  // Step by step: prefill ends with the step that gives the last stream its first token;
+  // decode is the steps after it in which every stream decodes a token (as in
+  // llama-batched-bench, where they all move together), up to the first stream's end.
+  std::vector<StepEvent> events;
+  int first = 0, full_steps = 0;
+  bool all_first = false, full = true;
   const double t0 = now();
-  double t_first = 0;
-  Status error;
-  const Status st = run([&](const StepEvent& e) {
-    if (e.finish == FinishReason::kError) error = e.error;
-    if (t_first > 0) {
-      ++after;
-    } else if (e.n_produced == 1 && ++first == streams) {
-      t_first = now();
+  double t_first = 0, t_full_end = 0;
+  for (;;) {
+    bool ran = false;
+    if (Status st = driver.step(events, ran); !st.is_ok()) return fail(st);
+    if (!ran) break;
+    const double t = now();
+    int decoded = 0;
+    bool finished = false;
+    for (const StepEvent& e : events) {
+      if (e.finish == FinishReason::kError) return fail(e.error);
+      (e.n_produced == 1 ? first : decoded) += 1;
+      finished = finished || e.finish != FinishReason::kNone;
     }
-  });
-  const double t_end = now();
-  if (!st.is_ok()) return fail(st);
-  if (!error.is_ok()) return fail(error);
-  const double decode_s = t_end - t_first;
-  const double steps = static_cast<double>(after) / streams;
+    if (!all_first) {
+      all_first = first == streams;
+      t_first = t;
+      continue;
+    }
+    if (full && decoded == streams) {
+      ++full_steps;
+      t_full_end = t;
+    } else {
+      full = false;
+    }
+    full = full && !finished;
+  }
+  if (full_steps == 0) {
+    std::fprintf(stderr, "model_bench: no step had every stream decoding; give --gen more steps\n");
+    return 2;
+  }
+  const double decode_s = t_full_end - t_first;
   std::printf("{\"model\":\"%s\",\"harness\":\"hearth\",\"mode\":\"batched\",\"cpu\":\"%s\",\"isa\":\"%s\","
               "\"threads\":%d,\"streams\":%d,\"n_prompt\":%zu,\"n_gen\":%d,\"kv_dtype\":\"%s\",\"prefill_tok_s\":%.2f,"
-              "\"decode_tok_s\":%.2f,\"decode_ms_per_step\":%.3f}\n",
+              "\"decode_tok_s\":%.2f,\"decode_ms_per_step\":%.3f,\"decode_steps\":%d}\n",
               name.c_str(), kernels::cpu::cpu_host_summary().c_str(),
               std::string(kernels::cpu::cpu_isa_name(kernels::cpu::cpu_isa())).c_str(), threads, streams, prompt.size(),
-              gen, kv_dtype, streams * static_cast<double>(prompt.size()) / (t_first - t0), after / decode_s,
-              1e3 * decode_s / steps);
+              gen, kv_dtype, streams * static_cast<double>(prompt.size()) / (t_first - t0),
+              streams * static_cast<double>(full_steps) / decode_s, 1e3 * decode_s / full_steps, full_steps);
   return 0;
 }
 

@@ -189,10 +189,9 @@ Result<std::unique_ptr<Tokenizer>> load_gpt2(const GgufVocab& g, const Tokenizer
   return finish(std::move(vocab), std::move(pipeline), g, source);
 }
 
-Result<std::unique_ptr<Tokenizer>> load_gguf(GgufVocab g, const TokenizerSource& source) {
+Status check_model(const GgufVocab& g) {
   HEARTH_RETURN_IF_ERROR(check_arrays(g));
-  if (g.model == "llama") return load_llama(g, source);
-  if (g.model == "gpt2") return load_gpt2(g, source);
+  if (g.model == "llama" || g.model == "gpt2") return Status::ok();
   return make_error(ErrorCode::kUnsupported, "GGUF tokenizer model \"{}\" is not supported (llama and gpt2 are)",
                     g.model);
 }
@@ -200,12 +199,17 @@ Result<std::unique_ptr<Tokenizer>> load_gguf(GgufVocab g, const TokenizerSource&
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> load_gguf_vocab(const TokenizerSource& source) {
-  return load_gguf(source.gguf, source);
+  HEARTH_RETURN_IF_ERROR(check_model(source.gguf));
+  if (source.gguf.model == "gpt2") return load_gpt2(source.gguf, source);
+  GgufVocab g = source.gguf;  // load_llama takes its tokens and scores
+  return load_llama(g, source);
 }
 
 Result<std::unique_ptr<Tokenizer>> load_gguf_vocab(TokenizerSource&& source) {
+  HEARTH_RETURN_IF_ERROR(check_model(source.gguf));
+  if (source.gguf.model == "gpt2") return load_gpt2(source.gguf, source);
   GgufVocab g = std::move(source.gguf);
-  return load_gguf(std::move(g), source);
+  return load_llama(g, source);
 }
 
 }  // namespace hearth

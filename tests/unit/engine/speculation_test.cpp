@@ -229,6 +229,13 @@ struct Stories : testing::StoriesModel {
     Driver driver(*runner, config);
     for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(*driver.add(i, requests[i]), FinishReason::kNone);
     std::map<uint64_t, std::vector<TokenId>> out;
+    drain(driver, config, out);
+    if (stats != nullptr) *stats = driver.spec_stats();
+    return out;
+  }
+  // Runs the driver's sequences to their ends, each token after its sequence's earlier
+  // ones in `out`; then every finished sequence's KV (and draft KV) is let go.
+  void drain(Driver& driver, const DriverConfig& config, std::map<uint64_t, std::vector<TokenId>>& out) {
     const Status st = driver.run_until_idle([&](const StepEvent& e) {
       EXPECT_NE(e.finish, FinishReason::kError) << e.error.to_string();
       out[e.id].push_back(e.token.id);
@@ -236,12 +243,10 @@ struct Stories : testing::StoriesModel {
       return true;
     });
     EXPECT_TRUE(st.is_ok()) << st.to_string();
-    EXPECT_EQ(cache->blocks_free(), cache->config().n_blocks);
-    if (stats != nullptr) *stats = driver.spec_stats();
-    if (draft_cache && config.spec.method == SpecMethod::kDraft) {  // every finished sequence's draft KV let go
+    EXPECT_EQ(cache->blocks_free(), cache->config().n_blocks);  // the prefix cache's blocks count as free
+    if (draft_cache && config.spec.method == SpecMethod::kDraft) {
       EXPECT_EQ(draft_cache->blocks_free(), draft_cache->config().n_blocks);
     }
-    return out;
   }
   std::vector<TokenId> prompt(std::string_view text) { return std::move(tokenizer->encode(text)).value(); }
 };
@@ -490,12 +495,7 @@ TEST(SpecDriverTest, SampledTokensFollowPlainSamplingsDistribution) {
                                          .max_tokens = kTokens, .ignore_stop = true}};
         EXPECT_EQ(*driver.add(static_cast<uint64_t>(i), r), FinishReason::kNone);
       }
-      const Status st = driver.run_until_idle([&](const StepEvent& e) {
-        EXPECT_NE(e.finish, FinishReason::kError) << e.error.to_string();
-        out[e.id].push_back(e.token.id);
-        return true;
-      });
-      EXPECT_TRUE(st.is_ok()) << st.to_string();
+      f.drain(driver, config, out);
     }
     EXPECT_EQ(out.size(), static_cast<size_t>(kDraws));
     EXPECT_GT(driver.scheduler().prefix_hits(), 0u);
