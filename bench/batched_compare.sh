@@ -55,20 +55,8 @@ NPL=$(echo $STREAMS | tr ' ' ',')
 M=$PEER/models RAW=${OUT%.md}.jsonl LOG=${OUT%.md}.llama.log SHM=${HEARTH_SHM_DIR:-/dev/shm}
 mkdir -p "$M" "$(dirname "$OUT")"
 : > "$RAW"
-instances=()
-cleanup() { for i in "${instances[@]}"; do rm -f "$SHM/hearth.$i.weights"; done; }
-trap cleanup EXIT
-for t in $TYPES; do
-    f=$M/$PRESET-$t.gguf
-    if [ ! -s "$f" ]; then
-        echo "== making $f"
-        /usr/bin/python3 "$PEER_TOOLS/make_model.py" --preset "$PRESET" --type "$t" --gguf "$f.part" >/dev/null
-        mv "$f.part" "$f"
-    fi
-    inst=batched-$PRESET-${t//_/}-$$
-    "$BIN/hearth-loader" --model "$f" --instance "$inst" --exit-after-publish >/dev/null
-    instances+=("$inst")
-done
+source "$HERE/peer_models.sh"
+for t in $TYPES; do peer_publish "$M" "$PRESET" "$PRESET" llama "$t" "batched-$PRESET-${t//_/}-$$"; done
 
 echo "== $REPS rounds; $THREADS threads; streams $STREAMS; prompt $PROMPT, $GEN steps; models: $TYPES"
 for rep in $(seq "$REPS"); do

@@ -92,27 +92,11 @@ fi
 M=$PEER/models RAW=${OUT%.md}.jsonl SHM=${HEARTH_SHM_DIR:-/dev/shm}
 mkdir -p "$M" "$(dirname "$OUT")"
 : > "$RAW"
-instances=()
-cleanup() { for i in "${instances[@]}"; do rm -f "$SHM/hearth.$i.weights"; done; }
-trap cleanup EXIT
+source "$HERE/peer_models.sh"
 
 NAME=$PRESET
 [ "$ARCH" = llama ] || NAME=$ARCH-$PRESET
-for t in $TYPES; do
-    f=$M/$NAME-$t.gguf
-    if [ ! -s "$f" ]; then
-        echo "== making $f"
-        if [ "$ARCH" = llama ]; then
-            /usr/bin/python3 "$PEER_TOOLS/make_model.py" --preset "$PRESET" --type "$t" --gguf "$f.part" >/dev/null
-        else
-            "$BIN/hearth" synth --arch "$ARCH" --preset "$PRESET" --type "$t" --gguf "$f.part"
-        fi
-        mv "$f.part" "$f"
-    fi
-    inst=peer-$NAME-${t//_/}-$$
-    "$BIN/hearth-loader" --model "$f" --instance "$inst" --exit-after-publish >/dev/null
-    instances+=("$inst")
-done
+for t in $TYPES; do peer_publish "$M" "$NAME" "$PRESET" "$ARCH" "$t" "peer-$NAME-${t//_/}-$$"; done
 
 echo "== $REPS rounds; prompt $PROMPT, $GEN decode steps; threads: $THREADS; models: $(for t in $TYPES; do printf '%s ' "$NAME-$t"; done)"
 for rep in $(seq "$REPS"); do

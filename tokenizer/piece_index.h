@@ -3,9 +3,9 @@
 // The index holds no text: its keys are the pieces of the vocabulary the ids index into,
 // passed to each call, so building it for a vocabulary is one allocation (open addressing
 // over (hash, id) slots, linear probing, at most half full) instead of a node and a copy of
-// the string per piece. Building the vocabulary's index and SentencePiece's was most of a
-// resident attach's time to ready with std::unordered_map (measured on a 32K vocabulary:
-// about 3 ms of 21 ms).
+// the string per piece. With std::unordered_map, building the vocabulary's index and
+// SentencePiece's own was most of the 7.6 ms a resident attach spent on its tokenizer
+// (1B model, 32K pieces: 21 ms to ready); with this index, shared, about 2 ms.
 //
 // Every call must pass the same pieces, unchanged since the ids were inserted. Immutable
 // once built; any number of threads may call find().

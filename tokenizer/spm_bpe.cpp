@@ -26,10 +26,6 @@ struct Candidate {
   bool operator<(const Candidate& o) const { return score != o.score ? score < o.score : left > o.left; }
 };
 
-}  // namespace
-
-namespace {
-
 bool mergeable(TokenType t) { return t == TokenType::kNormal || t == TokenType::kUserDefined; }
 
 }  // namespace

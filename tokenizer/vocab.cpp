@@ -116,22 +116,7 @@ Status check_encode_input(std::string_view text) {
 std::string spm_piece_bytes(std::string_view piece, TokenType type) {
   switch (type) {
     case TokenType::kNormal:
-    case TokenType::kUserDefined: {
-      // replace_all(piece, kSpmSpace, " "), in one pass: a vocabulary's every piece goes
-      // through here when a tokenizer is built.
-      std::string out(piece.size(), '\0');
-      size_t n = 0;
-      for (size_t i = 0; i < piece.size();) {
-        if (piece.substr(i, kSpmSpace.size()) == kSpmSpace) {
-          out[n++] = ' ';
-          i += kSpmSpace.size();
-        } else {
-          out[n++] = piece[i++];
-        }
-      }
-      out.resize(n);
-      return out;
-    }
+    case TokenType::kUserDefined: return replace_all(piece, kSpmSpace, " ");
     case TokenType::kByte:
       if (const auto b = parse_byte_piece(piece)) return std::string(1, static_cast<char>(*b));
       return {};
